@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Idempotent set-up for tests and the quickstart: Debian packages and Python packages.
+# Fast when everything is already present. Python packages come from the local wheel cache
+# when the machine has one (pip is configured for it), else from the configured index.
+set -euo pipefail
+want_apt=()
+command -v bwrap >/dev/null 2>&1 || want_apt+=(bubblewrap)
+if [ ${#want_apt[@]} -gt 0 ]; then
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  echo "setup: installing Debian packages: ${want_apt[*]}" >&2
+  $sudo_cmd apt-get install -y -qq "${want_apt[@]}" >/dev/null 2>&1 || {
+    $sudo_cmd apt-get update -qq >/dev/null && $sudo_cmd apt-get install -y -qq "${want_apt[@]}" >/dev/null
+  }
+fi
+py=${KCORAL_PYTHON:-python3}
+if ! "$py" -c 'import numpy, pytest, torch, ml_dtypes' >/dev/null 2>&1; then
+  echo "setup: installing Python packages: numpy pytest torch ml_dtypes" >&2
+  "$py" -m pip install -q numpy pytest torch ml_dtypes
+fi
