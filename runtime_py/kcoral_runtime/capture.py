@@ -1,0 +1,103 @@
+"""fd-level capture of stdout/stderr for a whole request (spec protocol §3.6, server §4.3).
+
+fds 1 and 2 are pointed at ``<results>/stdout`` and ``<results>/stderr``, so C code and
+subprocesses are captured too; ``sys.stdout``/``sys.stderr`` become UTF-8 (errors=replace)
+text streams on those fds. The server reads the head of each file up to its limit.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import IO, Any, Dict, Optional, Tuple
+
+_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+
+
+def _flush(stream: Any) -> None:
+    try:
+        if stream is not None:
+            stream.flush()
+    except Exception:
+        pass
+
+
+class Captured:
+    """Where a request's output went; sizes are read when the outcome is built."""
+
+    def __init__(self, stdout_path: Optional[str], stderr_path: Optional[str]) -> None:
+        self.stdout_path = stdout_path
+        self.stderr_path = stderr_path
+
+    @staticmethod
+    def _describe(path: Optional[str]) -> Optional[Dict[str, Any]]:
+        if path is None:
+            return None
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            size = 0
+        return {"path": path, "size": size}
+
+    def describe(self) -> Tuple[Optional[Dict[str, Any]], Optional[Dict[str, Any]]]:
+        return self._describe(self.stdout_path), self._describe(self.stderr_path)
+
+
+class OutputCapture:
+    """Redirects fds 1/2 between ``start`` and ``stop``. One instance per child process."""
+
+    def __init__(self) -> None:
+        self._streams: Optional[Tuple[IO[str], IO[str]]] = None
+        self._saved: Optional[Tuple[int, int, Any, Any]] = None
+        self._captured = Captured(None, None)
+
+    def _text_streams(self) -> Tuple[IO[str], IO[str]]:
+        streams = self._streams
+        if streams is None or streams[0].closed or streams[1].closed:
+            streams = tuple(  # type: ignore[assignment]
+                open(fd, "w", encoding="utf-8", errors="replace", buffering=1, closefd=False)
+                for fd in (1, 2)
+            )
+            self._streams = streams
+        return streams  # type: ignore[return-value]
+
+    def start(self, results_dir: str, limit_bytes: int) -> None:
+        if limit_bytes <= 0:
+            self._captured = Captured(None, None)  # capture disabled: no redirection at all
+            return
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            _flush(stream)
+        out_path = os.path.join(results_dir, "stdout")
+        err_path = os.path.join(results_dir, "stderr")
+        out_fd = os.open(out_path, _FLAGS, 0o600)
+        try:
+            err_fd = os.open(err_path, _FLAGS, 0o600)
+        except BaseException:
+            os.close(out_fd)
+            raise
+        saved_out, saved_err = os.dup(1), os.dup(2)
+        os.dup2(out_fd, 1)
+        os.dup2(err_fd, 2)
+        os.close(out_fd)
+        os.close(err_fd)
+        self._saved = (saved_out, saved_err, sys.stdout, sys.stderr)
+        sys.stdout, sys.stderr = self._text_streams()
+        self._captured = Captured(out_path, err_path)
+
+    def stop(self) -> Captured:
+        saved = self._saved
+        if saved is not None:
+            self._saved = None
+            for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+                _flush(stream)
+            if self._streams is not None:
+                for stream in self._streams:
+                    _flush(stream)
+            saved_out, saved_err, sys.stdout, sys.stderr = saved
+            os.dup2(saved_out, 1)
+            os.dup2(saved_err, 2)
+            os.close(saved_out)
+            os.close(saved_err)
+        captured = self._captured
+        self._captured = Captured(None, None)
+        return captured

@@ -1,0 +1,159 @@
+"""The per-request process, forked by the zygote (docs/architecture.md §2).
+
+It applies its ``env``/``unset`` first, waits for ``init`` (creates the device context, answers
+``ready`` or ``init_failed``), then serves ``run`` frames until it retires. Every exit is an
+``os._exit``: no interpreter teardown, no atexit handlers inherited from the zygote.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import socket
+import sys
+import traceback
+from typing import Any, Dict, List, Optional
+
+from . import procs
+from .devices import make_backend
+from .engine import Engine
+from .ipc import FrameSocket
+from .lease import Lease, NoLease
+from .log import log, use_private_fd
+
+
+def _flush_all() -> None:
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except Exception:
+            pass
+
+
+def _exit(code: int) -> None:
+    _flush_all()
+    os._exit(code)
+
+
+def _reseed_numpy() -> None:
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        try:
+            numpy.random.seed()  # a fresh process would have drawn fresh entropy
+        except Exception:
+            pass
+
+
+class Child:
+    def __init__(
+        self,
+        sock: socket.socket,
+        mode: str,
+        versions: Dict[str, str],
+        sim_devices: int,
+        max_requests: int,
+    ) -> None:
+        self.channel = FrameSocket(sock)
+        self.mode = mode
+        self.versions = versions
+        self.sim_devices = sim_devices
+        self.max_requests = max_requests
+        self.served = 0
+        self.engine: Optional[Engine] = None
+
+    # ------------------------------------------------------------------ frames
+
+    def _notify_instr(self, index: int) -> None:
+        self.channel.send_raw(b'{"t":"instr","i":%d}' % index)
+
+    def serve(self) -> None:
+        while True:
+            msg = self.channel.recv()
+            if msg is None:
+                _exit(0)  # the zygote closed our channel
+                return
+            kind = msg.get("t")
+            if kind == "init":
+                if self.engine is None:
+                    self._init()
+                else:
+                    log("ignoring a second init")
+            elif kind == "run":
+                if self.engine is None:
+                    self._init()  # init is implied; the server normally sends it first
+                self._run(msg.get("req") or {})
+            else:
+                log(f"ignoring a {kind!r} frame")
+
+    def _init(self) -> None:
+        try:
+            backend = make_backend(self.mode, self.versions, self.sim_devices)
+            target, device_uuids = backend.init()
+            lease: Any = Lease(self.channel, backend) if backend.uses_lease else NoLease()
+            engine = Engine(backend, lease, self._notify_instr)
+            engine.snapshot_state()
+        except BaseException as exc:
+            self.channel.send(
+                {
+                    "t": "init_failed",
+                    "message": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc()[-8192:],
+                }
+            )
+            _exit(1)
+            return
+        self.engine = engine
+        gc.collect()
+        gc.freeze()  # what init created lives as long as we do: keep it out of later collections
+        self.channel.send(
+            {
+                "t": "ready",
+                "target": target,
+                "versions": self.versions,
+                "device_uuids": device_uuids,
+            }
+        )
+
+    def _run(self, req: Dict[str, Any]) -> None:
+        assert self.engine is not None
+        self.served += 1
+        last = self.max_requests > 0 and self.served >= self.max_requests
+        outcome, retire, detail = self.engine.execute(req, last)
+        frame: Dict[str, Any] = {"t": "outcome", "outcome": outcome, "retire": retire}
+        if detail is not None:
+            frame["retire_detail"] = detail
+        self.channel.send(frame)
+        if retire is not None:
+            _exit(0)
+        self.engine.lease.request_done()
+
+
+def main(
+    sock: socket.socket,
+    zygote_pid: int,
+    mode: str,
+    versions: Dict[str, str],
+    sim_devices: int,
+    env: Dict[str, str],
+    unset: List[str],
+    max_requests: int,
+) -> None:
+    """Entry point right after fork (the zygote already closed its own fds in us)."""
+    procs.set_parent_death_signal(signal.SIGKILL)
+    if os.getppid() != zygote_pid:
+        os._exit(1)  # the zygote died before we could ask to follow it
+    procs.set_child_subreaper()
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass  # already done by the zygote
+    for name in unset:
+        os.environ.pop(name, None)
+        os.unsetenv(name)
+    for name, value in env.items():
+        os.environ[name] = value
+    use_private_fd()
+    _reseed_numpy()
+    Child(sock, mode, versions, sim_devices, max_requests).serve()

@@ -1,0 +1,401 @@
+"""Worker modes and their device backends.
+
+* ``gpu``: torch on CUDA. The zygote imports torch but never creates a CUDA context; a child
+  creates it on ``init`` (under the server's lease).
+* ``sim``: simulated GPUs for machines without one (design.md §5). Tensors stay torch CPU
+  tensors, lease messages are exactly those of ``gpu`` mode, target is ``{"arch":"simulated"}``.
+  With ``--sim-devices N`` the devices are ``sim-0`` .. ``sim-<N-1>``; ``CUDA_VISIBLE_DEVICES``
+  (e.g. ``sim-0,sim-2``) selects which ones a child sees.
+* ``cpu``: no torch at all, no lease messages; tensor/library uploads are ``unavailable``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import importlib.metadata
+import math
+import mmap
+import os
+import sys
+import warnings
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple
+
+from .errors import ExecutionError
+from .libraries import LibraryLoader, LoadedLibrary, tvm_ffi_available
+from .modules import LoadedPythonModule
+from .values import DTYPE_ITEM_SIZES
+
+MODES = ("gpu", "sim", "cpu")
+
+CPU_ONLY_UNAVAILABLE = "cpu_only requires the CUPTI guard, which this worker does not have"
+
+# A factory returning a context manager that watches the CUDA API during a cpu_only call and
+# raises GPUAccessViolation on exit if the call touched it. Installed by set_cpu_only_guard().
+_cpu_only_guard: Optional[Callable[[], ContextManager[None]]] = None
+
+
+def set_cpu_only_guard(factory: Optional[Callable[[], ContextManager[None]]]) -> None:
+    global _cpu_only_guard
+    _cpu_only_guard = factory
+
+
+# --------------------------------------------------------------------------- zygote side
+
+
+def import_heavy(mode: str) -> None:
+    """Import what programs will need, once, in the zygote. Creates no CUDA context."""
+    try:
+        import numpy  # noqa: F401
+        import numpy.random  # noqa: F401  (lazily imported by numpy 2; children reseed it)
+    except ImportError:
+        pass  # optional for programs; torch works without it
+    if mode in ("gpu", "sim"):
+        import torch
+
+        if torch.cuda.is_initialized():
+            raise RuntimeError("importing torch initialized CUDA in the zygote")
+    optional = ("tvm_ffi", "tvm", "triton") if mode == "gpu" else ("tvm_ffi",)
+    for name in optional:
+        try:
+            __import__(name)
+        except Exception:
+            pass  # optional
+    if mode in ("gpu", "sim"):
+        import torch
+
+        if torch.cuda.is_initialized():
+            raise RuntimeError("an optional import initialized CUDA in the zygote")
+
+
+def _dist_version(distribution: str) -> Optional[str]:
+    try:
+        return importlib.metadata.version(distribution)
+    except Exception:
+        return None
+
+
+def collect_versions(mode: str) -> Dict[str, str]:
+    """Versions reported in ``hello`` and ``ready`` (spec server §10, §9)."""
+    versions: Dict[str, str] = {}
+    if mode == "cpu":
+        tvm_ffi = _dist_version("apache-tvm-ffi")
+        if tvm_ffi is not None:
+            versions["tvm_ffi"] = tvm_ffi
+        return versions
+    import torch
+
+    versions["torch"] = str(torch.__version__)
+    if mode == "sim":
+        versions["simulated"] = "cpu"
+        module = sys.modules.get("tvm_ffi")
+        if module is not None and getattr(module, "__version__", None):
+            versions["tvm_ffi"] = str(module.__version__)
+        return versions
+    if torch.version.cuda:
+        versions["cuda"] = str(torch.version.cuda)
+    for name in ("tvm", "tvm_ffi", "triton"):
+        module = sys.modules.get(name)
+        version = getattr(module, "__version__", None) if module is not None else None
+        if version:
+            versions[name] = str(version)
+    for key, distribution in (("cutlass", "nvidia-cutlass-dsl"), ("flashinfer", "flashinfer-python")):
+        version = _dist_version(distribution)
+        if version is not None:
+            versions[key] = version
+    return versions
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def visible_sim_devices(spec: Optional[str], count: int) -> List[str]:
+    """The simulated devices a child sees: ``CUDA_VISIBLE_DEVICES`` entries ``sim-<k>``
+    (or plain indices ``k``) with ``k < count``; all of them when the variable is unset."""
+    if spec is None:
+        return [f"sim-{k}" for k in range(count)]
+    out: List[str] = []
+    for raw in spec.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        digits = entry[4:] if entry.startswith("sim-") else entry
+        if not digits.isdigit() or int(digits) >= count:
+            raise RuntimeError(
+                f"CUDA_VISIBLE_DEVICES entry {entry!r} names no simulated GPU "
+                f"(this worker simulates sim-0..sim-{count - 1})"
+            )
+        name = f"sim-{int(digits)}"
+        if name in out:
+            raise RuntimeError(f"CUDA_VISIBLE_DEVICES names {name} twice")
+        out.append(name)
+    if not out:
+        raise RuntimeError("CUDA_VISIBLE_DEVICES selects no simulated GPU")
+    return out
+
+
+def format_uuid(value: Any) -> str:
+    text = str(value)
+    return text if text.startswith(("GPU-", "MIG-")) else "GPU-" + text
+
+
+def arch_of(major: int, minor: int) -> Tuple[str, str]:
+    """(target arch, TVM_FFI_CUDA_ARCH_LIST spelling): sm_90a / 9.0a, sm_75 / 7.5."""
+    suffix = "a" if major >= 9 else ""
+    return f"sm_{major}{minor}{suffix}", f"{major}.{minor}{suffix}"
+
+
+def _read_exactly(path: str, view: memoryview, nbytes: int) -> None:
+    with open(path, "rb", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size != nbytes:
+            raise ValueError(f"the blob holds {size} bytes, the dtype and shape need {nbytes}")
+        got = 0
+        while got < nbytes:
+            n = f.readinto(view[got:])
+            if not n:
+                raise ValueError("the blob is shorter than its size")
+            got += n
+
+
+# --------------------------------------------------------------------------- backends
+
+
+class CpuBackend:
+    """``--device cpu``: Python modules, bytes and files only."""
+
+    mode = "cpu"
+    uses_lease = False
+    tensor_type: Optional[type] = None
+    torch: Any = None
+
+    def __init__(self, versions: Dict[str, str]) -> None:
+        self.versions = versions
+        self.libraries = LibraryLoader(self._library_unavailable())
+
+    def _library_unavailable(self) -> Optional[str]:
+        return "library uploads require a GPU worker"
+
+    def init(self) -> Tuple[Dict[str, str], List[str]]:
+        """Create the device context; returns (target, device_uuids)."""
+        return {}, []
+
+    def load_tensor(self, blob_path: str, dtype: str, shape: Sequence[int]) -> Any:
+        raise ExecutionError("unavailable", "tensor uploads require a GPU worker")
+
+    def get_function(self, handle: Any, name: str) -> Any:
+        if isinstance(handle, LoadedPythonModule):
+            return handle.get_function(name)
+        raise ExecutionError("unavailable", "get_function expects an uploaded Python module")
+
+    def run_cpu_only(self, fn: Callable[..., Any], args: List[Any]) -> Any:
+        return fn(*args)  # there is no GPU here to touch
+
+    def prepare_release(self) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def take_last_error(self) -> Optional[str]:
+        return None
+
+    def empty_cache(self) -> None:
+        pass
+
+
+class SimBackend(CpuBackend):
+    """Simulated GPUs: torch CPU tensors stand in for device tensors."""
+
+    mode = "sim"
+    uses_lease = True
+
+    def __init__(self, versions: Dict[str, str], sim_devices: int) -> None:
+        import torch
+
+        self.torch = torch
+        self.tensor_type = torch.Tensor
+        self.sim_devices = sim_devices
+        super().__init__(versions)
+
+    def _library_unavailable(self) -> Optional[str]:
+        if tvm_ffi_available():
+            return None
+        return "library uploads require tvm_ffi in the worker environment"
+
+    def init(self) -> Tuple[Dict[str, str], List[str]]:
+        devices = visible_sim_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), self.sim_devices)
+        return {"arch": "simulated"}, devices
+
+    def _dtype(self, name: str) -> Any:
+        dtype = getattr(self.torch, name, None) if name in DTYPE_ITEM_SIZES else None
+        if not isinstance(dtype, self.torch.dtype):
+            raise ExecutionError("runtime", f"unknown dtype: {name!r}")
+        return dtype
+
+    def load_tensor(self, blob_path: str, dtype: str, shape: Sequence[int]) -> Any:
+        torch = self.torch
+        torch_dtype = self._dtype(dtype)
+        try:
+            nbytes = math.prod(shape) * DTYPE_ITEM_SIZES[dtype]
+            tensor = torch.empty(list(shape), dtype=torch_dtype)
+            if nbytes:
+                flat = tensor.reshape(-1).view(torch.uint8).numpy()
+                _read_exactly(blob_path, memoryview(flat), nbytes)
+            return tensor
+        except Exception as exc:
+            raise ExecutionError("runtime", f"malformed tensor: {exc}") from exc
+
+    def get_function(self, handle: Any, name: str) -> Any:
+        if isinstance(handle, LoadedPythonModule):
+            return handle.get_function(name)
+        if isinstance(handle, LoadedLibrary):
+            return handle.get_function(name)
+        raise ExecutionError("runtime", "get_function expects an uploaded module or library handle")
+
+
+class GpuBackend(SimBackend):
+    """Real CUDA devices through torch."""
+
+    mode = "gpu"
+
+    def __init__(self, versions: Dict[str, str]) -> None:
+        super().__init__(versions, 0)
+        self.device_count = 0
+        self._cudart: Optional[_CudaErrors] = None
+
+    def init(self) -> Tuple[Dict[str, str], List[str]]:
+        torch = self.torch
+        torch.cuda.init()
+        count = torch.cuda.device_count()
+        if count == 0:
+            raise RuntimeError("no CUDA device is visible to this worker")
+        for index in range(count):
+            torch.empty(1, device=f"cuda:{index}")  # creates the context on every device
+            torch.cuda.synchronize(index)
+        self.device_count = count
+        major, minor = torch.cuda.get_device_capability(0)
+        arch, arch_list = arch_of(major, minor)
+        # cpu_only compiles read this instead of querying the driver off-lease.
+        os.environ.setdefault("TVM_FFI_CUDA_ARCH_LIST", arch_list)
+        uuids = [format_uuid(torch.cuda.get_device_properties(i).uuid) for i in range(count)]
+        self._cudart = _CudaErrors.load(torch)
+        return {"arch": arch}, uuids
+
+    def load_tensor(self, blob_path: str, dtype: str, shape: Sequence[int]) -> Any:
+        torch = self.torch
+        torch_dtype = self._dtype(dtype)
+        try:
+            nbytes = math.prod(shape) * DTYPE_ITEM_SIZES[dtype]
+            if nbytes == 0:
+                return torch.empty(list(shape), dtype=torch_dtype, device="cuda")
+            with open(blob_path, "rb", buffering=0) as f:
+                size = os.fstat(f.fileno()).st_size
+                if size != nbytes:
+                    raise ValueError(
+                        f"the blob holds {size} bytes, the dtype and shape need {nbytes}"
+                    )
+                mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)  # "buffer is not writable"
+                    host = torch.frombuffer(mapping, dtype=torch_dtype)
+                try:
+                    return host.reshape(list(shape)).to("cuda")  # independent device storage
+                finally:
+                    del host
+            finally:
+                try:
+                    mapping.close()
+                except BufferError:
+                    pass  # still referenced; unmapped when collected
+        except Exception as exc:
+            raise ExecutionError("runtime", f"malformed tensor: {exc}") from exc
+
+    def run_cpu_only(self, fn: Callable[..., Any], args: List[Any]) -> Any:
+        guard = _cpu_only_guard
+        if guard is None:
+            raise ExecutionError("unavailable", CPU_ONLY_UNAVAILABLE)
+        with guard():
+            return fn(*args)
+
+    def synchronize(self) -> None:
+        """Drain every visible device; raises on a (sticky) CUDA error."""
+        for index in range(self.device_count):
+            self.torch.cuda.synchronize(index)
+
+    def prepare_release(self) -> None:
+        self.synchronize()
+        cuda = self.torch.cuda
+        if any(
+            cuda.memory_reserved(i) > cuda.memory_allocated(i) for i in range(self.device_count)
+        ):
+            cuda.empty_cache()
+
+    def take_last_error(self) -> Optional[str]:
+        if self._cudart is None:
+            self._cudart = _CudaErrors.load(self.torch)
+        return self._cudart.take_last_error()
+
+    def empty_cache(self) -> None:
+        self.torch.cuda.empty_cache()
+
+
+class _CudaErrors:
+    """``cudaGetLastError`` of the libcudart torch itself uses (found via /proc/self/maps)."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self._get_last_error = lib.cudaGetLastError
+        self._get_last_error.argtypes = []
+        self._get_last_error.restype = ctypes.c_int
+        self._name = lib.cudaGetErrorName
+        self._name.argtypes = [ctypes.c_int]
+        self._name.restype = ctypes.c_char_p
+        self._text = lib.cudaGetErrorString
+        self._text.argtypes = [ctypes.c_int]
+        self._text.restype = ctypes.c_char_p
+
+    @classmethod
+    def load(cls, torch: Any) -> "_CudaErrors":
+        candidates: List[str] = []
+        try:
+            with open("/proc/self/maps") as maps:
+                for line in maps:
+                    path = line.rstrip("\n").split(maxsplit=5)[-1]
+                    if "/libcudart.so" in path and path not in candidates:
+                        candidates.append(path)
+        except OSError:
+            pass
+        if torch.version.cuda:
+            candidates.append(f"libcudart.so.{torch.version.cuda.split('.', 1)[0]}")
+        found = ctypes.util.find_library("cudart")
+        if found:
+            candidates.append(found)
+        candidates.append("libcudart.so")
+        failures = []
+        for candidate in dict.fromkeys(candidates):
+            try:
+                return cls(ctypes.CDLL(candidate))
+            except (OSError, AttributeError) as exc:
+                failures.append(f"{candidate}: {exc}")
+        raise RuntimeError("cannot load libcudart to read CUDA's last error: " + "; ".join(failures))
+
+    def take_last_error(self) -> Optional[str]:
+        code = self._get_last_error()
+        if code == 0:
+            return None
+        name = self._name(code)
+        text = self._text(code)
+        name_s = name.decode("utf-8", "replace") if name else "cudaErrorUnknown"
+        text_s = text.decode("utf-8", "replace") if text else "unknown error"
+        return f"CUDA error {name_s} ({code}): {text_s}"
+
+
+def make_backend(mode: str, versions: Dict[str, str], sim_devices: int) -> CpuBackend:
+    if mode == "gpu":
+        return GpuBackend(versions)
+    if mode == "sim":
+        return SimBackend(versions, sim_devices)
+    if mode == "cpu":
+        return CpuBackend(versions)
+    raise ValueError(f"unknown mode {mode!r}")

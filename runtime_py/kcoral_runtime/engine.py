@@ -1,0 +1,333 @@
+"""Executes one program (spec protocol §2.4–§2.5, server §4) and builds its outcome.
+
+The ``run`` request and ``outcome`` formats are docs/architecture.md §2.3–§2.4.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+import traceback
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+
+from . import files
+from .capture import OutputCapture
+from .errors import ExecutionError, GPUAccessViolation
+from .hygiene import ProcessState, SandboxState, kill_leftover_processes, warm_thread_pools
+from .log import log
+from .modules import ModuleLoader
+from .values import Results
+
+TRACEBACK_LIMIT = 8192
+DEFAULT_OUTPUT_LIMIT_BYTES = 1 << 20
+DEFAULT_MAX_RETURN_BYTES = 1 << 30
+LEFTOVER_MESSAGE = "program left background processes running; they were terminated"
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+
+
+def is_ref(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and len(value) == 1
+        and isinstance(value.get("$ref"), str)
+        and bool(value["$ref"])
+    )
+
+
+def _traceback() -> str:
+    if sys.exc_info()[0] is None:
+        return ""
+    return traceback.format_exc()[-TRACEBACK_LIMIT:]
+
+
+def instruction_error(kind: str, message: str, index: int, ins: Dict[str, Any]) -> Dict[str, Any]:
+    """The FAILED ``error`` object: exactly these keys (spec protocol §3.4)."""
+    op = ins.get("op")
+    return {
+        "kind": kind,
+        "message": message,
+        "instruction_index": index,
+        "instruction_op": op,
+        "instruction_id": None if op == "return" else ins.get("id"),
+        "traceback": _traceback(),
+    }
+
+
+class _Request:
+    """Per-request state; dropped as a whole when the program ends."""
+
+    def __init__(self, req: Dict[str, Any], results: Results, cpu_only: Set[str]) -> None:
+        self.workspace: str = req["workspace"]
+        self.blobs: Dict[str, str] = req.get("blobs") or {}
+        self.sandbox = bool(req.get("sandbox", False))
+        self.max_return_bytes = int(req.get("max_return_bytes", DEFAULT_MAX_RETURN_BYTES))
+        self.results = results
+        self.cpu_only = cpu_only
+        self.env: Dict[str, Any] = {}
+
+    def blob(self, sha256: str) -> str:
+        try:
+            return self.blobs[sha256]
+        except KeyError:
+            raise ExecutionError("engine", f"blob {sha256} was not given to the worker") from None
+
+
+class Engine:
+    """One per child. ``backend`` is a devices backend, ``lease`` a Lease or NoLease,
+    ``notify_instr(k)`` sends the ``instr`` frame for instruction ``k``."""
+
+    def __init__(self, backend: Any, lease: Any, notify_instr: Callable[[int], None]) -> None:
+        self.backend = backend
+        self.lease = lease
+        self.notify_instr = notify_instr
+        self.modules = ModuleLoader()
+        self.capture = OutputCapture()
+        self.state: Optional[ProcessState] = None
+        self._pools_warm = False
+
+    def snapshot_state(self) -> None:
+        """Record torch knobs and the environment (after init) for reuse hygiene."""
+        self.state = ProcessState(self.backend.torch)
+
+    # ------------------------------------------------------------------ request
+
+    def execute(
+        self, req: Dict[str, Any], last_request: bool
+    ) -> Tuple[Dict[str, Any], Optional[str], Optional[str]]:
+        """Run one program. Returns (outcome, retire reason or None, retire detail or None).
+
+        ``last_request``: the child retires after this request anyway (request limit), so
+        reset and sandbox checks are skipped.
+        """
+        instructions: List[Dict[str, Any]] = json.loads(req["program"])["instructions"]
+        sandbox = bool(req.get("sandbox", False))
+        results = Results(req["results"], self.backend.tensor_type)
+        cpu_only = {
+            ins["id"]
+            for ins in instructions
+            if ins.get("op") == "get_function" and ins.get("cpu_only") is True
+        }
+        sandbox_state: Optional[SandboxState] = None
+        if sandbox and not last_request:
+            if not self._pools_warm:
+                warm_thread_pools(self.backend.torch)
+                self._pools_warm = True
+            sandbox_state = SandboxState(req["workspace"])
+        request = _Request(req, results, cpu_only)
+        limit = int(req.get("output_limit_bytes", DEFAULT_OUTPUT_LIMIT_BYTES))
+        self.capture.start(req["results"], limit)
+        try:
+            error, gpu_access, index, ins = self._run_instructions(instructions, request)
+            # Drain under the lease while output is still captured: device printf flushes here.
+            error, poisoned = self._drain(error, index, ins)
+        finally:
+            captured = self.capture.stop()
+
+        request.env.clear()
+        del request
+        self.backend.libraries.end_request(sandbox)
+
+        leftovers = kill_leftover_processes()
+        if leftovers and error is None:
+            error = instruction_error("runtime", LEFTOVER_MESSAGE, index, ins)
+
+        retire: Optional[str] = None
+        detail: Optional[str] = None
+        if poisoned:
+            retire = "poisoned_context"
+        elif leftovers:
+            retire = "leftover_processes"
+        elif last_request:
+            retire = "request_limit"
+        else:
+            try:
+                self._reset()
+            except Exception as exc:
+                retire, detail = "poisoned_context", f"reset failed: {type(exc).__name__}: {exc}"
+                log(f"retiring: {detail}")
+            if retire is None and sandbox_state is not None:
+                detail = sandbox_state.clean_and_check()
+                if detail is not None:
+                    retire = "sandbox_cleanup"
+                    log(f"retiring: {detail}")
+
+        stdout, stderr = captured.describe()
+        outcome = {
+            "status": "FAILED" if error is not None else "COMPLETED",
+            "results": results.text(),
+            "error": error,
+            "parts": [part.wire() for part in results.store.parts],
+            "stdout": stdout,
+            "stderr": stderr,
+            "gpu_access": gpu_access,
+            "boundary": results.store.final_boundary(),
+        }
+        return outcome, retire, detail
+
+    def _run_instructions(
+        self, instructions: List[Dict[str, Any]], request: _Request
+    ) -> Tuple[Optional[Dict[str, Any]], Optional[Dict[str, Any]], int, Dict[str, Any]]:
+        """Execute in order, in the workspace, until done or the first failure.
+
+        Returns (error or None, gpu_access or None, last index, last instruction).
+        """
+        error: Optional[Dict[str, Any]] = None
+        gpu_access: Optional[Dict[str, Any]] = None
+        index = 0
+        ins = instructions[0]
+        saved_cwd: Optional[int] = None
+        try:
+            saved_cwd = _open_cwd()
+            os.chdir(request.workspace)
+            for index, ins in enumerate(instructions):
+                self.notify_instr(index)
+                self._place(ins, request.cpu_only)
+                self._execute(ins, request)
+        except GPUAccessViolation as exc:
+            error = instruction_error("gpu_access", exc.message, index, ins)
+            error["traceback"] = exc.call_stack[-TRACEBACK_LIMIT:]  # the stack at the CUDA call
+            gpu_access = {
+                "cuda_call": exc.cuda_call,
+                "location": exc.location,
+                "detected_at_ns": exc.detected_at_ns,
+            }
+        except ExecutionError as exc:
+            error = instruction_error(exc.kind, exc.message, index, ins)
+        except BaseException as exc:  # uploaded code: any exception, SystemExit included
+            error = instruction_error("engine", f"{type(exc).__name__}: {exc}", index, ins)
+        finally:
+            if saved_cwd is not None:
+                os.fchdir(saved_cwd)
+                os.close(saved_cwd)
+        return error, gpu_access, index, ins
+
+    # ------------------------------------------------------------------ lease
+
+    def _place(self, ins: Dict[str, Any], cpu_only: Set[str]) -> None:
+        """Hold or drop the GPU lease for the instruction about to run (spec protocol §2.5)."""
+        if not self.backend.uses_lease:
+            return
+        op = ins["op"]
+        if op == "upload":
+            kind = ins.get("kind")
+            if kind == "file":
+                self.lease.release()
+                return
+            if kind == "bytes":
+                return
+        elif op == "return":
+            if "kind" in ins:
+                self.lease.release()
+                return
+        elif op == "run":
+            if ins["fn"]["$ref"] in cpu_only:
+                self.lease.release()
+                return
+        self.lease.acquire()
+
+    def _drain(
+        self, error: Optional[Dict[str, Any]], index: int, ins: Dict[str, Any]
+    ) -> Tuple[Optional[Dict[str, Any]], bool]:
+        """Re-acquire, synchronize and consume CUDA's last error. Returns (error, poisoned)."""
+        self.lease.acquire()
+        try:
+            self.backend.synchronize()
+        except Exception as exc:  # sticky: the context is unusable
+            if error is None:
+                error = instruction_error("runtime", f"{type(exc).__name__}: {exc}", index, ins)
+            return error, True
+        try:
+            pending = self.backend.take_last_error()
+        except Exception as exc:
+            if error is None:
+                error = instruction_error("runtime", f"{type(exc).__name__}: {exc}", index, ins)
+            return error, True
+        if pending is not None:  # non-sticky: this request failed, the context is fine
+            if error is None:
+                error = instruction_error("runtime", pending, index, ins)
+            elif error["kind"] == "gpu_access":
+                error["message"] += f"; CUDA also reports {pending}"
+        return error, False
+
+    def _reset(self) -> None:
+        """Reuse hygiene (under the lease): undo process-state changes, free memory, drain."""
+        if self.state is not None:
+            self.state.restore()
+        self.modules.forget()
+        gc.collect()
+        self.backend.empty_cache()
+        self.backend.synchronize()
+
+    # ------------------------------------------------------------------ instructions
+
+    def _execute(self, ins: Dict[str, Any], request: _Request) -> None:
+        op = ins["op"]
+        env = request.env
+        if op == "upload":
+            kind = ins["kind"]
+            if kind == "module":
+                value: Any = self.modules.load(ins["source"])
+            elif kind == "tensor":
+                value = self.backend.load_tensor(request.blob(ins["blob"]), ins["dtype"], ins["shape"])
+            elif kind == "bytes":
+                value = files.read_blob_bytes(request.blob(ins["blob"]))
+            elif kind == "library":
+                sha = ins["blob"]
+                value = self.backend.libraries.load(
+                    request.blob(sha), sha, request.sandbox, request.workspace
+                )
+            elif kind == "file":
+                value = files.materialize_file(
+                    request.workspace, ins["path"], request.blob(ins["blob"]), request.sandbox
+                )
+            else:
+                raise ExecutionError("engine", f"unknown upload kind {kind!r}")
+            env[ins["id"]] = value
+        elif op == "get_function":
+            env[ins["id"]] = self.backend.get_function(env[ins["module"]["$ref"]], ins["name"])
+        elif op == "run":
+            env[ins["id"]] = self._invoke(ins, request)
+        elif op == "return":
+            if "kind" in ins:
+                self._return_path(ins, request)
+            else:
+                request.results.return_value(ins["key"], env[ins["value"]["$ref"]])
+        else:
+            raise ExecutionError("engine", f"unknown op {op!r}")
+
+    def _invoke(self, ins: Dict[str, Any], request: _Request) -> Any:
+        """Call in its own frame, so the function and arguments die with the instruction."""
+        fn_id = ins["fn"]["$ref"]
+        env = request.env
+        fn = env[fn_id]
+        if not callable(fn):
+            raise ExecutionError("runtime", f"handle {fn_id!r} is not callable")
+        args = [env[arg["$ref"]] if is_ref(arg) else arg for arg in ins.get("args", [])]
+        if fn_id in request.cpu_only:
+            return self.backend.run_cpu_only(fn, args)
+        return fn(*args)
+
+    def _return_path(self, ins: Dict[str, Any], request: _Request) -> None:
+        kind = ins["kind"]
+        raw = ins["path"]
+        results = request.results
+        try:
+            path = request.env[raw["$ref"]] if is_ref(raw) else raw
+            budget = request.max_return_bytes - results.store.binary_bytes
+            results.add(
+                ins["key"],
+                lambda: files.collect(results.store, request.workspace, path, kind, budget),
+            )
+        except Exception as exc:
+            raise ExecutionError(
+                "serialization", f"cannot return {kind}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+
+def _open_cwd() -> int:
+    try:
+        return os.open(".", _DIR_FLAGS)
+    except OSError:
+        return os.open("/", _DIR_FLAGS)

@@ -1,0 +1,274 @@
+"""Reuse hygiene between requests of one child (spec server §2).
+
+* ``ProcessState``: torch knobs and the C-level environment, snapshotted after ``init`` and
+  written back (only what changed) after each request.
+* ``SandboxState``: in sandbox mode, ``sys.path``/modules from the workspace are undone and
+  threads, fds and mappings that outlive the request are reported (-> retire).
+* leftover child processes: found with one ``waitpid``, killed, and reported (-> retire).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+from . import procs
+
+# Knobs read and written as attributes: (path under torch, attribute). fp32_precision rather than
+# allow_tf32, which cannot express "unset" and would rewrite 'none' as 'ieee'.
+TORCH_ATTRS: Tuple[Tuple[str, str], ...] = (
+    ("backends.cuda.matmul", "fp32_precision"),
+    ("backends.cudnn", "fp32_precision"),
+    ("backends.cudnn.conv", "fp32_precision"),
+    ("backends.cudnn.rnn", "fp32_precision"),
+    ("backends.cuda.matmul", "allow_fp16_reduced_precision_reduction"),
+    ("backends.cuda.matmul", "allow_bf16_reduced_precision_reduction"),
+    ("backends.cudnn", "benchmark"),
+    ("backends.cudnn", "deterministic"),
+)
+# Getter/setter pairs, restored before the attributes (set_float32_matmul_precision writes
+# through to the per-backend knobs, so the finer ones must land last).
+TORCH_CALLS: Tuple[Tuple[str, str], ...] = (
+    ("get_float32_matmul_precision", "set_float32_matmul_precision"),
+    ("get_default_dtype", "set_default_dtype"),
+    ("get_default_device", "set_default_device"),
+    ("is_grad_enabled", "set_grad_enabled"),
+    ("are_deterministic_algorithms_enabled", "use_deterministic_algorithms"),
+)
+_UNREADABLE = object()
+
+
+def _reach(root: Any, path: str) -> Any:
+    for part in path.split("."):
+        root = getattr(root, part)
+    return root
+
+
+class CEnviron:
+    """The process environment as libc sees it (catches ``setenv`` from native code)."""
+
+    def __init__(self) -> None:
+        libc = ctypes.CDLL(None)
+        self._environ = ctypes.c_void_p.in_dll(libc, "environ")
+
+    def read(self) -> Dict[str, str]:
+        out: Dict[str, str] = {}
+        base = self._environ.value
+        if not base:
+            return out
+        entries = ctypes.cast(base, ctypes.POINTER(ctypes.c_char_p))
+        index = 0
+        while True:
+            entry = entries[index]
+            if entry is None:
+                return out
+            name, _, value = entry.decode("utf-8", "surrogateescape").partition("=")
+            out.setdefault(name, value)
+            index += 1
+
+
+class ProcessState:
+    """Torch knobs and environment as they stood after ``init``."""
+
+    def __init__(self, torch: Any) -> None:
+        self._torch = torch
+        self._cenv = CEnviron()
+        self.environ = self._cenv.read()
+        self.knobs: Dict[str, Any] = {}
+        if torch is not None:
+            for getter, setter in TORCH_CALLS:
+                try:
+                    self.knobs[setter] = getattr(torch, getter)()
+                except Exception:
+                    pass  # a torch build without this knob
+            for path, name in TORCH_ATTRS:
+                try:
+                    self.knobs[f"{path}.{name}"] = getattr(_reach(torch, path), name)
+                except Exception:
+                    pass
+
+    def restore(self) -> List[str]:
+        """Write back what changed; returns the names of what was restored."""
+        restored: List[str] = []
+        self._restore_environ(restored)
+        if self._torch is not None:
+            self._restore_torch(restored)
+        return restored
+
+    def _restore_environ(self, restored: List[str]) -> None:
+        want = self.environ
+        current = self._cenv.read()
+        if current != want:
+            for name in set(current) - set(want):
+                os.unsetenv(name)  # reaches libc even for a name os.environ never saw
+                os.environ.pop(name, None)
+                restored.append(f"env:{name}")
+            for name, value in want.items():
+                if current.get(name) != value:
+                    os.environ[name] = value  # putenv()s as well
+                    restored.append(f"env:{name}")
+        python_view = os.environ
+        if len(python_view) != len(want) or any(python_view.get(k) != v for k, v in want.items()):
+            for name in [k for k in python_view if k not in want]:
+                del python_view[name]
+            for name, value in want.items():
+                if python_view.get(name) != value:
+                    python_view[name] = value
+
+    def _restore_torch(self, restored: List[str]) -> None:
+        torch = self._torch
+        for getter, setter in TORCH_CALLS:
+            if setter not in self.knobs:
+                continue
+            try:
+                current = getattr(torch, getter)()
+            except Exception:
+                current = _UNREADABLE
+            # set_default_device is not free: setting it even to the same value installs a
+            # function mode that intercepts every tensor creation. Write only real changes.
+            if current is _UNREADABLE or current != self.knobs[setter]:
+                try:
+                    getattr(torch, setter)(self.knobs[setter])
+                    restored.append(f"torch.{setter}")
+                except Exception:
+                    pass
+        for path, name in TORCH_ATTRS:
+            key = f"{path}.{name}"
+            if key not in self.knobs:
+                continue
+            try:
+                holder = _reach(torch, path)
+                if getattr(holder, name) != self.knobs[key]:
+                    setattr(holder, name, self.knobs[key])
+                    restored.append(f"torch.{key}")
+            except Exception:
+                pass
+
+
+# --------------------------------------------------------------------------- children
+
+
+def kill_leftover_processes(timeout: float = 2.0) -> bool:
+    """Kill and reap every descendant of this process. True if there were live ones.
+
+    This process is a child subreaper, so every descendant that outlived its parent is our
+    direct child now; a descendant surviving ``timeout`` (uninterruptible) is left to the
+    zygote, which does not report our exit before it is gone.
+    """
+    if not procs.has_live_children():
+        return False
+    deadline = time.monotonic() + timeout
+    while True:
+        procs.signal_tree(os.getpid(), signal.SIGKILL, include_root=False)
+        if not procs.has_live_children() or time.monotonic() >= deadline:
+            return True
+        time.sleep(0.002)
+
+
+# --------------------------------------------------------------------------- sandbox
+
+
+def warm_thread_pools(torch: Any) -> None:
+    """Start the lazily created native thread pools (OpenBLAS, torch intra-op) now, so a
+    request that first uses them is not mistaken for one that leaks threads."""
+    try:
+        import numpy
+
+        a = numpy.ones((256, 256))
+        a @ a
+    except Exception:
+        pass
+    if torch is not None:
+        try:
+            torch.ones(1 << 18).mul_(2)
+        except Exception:
+            pass
+
+
+def _native_threads() -> Set[int]:
+    return {int(tid) for tid in os.listdir("/proc/self/task")}
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + "/")
+
+
+class SandboxState:
+    """Per-request state of a sandboxed, reused child."""
+
+    def __init__(self, workspace: str) -> None:
+        self.workspace = os.path.realpath(workspace)
+        self.roots = tuple(dict.fromkeys((os.path.abspath(workspace), self.workspace)))
+        self.sys_path = list(sys.path)
+        self.threads = _native_threads()
+        self.python_threads = {t.ident for t in threading.enumerate()}
+
+    def clean_and_check(self) -> Optional[str]:
+        """Undo imports from the workspace, then describe what outlived the request (or None)."""
+        root = self.workspace
+        sys.path[:] = self.sys_path
+        for name, module in list(sys.modules.items()):
+            if self._from_workspace(module):
+                del sys.modules[name]
+        for key in [k for k in sys.path_importer_cache if isinstance(k, str) and _under(k, root)]:
+            del sys.path_importer_cache[key]
+        importlib.invalidate_caches()
+
+        problems: List[str] = []
+        new_python = [
+            t.name for t in threading.enumerate()
+            if t.ident not in self.python_threads and t.is_alive()
+        ]
+        if new_python:
+            problems.append("Python threads still running: " + ", ".join(sorted(new_python)))
+        new_native = sorted(_native_threads() - self.threads)
+        if new_native:
+            names = [procs.comm(os.getpid(), tid) for tid in new_native]
+            problems.append("native threads still running: " + ", ".join(names))
+        fds = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if _under(target, root):
+                fds.append(f"{fd} -> {target}")
+        if fds:
+            problems.append("open files in the workspace: " + ", ".join(fds))
+        mapped = set()
+        try:
+            with open("/proc/self/maps") as maps:
+                for line in maps:
+                    fields = line.rstrip("\n").split(maxsplit=5)
+                    if len(fields) == 6 and _under(fields[5], root):
+                        mapped.add(fields[5])
+        except OSError:
+            pass
+        if mapped:
+            problems.append("workspace files still mapped: " + ", ".join(sorted(mapped)))
+        return "; ".join(problems) if problems else None
+
+    def _from_workspace(self, module: Any) -> bool:
+        """Imported from the workspace (string checks only: no syscall per module)."""
+        try:
+            names = [getattr(module, "__file__", None)]
+            names.extend(getattr(module, "__path__", None) or ())
+        except Exception:
+            return False
+        for name in names:
+            if not isinstance(name, str) or not name:
+                continue
+            if not name.startswith("/"):
+                # Relative to the cwd at import time, which during a request is the workspace.
+                if not name.startswith("<") and os.path.exists(os.path.join(self.workspace, name)):
+                    return True
+                continue
+            if any(_under(name, root) for root in self.roots):
+                return True
+        return False

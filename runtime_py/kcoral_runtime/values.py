@@ -1,0 +1,360 @@
+"""Result encoding (spec protocol §3.2): the results JSON text and its binary part files.
+
+Binary parts are written to ``<results>/part-<k>`` while their SHA-256 is computed and while
+they are scanned for the response boundary delimiter ``\\r\\n--<boundary>``, so no part is ever
+held twice in memory or read back (except in the practically impossible case of a boundary
+collision, where every part file is re-scanned for a new boundary).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import mmap
+import os
+import secrets
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from .errors import ExecutionError
+
+DTYPE_ITEM_SIZES: Dict[str, int] = {
+    "bool": 1,
+    "uint8": 1,
+    "int8": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "int16": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "int32": 4,
+    "float32": 4,
+    "int64": 8,
+    "float64": 8,
+}
+
+CHUNK = 1 << 20
+_PART_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+
+
+def new_boundary() -> str:
+    return "kcoral-" + secrets.token_hex(16)
+
+
+def delimiter(boundary: str) -> bytes:
+    return b"\r\n--" + boundary.encode("ascii")
+
+
+@dataclass
+class Part:
+    path: str
+    size: int
+    sha256: str
+    collides: bool  # the delimiter of the boundary current when it was written occurs in it
+
+    def wire(self) -> Dict[str, Any]:
+        return {"path": self.path, "size": self.size, "sha256": self.sha256}
+
+
+def _write_all(fd: int, view: memoryview) -> None:
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+class _PartWriter:
+    """Streams bytes into one part file, hashing and scanning for the delimiter on the way.
+
+    All data passes through one staging buffer; the last ``len(needle) - 1`` bytes of the
+    previous chunk stay at its front so a delimiter spanning two chunks is found too.
+    """
+
+    def __init__(self, path: str, needle: bytes, size_hint: int) -> None:
+        self.fd = os.open(path, _PART_FLAGS, 0o600)
+        self.hasher = hashlib.sha256()
+        self.size = 0
+        self.needle = needle
+        self.found = False
+        self._overlap = len(needle) - 1
+        self._chunk = max(1, min(CHUNK, size_hint))
+        self._buf = bytearray(self._overlap + self._chunk)
+        self._keep = 0
+
+    def _ingest(self, n: int) -> None:
+        buf = self._buf
+        keep = self._keep
+        with memoryview(buf) as whole:
+            data = whole[keep : keep + n]
+            self.hasher.update(data)
+            _write_all(self.fd, data)
+            data.release()
+        self.size += n
+        total = keep + n
+        if not self.found and buf.find(self.needle, 0, total) >= 0:
+            self.found = True
+        new_keep = min(self._overlap, total)
+        buf[0:new_keep] = buf[total - new_keep : total]
+        self._keep = new_keep
+
+    def write(self, data: memoryview) -> None:
+        """Append ``data`` (a 1-D byte view)."""
+        step = self._chunk
+        for off in range(0, len(data), step):
+            piece = data[off : off + step]
+            n = len(piece)
+            self._buf[self._keep : self._keep + n] = piece
+            self._ingest(n)
+
+    def read_from(self, fd: int, nbytes: int) -> int:
+        """Copy up to ``nbytes`` from ``fd``; returns how many bytes were copied (short at EOF)."""
+        copied = 0
+        with memoryview(self._buf) as whole:
+            while copied < nbytes:
+                want = min(self._chunk, nbytes - copied)
+                got = os.readv(fd, [whole[self._keep : self._keep + want]])
+                if got == 0:
+                    break
+                self._ingest(got)
+                copied += got
+        return copied
+
+    def close(self) -> Tuple[int, str, bool]:
+        os.close(self.fd)
+        return self.size, self.hasher.hexdigest(), self.found
+
+    def abort(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+@dataclass
+class Staged:
+    """A part written under a temporary name, numbered later (folder files are read in walk
+    order but numbered in sorted order)."""
+
+    tmp_path: str
+    size: int
+    sha256: str
+    collides: bool
+
+
+class PartStore:
+    """The binary parts of one response, numbered ``return:0..n-1`` in encoding order."""
+
+    def __init__(self, results_dir: str) -> None:
+        self.dir = results_dir
+        self.parts: List[Part] = []
+        self.binary_bytes = 0
+        self.boundary = new_boundary()
+        self._needle = delimiter(self.boundary)
+        self._tmp_counter = 0
+
+    def _path(self, index: int) -> str:
+        return os.path.join(self.dir, f"part-{index}")
+
+    def _register(self, path: str, size: int, sha: str, collides: bool) -> Tuple[int, Part]:
+        part = Part(path, size, sha, collides)
+        self.parts.append(part)
+        self.binary_bytes += size
+        return len(self.parts) - 1, part
+
+    def add_buffer(self, data: memoryview) -> Tuple[int, Part]:
+        path = self._path(len(self.parts))
+        writer = _PartWriter(path, self._needle, len(data))
+        try:
+            writer.write(data)
+        except BaseException:
+            writer.abort()
+            _unlink(path)
+            raise
+        return self._register(path, *writer.close())
+
+    def stage_from_fd(self, fd: int, nbytes: int) -> Tuple[Staged, int]:
+        """Copy ``nbytes`` from ``fd`` into a temporary part; returns it and the bytes copied."""
+        self._tmp_counter += 1
+        path = os.path.join(self.dir, f"tmp-{self._tmp_counter}")
+        writer = _PartWriter(path, self._needle, nbytes)
+        try:
+            copied = writer.read_from(fd, nbytes)
+        except BaseException:
+            writer.abort()
+            _unlink(path)
+            raise
+        size, sha, found = writer.close()
+        return Staged(path, size, sha, found), copied
+
+    def commit(self, staged: Staged) -> Tuple[int, Part]:
+        path = self._path(len(self.parts))
+        os.rename(staged.tmp_path, path)
+        return self._register(path, staged.size, staged.sha256, staged.collides)
+
+    @staticmethod
+    def discard(staged: Staged) -> None:
+        _unlink(staged.tmp_path)
+
+    def mark(self) -> int:
+        return len(self.parts)
+
+    def rollback(self, mark: int) -> None:
+        """Drop parts added since ``mark``: numbering stays contiguous."""
+        while len(self.parts) > mark:
+            part = self.parts.pop()
+            self.binary_bytes -= part.size
+            _unlink(part.path)
+
+    def final_boundary(self) -> str:
+        """A boundary whose delimiter occurs in no part (re-drawn in the unlikely other case)."""
+        if any(part.collides for part in self.parts):
+            while True:
+                candidate = new_boundary()
+                needle = delimiter(candidate)
+                if not any(_file_contains(part.path, needle) for part in self.parts):
+                    self.boundary = candidate
+                    break
+        return self.boundary
+
+
+def _file_contains(path: str, needle: bytes) -> bool:
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return False
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            return mm.find(needle) >= 0
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _check_text(value: str) -> str:
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ExecutionError(
+                "serialization", "cannot return a string containing unpaired surrogates"
+            ) from None
+    return value
+
+
+class ValueEncoder:
+    """Encodes returned values into result nodes (dicts), writing binary parts to ``store``.
+
+    ``tensor_type`` is ``torch.Tensor`` on GPU and simulated-GPU workers and ``None`` on CPU
+    workers (which can never return tensors).
+    """
+
+    def __init__(self, store: PartStore, tensor_type: Optional[type]) -> None:
+        self.store = store
+        self.tensor_type = tensor_type
+
+    def encode(self, value: Any) -> Dict[str, Any]:
+        if value is None:
+            return {"type": "null"}
+        if isinstance(value, bool):
+            return {"type": "boolean", "value": value}
+        if isinstance(value, int):
+            return {"type": "integer", "value": int(value)}
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise ExecutionError("serialization", "cannot return a non-finite number")
+            return {"type": "number", "value": float(value)}
+        if isinstance(value, str):
+            return {"type": "string", "value": _check_text(str(value))}
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return self._binary("bytes", _byte_view(value))
+        if isinstance(value, (list, tuple)):
+            return {"type": "array", "value": [self.encode(item) for item in value]}
+        if isinstance(value, dict):
+            if not all(isinstance(key, str) for key in value):
+                raise ExecutionError("serialization", "returned objects must have string keys")
+            return {
+                "type": "object",
+                "value": {_check_text(str(k)): self.encode(v) for k, v in value.items()},
+            }
+        if self.tensor_type is not None and isinstance(value, self.tensor_type):
+            return self._tensor(value)
+        raise ExecutionError(
+            "serialization", f"cannot return value of type {type(value).__name__}"
+        )
+
+    def _binary(self, kind: str, data: memoryview) -> Dict[str, Any]:
+        index, part = self.store.add_buffer(data)
+        return {"type": kind, "part": f"return:{index}", "sha256": part.sha256}
+
+    def _tensor(self, value: Any) -> Dict[str, Any]:
+        import torch  # only reached when tensor_type is torch.Tensor, so already imported
+
+        try:
+            tensor = value.detach().cpu().contiguous()
+            dtype = str(tensor.dtype)
+            dtype = dtype[6:] if dtype.startswith("torch.") else dtype
+            shape = [int(d) for d in tensor.shape]
+        except Exception as exc:
+            raise ExecutionError(
+                "serialization", f"failed to export tensor: {type(exc).__name__}: {exc}"
+            ) from exc
+        if dtype not in DTYPE_ITEM_SIZES:
+            raise ExecutionError("serialization", f"cannot return tensor dtype {dtype!r}")
+        try:
+            flat = tensor.reshape(-1).view(torch.uint8).numpy()
+        except Exception as exc:
+            raise ExecutionError(
+                "serialization", f"failed to export tensor: {type(exc).__name__}: {exc}"
+            ) from exc
+        node = self._binary("tensor", memoryview(flat).cast("B"))
+        node["dtype"] = dtype
+        node["shape"] = shape
+        return node
+
+
+def _byte_view(value: Any) -> memoryview:
+    view = memoryview(value)
+    if view.c_contiguous:
+        return view.cast("B") if (view.format != "B" or view.ndim != 1) else view
+    return memoryview(view.tobytes())
+
+
+class Results:
+    """The ``results`` object of one response: returns in execution order."""
+
+    def __init__(self, results_dir: str, tensor_type: Optional[type]) -> None:
+        self.store = PartStore(results_dir)
+        self.encoder = ValueEncoder(self.store, tensor_type)
+        self.nodes: Dict[str, Dict[str, Any]] = {}
+
+    def add(self, key: str, produce: Callable[[], Dict[str, Any]]) -> None:
+        """Run ``produce`` (which encodes one return); on failure its parts are rolled back."""
+        mark = self.store.mark()
+        try:
+            node = produce()
+        except BaseException:
+            self.store.rollback(mark)
+            raise
+        self.nodes[key] = node
+
+    def return_value(self, key: str, value: Any) -> None:
+        self.add(key, lambda: self.encoder.encode(value))
+
+    def text(self) -> str:
+        """The results JSON text exactly as it goes on the wire."""
+        set_digits = getattr(sys, "set_int_max_str_digits", None)
+        if set_digits is None:
+            return _dumps(self.nodes)
+        previous = sys.get_int_max_str_digits()
+        set_digits(0)  # integers are arbitrary-size on the wire
+        try:
+            return _dumps(self.nodes)
+        finally:
+            set_digits(previous)
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

@@ -1,0 +1,243 @@
+"""In-process engine tests for paths a CPU machine cannot reach through real CUDA: drain
+errors, the cpu_only guard hook and gpu_access errors (with a fake device backend)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any, Iterator, List, Optional
+
+import pytest
+
+from kcoral_runtime import devices, engine as engine_module
+from kcoral_runtime.devices import CPU_ONLY_UNAVAILABLE, GpuBackend, SimBackend
+from kcoral_runtime.engine import Engine
+from kcoral_runtime.errors import ExecutionError, GPUAccessViolation
+
+
+class RecordingLease:
+    def __init__(self, log: List[str]) -> None:
+        self.log = log
+        self.held = False
+
+    def acquire(self) -> None:
+        if not self.held:
+            self.log.append("acquire")
+            self.held = True
+
+    def release(self) -> None:
+        if self.held:
+            self.log.append("release")
+            self.held = False
+
+    def request_done(self) -> None:
+        self.held = False
+
+
+class FakeGpu(SimBackend):
+    """Simulated devices whose drain can be told to fail like CUDA does."""
+
+    def __init__(self) -> None:
+        super().__init__({}, 1)
+        self.sync_error: Optional[Exception] = None
+        self.last_error: Optional[str] = None
+        self.last_error_raises = False
+        self.cpu_only_error: Optional[Exception] = None
+
+    def synchronize(self) -> None:
+        if self.sync_error is not None:
+            raise self.sync_error
+
+    def take_last_error(self) -> Optional[str]:
+        if self.last_error_raises:
+            raise RuntimeError("cannot load libcudart")
+        pending, self.last_error = self.last_error, None
+        return pending
+
+    def run_cpu_only(self, fn: Any, args: List[Any]) -> Any:
+        if self.cpu_only_error is not None:
+            raise self.cpu_only_error
+        return fn(*args)
+
+
+@pytest.fixture
+def setup(tmp_path: Path, monkeypatch):
+    # Never let an in-process engine reap or kill pytest's own children.
+    monkeypatch.setattr(engine_module, "kill_leftover_processes", lambda: False)
+    log: List[str] = []
+    backend = FakeGpu()
+    eng = Engine(backend, RecordingLease(log), lambda i: log.append(f"instr {i}"))
+    eng.snapshot_state()
+    counter = [0]
+
+    def execute(instructions, last: bool = False):
+        counter[0] += 1
+        work = tmp_path / f"w{counter[0]}"
+        res = tmp_path / f"r{counter[0]}"
+        work.mkdir()
+        res.mkdir()
+        req = {"program": json.dumps({"instructions": instructions}), "blobs": {},
+               "workspace": str(work), "results": str(res), "output_limit_bytes": 0,
+               "max_return_bytes": 1 << 20, "sandbox": False}
+        del log[:]
+        outcome, retire, detail = eng.execute(req, last)
+        eng.lease.request_done()
+        return outcome, retire, list(log)
+
+    return backend, execute
+
+
+PROGRAM = [
+    {"op": "upload", "kind": "module", "id": "m", "source": "def f():\n    return 5\n"},
+    {"op": "get_function", "id": "g", "module": {"$ref": "m"}, "name": "f", "cpu_only": True},
+    {"op": "run", "id": "r", "fn": {"$ref": "g"}},
+    {"op": "return", "key": "r", "value": {"$ref": "r"}},
+]
+
+
+def test_sticky_error_at_drain_poisons(setup) -> None:
+    backend, execute = setup
+    backend.sync_error = RuntimeError("CUDA error: an illegal memory access was encountered")
+    outcome, retire, log = execute(PROGRAM[:1])
+    assert retire == "poisoned_context"
+    assert outcome["status"] == "FAILED"
+    error = outcome["error"]
+    assert (error["kind"], error["message"]) == (
+        "runtime", "RuntimeError: CUDA error: an illegal memory access was encountered")
+    assert (error["instruction_index"], error["instruction_op"], error["instruction_id"]) == (0, "upload", "m")
+    assert "Traceback" in error["traceback"]
+
+
+def test_sticky_error_keeps_the_first_error(setup) -> None:
+    backend, execute = setup
+    backend.sync_error = RuntimeError("CUDA error: device-side assert triggered")
+    boom = [{"op": "upload", "kind": "module", "id": "m", "source": "raise ValueError('x')\n"}]
+    outcome, retire, _ = execute(boom)
+    assert retire == "poisoned_context"
+    assert (outcome["error"]["kind"], outcome["error"]["message"]) == ("parse", "ValueError: x")
+
+
+def test_pending_launch_error_fails_but_keeps_the_worker(setup) -> None:
+    backend, execute = setup
+    pending = "CUDA error cudaErrorInvalidConfiguration (9): invalid configuration argument"
+    backend.last_error = pending
+    outcome, retire, _ = execute(PROGRAM)
+    assert retire is None
+    assert outcome["status"] == "FAILED"
+    assert (outcome["error"]["kind"], outcome["error"]["message"]) == ("runtime", pending)
+    assert outcome["error"]["traceback"] == ""
+    assert (outcome["error"]["instruction_index"], outcome["error"]["instruction_op"]) == (3, "return")
+    assert json.loads(outcome["results"]) == {"r": {"type": "integer", "value": 5}}
+    outcome, retire, _ = execute(PROGRAM)  # consumed: the next request is clean
+    assert outcome["status"] == "COMPLETED" and retire is None
+
+
+def test_unreadable_last_error_poisons(setup) -> None:
+    backend, execute = setup
+    backend.last_error_raises = True
+    outcome, retire, _ = execute(PROGRAM)
+    assert retire == "poisoned_context"
+    assert outcome["error"]["message"] == "RuntimeError: cannot load libcudart"
+
+
+def test_gpu_access_violation_fields(setup) -> None:
+    backend, execute = setup
+    backend.cpu_only_error = GPUAccessViolation(
+        "cudaMalloc", "<uploaded:abc>:3 in f", "  File \"<uploaded:abc>\", line 3\n", 123456789)
+    backend.last_error = "CUDA error cudaErrorMemoryAllocation (2): out of memory"
+    outcome, retire, log = execute(PROGRAM)
+    assert retire is None
+    assert log == ["instr 0", "acquire", "instr 1", "instr 2", "release", "acquire"]
+    error = outcome["error"]
+    assert set(error) == {"kind", "message", "instruction_index", "instruction_op",
+                          "instruction_id", "traceback"}
+    assert error["kind"] == "gpu_access"
+    assert error["message"] == (
+        "cpu_only function called CUDA API cudaMalloc at <uploaded:abc>:3 in f; "
+        "CUDA also reports CUDA error cudaErrorMemoryAllocation (2): out of memory")
+    assert error["traceback"] == "  File \"<uploaded:abc>\", line 3\n"
+    assert (error["instruction_index"], error["instruction_id"]) == (2, "r")
+    assert outcome["gpu_access"] == {"cuda_call": "cudaMalloc", "location": "<uploaded:abc>:3 in f",
+                                     "detected_at_ns": 123456789}
+
+
+def test_last_request_skips_reset(setup, monkeypatch) -> None:
+    _, execute = setup
+    outcome, retire, _ = execute(PROGRAM, last=True)
+    assert (outcome["status"], retire) == ("COMPLETED", "request_limit")
+
+
+def test_reset_failure_poisons(setup, monkeypatch) -> None:
+    backend, execute = setup
+    calls = []
+
+    def empty_cache() -> None:
+        calls.append(1)
+        raise RuntimeError("CUDA error: misaligned address")
+
+    monkeypatch.setattr(backend, "empty_cache", empty_cache)
+    outcome, retire, _ = execute(PROGRAM)
+    assert outcome["status"] == "COMPLETED" and retire == "poisoned_context" and calls
+
+
+def test_release_failure_is_a_runtime_error_and_keeps_the_lease(tmp_path, monkeypatch) -> None:
+    from kcoral_runtime.lease import Lease
+
+    class Channel:
+        sock = None
+
+    backend = FakeGpu()
+    lease = Lease(Channel(), backend)  # type: ignore[arg-type]
+    lease.held = True
+    backend.prepare_release = lambda: (_ for _ in ()).throw(RuntimeError("CUDA error: x"))  # type: ignore
+    with pytest.raises(ExecutionError) as info:
+        lease.release()
+    assert (info.value.kind, info.value.message) == ("runtime", "RuntimeError: CUDA error: x")
+    assert lease.held
+
+
+def test_gpu_backend_cpu_only_needs_the_guard() -> None:
+    backend = GpuBackend({})
+    with pytest.raises(ExecutionError) as info:
+        backend.run_cpu_only(lambda: 1, [])
+    assert (info.value.kind, info.value.message) == ("unavailable", CPU_ONLY_UNAVAILABLE)
+
+    entered: List[str] = []
+
+    @contextlib.contextmanager
+    def guard() -> Iterator[None]:
+        entered.append("in")
+        yield
+        entered.append("out")
+
+    devices.set_cpu_only_guard(guard)
+    try:
+        assert backend.run_cpu_only(lambda a, b: a + b, [2, 3]) == 5
+    finally:
+        devices.set_cpu_only_guard(None)
+    assert entered == ["in", "out"]
+
+
+@pytest.mark.parametrize(
+    "spec, expected",
+    [(None, ["sim-0", "sim-1", "sim-2"]), ("sim-2,sim-0", ["sim-2", "sim-0"]), ("1", ["sim-1"]),
+     (" sim-1 , ", ["sim-1"])],
+)
+def test_visible_sim_devices(spec, expected) -> None:
+    assert devices.visible_sim_devices(spec, 3) == expected
+
+
+def test_target_and_uuid_helpers() -> None:
+    assert devices.arch_of(9, 0) == ("sm_90a", "9.0a")
+    assert devices.arch_of(10, 0) == ("sm_100a", "10.0a")
+    assert devices.arch_of(7, 5) == ("sm_75", "7.5")
+    assert devices.format_uuid("e9e6f259-ea96") == "GPU-e9e6f259-ea96"
+    assert devices.format_uuid("GPU-e9e6f259") == "GPU-e9e6f259"
+    import importlib.metadata
+
+    try:
+        expected = {"tvm_ffi": importlib.metadata.version("apache-tvm-ffi")}
+    except importlib.metadata.PackageNotFoundError:
+        expected = {}
+    assert devices.collect_versions("cpu") == expected

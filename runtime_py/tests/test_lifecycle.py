@@ -1,0 +1,287 @@
+"""Child lifecycle through a real zygote: retire, kill, crash, orphans, shutdown."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+LEFTOVER = "program left background processes running; they were terminated"
+
+
+def wait_for_file(path: Path, timeout: float = 15.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return path.read_text().strip()
+        time.sleep(0.01)
+    raise AssertionError(f"{path} never appeared")
+
+
+def assert_gone(pid: int, kc, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while kc.pid_alive(pid):  # a zombie would still answer; the zygote reaps it
+        assert time.monotonic() < deadline, f"process {pid} is still alive"
+        time.sleep(0.01)
+
+
+def test_fresh_mode_retires_after_one_request(cpu_zygote, make_request, kc) -> None:
+    handle = cpu_zygote.child(max_requests=1)
+    start = cpu_zygote.mark()
+    r = handle.run(make_request(kc.call("import os\ndef main():\n    return os.getpid()\n")))
+    assert r.outcome["status"] == "COMPLETED" and r.retire == "request_limit"
+    assert r.results["r"]["value"] == handle.pid
+    exited = handle.wait_exited(start=start)
+    assert exited == {"c": handle.c, "t": "exited", "code": 0, "signal": None, "orphans": False}
+    assert_gone(handle.pid, kc)
+
+
+def test_reuse_serves_until_the_limit(cpu_zygote, make_request, kc) -> None:
+    handle = cpu_zygote.child(max_requests=3)
+    program = kc.call("import os\ndef main():\n    return os.getpid()\n")
+    retires = [handle.run(make_request(program)) for _ in range(3)]
+    assert [r.retire for r in retires] == [None, None, "request_limit"]
+    assert {r.results["r"]["value"] for r in retires} == {handle.pid}
+    handle.wait_exited()
+
+
+def test_leftover_background_process_fails_and_retires(cpu_zygote, make_request, kc) -> None:
+    handle = cpu_zygote.child(max_requests=0)
+    source = "import subprocess\ndef main():\n    return subprocess.Popen(['sleep', '60']).pid\n"
+    start = cpu_zygote.mark()
+    r = handle.run(make_request(kc.call(source)))
+    sleeper = r.results["r"]["value"]
+    assert r.outcome["status"] == "FAILED" and r.retire == "leftover_processes"
+    error = r.outcome["error"]
+    assert (error["kind"], error["message"], error["traceback"]) == ("runtime", LEFTOVER, "")
+    assert (error["instruction_index"], error["instruction_op"], error["instruction_id"]) == (3, "return", None)
+    exited = handle.wait_exited(start=start)
+    assert (exited["code"], exited["orphans"]) == (0, False)
+    assert_gone(sleeper, kc)
+
+
+def test_finished_unwaited_subprocess_is_not_a_leftover(cpu_zygote, make_request, kc) -> None:
+    handle = cpu_zygote.child(max_requests=0)
+    source = "import subprocess, time\ndef main():\n    subprocess.Popen(['true'])\n    time.sleep(0.3)\n"
+    r = handle.run(make_request(kc.call(source)))
+    assert r.outcome["status"] == "COMPLETED" and r.retire is None
+    handle.kill()
+
+
+GRANDCHILD = (
+    "import os, signal, sys, time\n"
+    "os.setsid()\n"
+    "if sys.argv[2] == 'stubborn':\n"
+    "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid()))\n"
+    "os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n"
+    "time.sleep(60)\n"
+)
+
+
+def spawn_and_block(pidfile: Path, mode: str) -> str:
+    return (
+        "import subprocess, sys, time\n"
+        "def main():\n"
+        f"    subprocess.Popen([sys.executable, '-c', {GRANDCHILD!r}, {str(pidfile)!r}, {mode!r}])\n"
+        "    time.sleep(60)\n"
+    )
+
+
+@pytest.mark.parametrize("mode, grace", [("polite", 5.0), ("stubborn", 0.5)])
+def test_kill_takes_the_whole_tree(cpu_zygote, make_request, kc, tmp_path, mode, grace) -> None:
+    handle = cpu_zygote.child(max_requests=0)
+    pidfile = tmp_path / "grandchild.pid"
+    start = cpu_zygote.mark()
+    handle.send({"t": "run", "req": make_request(kc.call(spawn_and_block(pidfile, mode)))})
+    grandchild = int(wait_for_file(pidfile))
+    began = time.monotonic()
+    cpu_zygote.send({"t": "kill", "c": handle.c, "grace": grace})
+    exited = handle.wait_exited(start=start)
+    elapsed = time.monotonic() - began
+    assert (exited["code"], exited["signal"]) == (None, signal.SIGTERM)
+    assert not kc.pid_alive(grandchild)  # gone (and reaped) before `exited` was sent
+    assert not kc.pid_alive(handle.pid)
+    if mode == "stubborn":
+        assert grace <= elapsed < grace + 3
+    else:
+        assert elapsed < 3
+    frames = [f["t"] for f in cpu_zygote.frames_of(handle.c, start)]
+    assert frames == ["instr", "instr", "instr", "exited"]
+
+
+def test_exit_mid_run_reports_exited_after_instr(cpu_zygote, make_request, kc) -> None:
+    handle = cpu_zygote.child(max_requests=0)
+    start = cpu_zygote.mark()
+    handle.send({"t": "run", "req": make_request(
+        kc.call("import os\ndef main():\n    print('lost')\n    os._exit(7)\n"))})
+    exited = handle.wait_exited(start=start)
+    frames = cpu_zygote.frames_of(handle.c, start)
+    assert [f["t"] for f in frames] == ["instr", "instr", "instr", "exited"]
+    assert frames[2] == {"c": handle.c, "t": "instr", "i": 2}
+    assert (exited["code"], exited["signal"], exited["orphans"]) == (7, None, False)
+
+
+def test_orphans_of_a_dead_child_are_killed_before_exited(cpu_zygote, make_request, kc, tmp_path) -> None:
+    handle = cpu_zygote.child(max_requests=0)
+    pidfile = tmp_path / "daemon.pid"
+    source = (
+        "import os, subprocess, sys, time\n"
+        "def main():\n"
+        f"    subprocess.Popen([sys.executable, '-c', {GRANDCHILD!r}, {str(pidfile)!r}, 'stubborn'])\n"
+        f"    while not os.path.exists({str(pidfile)!r}):\n"
+        "        time.sleep(0.01)\n"
+        "    os._exit(0)\n"
+    )
+    start = cpu_zygote.mark()
+    handle.send({"t": "run", "req": make_request(kc.call(source))})
+    exited = handle.wait_exited(start=start)
+    assert (exited["code"], exited["signal"], exited["orphans"]) == (0, None, True)
+    assert not kc.pid_alive(int(pidfile.read_text()))
+
+
+def test_zygote_refuses_duplicate_ids_and_ignores_unknown_kills(cpu_zygote, make_request, kc) -> None:
+    handle = cpu_zygote.child(max_requests=0)
+    start = cpu_zygote.mark()
+    cpu_zygote.send({"t": "fork", "c": handle.c, "env": {}, "unset": []})
+    cpu_zygote.send({"t": "kill", "c": 10**9, "grace": 0})
+    cpu_zygote.send({"t": "run", "c": 10**9, "req": {}})
+    r = handle.run(make_request(kc.call("def main():\n    return 1\n")))
+    assert r.outcome["status"] == "COMPLETED"
+    assert [f["t"] for f in cpu_zygote.frames[start:] if f.get("c") != handle.c] == []
+    handle.kill()
+
+
+def test_shutdown_kills_children_and_exits(zygote_factory, make_request, kc, tmp_path) -> None:
+    zygote = zygote_factory("cpu")
+    handle = zygote.child(max_requests=0)
+    pidfile = tmp_path / "g.pid"
+    handle.send({"t": "run", "req": make_request(kc.call(spawn_and_block(pidfile, "stubborn")))})
+    grandchild = int(wait_for_file(pidfile))
+    zygote.send({"t": "shutdown"})
+    exited = handle.wait_exited()
+    assert exited["signal"] == signal.SIGKILL
+    assert zygote.proc.wait(timeout=10) == 0
+    assert not kc.pid_alive(grandchild) and not kc.pid_alive(handle.pid)
+
+
+def test_closing_the_pipe_kills_everything(zygote_factory, make_request, kc, tmp_path) -> None:
+    zygote = zygote_factory("cpu")
+    handle = zygote.child(max_requests=0)
+    pidfile = tmp_path / "g.pid"
+    handle.send({"t": "run", "req": make_request(kc.call(spawn_and_block(pidfile, "stubborn")))})
+    grandchild = int(wait_for_file(pidfile))
+    zygote.proc.stdin.close()
+    assert zygote.proc.wait(timeout=10) == 0
+    assert_gone(grandchild, kc)
+    assert_gone(handle.pid, kc)
+
+
+def test_zygote_channel_is_not_fd_0_or_1(zygote_factory) -> None:
+    zygote = zygote_factory("cpu")
+    pid = zygote.hello["pid"]
+    assert os.readlink(f"/proc/{pid}/fd/0") == "/dev/null"
+    assert os.readlink(f"/proc/{pid}/fd/1") == os.readlink(f"/proc/{pid}/fd/2")
+    pipes = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+    assert {f"pipe:[{os.fstat(zygote.proc.stdin.fileno()).st_ino}]",
+            f"pipe:[{os.fstat(zygote.proc.stdout.fileno()).st_ino}]"} <= pipes
+
+
+DRIVER = """
+import json, os, subprocess, sys, time
+from kcoral_runtime.ipc import FrameDecoder, encode
+req, pidfile, report = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+r_in, w_in = os.pipe()
+r_out, w_out = os.pipe()
+zygote = subprocess.Popen([sys.executable, "-m", "kcoral_runtime.zygote", "--mode", "cpu"],
+                          stdin=r_in, stdout=w_out)
+decoder, frames = FrameDecoder(), []
+def until(kind):
+    while True:
+        for frame in frames:
+            if frame["t"] == kind:
+                return frame
+        frames.extend(json.loads(x) for x in decoder.feed(os.read(r_out, 65536)))
+until("hello")
+os.write(w_in, encode({"t": "fork", "c": 1, "env": {}, "unset": [], "max_requests": 0}))
+child = until("forked")["pid"]
+os.write(w_in, encode({"t": "run", "c": 1, "req": req}))
+while not os.path.exists(pidfile):
+    time.sleep(0.01)
+# Something else keeps both pipes open, so only the parent-death signal can tell the zygote.
+holder = subprocess.Popen(["sleep", "60"], pass_fds=(w_in, r_out), start_new_session=True)
+json.dump({"zygote": zygote.pid, "child": child, "holder": holder.pid}, open(report, "w"))
+os._exit(0)
+"""
+
+
+def test_zygote_parent_death_kills_every_tree(make_request, kc, tmp_path) -> None:
+    pidfile = tmp_path / "g.pid"
+    report = tmp_path / "report.json"
+    req = make_request(kc.call(spawn_and_block(pidfile, "stubborn")))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    subprocess.run([sys.executable, "-c", DRIVER, json.dumps(req), str(pidfile), str(report)],
+                   env=env, check=True, timeout=60)
+    pids = json.loads(report.read_text())
+    try:
+        for pid in (int(pidfile.read_text()), pids["child"], pids["zygote"]):
+            assert_gone(pid, kc, timeout=10)
+    finally:
+        os.kill(pids["holder"], signal.SIGKILL)
+
+
+def test_sandbox_mode_cleans_imports_and_reports_leaks(cpu_zygote, make_request, kc, tmp_path) -> None:
+    handle = cpu_zygote.child(max_requests=0)
+    blob = make_request.blob(b"VALUE = 7\n")
+    work = tmp_path / "sandbox-work"
+    work.mkdir()
+    importer = (
+        "import sys\n"
+        "def main():\n"
+        "    sys.path.insert(0, '.')\n"
+        "    import kc_ws_mod\n"
+        "    import numpy\n"
+        "    a = numpy.ones((300, 300))\n"
+        "    (a @ a).sum()\n"
+        "    return kc_ws_mod.VALUE\n"
+    )
+    reserved = make_request([kc.upload_blob("f", "file", blob, path=".kcoral/x")], blobs=[blob],
+                            workspace=work, sandbox=True)
+    r = handle.run(reserved)
+    assert r.outcome["error"]["kind"] == "runtime"
+    assert r.outcome["error"]["message"].startswith("cannot materialize file '.kcoral/x': ")
+    assert r.retire is None
+
+    req = make_request([kc.upload_blob("f", "file", blob, path="kc_ws_mod.py")] + kc.call(importer),
+                       blobs=[blob], workspace=work, sandbox=True)
+    r = handle.run(req)
+    assert r.results["r"] == {"type": "integer", "value": 7}
+    assert r.retire is None, r.frame
+
+    check = "import sys\ndef main():\n    return ['kc_ws_mod' in sys.modules, '.' in sys.path]\n"
+    r = handle.run(make_request(kc.call(check), workspace=work, sandbox=True))
+    assert [v["value"] for v in r.results["r"]["value"]] == [False, False]
+
+    closed_by_gc = "keep = []\ndef main():\n    keep.append(open('held', 'w'))\n"
+    r = handle.run(make_request(kc.call(closed_by_gc), workspace=work, sandbox=True))
+    assert r.retire is None  # the module namespace was collected at reset, closing the file
+    leak = "import os\ndef main():\n    os.open('held', os.O_RDONLY)\n"
+    r = handle.run(make_request(kc.call(leak), workspace=work, sandbox=True))
+    assert r.outcome["status"] == "COMPLETED" and r.retire == "sandbox_cleanup"
+    assert "open files in the workspace" in r.frame["retire_detail"]
+    handle.wait_exited()
+
+
+def test_sandbox_mode_reports_threads(cpu_zygote, make_request, kc) -> None:
+    handle = cpu_zygote.child(max_requests=0)
+    source = "import threading, time\ndef main():\n    threading.Thread(target=time.sleep, args=(30,), name='kc-bg', daemon=True).start()\n"
+    r = handle.run(make_request(kc.call(source), sandbox=True))
+    assert r.retire == "sandbox_cleanup"
+    assert "Python threads still running: kc-bg" in r.frame["retire_detail"]
+    handle.wait_exited()
