@@ -1,0 +1,147 @@
+// Client exceptions (spec protocol §5.6). None of them subclass another.
+
+import type { ProgramResult } from "./result.ts";
+
+/**
+ * Options of {@linkcode KCoralError}.
+ *
+ * @example
+ * ```ts
+ * import { KCoralError } from "../mod.ts";
+ *
+ * const error = new KCoralError(504, "execution timed out", { kind: "timeout" });
+ * if (error.requestId !== null) throw new Error();
+ * ```
+ */
+export interface KCoralErrorOptions extends ErrorOptions {
+  /** `error.kind` of the body (e.g. `busy`), when the server sent one. */
+  kind?: string | null;
+  /** `request_id` of the body, when the server sent one. */
+  requestId?: string | null;
+}
+
+/**
+ * A non-200 HTTP response from `/execute` or `/health` (never retried).
+ * `message` reads `HTTP <code>: <server message>`; `detail` is the server's
+ * message alone (upstream's `message` attribute).
+ *
+ * @example
+ * ```ts
+ * import { KCoralError } from "../mod.ts";
+ *
+ * const error = new KCoralError(503, "server saturated", { kind: "busy", requestId: "r" });
+ * if (error.message !== "HTTP 503: server saturated" || error.detail !== "server saturated") {
+ *   throw new Error();
+ * }
+ * ```
+ */
+export class KCoralError extends Error {
+  /** The HTTP status, e.g. 503. */
+  readonly statusCode: number;
+  /** The server's message (`error.message`, or `HTTP <code>` without a usable body). */
+  readonly detail: string;
+  /** `error.kind`, e.g. `busy`, `timeout`, `parse`; null when absent. */
+  readonly kind: string | null;
+  /** The request id the server reported; null when absent. */
+  readonly requestId: string | null;
+
+  /** Create the error (the client does this for every non-200 response). */
+  constructor(statusCode: number, message: string, options: KCoralErrorOptions = {}) {
+    super(`HTTP ${statusCode}: ${message}`, options);
+    this.name = "KCoralError";
+    this.statusCode = statusCode;
+    this.detail = message;
+    this.kind = options.kind ?? null;
+    this.requestId = options.requestId ?? null;
+  }
+}
+
+/**
+ * No HTTP response was obtained: connection refused, connect timeout, reset,
+ * read error. A lost connection does not tell whether the program ran.
+ *
+ * @example
+ * ```ts
+ * import { TransportError } from "../mod.ts";
+ *
+ * const error = new TransportError("connection refused");
+ * if (error.name !== "TransportError") throw new Error();
+ * ```
+ */
+export class TransportError extends Error {
+  /** Create the error; `options.cause` holds the underlying failure. */
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "TransportError";
+  }
+}
+
+/**
+ * The response violates the protocol (content type, JSON, multipart, schema,
+ * binary parts), CACHE_MISS negotiation failed, health is not ok, the target
+ * is missing, or a remote function returned no `output`.
+ *
+ * @example
+ * ```ts
+ * import { ProtocolError } from "../mod.ts";
+ *
+ * const error = new ProtocolError("health status is not ok");
+ * if (error.name !== "ProtocolError") throw new Error();
+ * ```
+ */
+export class ProtocolError extends Error {
+  /** Create the error with upstream's message text. */
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "ProtocolError";
+  }
+}
+
+/**
+ * An invalid value given to the program builder or client (upstream raises
+ * `ValueError`/`ValidationError`). Wrong types raise `TypeError` instead.
+ *
+ * @example
+ * ```ts
+ * import { Program, ValidationError } from "../mod.ts";
+ *
+ * try {
+ *   new Program().returnFile({ key: "k", path: "../x" });
+ *   throw new Error("expected a ValidationError");
+ * } catch (error) {
+ *   if (!(error instanceof ValidationError)) throw error;
+ * }
+ * ```
+ */
+export class ValidationError extends Error {
+  /** Create the error. */
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "ValidationError";
+  }
+}
+
+/**
+ * A remote function's program FAILED. `result` keeps the request id, error,
+ * traceback and captured output.
+ *
+ * @example
+ * ```ts
+ * import { RemoteExecutionError } from "../mod.ts";
+ *
+ * if (!(RemoteExecutionError.prototype instanceof Error)) throw new Error();
+ * ```
+ */
+export class RemoteExecutionError extends Error {
+  /** The failed outcome. */
+  readonly result: ProgramResult;
+
+  /** Create the error: `Remote execution <request_id> failed: <kind>: <message>`. */
+  constructor(result: ProgramResult) {
+    const kind = result.error?.kind ?? "unknown";
+    const message = result.error?.message ?? "no error details";
+    super(`Remote execution ${result.requestId} failed: ${kind}: ${message}`);
+    this.name = "RemoteExecutionError";
+    this.result = result;
+  }
+}

@@ -1,0 +1,664 @@
+// The client-side program builder (spec protocol §5.2), mirroring upstream's
+// `Program` instruction for instruction. Every method validates everything
+// before it changes anything, so a failed call leaves the program unchanged.
+
+import { fileURLToPath } from "node:url";
+import { sha256Hex } from "../protocol/hash.ts";
+import { stringifyJson } from "../protocol/json.ts";
+import { checkPathConflicts, normalizeFilePath, PathError } from "../protocol/paths.ts";
+import { _comparePy, _pyRepr, _pyStrRepr } from "../protocol/_python.ts";
+import { _folderFiles } from "./_folder_files.ts";
+import { ValidationError } from "./errors.ts";
+import { _jsonLiteral } from "./_json_literal.ts";
+import { Register } from "./register.ts";
+import { _tensorFields } from "./tensor.ts";
+
+/**
+ * A wire reference, `{"$ref": id}`.
+ *
+ * @example
+ * ```ts
+ * import { Program, type Ref } from "../mod.ts";
+ *
+ * const p = new Program();
+ * p.upload({ kind: "module", source: "", id: "m" });
+ * const module: Ref = { $ref: "m" };
+ * p.getFunction({ module, name: "f" });
+ * ```
+ */
+export type Ref = { readonly $ref: string };
+
+/**
+ * One wire instruction as it will be serialized (keys in wire order). Frozen:
+ * use the builder methods to add instructions.
+ *
+ * @example
+ * ```ts
+ * import { type Instruction, Program } from "../mod.ts";
+ *
+ * const p = new Program();
+ * p.upload({ kind: "module", source: "x = 1" });
+ * const first: Instruction = p.instructions[0];
+ * if (first.op !== "upload" || first.kind !== "module") throw new Error();
+ * ```
+ */
+export type Instruction = {
+  /** `upload`, `get_function`, `run` or `return`. */
+  readonly op: "upload" | "get_function" | "run" | "return";
+  /** The other fields of the instruction (see spec §2.4). */
+  readonly [field: string]: unknown;
+};
+
+/**
+ * Upload kinds accepted by {@linkcode Program.upload}.
+ *
+ * @example
+ * ```ts
+ * import { Program, type UploadKind } from "../mod.ts";
+ *
+ * const kind: UploadKind = "bytes";
+ * new Program().upload({ kind, value: new Uint8Array([1]) });
+ * ```
+ */
+export type UploadKind = "module" | "tensor" | "bytes" | "library";
+
+/**
+ * Arguments of {@linkcode Program.upload}.
+ *
+ * @example
+ * ```ts
+ * import { Program, type UploadOptions } from "../mod.ts";
+ *
+ * const options: UploadOptions = { kind: "tensor", value: new Float32Array(6), shape: [2, 3], id: "x" };
+ * new Program().upload(options);
+ * ```
+ */
+export interface UploadOptions {
+  /** `module` (Python source), `tensor`, `bytes` or `library` (a TVM FFI shared library). */
+  kind: UploadKind;
+  /** Python source text (`module` only). */
+  source?: string;
+  /**
+   * For `tensor`:
+   * - `Float32Array` → float32, `Float64Array` → float64, `Int8Array` → int8,
+   *   `Int16Array` → int16, `Int32Array` → int32, `BigInt64Array` → int64,
+   *   `Float16Array` → float16; `shape` defaults to `[length]` and may be any
+   *   shape with as many elements; a given `dtype` must match;
+   * - a {@linkcode Tensor} or any `{dtype, shape, data}` (the way to send
+   *   bool, uint8, bfloat16 and float8): a given `dtype`/`shape` must match;
+   * - raw bytes (`Uint8Array`, `Uint8ClampedArray`, `ArrayBuffer`,
+   *   `DataView`): `dtype` and `shape` are both required, as upstream requires
+   *   for raw bytes (so a `Uint8Array` is never guessed to be uint8).
+   *
+   * Other typed arrays (`Uint16Array`, `Uint32Array`, `BigUint64Array`) have
+   * no wire dtype and are a `TypeError`.
+   *
+   * For `bytes`/`library`: `Uint8Array`, any `ArrayBufferView` or an
+   * `ArrayBuffer`. Values are copied now: later changes do not affect the program.
+   */
+  value?: unknown;
+  /** Tensor element type (required for raw bytes; must match otherwise). */
+  dtype?: string;
+  /** Tensor dimensions (required for raw bytes; a typed array may be reshaped). */
+  shape?: readonly number[];
+  /** Instruction id; `upload_<n>` when omitted. */
+  id?: string;
+}
+
+/**
+ * Arguments of {@linkcode Program.uploadFile}.
+ *
+ * @example
+ * ```ts
+ * import { Program, type UploadFileOptions } from "../mod.ts";
+ *
+ * const options: UploadFileOptions = { blob: new TextEncoder().encode("a,b\n"), path: "data/in.csv" };
+ * new Program().uploadFile(options);
+ * ```
+ */
+export interface UploadFileOptions {
+  /** The file contents (copied now). */
+  blob: ArrayBuffer | ArrayBufferView;
+  /** Destination relative to the request's working directory. */
+  path: string;
+  /** Instruction id; `upload_<n>` when omitted. */
+  id?: string;
+}
+
+/**
+ * Arguments of {@linkcode Program.getFunction}.
+ *
+ * @example
+ * ```ts
+ * import { type GetFunctionOptions, Program } from "../mod.ts";
+ *
+ * const p = new Program();
+ * const module = p.upload({ kind: "module", source: "def f():\n    pass\n" });
+ * const options: GetFunctionOptions = { module, name: "f", cpuOnly: true };
+ * p.getFunction(options);
+ * ```
+ */
+export interface GetFunctionOptions {
+  /** An earlier module or library upload. */
+  module: Register | Ref;
+  /** The function's name in it. */
+  name: string;
+  /** The function promises not to touch the GPU (its runs release the lease). */
+  cpuOnly?: boolean;
+  /** Instruction id; `get_function_<n>` when omitted. */
+  id?: string;
+}
+
+/**
+ * Arguments of {@linkcode Program.run}.
+ *
+ * @example
+ * ```ts
+ * import { Program, type RunOptions } from "../mod.ts";
+ *
+ * const p = new Program();
+ * const fn = p.getFunction({ module: p.upload({ kind: "module", source: "f = print" }), name: "f" });
+ * const options: RunOptions = { fn, args: [1, { nested: [true] }], id: "call" };
+ * p.run(options);
+ * ```
+ */
+export interface RunOptions {
+  /** The function (a register from `getFunction`, or a callable returned by `run`). */
+  fn: Register;
+  /**
+   * Positional arguments: top-level registers become references; anything
+   * else is a JSON literal (copied now), where `Map`s keep their key order.
+   */
+  args?: readonly unknown[];
+  /** Instruction id; `run_<n>` when omitted. */
+  id?: string;
+}
+
+/**
+ * Arguments of {@linkcode Program.return_}.
+ *
+ * @example
+ * ```ts
+ * import { Program, type ReturnOptions } from "../mod.ts";
+ *
+ * const p = new Program();
+ * const options: ReturnOptions = { key: "raw", value: p.upload({ kind: "bytes", value: new Uint8Array(1) }) };
+ * p.return_(options);
+ * ```
+ */
+export interface ReturnOptions {
+  /** Unique key in `ProgramResult.results`. */
+  key: string;
+  /** The value to return. */
+  value: Register | Ref;
+}
+
+/**
+ * Arguments of {@linkcode Program.returnFile} and {@linkcode Program.returnFolder}.
+ *
+ * @example
+ * ```ts
+ * import { Program, type ReturnPathOptions } from "../mod.ts";
+ *
+ * const options: ReturnPathOptions = { key: "report", path: "out/report.txt" };
+ * new Program().returnFile(options);
+ * ```
+ */
+export interface ReturnPathOptions {
+  /** Unique key in `ProgramResult.results`. */
+  key: string;
+  /** Path relative to the request workspace, or a register holding one. */
+  path: string | Register;
+}
+
+/**
+ * Options for one execution; `Program.toJson` puts them in `options`.
+ *
+ * @example
+ * ```ts
+ * import { type ExecuteOptions, Program } from "../mod.ts";
+ *
+ * const options: ExecuteOptions = { timeoutSeconds: 120, outputLimitBytes: 65536, gpuCount: 2 };
+ * const p = new Program();
+ * p.upload({ kind: "module", source: "" });
+ * if (!p.toJson(options).includes('"gpu_count":2')) throw new Error();
+ * ```
+ */
+export interface ExecuteOptions {
+  /** Server-side execution limit (clamped by the server). */
+  timeoutSeconds?: number;
+  /** Captured output limit per stream (clamped by the server; 0 disables capture). */
+  outputLimitBytes?: number;
+  /** Run once on 1–8 GPUs of one server. */
+  gpuCount?: number;
+}
+
+function _bytesLike(value: unknown, message: string): Uint8Array {
+  if (value instanceof ArrayBuffer || value instanceof SharedArrayBuffer) {
+    return new Uint8Array(value).slice();
+  }
+  if (ArrayBuffer.isView(value)) {
+    return new Uint8Array(value.buffer, value.byteOffset, value.byteLength).slice();
+  }
+  throw new TypeError(message);
+}
+
+function _path(path: unknown): string {
+  try {
+    return normalizeFilePath(path);
+  } catch (error) {
+    if (error instanceof PathError) throw new ValidationError(error.message, { cause: error });
+    throw error;
+  }
+}
+
+function _isRefObject(value: unknown): value is Ref {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return false;
+  const proto = Object.getPrototypeOf(value);
+  if (proto !== Object.prototype && proto !== null) return false;
+  const keys = Object.keys(value);
+  return keys.length === 1 && keys[0] === "$ref" &&
+    typeof (value as Record<string, unknown>).$ref === "string";
+}
+
+function _ref(id: string): Ref {
+  return Object.freeze({ $ref: id });
+}
+
+/**
+ * An ordered, self-contained list of instructions for one request. Building
+ * never contacts a server; uploads snapshot their input; `Client.execute`
+ * sends it. Values an instruction produces are {@linkcode Register}s; only
+ * values selected with `return_`/`returnFile`/`returnFolder` come back.
+ *
+ * Ids default to `<op>_<n>` (`upload_0`, `get_function_1`, `run_2`, …) from
+ * one counter shared by all ops, skipping ids already taken; explicit ids
+ * never move the counter. Invalid input raises `TypeError` (wrong type) or
+ * {@linkcode ValidationError} (bad value), and leaves the program unchanged.
+ *
+ * @example The worked example of the protocol spec (§10)
+ * ```ts
+ * import { Program } from "../mod.ts";
+ *
+ * const p = new Program();
+ * const mod = p.upload({ kind: "module", source: "def add_one(x):\n    return x + 1\n" });
+ * const fn = p.getFunction({ module: mod, name: "add_one" });
+ * const x = p.upload({ kind: "tensor", value: new Float32Array([1, 2, 3, 4]), shape: [4] });
+ * const y = p.run({ fn, args: [x] });
+ * p.return_({ key: "y", value: y });
+ * if (y.id !== "run_3" || p.instructions.length !== 5) throw new Error();
+ * ```
+ */
+export class Program {
+  #instructions: Instruction[] = [];
+  #blobs = new Map<string, Uint8Array>();
+  #ids = new Set<string>();
+  #nextId = 0;
+  #returnKeys = new Set<string>();
+  #filePaths = new Set<string>();
+
+  /** A shallow copy of the instruction list, in order. */
+  get instructions(): Instruction[] {
+    return [...this.#instructions];
+  }
+
+  /** The blobs the program holds (SHA-256 → bytes), in insertion order. */
+  get blobs(): ReadonlyMap<string, Uint8Array> {
+    return this.#blobs;
+  }
+
+  /**
+   * The exact `program` part `Client.execute` sends: compact JSON of
+   * `{"instructions": […], "options": {…}}` with option keys in upstream's
+   * order (`gpu_count`, `timeout_seconds`, `output_limit_bytes`), `options`
+   * omitted when empty.
+   *
+   * @example
+   * ```ts
+   * import { Program } from "../mod.ts";
+   *
+   * const p = new Program();
+   * p.upload({ kind: "module", source: "print(1 + 1)" });
+   * const text = p.toJson({ timeoutSeconds: 30 });
+   * if (!text.endsWith('"id":"upload_0"}],"options":{"timeout_seconds":30}}')) throw new Error(text);
+   * ```
+   */
+  toJson(options: ExecuteOptions = {}): string {
+    const wire = new Map<string, unknown>();
+    if (options.gpuCount !== undefined) wire.set("gpu_count", options.gpuCount);
+    if (options.timeoutSeconds !== undefined) wire.set("timeout_seconds", options.timeoutSeconds);
+    if (options.outputLimitBytes !== undefined) {
+      wire.set("output_limit_bytes", options.outputLimitBytes);
+    }
+    const payload = new Map<string, unknown>([["instructions", this.#instructions]]);
+    if (wire.size > 0) payload.set("options", wire);
+    return stringifyJson(payload);
+  }
+
+  #addId(id: unknown, op: string): string {
+    if (id === undefined || id === null) {
+      let candidate: string;
+      while (this.#ids.has(candidate = `${op}_${this.#nextId}`)) this.#nextId++;
+      this.#nextId++;
+      this.#ids.add(candidate);
+      return candidate;
+    }
+    if (typeof id !== "string" || id === "") {
+      throw new ValidationError("instruction id must be a non-empty string");
+    }
+    if (this.#ids.has(id)) throw new ValidationError(`duplicate instruction id: ${_pyStrRepr(id)}`);
+    this.#ids.add(id);
+    return id;
+  }
+
+  #push(instruction: Record<string, unknown>, blobs: [string, Uint8Array][] = []): void {
+    this.#instructions.push(Object.freeze(instruction) as Instruction);
+    for (const [hash, bytes] of blobs) if (!this.#blobs.has(hash)) this.#blobs.set(hash, bytes);
+  }
+
+  /**
+   * Upload Python source (`module`), a tensor, opaque bytes or a library.
+   * See {@linkcode UploadOptions} for accepted values.
+   *
+   * @example
+   * ```ts
+   * import { Program } from "../mod.ts";
+   *
+   * const p = new Program();
+   * p.upload({ kind: "module", source: "import torch" });
+   * p.upload({ kind: "tensor", value: new Int32Array([1, 2, 3, 4, 5, 6]), shape: [2, 3] });
+   * p.upload({ kind: "tensor", value: new Uint8Array(4), dtype: "bfloat16", shape: [2] });
+   * const raw = p.upload({ kind: "bytes", value: new TextEncoder().encode("data") });
+   * if (raw.id !== "upload_3" || p.blobs.size !== 3) throw new Error();
+   * ```
+   */
+  upload(options: UploadOptions): Register {
+    const { kind, id } = options;
+    const source = options.source ?? undefined;
+    const value = options.value ?? undefined;
+    const dtype = options.dtype ?? undefined;
+    const shape = options.shape ?? undefined;
+    let instruction: Record<string, unknown>;
+    let blob: [string, Uint8Array] | undefined;
+    if (kind === "module") {
+      if (typeof source !== "string") throw new TypeError("module upload requires string 'source'");
+      if (value !== undefined || dtype !== undefined || shape !== undefined) {
+        throw new TypeError("module upload does not accept tensor fields");
+      }
+      instruction = { op: "upload", kind: "module", source };
+    } else if (kind === "tensor") {
+      if (source !== undefined) throw new TypeError("tensor upload does not accept 'source'");
+      const fields = _tensorFields(value, dtype, shape);
+      blob = [sha256Hex(fields.bytes), fields.bytes];
+      instruction = {
+        op: "upload",
+        kind: "tensor",
+        blob: blob[0],
+        dtype: fields.dtype,
+        shape: Object.freeze(fields.shape),
+      };
+    } else if (kind === "bytes" || kind === "library") {
+      if (source !== undefined) throw new TypeError(`${kind} upload does not accept 'source'`);
+      if (dtype !== undefined || shape !== undefined) {
+        throw new TypeError(`${kind} upload does not accept tensor fields`);
+      }
+      const bytes = _bytesLike(value, `${kind} upload requires a bytes-like 'value'`);
+      blob = [sha256Hex(bytes), bytes];
+      instruction = { op: "upload", kind, blob: blob[0] };
+    } else {
+      throw new ValidationError("upload kind must be 'module', 'tensor', 'bytes', or 'library'");
+    }
+    instruction.id = this.#addId(id, "upload");
+    this.#push(instruction, blob ? [blob] : []);
+    return new Register(instruction.id as string);
+  }
+
+  /**
+   * Upload bytes as a file in the request workspace; the register holds the
+   * normalized relative path. Paths may not clash with other file uploads.
+   *
+   * @example
+   * ```ts
+   * import { Program } from "../mod.ts";
+   *
+   * const p = new Program();
+   * p.uploadFile({ blob: new TextEncoder().encode("x"), path: "./inputs//a.txt" });
+   * if (p.instructions[0].path !== "inputs/a.txt") throw new Error();
+   * ```
+   */
+  uploadFile(options: UploadFileOptions): Register {
+    const path = _path(options.path);
+    const bytes = _bytesLike(options.blob, "file upload requires a bytes-like 'blob'");
+    for (const existing of this.#filePaths) {
+      if (path === existing) {
+        throw new ValidationError(`duplicate file upload path: ${_pyStrRepr(path)}`);
+      }
+      if (path.startsWith(existing + "/") || existing.startsWith(path + "/")) {
+        throw new ValidationError(
+          `conflicting file upload paths: ${_pyStrRepr(existing)} and ${_pyStrRepr(path)}`,
+        );
+      }
+    }
+    const hash = sha256Hex(bytes);
+    const id = this.#addId(options.id, "upload");
+    this.#filePaths.add(path);
+    this.#push({ op: "upload", id, kind: "file", blob: hash, path }, [[hash, bytes]]);
+    return new Register(id);
+  }
+
+  /**
+   * Upload every regular file under a local directory as file uploads under
+   * `path` (`assets/a.bin` with `path: "inputs"` → `inputs/a.bin`), in
+   * sorted order, ids assigned in that order. Hidden files are included;
+   * empty directories and modes are not sent; symbolic links, special files,
+   * a directory seen twice and files changing while read are rejected. An
+   * empty folder adds nothing. All or nothing.
+   *
+   * @example
+   * ```ts
+   * import { Program } from "../mod.ts";
+   *
+   * const dir = Deno.makeTempDirSync();
+   * Deno.writeTextFileSync(`${dir}/a.txt`, "a");
+   * const p = new Program();
+   * p.uploadFolder(dir, { path: "inputs" });
+   * Deno.removeSync(dir, { recursive: true });
+   * if (p.instructions[0].path !== "inputs/a.txt") throw new Error();
+   * ```
+   */
+  uploadFolder(folder: string | URL, options: { path: string }): void {
+    const destination = _path(options.path);
+    const local = folder instanceof URL ? fileURLToPath(folder) : folder;
+    const files = _folderFiles(local, destination);
+    try {
+      checkPathConflicts([...this.#filePaths, ...files.map(([remote]) => remote)]);
+    } catch (error) {
+      if (error instanceof PathError) throw new ValidationError(error.message, { cause: error });
+      throw error;
+    }
+    files.sort(([a], [b]) => _comparePy(a, b));
+    const blobs: [string, Uint8Array][] = [];
+    for (const [remote, bytes] of files) {
+      const hash = sha256Hex(bytes);
+      blobs.push([hash, bytes]);
+      const instruction = { op: "upload", kind: "file", blob: hash, path: remote, id: "" };
+      instruction.id = this.#addId(undefined, "upload");
+      this.#filePaths.add(remote);
+      this.#instructions.push(Object.freeze(instruction) as Instruction);
+    }
+    for (const [hash, bytes] of blobs) if (!this.#blobs.has(hash)) this.#blobs.set(hash, bytes);
+  }
+
+  #reference(value: unknown, message: string): Ref {
+    if (value instanceof Register) return _ref(value.id);
+    if (_isRefObject(value)) return _ref(value.$ref);
+    throw new TypeError(message);
+  }
+
+  /**
+   * Select a function (or any name) from an earlier module or library upload.
+   *
+   * @example
+   * ```ts
+   * import { Program } from "../mod.ts";
+   *
+   * const p = new Program();
+   * const mod = p.upload({ kind: "module", source: "def f():\n    return 1\n" });
+   * const f = p.getFunction({ module: mod, name: "f", cpuOnly: true });
+   * if (f.id !== "get_function_1" || p.instructions[1].cpu_only !== true) throw new Error();
+   * ```
+   */
+  getFunction(options: GetFunctionOptions): Register {
+    const reference = this.#reference(options.module, "module must be a Register or {'$ref': id}");
+    if (!this.#ids.has(reference.$ref)) {
+      throw new ValidationError(
+        `get_function ${_pyRepr(options.id ?? null)} references unknown handle ${
+          _pyStrRepr(reference.$ref)
+        }`,
+      );
+    }
+    const { name } = options;
+    if (typeof name !== "string" || name === "") {
+      throw new ValidationError("function name must be a non-empty string");
+    }
+    const cpuOnly = options.cpuOnly ?? false;
+    if (typeof cpuOnly !== "boolean") throw new TypeError("cpu_only must be a bool");
+    const id = this.#addId(options.id, "get_function");
+    const instruction: Record<string, unknown> = {
+      op: "get_function",
+      id,
+      module: reference,
+      name,
+    };
+    if (cpuOnly) instruction.cpu_only = true;
+    this.#push(instruction);
+    return new Register(id);
+  }
+
+  /**
+   * Call a function. Its result is bound to the returned register and is not
+   * sent back unless returned. Top-level register arguments must come from
+   * earlier instructions (upstream only checks this on the server).
+   *
+   * @example
+   * ```ts
+   * import { Program } from "../mod.ts";
+   *
+   * const p = new Program();
+   * const mod = p.upload({ kind: "module", source: "def scale(x, f):\n    return x * f\n" });
+   * const scale = p.getFunction({ module: mod, name: "scale" });
+   * const y = p.run({ fn: scale, args: [3, 2] });
+   * p.return_({ key: "output", value: y });
+   * ```
+   */
+  run(options: RunOptions): Register {
+    const { fn } = options;
+    if (!(fn instanceof Register)) throw new TypeError("fn must be a Register");
+    const label = _pyRepr(options.id ?? null);
+    if (!this.#ids.has(fn.id)) {
+      throw new ValidationError(`run ${label} references unknown handle ${_pyStrRepr(fn.id)}`);
+    }
+    const rawArgs = options.args ?? [];
+    if (!Array.isArray(rawArgs)) throw new TypeError("run args must be an array");
+    const args = rawArgs.map((argument) => {
+      if (argument instanceof Register) {
+        if (!this.#ids.has(argument.id)) {
+          throw new ValidationError(
+            `run ${label} references unknown handle ${_pyStrRepr(argument.id)}`,
+          );
+        }
+        return _ref(argument.id);
+      }
+      return _jsonLiteral(argument);
+    });
+    const id = this.#addId(options.id, "run");
+    this.#push({ op: "run", id, fn: _ref(fn.id), args: Object.freeze(args) });
+    return new Register(id);
+  }
+
+  #checkReturnKey(key: unknown): asserts key is string {
+    if (typeof key !== "string" || key === "") {
+      throw new ValidationError("return key must be a non-empty string");
+    }
+    if (this.#returnKeys.has(key)) {
+      throw new ValidationError(`duplicate return key: ${_pyStrRepr(key)}`);
+    }
+  }
+
+  /**
+   * Send an earlier value back under `key` (kept even if a later instruction fails).
+   *
+   * @example
+   * ```ts
+   * import { Program } from "../mod.ts";
+   *
+   * const p = new Program();
+   * const bytes = p.upload({ kind: "bytes", value: new Uint8Array([1]) });
+   * p.return_({ key: "echo", value: bytes });
+   * ```
+   */
+  return_(options: ReturnOptions): void {
+    const { key } = options;
+    this.#checkReturnKey(key);
+    const reference = this.#reference(
+      options.value,
+      "return value must be a Register or {'$ref': id}",
+    );
+    if (!this.#ids.has(reference.$ref)) {
+      throw new ValidationError(
+        `return ${_pyStrRepr(key)} references unknown handle ${_pyStrRepr(reference.$ref)}`,
+      );
+    }
+    this.#returnKeys.add(key);
+    this.#push({ op: "return", key, value: reference });
+  }
+
+  #returnPath(options: ReturnPathOptions, kind: "file" | "folder"): void {
+    const { key, path } = options;
+    this.#checkReturnKey(key);
+    let wirePath: string | Ref;
+    if (path instanceof Register) {
+      if (!this.#ids.has(path.id)) {
+        throw new ValidationError(
+          `return ${_pyStrRepr(key)} references unknown handle ${_pyStrRepr(path.id)}`,
+        );
+      }
+      wirePath = _ref(path.id);
+    } else {
+      wirePath = _path(path);
+    }
+    this.#returnKeys.add(key);
+    this.#push({ op: "return", key, kind, path: wirePath });
+  }
+
+  /**
+   * Send back a regular file of the request workspace, as it is at this point.
+   *
+   * @example
+   * ```ts
+   * import { Program } from "../mod.ts";
+   *
+   * const p = new Program();
+   * p.returnFile({ key: "report", path: "outputs/report.txt" });
+   * ```
+   */
+  returnFile(options: ReturnPathOptions): void {
+    this.#returnPath(options, "file");
+  }
+
+  /**
+   * Send back a whole folder of the request workspace (hidden files and
+   * empty directories included), as it is at this point.
+   *
+   * @example
+   * ```ts
+   * import { Program } from "../mod.ts";
+   *
+   * const p = new Program();
+   * p.returnFolder({ key: "debug", path: "outputs/debug" });
+   * ```
+   */
+  returnFolder(options: ReturnPathOptions): void {
+    this.#returnPath(options, "folder");
+  }
+}

@@ -1,0 +1,126 @@
+// ProgramResult: a decoded COMPLETED/FAILED outcome (spec protocol §5.4).
+
+import type { DecodedResult, ExecutionErrorInfo } from "../protocol/response.ts";
+import type { ValueFactories } from "../protocol/values.ts";
+import { ReturnedFile, ReturnedFolder } from "./artifacts.ts";
+import { Tensor } from "./tensor.ts";
+
+/**
+ * A decoded returned value: `null`, `boolean`, integers (`number`, or
+ * `bigint` beyond ±(2^53-1)), `number`, `string`, arrays, objects as `Map`s
+ * (key order as sent), `Uint8Array` (bytes), {@linkcode Tensor},
+ * {@linkcode ReturnedFile} or {@linkcode ReturnedFolder}.
+ *
+ * @example
+ * ```ts
+ * import { type ResultValue, Tensor } from "../mod.ts";
+ *
+ * function show(value: ResultValue): string {
+ *   return value instanceof Tensor ? `${value.dtype}[${value.shape}]` : String(value);
+ * }
+ * ```
+ */
+export type ResultValue =
+  | null
+  | boolean
+  | number
+  | bigint
+  | string
+  | ResultValue[]
+  | Map<string, ResultValue>
+  | Uint8Array
+  | Tensor
+  | ReturnedFile
+  | ReturnedFolder;
+
+/** How response values become client objects. */
+export const _factories: ValueFactories<ResultValue> = {
+  tensor: (dtype, shape, data) => Tensor.fromBytes(dtype, shape, data),
+  bytes: (data) => data,
+  file: (data) => new ReturnedFile(data),
+  folder: (files, directories) =>
+    new ReturnedFolder(files as Map<string, ReturnedFile>, directories),
+};
+
+/**
+ * The outcome of one program: COMPLETED, or FAILED with `error` (instruction
+ * failures are data, not exceptions). `results` holds every return that ran,
+ * even before a failure.
+ *
+ * @example
+ * ```ts
+ * import { ProgramResult } from "../mod.ts";
+ *
+ * const result = new ProgramResult({
+ *   status: "COMPLETED", requestId: "r", queueMs: 0, elapsedMs: 1, leaseWaitMs: 0,
+ *   leaseHeldMs: 1, results: new Map([["output", 6]]), stdout: "", stderr: "",
+ *   stdoutTruncated: false, stderrTruncated: false, error: null, gpuIds: [],
+ * });
+ * if (!result.completed || result.get("output") !== 6) throw new Error();
+ * ```
+ */
+export class ProgramResult {
+  /** `COMPLETED` or `FAILED` (CACHE_MISS is handled by the client). */
+  readonly status: "COMPLETED" | "FAILED";
+  /** The request id of the last attempt. */
+  readonly requestId: string;
+  /** Milliseconds waiting for a worker. */
+  readonly queueMs: number;
+  /** Milliseconds on the worker (lease waiting included). */
+  readonly elapsedMs: number;
+  /** Part of `elapsedMs` waiting for the GPU lease. */
+  readonly leaseWaitMs: number;
+  /** Part of `elapsedMs` holding the GPU lease. */
+  readonly leaseHeldMs: number;
+  /** Returned values by key, in response order. */
+  readonly results: ReadonlyMap<string, ResultValue>;
+  /** Captured standard output (the head, up to the limit). */
+  readonly stdout: string;
+  /** Captured standard error (the head, up to the limit). */
+  readonly stderr: string;
+  /** More stdout was written than captured. */
+  readonly stdoutTruncated: boolean;
+  /** More stderr was written than captured. */
+  readonly stderrTruncated: boolean;
+  /** What failed (kind, message, instruction index/op/id, traceback), or null. */
+  readonly error: ExecutionErrorInfo | null;
+  /** Physical GPU ids used; empty unless `gpuCount` was requested. */
+  readonly gpuIds: readonly number[];
+
+  /** Wrap decoded fields (the client does this). */
+  constructor(fields: DecodedResult<ResultValue>) {
+    this.status = fields.status;
+    this.requestId = fields.requestId;
+    this.queueMs = fields.queueMs;
+    this.elapsedMs = fields.elapsedMs;
+    this.leaseWaitMs = fields.leaseWaitMs;
+    this.leaseHeldMs = fields.leaseHeldMs;
+    this.results = fields.results;
+    this.stdout = fields.stdout;
+    this.stderr = fields.stderr;
+    this.stdoutTruncated = fields.stdoutTruncated;
+    this.stderrTruncated = fields.stderrTruncated;
+    this.error = fields.error;
+    this.gpuIds = Object.freeze([...fields.gpuIds]);
+  }
+
+  /** Whether every instruction completed. */
+  get completed(): boolean {
+    return this.status === "COMPLETED";
+  }
+
+  /** Whether a value was returned under `key`. */
+  has(key: string): boolean {
+    return this.results.has(key);
+  }
+
+  /**
+   * The value returned under `key` (cast to `T` for convenience).
+   *
+   * @throws {RangeError} when nothing was returned under `key`.
+   */
+  get<T extends ResultValue = ResultValue>(key: string): T {
+    if (!this.results.has(key)) throw new RangeError(`no result under key ${JSON.stringify(key)}`);
+    return this.results.get(key) as T;
+  }
+}

@@ -1,0 +1,141 @@
+// Python-compatible spellings used in wire messages: `repr()` of strings and
+// JSON values, float `repr()`, and code-point string ordering.
+//
+// Upstream KCoral builds its 400 messages with f-strings such as
+// `f"duplicate instruction id: {id!r}"`, so byte-identical messages need
+// Python's `repr` rules. This module is private to `protocol/`.
+
+import { JsonFloat } from "./json_float.ts";
+
+/** A value shaped like a Python JSON value, as produced by the typed parser. */
+export type _PyValue =
+  | null
+  | boolean
+  | number
+  | bigint
+  | string
+  | JsonFloat
+  | readonly _PyValue[]
+  | ReadonlyMap<string, _PyValue>;
+
+// Python's str.isprintable() is false for these general categories (space
+// excepted). Lone surrogates (Cs) need the surrogate-aware path below.
+const _NON_PRINTABLE = /[\p{Cc}\p{Cf}\p{Co}\p{Cn}\p{Zl}\p{Zp}\p{Zs}]/u;
+
+function _hex(code: number, width: number): string {
+  return code.toString(16).padStart(width, "0");
+}
+
+/** `repr(s)` for a Python `str` (lone surrogates are escaped as Python does). */
+export function _pyStrRepr(s: string): string {
+  const quote = s.includes("'") && !s.includes('"') ? '"' : "'";
+  let out = quote;
+  // Fast path: plain printable ASCII without quotes or backslashes.
+  if (/^[\x20-\x7e]*$/.test(s) && !s.includes(quote) && !s.includes("\\")) {
+    return quote + s + quote;
+  }
+  for (let i = 0; i < s.length; i++) {
+    let code = s.charCodeAt(i);
+    if (code >= 0xd800 && code <= 0xdbff && i + 1 < s.length) {
+      const low = s.charCodeAt(i + 1);
+      if (low >= 0xdc00 && low <= 0xdfff) {
+        code = 0x10000 + ((code - 0xd800) << 10) + (low - 0xdc00);
+        i++;
+      }
+    }
+    const ch = String.fromCodePoint(code);
+    if (ch === quote || ch === "\\") out += "\\" + ch;
+    else if (code === 0x09) out += "\\t";
+    else if (code === 0x0a) out += "\\n";
+    else if (code === 0x0d) out += "\\r";
+    else if (code < 0x20 || code === 0x7f) out += "\\x" + _hex(code, 2);
+    else if (code < 0x7f) out += ch;
+    else if ((code >= 0xd800 && code <= 0xdfff) || _NON_PRINTABLE.test(ch)) {
+      if (code <= 0xff) out += "\\x" + _hex(code, 2);
+      else if (code <= 0xffff) out += "\\u" + _hex(code, 4);
+      else out += "\\U" + _hex(code, 8);
+    } else out += ch;
+  }
+  return out + quote;
+}
+
+/**
+ * `repr(x)` for a Python float: shortest round-trip digits, fixed notation
+ * for decimal exponents in [-4, 16), otherwise `d.ddde+XX`.
+ */
+export function _pyFloatRepr(x: number): string {
+  if (Number.isNaN(x)) return "nan";
+  if (x === Infinity) return "inf";
+  if (x === -Infinity) return "-inf";
+  if (x === 0) return Object.is(x, -0) ? "-0.0" : "0.0";
+  const sign = x < 0 ? "-" : "";
+  const [mantissa, exponentText] = Math.abs(x).toExponential().split("e");
+  const digits = mantissa.replace(".", "");
+  const exponent = Number(exponentText); // value = d.ddd × 10^exponent
+  const decpt = exponent + 1; // value = 0.ddd × 10^decpt
+  if (decpt > -4 && decpt <= 16) {
+    if (decpt <= 0) return sign + "0." + "0".repeat(-decpt) + digits;
+    if (decpt >= digits.length) return sign + digits + "0".repeat(decpt - digits.length) + ".0";
+    return sign + digits.slice(0, decpt) + "." + digits.slice(decpt);
+  }
+  const body = digits.length === 1 ? digits : digits[0] + "." + digits.slice(1);
+  const e = Math.abs(exponent);
+  return sign + body + "e" + (exponent < 0 ? "-" : "+") + (e < 10 ? "0" + e : String(e));
+}
+
+/** `repr()` of a JSON-derived Python value (`None`, `True`, `[1, 'a']`, `{'k': 1.0}`). */
+export function _pyRepr(value: _PyValue | undefined): string {
+  if (value === null || value === undefined) return "None";
+  if (value === true) return "True";
+  if (value === false) return "False";
+  if (typeof value === "number") {
+    return Number.isInteger(value) ? String(value === 0 ? 0 : value) : _pyFloatRepr(value);
+  }
+  if (typeof value === "bigint") return value.toString();
+  if (typeof value === "string") return _pyStrRepr(value);
+  if (value instanceof JsonFloat) return _pyFloatRepr(value.value);
+  if (Array.isArray(value)) return "[" + value.map((item) => _pyRepr(item)).join(", ") + "]";
+  const entries: string[] = [];
+  for (const [key, item] of value as ReadonlyMap<string, _PyValue>) {
+    entries.push(_pyStrRepr(key) + ": " + _pyRepr(item));
+  }
+  return "{" + entries.join(", ") + "}";
+}
+
+/** `repr(list_of_str)`, e.g. `['a', 'b']`. */
+export function _pyListRepr(items: readonly string[]): string {
+  return "[" + items.map(_pyStrRepr).join(", ") + "]";
+}
+
+/** Compare two strings by Unicode code points, as Python does. */
+export function _comparePy(a: string, b: string): number {
+  const n = Math.min(a.length, b.length);
+  let i = 0;
+  while (i < n && a.charCodeAt(i) === b.charCodeAt(i)) i++;
+  if (i === n) return a.length - b.length;
+  // Step back onto a shared high surrogate so both sides read whole code points.
+  if (i > 0) {
+    const previous = a.charCodeAt(i - 1);
+    if (previous >= 0xd800 && previous <= 0xdbff) i--;
+  }
+  return (a.codePointAt(i) as number) - (b.codePointAt(i) as number);
+}
+
+/** `sorted(strings)` with Python's code-point order. */
+export function _pySorted(items: Iterable<string>): string[] {
+  return [...items].sort(_comparePy);
+}
+
+/** Number of code points in `s.slice(0, end)` (Python string index of `end`). */
+export function _codePointIndex(s: string, end: number): number {
+  let count = 0;
+  for (let i = 0; i < end; i++) {
+    const code = s.charCodeAt(i);
+    if (code >= 0xd800 && code <= 0xdbff && i + 1 < end) {
+      const low = s.charCodeAt(i + 1);
+      if (low >= 0xdc00 && low <= 0xdfff) i++;
+    }
+    count++;
+  }
+  return count;
+}

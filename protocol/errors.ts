@@ -1,0 +1,66 @@
+// ERROR bodies and fixed messages of non-200 responses (spec protocol §3.5).
+
+/** `error.kind` of an ERROR body (server kinds, then router kinds). */
+export type ErrorKind =
+  | "parse"
+  | "request_too_large"
+  | "busy"
+  | "timeout"
+  | "engine"
+  | "response_too_large"
+  | "invalid_request"
+  | "router_busy"
+  | "no_node"
+  | "server_transport";
+
+/**
+ * The fixed messages of ERROR bodies (400 messages are the validator's text).
+ *
+ * @example
+ * ```ts
+ * import { ERROR_MESSAGES } from "./mod.ts";
+ *
+ * if (ERROR_MESSAGES.busy !== "server saturated") throw new Error();
+ * ```
+ */
+export const ERROR_MESSAGES: {
+  readonly requestTooLarge: "request exceeds the configured size limit";
+  readonly busy: "server saturated";
+  readonly timeout: "execution timed out";
+  readonly workerCrashed: "worker crashed";
+  readonly invalidWorkerResponse: "invalid worker response";
+  readonly cleanupUnconfirmed: "worker cleanup was not confirmed; affected devices unavailable";
+  readonly internal: "internal server error";
+  readonly responseTooLarge: "results exceed the configured response-size limit";
+} = Object.freeze(
+  {
+    requestTooLarge: "request exceeds the configured size limit",
+    busy: "server saturated",
+    timeout: "execution timed out",
+    workerCrashed: "worker crashed",
+    invalidWorkerResponse: "invalid worker response",
+    cleanupUnconfirmed: "worker cleanup was not confirmed; affected devices unavailable",
+    internal: "internal server error",
+    responseTooLarge: "results exceed the configured response-size limit",
+  } as const,
+);
+
+/**
+ * The compact JSON body of a non-200 response:
+ * `{"status":"ERROR","request_id":…,"error":{"kind":…,"message":…}}`.
+ *
+ * @example
+ * ```ts
+ * import { errorBody } from "./mod.ts";
+ *
+ * const body = errorBody("r1", "busy", "server saturated");
+ * if (body !== '{"status":"ERROR","request_id":"r1","error":{"kind":"busy","message":"server saturated"}}') {
+ *   throw new Error(body);
+ * }
+ * ```
+ */
+export function errorBody(requestId: string, kind: string, message: string): string {
+  return `{"status":"ERROR","request_id":${JSON.stringify(requestId)},"error":{"kind":${
+    JSON.stringify(kind)
+  },"message":${JSON.stringify(message)}}}`;
+}

@@ -1,0 +1,533 @@
+// Strict JSON with Python `json` semantics (spec protocol §2.3, §9 pitfalls 2 and 4).
+//
+// The parser reproduces upstream `strict_json_loads` exactly: the CPython
+// scanner's grammar and error messages (positions counted in code points),
+// duplicate keys reported when their object closes, `NaN`/`Infinity`
+// rejected when scanned. Objects become `Map`s so key order is kept exactly as
+// in the text, integer-like keys included.
+
+import { JsonFloat } from "./json_float.ts";
+import { _codePointIndex, _pyFloatRepr, _pyStrRepr } from "./_python.ts";
+
+/** A parsed JSON value. Integers outside ±(2^53-1) are `bigint`, never rounded. */
+export type JsonValue =
+  | null
+  | boolean
+  | number
+  | bigint
+  | string
+  | JsonValue[]
+  | JsonObject;
+
+/** A parsed JSON object: keys in exactly the order of the text. */
+export type JsonObject = Map<string, JsonValue>;
+
+/**
+ * A parsed JSON value that also keeps Python's int/float distinction:
+ * float-spelled numbers (`1.0`, `1e3`) are {@linkcode JsonFloat}, integers
+ * are `number` (or `bigint` beyond ±(2^53-1)).
+ */
+export type TypedJsonValue =
+  | null
+  | boolean
+  | number
+  | bigint
+  | string
+  | JsonFloat
+  | TypedJsonValue[]
+  | TypedJsonObject;
+
+/** A {@linkcode TypedJsonValue} object, keys in text order. */
+export type TypedJsonObject = Map<string, TypedJsonValue>;
+
+/**
+ * Invalid JSON. `message` is upstream's exact text: `malformed JSON: <Python
+ * json error>`, `duplicate JSON key: '<key>'` or `non-finite number NaN is not
+ * allowed`.
+ */
+export class JsonParseError extends Error {
+  /** Create the error with upstream's message text. */
+  constructor(message: string) {
+    super(message);
+    this.name = "JsonParseError";
+  }
+}
+
+/** Deepest nesting accepted (CPython's scanner stops near its recursion limit of 1000). */
+const _MAX_DEPTH = 1000;
+
+const _decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
+/**
+ * Parse strict JSON exactly as upstream KCoral does.
+ *
+ * Rejects duplicate keys in any object, the `NaN`/`Infinity`/`-Infinity`
+ * literals, invalid UTF-8 (for bytes), a leading BOM and trailing garbage.
+ * Lone surrogate escapes are accepted (as in Python). Integers beyond
+ * ±(2^53-1) become `bigint`; other numbers are `number`.
+ *
+ * @example Key order is the text's order, and big integers stay exact
+ * ```ts
+ * import { parseJson } from "./mod.ts";
+ *
+ * const value = parseJson('{"b":1,"10":2,"2":12345678901234567890}') as Map<string, unknown>;
+ * if ([...value.keys()].join() !== "b,10,2") throw new Error("order");
+ * if (value.get("2") !== 12345678901234567890n) throw new Error("bigint");
+ * ```
+ */
+export function parseJson(text: string | Uint8Array): JsonValue {
+  return new _Parser(_text(text), false).parseDocument() as JsonValue;
+}
+
+/**
+ * Like {@linkcode parseJson}, but float-spelled numbers become
+ * {@linkcode JsonFloat} so Python's `int`/`float` checks can be reproduced.
+ *
+ * @example
+ * ```ts
+ * import { JsonFloat, parseJsonTyped } from "./mod.ts";
+ *
+ * const [a, b] = parseJsonTyped("[5, 5.0]") as unknown[];
+ * if (a !== 5 || !(b instanceof JsonFloat)) throw new Error();
+ * ```
+ */
+export function parseJsonTyped(text: string | Uint8Array): TypedJsonValue {
+  return new _Parser(_text(text), true).parseDocument();
+}
+
+function _text(text: string | Uint8Array): string {
+  if (typeof text === "string") return text;
+  try {
+    return _decoder.decode(text);
+  } catch {
+    throw new JsonParseError(`malformed JSON: ${_utf8ErrorMessage(text)}`);
+  }
+}
+
+/** Python's UnicodeDecodeError text for the first invalid UTF-8 sequence. */
+function _utf8ErrorMessage(bytes: Uint8Array): string {
+  const n = bytes.length;
+  let i = 0;
+  while (i < n) {
+    const b = bytes[i];
+    if (b < 0x80) {
+      i++;
+      continue;
+    }
+    let need: number;
+    let lo = 0x80;
+    let hi = 0xbf;
+    if (b >= 0xc2 && b <= 0xdf) need = 1;
+    else if (b >= 0xe0 && b <= 0xef) {
+      need = 2;
+      if (b === 0xe0) lo = 0xa0;
+      if (b === 0xed) hi = 0x9f;
+    } else if (b >= 0xf0 && b <= 0xf4) {
+      need = 3;
+      if (b === 0xf0) lo = 0x90;
+      if (b === 0xf4) hi = 0x8f;
+    } else return _decodeError(b, i, i + 1, "invalid start byte");
+    let j = 1;
+    for (; j <= need; j++) {
+      if (i + j >= n) return _decodeError(b, i, n, "unexpected end of data");
+      const c = bytes[i + j];
+      const min = j === 1 ? lo : 0x80;
+      const max = j === 1 ? hi : 0xbf;
+      if (c < min || c > max) return _decodeError(b, i, i + j, "invalid continuation byte");
+    }
+    i += need + 1;
+  }
+  return "'utf-8' codec can't decode bytes"; // unreachable: TextDecoder rejected it
+}
+
+function _decodeError(byte: number, start: number, end: number, reason: string): string {
+  if (end - start === 1) {
+    const hex = byte.toString(16).padStart(2, "0");
+    return `'utf-8' codec can't decode byte 0x${hex} in position ${start}: ${reason}`;
+  }
+  return `'utf-8' codec can't decode bytes in position ${start}-${end - 1}: ${reason}`;
+}
+
+// deno-lint-ignore no-control-regex
+const _STRING_SPECIAL = /["\\\u0000-\u001f]/g;
+const _ESCAPES: Record<string, string> = {
+  '"': '"',
+  "\\": "\\",
+  "/": "/",
+  b: "\b",
+  f: "\f",
+  n: "\n",
+  r: "\r",
+  t: "\t",
+};
+
+/** Thrown internally where CPython raises StopIteration ("Expecting value"). */
+class _StopIteration {
+  constructor(readonly index: number) {}
+}
+
+class _Parser {
+  readonly #s: string;
+  readonly #typed: boolean;
+  #depth = 0;
+
+  constructor(s: string, typed: boolean) {
+    this.#s = s;
+    this.#typed = typed;
+  }
+
+  parseDocument(): TypedJsonValue {
+    const s = this.#s;
+    if (s.charCodeAt(0) === 0xfeff) {
+      this.#fail("Unexpected UTF-8 BOM (decode using utf-8-sig)", 0);
+    }
+    const start = this.#skip(0);
+    let value: TypedJsonValue;
+    let end: number;
+    try {
+      [value, end] = this.#scan(start);
+    } catch (error) {
+      if (error instanceof _StopIteration) this.#fail("Expecting value", error.index);
+      throw error;
+    }
+    end = this.#skip(end);
+    if (end !== s.length) this.#fail("Extra data", end);
+    return value;
+  }
+
+  #fail(message: string, index: number): never {
+    const s = this.#s;
+    const before = s.slice(0, index);
+    const line = before.split("\n").length;
+    const lastNewline = before.lastIndexOf("\n");
+    const pos = _codePointIndex(s, index);
+    const column = lastNewline < 0 ? pos + 1 : pos - _codePointIndex(s, lastNewline);
+    throw new JsonParseError(
+      `malformed JSON: ${message}: line ${line} column ${column} (char ${pos})`,
+    );
+  }
+
+  #skip(i: number): number {
+    const s = this.#s;
+    for (;;) {
+      const c = s.charCodeAt(i);
+      if (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) i++;
+      else return i;
+    }
+  }
+
+  /** CPython `scan_once`: the value at `i` (no whitespace skipping) and its end. */
+  #scan(i: number): [TypedJsonValue, number] {
+    const s = this.#s;
+    const n = s.length;
+    if (i >= n) throw new _StopIteration(i);
+    const c = s.charCodeAt(i);
+    switch (c) {
+      case 0x22: // "
+        return this.#string(i + 1);
+      case 0x7b: // {
+        return this.#object(i + 1);
+      case 0x5b: // [
+        return this.#array(i + 1);
+      case 0x6e: // n
+        if (i + 3 < n && s.startsWith("null", i)) return [null, i + 4];
+        break;
+      case 0x74: // t
+        if (i + 3 < n && s.startsWith("true", i)) return [true, i + 4];
+        break;
+      case 0x66: // f
+        if (i + 4 < n && s.startsWith("false", i)) return [false, i + 5];
+        break;
+      case 0x4e: // N
+        if (i + 2 < n && s.startsWith("NaN", i)) _rejectConstant("NaN");
+        break;
+      case 0x49: // I
+        if (i + 7 < n && s.startsWith("Infinity", i)) _rejectConstant("Infinity");
+        break;
+      case 0x2d: // -
+        if (i + 8 < n && s.startsWith("-Infinity", i)) _rejectConstant("-Infinity");
+        break;
+    }
+    return this.#number(i);
+  }
+
+  #number(start: number): [TypedJsonValue, number] {
+    const s = this.#s;
+    const last = s.length - 1;
+    let i = start;
+    if (s.charCodeAt(i) === 0x2d) {
+      i++;
+      if (i > last) throw new _StopIteration(start);
+    }
+    let c = s.charCodeAt(i);
+    if (c >= 0x31 && c <= 0x39) {
+      i++;
+      while (i <= last && _isDigit(s.charCodeAt(i))) i++;
+    } else if (c === 0x30) {
+      i++;
+    } else {
+      throw new _StopIteration(start);
+    }
+    let isFloat = false;
+    if (i < last && s.charCodeAt(i) === 0x2e && _isDigit(s.charCodeAt(i + 1))) {
+      isFloat = true;
+      i += 2;
+      while (i <= last && _isDigit(s.charCodeAt(i))) i++;
+    }
+    c = s.charCodeAt(i);
+    if (i < last && (c === 0x65 || c === 0x45)) {
+      const eStart = i;
+      i++;
+      c = s.charCodeAt(i);
+      if (i < last && (c === 0x2d || c === 0x2b)) i++;
+      while (i <= last && _isDigit(s.charCodeAt(i))) i++;
+      if (_isDigit(s.charCodeAt(i - 1))) isFloat = true;
+      else i = eStart;
+    }
+    const text = s.slice(start, i);
+    if (isFloat) {
+      const value = Number(text);
+      return [this.#typed ? new JsonFloat(value) : value, i];
+    }
+    if (text.length <= 15) {
+      const value = Number(text);
+      return [value === 0 ? 0 : value, i]; // Python ints have no -0
+    }
+    const value = Number(text);
+    return [Number.isSafeInteger(value) ? value : BigInt(text), i];
+  }
+
+  /** CPython `scanstring` (strict): `end` is just after the opening quote. */
+  #string(end: number): [string, number] {
+    const s = this.#s;
+    const n = s.length;
+    const begin = end - 1;
+    let out = "";
+    for (;;) {
+      _STRING_SPECIAL.lastIndex = end;
+      const match = _STRING_SPECIAL.exec(s);
+      if (match === null) this.#fail("Unterminated string starting at", begin);
+      let next = match.index;
+      const c = s.charCodeAt(next);
+      if (c < 0x20) this.#fail("Invalid control character at", next);
+      if (next > end) out += s.slice(end, next);
+      next++;
+      if (c === 0x22) return [out, next];
+      if (next === n) this.#fail("Unterminated string starting at", begin);
+      const escape = s[next];
+      if (escape !== "u") {
+        end = next + 1;
+        const replacement = _ESCAPES[escape];
+        if (replacement === undefined) this.#fail("Invalid \\escape", end - 2);
+        out += replacement;
+        continue;
+      }
+      next++;
+      end = next + 4;
+      if (end >= n) this.#fail("Invalid \\uXXXX escape", next - 1);
+      let code = _hex4(s, next);
+      if (code < 0) this.#fail("Invalid \\uXXXX escape", end - 5);
+      if (
+        code >= 0xd800 && code <= 0xdbff && end + 6 < n &&
+        s.charCodeAt(end) === 0x5c && s.charCodeAt(end + 1) === 0x75
+      ) {
+        const low = _hex4(s, end + 2);
+        if (low < 0) this.#fail("Invalid \\uXXXX escape", end + 1);
+        if (low >= 0xdc00 && low <= 0xdfff) {
+          code = 0x10000 + ((code - 0xd800) << 10) + (low - 0xdc00);
+          end += 6;
+        }
+      }
+      out += String.fromCodePoint(code);
+    }
+  }
+
+  #enter(): void {
+    if (++this.#depth > _MAX_DEPTH) {
+      throw new JsonParseError(`malformed JSON: nesting deeper than ${_MAX_DEPTH} levels`);
+    }
+  }
+
+  #object(i: number): [TypedJsonObject, number] {
+    this.#enter();
+    const s = this.#s;
+    const n = s.length;
+    const result: TypedJsonObject = new Map();
+    let duplicate: string | undefined;
+    i = this.#skip(i);
+    if (i >= n || s.charCodeAt(i) !== 0x7d) {
+      for (;;) {
+        if (i >= n || s.charCodeAt(i) !== 0x22) {
+          this.#fail("Expecting property name enclosed in double quotes", i);
+        }
+        const [key, afterKey] = this.#string(i + 1);
+        i = this.#skip(afterKey);
+        if (i >= n || s.charCodeAt(i) !== 0x3a) this.#fail("Expecting ':' delimiter", i);
+        i = this.#skip(i + 1);
+        const [value, afterValue] = this.#scan(i);
+        if (duplicate === undefined && result.has(key)) duplicate = key;
+        result.set(key, value);
+        i = this.#skip(afterValue);
+        if (i < n && s.charCodeAt(i) === 0x7d) break;
+        if (i >= n || s.charCodeAt(i) !== 0x2c) this.#fail("Expecting ',' delimiter", i);
+        i = this.#skip(i + 1);
+      }
+    }
+    // Upstream's object_pairs_hook sees the pairs once the object is closed.
+    if (duplicate !== undefined) {
+      throw new JsonParseError(`duplicate JSON key: ${_pyStrRepr(duplicate)}`);
+    }
+    this.#depth--;
+    return [result, i + 1];
+  }
+
+  #array(i: number): [TypedJsonValue[], number] {
+    this.#enter();
+    const s = this.#s;
+    const n = s.length;
+    const result: TypedJsonValue[] = [];
+    i = this.#skip(i);
+    if (i >= n || s.charCodeAt(i) !== 0x5d) {
+      for (;;) {
+        const [value, afterValue] = this.#scan(i);
+        result.push(value);
+        i = this.#skip(afterValue);
+        if (i < n && s.charCodeAt(i) === 0x5d) break;
+        if (i >= n || s.charCodeAt(i) !== 0x2c) this.#fail("Expecting ',' delimiter", i);
+        i = this.#skip(i + 1);
+      }
+    }
+    this.#depth--;
+    return [result, i + 1];
+  }
+}
+
+function _isDigit(c: number): boolean {
+  return c >= 0x30 && c <= 0x39;
+}
+
+function _hex4(s: string, at: number): number {
+  let code = 0;
+  for (let k = at; k < at + 4; k++) {
+    const c = s.charCodeAt(k);
+    let digit: number;
+    if (c >= 0x30 && c <= 0x39) digit = c - 0x30;
+    else if (c >= 0x61 && c <= 0x66) digit = c - 0x57;
+    else if (c >= 0x41 && c <= 0x46) digit = c - 0x37;
+    else return -1;
+    code = (code << 4) | digit;
+  }
+  return code;
+}
+
+function _rejectConstant(name: string): never {
+  throw new JsonParseError(`non-finite number ${name} is not allowed`);
+}
+
+/**
+ * Serialize compactly (`,` and `:` separators, non-ASCII written raw), as
+ * upstream's `json.dumps(..., ensure_ascii=False, separators=(",", ":"),
+ * allow_nan=False)`.
+ *
+ * Accepts {@linkcode JsonValue} trees, `Map`s with string keys (insertion
+ * order), plain objects (own enumerable keys, in JS order), arrays, `bigint`
+ * (written as integer digits) and {@linkcode JsonFloat} (Python float
+ * spelling). Integral numbers are written as integer digits, other numbers
+ * with Python's float spelling. Throws `TypeError` for NaN/±Infinity,
+ * `undefined`, functions, symbols, class instances, non-string map keys and
+ * cycles.
+ *
+ * @example
+ * ```ts
+ * import { stringifyJson } from "./mod.ts";
+ *
+ * const text = stringifyJson(new Map<string, unknown>([["é", [1, 2n ** 64n, 0.5]]]));
+ * if (text !== '{"é":[1,18446744073709551616,0.5]}') throw new Error(text);
+ * ```
+ */
+export function stringifyJson(value: unknown): string {
+  const parts: string[] = [];
+  _write(value, parts, new Set());
+  return parts.join("");
+}
+
+function _write(value: unknown, out: string[], active: Set<object>): void {
+  switch (typeof value) {
+    case "string":
+      out.push(JSON.stringify(value));
+      return;
+    case "number":
+      out.push(_numberText(value));
+      return;
+    case "bigint":
+      out.push(value.toString());
+      return;
+    case "boolean":
+      out.push(value ? "true" : "false");
+      return;
+    case "object":
+      break;
+    default:
+      throw new TypeError(`${typeof value} is not JSON serializable`);
+  }
+  if (value === null) {
+    out.push("null");
+    return;
+  }
+  if (value instanceof JsonFloat) {
+    if (!Number.isFinite(value.value)) {
+      throw new TypeError(`out of range float value ${value.value} is not JSON compliant`);
+    }
+    out.push(_pyFloatRepr(value.value));
+    return;
+  }
+  if (active.has(value)) throw new TypeError("circular reference in JSON value");
+  active.add(value);
+  if (Array.isArray(value)) {
+    out.push("[");
+    for (let i = 0; i < value.length; i++) {
+      if (i > 0) out.push(",");
+      if (!(i in value)) throw new TypeError("sparse arrays are not JSON serializable");
+      _write(value[i], out, active);
+    }
+    out.push("]");
+  } else if (value instanceof Map) {
+    out.push("{");
+    let first = true;
+    for (const [key, item] of value) {
+      if (typeof key !== "string") throw new TypeError("JSON object keys must be strings");
+      if (!first) out.push(",");
+      first = false;
+      out.push(JSON.stringify(key), ":");
+      _write(item, out, active);
+    }
+    out.push("}");
+  } else {
+    const proto = Object.getPrototypeOf(value);
+    if (proto !== Object.prototype && proto !== null) {
+      const name = (value as { constructor?: { name?: string } }).constructor?.name ?? "object";
+      throw new TypeError(`${name} is not JSON serializable`);
+    }
+    out.push("{");
+    let first = true;
+    for (const key of Object.keys(value)) {
+      if (!first) out.push(",");
+      first = false;
+      out.push(JSON.stringify(key), ":");
+      _write((value as Record<string, unknown>)[key], out, active);
+    }
+    out.push("}");
+  }
+  active.delete(value);
+}
+
+function _numberText(value: number): string {
+  if (!Number.isFinite(value)) {
+    throw new TypeError(`out of range float value ${value} is not JSON compliant`);
+  }
+  if (Number.isInteger(value)) {
+    if (Math.abs(value) < 1e21) return String(value === 0 ? 0 : value);
+    return BigInt(value).toString();
+  }
+  return _pyFloatRepr(value);
+}

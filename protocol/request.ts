@@ -1,0 +1,158 @@
+// POST /execute request bodies (spec protocol §2.2, §2.9 step 3).
+
+import { boundaryFromContentType, MultipartError, parseMultipart } from "./multipart.ts";
+import { isBlobHash, type ParsedProgram, parseProgram, ProgramError } from "./program.ts";
+import { sha256Hex } from "./hash.ts";
+import { DTYPE_ITEM_SIZES } from "./dtypes.ts";
+import { _pySorted, _pyStrRepr } from "./_python.ts";
+
+/** A parsed, verified `/execute` request. */
+export interface ExecuteRequest {
+  /** The `program` part's bytes, exactly as received (a view into the body). */
+  programText: Uint8Array;
+  /** The validated program. */
+  program: ParsedProgram;
+  /** Supplied blob parts by SHA-256 (verified), in part order; views into the body. */
+  blobs: Map<string, Uint8Array>;
+}
+
+/** A malformed request: HTTP 400, kind `parse`; `message` is the body's message, verbatim. */
+export class RequestParseError extends Error {
+  /** Create the error with upstream's message text. */
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "RequestParseError";
+  }
+}
+
+/**
+ * Parse a `POST /execute` body in upstream's order: multipart framing → part
+ * checks (`program`: at most once, `application/json`; `blob:<sha256>`: name
+ * `^[0-9a-f]{64}$`, no duplicates, `application/octet-stream`, SHA-256 of
+ * the bytes equals the name) → missing `program` → strict JSON → program
+ * schema. Any other part name is `unsupported multipart part: '<name>'`.
+ *
+ * Unreferenced blob parts, tensor lengths and CACHE_MISS are the server's
+ * next step (spec §2.8).
+ *
+ * @throws {RequestParseError} with upstream's message.
+ *
+ * @example
+ * ```ts
+ * import { encodeMultipart, parseExecuteRequest } from "./mod.ts";
+ *
+ * const program = '{"instructions":[{"op":"upload","kind":"module","source":"","id":"m"}]}';
+ * const { contentType, body } = encodeMultipart([
+ *   { name: "program", contentType: "application/json", body: new TextEncoder().encode(program) },
+ * ]);
+ * const request = parseExecuteRequest(body, contentType);
+ * if (request.program.instructionCount !== 1 || request.blobs.size !== 0) throw new Error();
+ * ```
+ */
+export function parseExecuteRequest(body: Uint8Array, contentType: string | null): ExecuteRequest {
+  let parts;
+  try {
+    parts = parseMultipart(body, boundaryFromContentType(contentType));
+  } catch (error) {
+    if (error instanceof MultipartError) {
+      throw new RequestParseError(error.message, { cause: error });
+    }
+    throw error;
+  }
+  let programText: Uint8Array | undefined;
+  const blobs = new Map<string, Uint8Array>();
+  for (const part of parts) {
+    if (part.name === "program") {
+      if (programText !== undefined) {
+        throw new RequestParseError("duplicate multipart part: 'program'");
+      }
+      if (part.mediaType !== "application/json") {
+        throw new RequestParseError("the 'program' part must use application/json");
+      }
+      programText = part.body;
+      continue;
+    }
+    if (!part.name.startsWith("blob:")) {
+      throw new RequestParseError(`unsupported multipart part: ${_pyStrRepr(part.name)}`);
+    }
+    const hash = part.name.slice(5);
+    if (!isBlobHash(hash)) {
+      throw new RequestParseError(`malformed blob part name: ${_pyStrRepr(part.name)}`);
+    }
+    if (blobs.has(hash)) throw new RequestParseError(`duplicate blob part: ${hash}`);
+    if (part.mediaType !== "application/octet-stream") {
+      throw new RequestParseError(`blob part ${hash} must use application/octet-stream`);
+    }
+    const actual = sha256Hex(part.body);
+    if (actual !== hash) {
+      throw new RequestParseError(`blob hash mismatch: declared ${hash}, computed ${actual}`);
+    }
+    blobs.set(hash, part.body);
+  }
+  if (programText === undefined) throw new RequestParseError("missing multipart part: 'program'");
+  let program: ParsedProgram;
+  try {
+    program = parseProgram(programText);
+  } catch (error) {
+    if (error instanceof ProgramError) throw new RequestParseError(error.message, { cause: error });
+    throw error;
+  }
+  return { programText, program, blobs };
+}
+
+/**
+ * Upstream's 400 for supplied blob parts no upload references (spec §2.8
+ * step 2): `unreferenced blob part(s): <sorted, comma-separated hashes>`, or
+ * `undefined` when every supplied blob is referenced.
+ *
+ * @example
+ * ```ts
+ * import { parseProgram, unreferencedBlobsError } from "./mod.ts";
+ *
+ * const program = parseProgram('{"instructions":[{"op":"upload","kind":"module","source":"","id":"m"}]}');
+ * const message = unreferencedBlobsError(program, ["b".repeat(64), "a".repeat(64)]);
+ * if (message !== `unreferenced blob part(s): ${"a".repeat(64)}, ${"b".repeat(64)}`) throw new Error();
+ * ```
+ */
+export function unreferencedBlobsError(
+  program: ParsedProgram,
+  supplied: Iterable<string>,
+): string | undefined {
+  const referenced = new Set(program.blobs.map((blob) => blob.sha256));
+  const unreferenced = [...new Set(supplied)].filter((hash) => !referenced.has(hash));
+  if (unreferenced.length === 0) return undefined;
+  return `unreferenced blob part(s): ${_pySorted(unreferenced).join(", ")}`;
+}
+
+/**
+ * Upstream's 400 for the first tensor upload (program order) whose resolved
+ * bytes have the wrong length (spec §2.8 step 5): `tensor upload '<id>'
+ * expects <n> bytes, got <m>`, or `undefined`. `lengthOf` gives the byte
+ * length of a resolved blob, `undefined` when it is missing.
+ *
+ * @example
+ * ```ts
+ * import { parseProgram, tensorLengthError } from "./mod.ts";
+ *
+ * const hash = "a".repeat(64);
+ * const program = parseProgram(
+ *   `{"instructions":[{"op":"upload","kind":"tensor","blob":"${hash}","dtype":"float32","shape":[4],"id":"x"}]}`,
+ * );
+ * if (tensorLengthError(program, () => 12) !== "tensor upload 'x' expects 16 bytes, got 12") throw new Error();
+ * if (tensorLengthError(program, () => undefined) !== undefined) throw new Error();
+ * ```
+ */
+export function tensorLengthError(
+  program: ParsedProgram,
+  lengthOf: (sha256: string) => number | undefined,
+): string | undefined {
+  for (const upload of program.tensorUploads) {
+    const length = lengthOf(upload.sha256);
+    if (length !== undefined && length !== upload.byteLength) {
+      let expected = BigInt(DTYPE_ITEM_SIZES[upload.dtype]);
+      for (const dimension of upload.shape) expected *= BigInt(dimension);
+      return `tensor upload ${_pyStrRepr(upload.id)} expects ${expected} bytes, got ${length}`;
+    }
+  }
+  return undefined;
+}

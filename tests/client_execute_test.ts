@@ -1,0 +1,432 @@
+import assert from "node:assert/strict";
+import {
+  Client,
+  KCoralError,
+  Program,
+  ProtocolError,
+  Tensor,
+  TransportError,
+  ValidationError,
+} from "../mod.ts";
+import { encodeExecuteResponse, errorBody, sha256Hex } from "../protocol/mod.ts";
+import { cacheMiss, completed, fakeServer, json } from "./fixtures/protocol/fake_server.ts";
+
+const SPEC_PROGRAM =
+  '{"instructions":[{"op":"upload","kind":"module","source":"def add_one(x):\\n    return x + 1\\n","id":"upload_0"},{"op":"get_function","id":"get_function_1","module":{"$ref":"upload_0"},"name":"add_one"},{"op":"upload","kind":"tensor","blob":"ad73b9acd6e4a74b2f5bb5386658ce3bb146cd040a1867646ab3b973fb6632b1","dtype":"float32","shape":[4],"id":"upload_2"},{"op":"run","id":"run_3","fn":{"$ref":"get_function_1"},"args":[{"$ref":"upload_2"}]},{"op":"return","key":"y","value":{"$ref":"run_3"}}],"options":{"timeout_seconds":30}}';
+const TENSOR_HASH = "ad73b9acd6e4a74b2f5bb5386658ce3bb146cd040a1867646ab3b973fb6632b1";
+const RESULT_HASH = "1180e36f58837887478f2d0dc12271b6ec4b103f20b533f8af7d44c313e27c18";
+
+function specProgram(): Program {
+  const p = new Program();
+  const mod = p.upload({ kind: "module", source: "def add_one(x):\n    return x + 1\n" });
+  const fn = p.getFunction({ module: mod, name: "add_one" });
+  const x = p.upload({ kind: "tensor", value: new Float32Array([1, 2, 3, 4]), shape: [4] });
+  const y = p.run({ fn, args: [x] });
+  p.return_({ key: "y", value: y });
+  return p;
+}
+
+function bytesProgram(...contents: string[]): Program {
+  const p = new Program();
+  const mod = p.upload({ kind: "module", source: "def f(*a):\n    return len(a)\n" });
+  const fn = p.getFunction({ module: mod, name: "f" });
+  const args = contents.map((text) =>
+    p.upload({ kind: "bytes", value: new TextEncoder().encode(text) })
+  );
+  p.return_({ key: "n", value: p.run({ fn, args }) });
+  return p;
+}
+
+function hashOf(text: string): string {
+  return sha256Hex(new TextEncoder().encode(text));
+}
+
+Deno.test("client: the spec §10 exchange, byte for byte", async () => {
+  const server = fakeServer((request, index) => {
+    if (index === 0) return json(cacheMiss("0b6f4a52-1c3e-4d7a-9f10-2a8e5c7d9b31", [TENSOR_HASH]));
+    const result = completed(
+      "5e2d8c41-7a9b-4c0d-8e1f-3b6a2d9c4e75",
+      `{"y":{"type":"tensor","part":"return:0","sha256":"${RESULT_HASH}","dtype":"float32","shape":[4]}}`,
+    );
+    const encoded = encodeExecuteResponse(result, [
+      new Uint8Array(new Float32Array([2, 3, 4, 5]).buffer),
+    ]);
+    assert.ok(request.execute);
+    return new Response(encoded.body, { headers: { "content-type": encoded.contentType } });
+  });
+  try {
+    await using client = new Client(server.url);
+    const result = await client.execute(specProgram(), { timeoutSeconds: 30 });
+    assert.equal(result.status, "COMPLETED");
+    assert.equal(result.requestId, "5e2d8c41-7a9b-4c0d-8e1f-3b6a2d9c4e75");
+    const y = result.get<Tensor>("y");
+    assert.ok(y instanceof Tensor);
+    assert.equal(y.dtype, "float32");
+    assert.deepEqual(y.shape, [4]);
+    assert.deepEqual(y.data, new Float32Array([2, 3, 4, 5]));
+
+    const [first, second] = server.received;
+    assert.equal(server.received.length, 2);
+    assert.equal(first.programText, SPEC_PROGRAM);
+    assert.equal(second.programText, SPEC_PROGRAM);
+    assert.equal(first.execute!.blobs.size, 0);
+    assert.deepEqual([...second.execute!.blobs.keys()], [TENSOR_HASH]);
+    // Program part: no filename, application/json; blob parts: octet-stream.
+    const raw = new TextDecoder("latin1").decode(second.body);
+    assert.ok(
+      raw.includes(
+        'Content-Disposition: form-data; name="program"\r\nContent-Type: application/json\r\n\r\n{',
+      ),
+    );
+    assert.ok(
+      raw.includes(
+        `Content-Disposition: form-data; name="blob:${TENSOR_HASH}"\r\nContent-Type: application/octet-stream\r\n\r\n`,
+      ),
+    );
+    assert.equal(first.headers.get("x-kcoral-node"), null);
+  } finally {
+    await server.close();
+  }
+});
+
+Deno.test("client: CACHE_MISS twice, then attempt 3 sends every blob; X-KCoral-Node echoed", async () => {
+  const [a, b, c] = ["alpha", "beta", "gamma"].map(hashOf);
+  const server = fakeServer((_request, index) => {
+    if (index === 0) return json(cacheMiss("r1", [b]), { headers: { "X-KCoral-Node": "node-1" } });
+    if (index === 1) {
+      return json(cacheMiss("r2", [c, a]), { headers: { "X-KCoral-Node": "node-2" } });
+    }
+    return json(completed("r3", '{"n":{"type":"integer","value":3}}'));
+  });
+  try {
+    await using client = new Client(server.url);
+    const result = await client.execute(bytesProgram("alpha", "beta", "gamma"));
+    assert.equal(result.requestId, "r3");
+    assert.equal(result.get("n"), 3);
+    const blobs = server.received.map((r) => [...r.execute!.blobs.keys()]);
+    assert.deepEqual(blobs, [[], [b], [a, b, c]]);
+    assert.deepEqual(server.received.map((r) => r.headers.get("x-kcoral-node")), [
+      null,
+      "node-1",
+      "node-2",
+    ]);
+    assert.ok(server.received.every((r) => r.programText === server.received[0].programText));
+  } finally {
+    await server.close();
+  }
+});
+
+Deno.test("client: attempt 2 sends exactly the missing blobs, in program order", async () => {
+  const [a, , c] = ["alpha", "beta", "gamma"].map(hashOf);
+  const server = fakeServer((_request, index) =>
+    index === 0
+      ? json(cacheMiss("r1", [c, a]), { headers: { "X-KCoral-Node": "x".repeat(513) } })
+      : json(completed("r2"))
+  );
+  try {
+    await using client = new Client(server.url);
+    await client.execute(bytesProgram("alpha", "beta", "gamma"));
+    assert.deepEqual([...server.received[1].execute!.blobs.keys()], [a, c]);
+    assert.equal(server.received[1].headers.get("x-kcoral-node"), null); // 513 chars: not echoed
+  } finally {
+    await server.close();
+  }
+});
+
+Deno.test("client: a server that always misses gives ProtocolError after three attempts", async () => {
+  const server = fakeServer(() => json(cacheMiss("r", [hashOf("alpha")])));
+  try {
+    await using client = new Client(server.url);
+    await assert.rejects(
+      client.execute(bytesProgram("alpha")),
+      (error: unknown) =>
+        error instanceof ProtocolError &&
+        error.message === "server still reports CACHE_MISS after a complete blob resend",
+    );
+    assert.equal(server.received.length, 3);
+  } finally {
+    await server.close();
+  }
+});
+
+Deno.test("client: CACHE_MISS protocol violations are ProtocolErrors", async () => {
+  const unknown = "c".repeat(64);
+  const answers: [() => Response, string][] = [
+    [
+      () => {
+        const encoded = encodeExecuteResponse(cacheMiss("r", [hashOf("alpha")]), [
+          new Uint8Array(1),
+        ]);
+        return new Response(encoded.body, { headers: { "content-type": encoded.contentType } });
+      },
+      "CACHE_MISS response must not contain binary parts",
+    ],
+    [
+      () => json(cacheMiss("r", [unknown])),
+      `server misses blobs with no local bytes to send: ['${unknown}']`,
+    ],
+    [() => json(cacheMiss("r", [])), "CACHE_MISS response needs a non-empty 'missing_blobs' array"],
+    [() => json(cacheMiss("r", ["zz"])), "CACHE_MISS response contains an invalid blob hash"],
+  ];
+  for (const [answer, message] of answers) {
+    const server = fakeServer(answer);
+    try {
+      await using client = new Client(server.url);
+      await assert.rejects(client.execute(bytesProgram("alpha")), (error: unknown) => {
+        assert.ok(error instanceof ProtocolError);
+        assert.equal(error.message, message);
+        return true;
+      });
+      assert.equal(server.received.length, 1);
+    } finally {
+      await server.close();
+    }
+  }
+});
+
+Deno.test("client: a non-200 answer is a KCoralError at once, never retried", async () => {
+  const server = fakeServer(() =>
+    json(errorBody("req-1", "busy", "server saturated"), {
+      status: 503,
+      headers: { "Retry-After": "1" },
+    })
+  );
+  try {
+    await using client = new Client(server.url);
+    await assert.rejects(client.execute(bytesProgram("alpha")), (error: unknown) => {
+      assert.ok(error instanceof KCoralError);
+      assert.equal(error.statusCode, 503);
+      assert.equal(error.detail, "server saturated");
+      assert.equal(error.message, "HTTP 503: server saturated");
+      assert.equal(error.kind, "busy");
+      assert.equal(error.requestId, "req-1");
+      return true;
+    });
+    assert.equal(server.received.length, 1);
+  } finally {
+    await server.close();
+  }
+  // A non-200 on the second attempt stops there too; a redirect is not followed.
+  const second = fakeServer((_request, index) =>
+    index === 0
+      ? json(cacheMiss("r", [hashOf("alpha")]))
+      : new Response("moved", { status: 307, headers: { location: "/elsewhere" } })
+  );
+  try {
+    await using client = new Client(second.url);
+    await assert.rejects(
+      client.execute(bytesProgram("alpha")),
+      (error: unknown) =>
+        error instanceof KCoralError && error.statusCode === 307 && error.detail === "HTTP 307",
+    );
+    assert.equal(second.received.length, 2);
+  } finally {
+    await second.close();
+  }
+});
+
+Deno.test("client: connection refused and unreachable hosts are TransportErrors", async () => {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (listener.addr as Deno.NetAddr).port;
+  listener.close();
+  await using client = new Client(`http://127.0.0.1:${port}`);
+  await assert.rejects(client.execute(bytesProgram("alpha")), TransportError);
+  await assert.rejects(client.health(), TransportError);
+  // A non-routable address: refused at once or cut by the connect timeout.
+  await using blackhole = new Client("http://10.255.255.1:9", { connectTimeoutSeconds: 0.3 });
+  const start = performance.now();
+  await assert.rejects(blackhole.health(), TransportError);
+  assert.ok(performance.now() - start < 3000);
+});
+
+Deno.test("client: the connect timeout never limits how long a program runs", async () => {
+  const server = fakeServer(async () => {
+    await new Promise((resolve) => setTimeout(resolve, 800));
+    return json(completed("slow"));
+  });
+  try {
+    await using client = new Client(server.url, { connectTimeoutSeconds: 0.2 });
+    const result = await client.execute(bytesProgram());
+    assert.equal(result.requestId, "slow");
+  } finally {
+    await server.close();
+  }
+});
+
+Deno.test("client: options, headers, URL prefix and argument checks", async () => {
+  const server = fakeServer(() => json(completed("r")));
+  try {
+    await using client = new Client(server.url + "/prefix//", {
+      headers: { Authorization: "Bearer t" },
+    });
+    assert.equal(client.baseUrl, server.url + "/prefix");
+    await client.execute(bytesProgram(), { outputLimitBytes: 5, timeoutSeconds: 1.5, gpuCount: 2 });
+    assert.equal(server.received[0].path, "/prefix/execute");
+    assert.equal(server.received[0].headers.get("authorization"), "Bearer t");
+    assert.ok(
+      server.received[0].programText!.endsWith(
+        '"options":{"gpu_count":2,"timeout_seconds":1.5,"output_limit_bytes":5}}',
+      ),
+    );
+    await client.execute(bytesProgram());
+    assert.ok(server.received[1].programText!.endsWith("]}"));
+    assert.ok(!server.received[1].programText!.includes('"options"'));
+    for (const gpuCount of [0, 9, 1.5, NaN]) {
+      await assert.rejects(client.execute(bytesProgram(), { gpuCount }), ValidationError);
+    }
+    await assert.rejects(client.execute({} as Program), TypeError);
+    assert.equal(server.received.length, 2);
+  } finally {
+    await server.close();
+  }
+  assert.throws(() => new Client("ftp://x"), ValidationError);
+  assert.throws(() => new Client("http://x", { connectTimeoutSeconds: 0 }), ValidationError);
+});
+
+Deno.test("client: malformed 200 answers are ProtocolErrors", async () => {
+  const server = fakeServer((_request, index) =>
+    index === 0
+      ? new Response("<html>", { headers: { "content-type": "text/html" } })
+      : json('{"status":"COMPLETED"}')
+  );
+  try {
+    await using client = new Client(server.url);
+    await assert.rejects(
+      client.execute(bytesProgram()),
+      (error: unknown) =>
+        error instanceof ProtocolError &&
+        error.message === "unsupported response content type: 'text/html'",
+    );
+    await assert.rejects(
+      client.execute(bytesProgram()),
+      (error: unknown) =>
+        error instanceof ProtocolError &&
+        error.message === "malformed execution response: 'request_id'",
+    );
+  } finally {
+    await server.close();
+  }
+});
+
+Deno.test("client: health() and target()", async () => {
+  const bodies = [
+    '{"status":"ok","instance_id":"i","gpu_count":1,"load":{"request_capacity":8},"target":{"arch":"sm_90a"},"versions":{"torch":"2.9.0"}}',
+    '{"status":"ok","target":{}}',
+    '{"status":"unavailable"}',
+    "[]",
+  ];
+  const server = fakeServer((request, index) => {
+    assert.equal(request.method, "GET");
+    return index === 4
+      ? json(errorBody("", "engine", "boom"), { status: 500 })
+      : json(bodies[index]);
+  });
+  try {
+    await using client = new Client(server.url);
+    const health = await client.health();
+    assert.equal(health.status, "ok");
+    assert.deepEqual(health.load, { request_capacity: 8 });
+    assert.deepEqual(health.versions, { torch: "2.9.0" });
+    await assert.rejects(
+      client.target(),
+      (error: unknown) =>
+        error instanceof ProtocolError &&
+        error.message === "the server reported no compilation target",
+    );
+    await assert.rejects(
+      client.health(),
+      (error: unknown) =>
+        error instanceof ProtocolError && error.message === "health status is not ok",
+    );
+    await assert.rejects(
+      client.health(),
+      (error: unknown) =>
+        error instanceof ProtocolError && error.message === "JSON response must be an object",
+    );
+    await assert.rejects(
+      client.health(),
+      (error: unknown) => error instanceof KCoralError && error.statusCode === 500,
+    );
+  } finally {
+    await server.close();
+  }
+  const gpu = fakeServer(() => json(bodies[0]));
+  try {
+    await using client = new Client(gpu.url);
+    assert.deepEqual(await client.target(), { arch: "sm_90a" });
+    assert.equal(gpu.received[0].path, "/health");
+  } finally {
+    await gpu.close();
+  }
+});
+
+Deno.test("client: `await using` closes the client", async () => {
+  const server = fakeServer(() => json('{"status":"ok"}'));
+  let escaped: Client;
+  try {
+    {
+      await using client = new Client(server.url);
+      escaped = client;
+      await client.health();
+    }
+    await assert.rejects(
+      escaped.health(),
+      (error: unknown) =>
+        error instanceof TransportError && error.message === "the client has been closed",
+    );
+    assert.equal(server.received.length, 1);
+  } finally {
+    await server.close();
+  }
+});
+
+Deno.test("client: with HTTP_PROXY set, the connect probe targets the proxy fetch uses", async () => {
+  const proxy = fakeServer(() => json('{"status":"ok","via":"proxy"}'));
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const closedPort = (listener.addr as Deno.NetAddr).port;
+  listener.close();
+  Deno.env.set("HTTP_PROXY", proxy.url);
+  try {
+    // The origin is down, but every request goes through the (live) proxy.
+    await using client = new Client(`http://127.0.0.1:${closedPort}`);
+    assert.equal((await client.health()).via, "proxy");
+    assert.equal(proxy.received.length, 1);
+    // NO_PROXY exempts the host: the probe goes to the origin, which refuses.
+    Deno.env.set("NO_PROXY", "localhost,127.0.0.1");
+    await using direct = new Client(`http://127.0.0.1:${closedPort}`);
+    await assert.rejects(direct.health(), TransportError);
+    assert.equal(proxy.received.length, 1);
+  } finally {
+    Deno.env.delete("HTTP_PROXY");
+    Deno.env.delete("NO_PROXY");
+    await proxy.close();
+  }
+});
+
+Deno.test("client: a connection that never opens is cut by connectTimeoutSeconds", async () => {
+  // Simulate a silent network: connect attempts hang until aborted.
+  const original = Deno.connect;
+  let attempts = 0;
+  Deno.connect = ((options: Deno.ConnectOptions) => {
+    attempts++;
+    return new Promise((_resolve, reject) => {
+      options.signal?.addEventListener("abort", () => reject(options.signal!.reason));
+    });
+  }) as unknown as typeof Deno.connect;
+  let guard: ReturnType<typeof setTimeout> | undefined;
+  try {
+    await using client = new Client("http://192.0.2.1:8000", { connectTimeoutSeconds: 0.2 });
+    const start = performance.now();
+    const outcome = await Promise.race([
+      client.health().then(() => "answered", (error) => error),
+      new Promise((resolve) => guard = setTimeout(() => resolve("hung"), 3000)),
+    ]);
+    assert.ok(outcome instanceof TransportError, String(outcome));
+    assert.equal(outcome.message, "timed out connecting to 192.0.2.1:8000 after 0.2 s");
+    assert.ok(performance.now() - start < 2000);
+    assert.equal(attempts, 1);
+  } finally {
+    clearTimeout(guard);
+    Deno.connect = original;
+  }
+});

@@ -1,0 +1,148 @@
+import assert from "node:assert/strict";
+import {
+  JsonFloat,
+  JsonParseError,
+  parseJson,
+  parseJsonTyped,
+  stringifyJson,
+} from "../protocol/mod.ts";
+import {
+  _codePointIndex,
+  _pyFloatRepr,
+  _pyRepr,
+  _pySorted,
+  _pyStrRepr,
+} from "../protocol/_python.ts";
+
+// Expected values computed by CPython (tests/fixtures/protocol/python_vectors.py).
+const vectors = JSON.parse(
+  Deno.readTextFileSync(new URL("./fixtures/protocol/python_vectors.json", import.meta.url)),
+);
+
+function fromHex(hex: string): Uint8Array {
+  return new Uint8Array((hex.match(/../g) ?? []).map((byte) => parseInt(byte, 16)));
+}
+
+Deno.test("strict JSON: every CPython message and value of the vector table", () => {
+  assert.ok(vectors.json.length > 60);
+  for (const vector of vectors.json) {
+    const input = fromHex(vector.input);
+    if (vector.error !== undefined) {
+      assert.throws(() => parseJsonTyped(input), (error: unknown) => {
+        assert.ok(error instanceof JsonParseError, `${vector.input}: ${error}`);
+        assert.equal(error.message, vector.error, vector.input);
+        return true;
+      });
+    } else {
+      assert.deepEqual(parseJsonTyped(input), parseJsonTyped(vector.ok), vector.input);
+    }
+  }
+});
+
+Deno.test("strict JSON: strings and bytes give the same results", () => {
+  assert.deepEqual(
+    parseJson('{"a":[1,"é"]}'),
+    parseJson(new TextEncoder().encode('{"a":[1,"é"]}')),
+  );
+  assert.throws(() => parseJson('{"a":1,"a":2}'), /^JsonParseError: duplicate JSON key: 'a'$/);
+});
+
+Deno.test("strict JSON: object keys keep text order, integer-like keys included", () => {
+  const value = parseJson('{"z":1,"10":2,"2":3,"a":{"1":0,"0":1}}') as Map<string, unknown>;
+  assert.deepEqual([...value.keys()], ["z", "10", "2", "a"]);
+  assert.deepEqual([...(value.get("a") as Map<string, unknown>).keys()], ["1", "0"]);
+  assert.equal(stringifyJson(value), '{"z":1,"10":2,"2":3,"a":{"1":0,"0":1}}');
+});
+
+Deno.test("strict JSON: integers beyond 2^53 are bigint, never rounded", () => {
+  const [a, b, c, d] = parseJson(
+    "[9007199254740991,9007199254740993,-9007199254740993,123456789012345678901234567890]",
+  ) as unknown[];
+  assert.equal(a, 9007199254740991);
+  assert.equal(b, 9007199254740993n);
+  assert.equal(c, -9007199254740993n);
+  assert.equal(d, 123456789012345678901234567890n);
+  assert.equal(
+    stringifyJson([b, d]),
+    "[9007199254740993,123456789012345678901234567890]",
+  );
+  // Floats stay numbers; -0 as an integer is 0 as in Python.
+  assert.deepEqual(parseJson("[1e400, 2.5, -0]"), [Infinity, 2.5, 0]);
+  assert.ok(Object.is(parseJson("-0.0") as number, -0));
+});
+
+Deno.test("strict JSON: typed parsing keeps Python's int/float distinction", () => {
+  const [int, float, exp] = parseJsonTyped("[30, 30.0, 1e2]") as unknown[];
+  assert.equal(int, 30);
+  assert.ok(float instanceof JsonFloat && float.value === 30);
+  assert.ok(exp instanceof JsonFloat && exp.value === 100);
+  assert.equal(stringifyJson([int, float, exp]), "[30,30.0,100.0]");
+});
+
+Deno.test("strict JSON: nesting deeper than 1000 levels is rejected, not a stack overflow", () => {
+  assert.equal((parseJson("[".repeat(999) + "]".repeat(999)) as unknown[]).length, 1);
+  assert.throws(
+    () => parseJson("[".repeat(1001) + "]".repeat(1001)),
+    /malformed JSON: nesting deeper than 1000 levels/,
+  );
+});
+
+Deno.test("strict JSON: lone surrogate escapes are accepted, pairs are joined", () => {
+  assert.equal(parseJson('"\\ud800"'), "\ud800");
+  assert.equal(parseJson('"\\ud83d\\ude00"'), "\u{1f600}");
+  assert.equal(parseJson('"\\ud83d\\u0041"'), "\ud83dA");
+});
+
+Deno.test("stringifyJson: Python's compact json.dumps(ensure_ascii=False) spelling", () => {
+  assert.equal(
+    stringifyJson({ a: 'é\u{1f600}\n\t\u0001\u007f"\\/', b: [true, false, null] }),
+    '{"a":"é\u{1f600}\\n\\t\\u0001\u007f\\"\\\\/","b":[true,false,null]}',
+  );
+  assert.equal(stringifyJson("\ud800"), '"\\ud800"');
+  assert.equal(
+    stringifyJson([0.5, 1e-7, 1e16, 1e21, 153.7, -0]),
+    "[0.5,1e-07,10000000000000000,1000000000000000000000,153.7,0]",
+  );
+  assert.equal(stringifyJson(new JsonFloat(1e16)), "1e+16");
+  assert.equal(stringifyJson(new Map([["b", 1], ["a", 2]])), '{"b":1,"a":2}');
+});
+
+Deno.test("stringifyJson: non-JSON values are TypeErrors", () => {
+  for (
+    const bad of [
+      NaN,
+      Infinity,
+      -Infinity,
+      new JsonFloat(NaN),
+      undefined,
+      () => 1,
+      Symbol("s"),
+      new Date(0),
+      new Uint8Array(1),
+      new Map([[1, 2]]),
+      [undefined],
+      // deno-lint-ignore no-sparse-arrays
+      [1, , 2],
+    ]
+  ) {
+    assert.throws(() => stringifyJson(bad), TypeError, String(bad));
+  }
+  const cycle: unknown[] = [];
+  cycle.push(cycle);
+  assert.throws(() => stringifyJson(cycle), /circular/);
+  const shared = [1];
+  assert.equal(stringifyJson([shared, shared]), "[[1],[1]]");
+});
+
+Deno.test("Python repr, float repr and code-point sort match CPython", () => {
+  for (const { code_points, repr } of vectors.repr) {
+    assert.equal(_pyStrRepr(String.fromCodePoint(...code_points)), repr, repr);
+  }
+  for (const { value, repr } of vectors.float_repr) assert.equal(_pyFloatRepr(value), repr);
+  assert.deepEqual(_pySorted(vectors.sort_input), vectors.sorted);
+  assert.equal(
+    _pyRepr(parseJsonTyped('[null,true,false,1,1.0,"x",{"k":[2.5]}]')),
+    "[None, True, False, 1, 1.0, 'x', {'k': [2.5]}]",
+  );
+  assert.equal(_codePointIndex("a\u{1f600}b", 3), 2);
+});
