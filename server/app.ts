@@ -1,0 +1,939 @@
+/**
+ * The HTTP application of a KCoral server: `GET /health` and `POST /execute` as Web-standard
+ * `Request` → `Response` handlers, around the worker pool. The front-end never touches a GPU.
+ *
+ * @module
+ */
+import { createHash } from "node:crypto";
+import { ERROR_MESSAGES, errorBody } from "../protocol/errors.ts";
+import { parseExecuteRequest, RequestParseError } from "../protocol/request.ts";
+import { cacheMissJson, resultJson } from "../protocol/response.ts";
+import { BlobRejected, resolveBlobs } from "./blobs.ts";
+import { DiskFileCache } from "./cache_disk.ts";
+import { BlobStore } from "./cache_memory.ts";
+import { distinctGpuCount, resolveServerConfig, type ServerConfig } from "./config.ts";
+import { detectDevices, type GpuDevice, simulatedDevices } from "./devices.ts";
+import { EventLog } from "./events.ts";
+import { runProgram, type RunResult, type WorkerOutcome } from "./execution.ts";
+import { GpuLeases, type LeaseHolder } from "./lease.ts";
+import { PoolBusy, type Seat, WorkerPool } from "./pool.ts";
+import { buildResponse } from "./response.ts";
+import { runtimePythonPath } from "./runtime_files.ts";
+import {
+  emptyDirectory,
+  probeSandbox,
+  type PythonInfo,
+  pythonInfo,
+  resetWorkspace,
+  slotCommand,
+  type SlotLaunch,
+  workerPaths,
+} from "./sandbox.ts";
+import { Slot, type WorkerChild } from "./slot.ts";
+
+/** Options of {@linkcode createApp} that are not part of the server configuration. */
+export interface AppOptions {
+  /** Replaces the console sink of the event log (tests). */
+  consoleWrite?: (line: string) => void;
+}
+
+/** The `/health` body (spec protocol §1.1). */
+export interface HealthBody {
+  /** Always `"ok"` while the application is up. */
+  status: "ok";
+  /** Random UUID of this server process. */
+  instance_id: string;
+  /** UTC start time, e.g. `2026-05-01T09:00:00.123000Z`. */
+  started_at: string;
+  /** Distinct configured GPUs (0 on a CPU server). */
+  gpu_count: number;
+  /** Workers able to take requests, requests holding a worker, requests waiting for one. */
+  load: { request_capacity: number; requests_in_progress: number; requests_waiting: number };
+  /** Compilation target (`{"arch": "sm_90a"}`), `{}` on CPU servers. */
+  target: Record<string, string>;
+  /** Versions the workers run (torch, cuda, ...). */
+  versions: Record<string, string>;
+}
+
+/** A KCoral server application. */
+export interface App {
+  /** The effective configuration. */
+  readonly config: ServerConfig;
+  /** Handles one HTTP request. */
+  fetch(request: Request, info?: Deno.ServeHandlerInfo): Promise<Response>;
+  /** Starts caches and workers; resolves when the server can take work. */
+  start(): Promise<void>;
+  /** Graceful shutdown: refuse new work, finish requests in flight, stop every worker. */
+  shutdown(): Promise<void>;
+  /** The current health report. */
+  health(): HealthBody;
+  /** The isolation in effect (`"none"` after a failed bubblewrap probe). */
+  readonly sandbox: "bubblewrap" | "none";
+  /** Observes every event the server logs; returns a function that stops observing. */
+  subscribe(listener: (event: Record<string, unknown>) => void): () => void;
+}
+
+/** Internal parts of an application (tests and benchmarks; not public API). */
+export function appInternals(app: App): { pool: WorkerPool | null; events: EventLog } {
+  if (!(app instanceof _Server)) throw new TypeError("not a KCoral server application");
+  return { pool: app.pool, events: app.events };
+}
+
+const _TORCHRUN_VARS = [
+  "RANK",
+  "WORLD_SIZE",
+  "LOCAL_RANK",
+  "LOCAL_WORLD_SIZE",
+  "GROUP_RANK",
+  "ROLE_RANK",
+  "ROLE_WORLD_SIZE",
+  "MASTER_ADDR",
+  "MASTER_PORT",
+];
+const _NO_MULTICAST = {
+  NCCL_NVLS_ENABLE: "0",
+  TORCH_SYMM_MEM_DISABLE_MULTICAST: "1",
+  NVSHMEM_DISABLE_NVLS: "1",
+};
+const _UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/**
+ * Builds a server application. Nothing starts until {@linkcode App.start} (or
+ * {@linkcode serve}, which starts it and listens).
+ *
+ * @example A CPU server on a free port, one program through it
+ * ```ts
+ * import { Client, createApp, Program, serve } from "../mod.ts";
+ *
+ * const app = createApp({ device: "cpu", sandbox: "none", logConsole: false, diskCacheDir: null });
+ * const server = await serve(app, { port: 0, handleSignals: false, log: () => {} });
+ * const program = new Program();
+ * const mod = program.upload({ kind: "module", source: "def f(x):\n    return x + 1\n" });
+ * const y = program.run({ fn: program.getFunction({ module: mod, name: "f" }), args: [41] });
+ * program.return_({ key: "y", value: y });
+ * await using client = new Client(server.url);
+ * const result = await client.execute(program);
+ * if (result.get("y") !== 42) throw new Error("unexpected result");
+ * await server.shutdown();
+ * ```
+ */
+export function createApp(input: Partial<ServerConfig> = {}, options: AppOptions = {}): App {
+  const config = resolveServerConfig(input);
+  return new _Server(config, options);
+}
+
+class _Server implements App {
+  readonly config: ServerConfig;
+  readonly events: EventLog;
+  readonly instanceId = crypto.randomUUID();
+  readonly startedAt = _pythonIsoNow();
+  sandbox: "bubblewrap" | "none";
+  pool: WorkerPool | null = null;
+  #options: AppOptions;
+  #runtimeDir = "";
+  #store: BlobStore | null = null;
+  #disk: DiskFileCache;
+  #leases: GpuLeases | null = null;
+  #devices = new Map<number, GpuDevice>();
+  #python: PythonInfo | null = null;
+  #launchBase: Omit<SlotLaunch, "workDir" | "resultsDir" | "devices"> | null = null;
+  #closing = false;
+  #started = false;
+  #inFlight = 0;
+  #idle: (() => void) | null = null;
+  #diskWrites = new Set<Promise<void>>();
+  #responseSeq = 0;
+
+  constructor(config: ServerConfig, options: AppOptions) {
+    this.config = config;
+    this.#options = options;
+    this.sandbox = config.sandbox;
+    this.events = new EventLog({
+      logDir: config.logDir,
+      console: config.logConsole,
+      programs: config.logPrograms,
+      consoleWrite: options.consoleWrite,
+    });
+    this.#disk = new DiskFileCache(
+      config.diskCacheDir,
+      config.diskCacheCapacityMbytes * 1024 * 1024,
+    );
+    this.fetch = this.fetch.bind(this);
+  }
+
+  async start(): Promise<void> {
+    if (this.#started) throw new Error("the server is already started");
+    this.#started = true;
+    const config = this.config;
+    this.events.emit("INFO", "server_started", {
+      run_dir: this.events.runDir,
+      config: _describeConfig(config),
+    });
+    try {
+      this.#runtimeDir = await Deno.makeTempDir({ prefix: "kcoral-" });
+      this.#store = new BlobStore(await _blobDir(this.#runtimeDir), config.cacheCapacityBytes);
+      await this.#disk.prepare();
+      this.#python = await pythonInfo(config.python);
+      const runtimePath = await runtimePythonPath(this.#runtimeDir);
+      const gpuMode = config.device === "gpu";
+      const devices = !gpuMode
+        ? []
+        : config.simulateGpus
+        ? simulatedDevices(config.gpus)
+        : await detectDevices(config.gpus, this.#python.executable, runtimePath);
+      for (const device of devices) this.#devices.set(device.index, device);
+      const env = Deno.env.toObject();
+      if (gpuMode) delete env.CUDA_VISIBLE_DEVICES;
+      this.#launchBase = {
+        sandbox: config.sandbox,
+        python: this.#python,
+        runtimePath,
+        zygoteArgs: gpuMode && config.simulateGpus
+          ? ["--mode", "sim", "--sim-devices", String(Math.max(...config.gpus) + 1)]
+          : ["--mode", gpuMode ? "gpu" : "cpu"],
+        blobDir: this.#store.dir,
+        readonlyPaths: config.sandboxReadonlyPaths,
+        gpu: gpuMode && !config.simulateGpus,
+        env,
+      };
+      if (config.sandbox === "bubblewrap") await this.#probe(devices);
+      this.#leases = gpuMode ? new GpuLeases(devices.map((d) => d.index)) : null;
+      const seats = gpuMode
+        ? devices.flatMap((device) =>
+          Array.from({ length: config.workersPerGpu }, (_, i) => ({
+            label: `gpu${device.index}/w${i}`,
+            gpus: [device.index],
+          }))
+        )
+        : Array.from({ length: config.numWorkers }, (_, i) => ({ label: `cpu/w${i}`, gpus: [] }));
+      this.pool = new WorkerPool({
+        seats,
+        runtimeDir: this.#runtimeDir,
+        leases: this.#leases,
+        slotCommand: (seat) => slotCommand(this.#launchFor(seat, seat.gpus)),
+        childEnv: (seat) => this.#childEnv(seat.gpus),
+        maxRequestsPerWorker: config.maxRequestsPerWorker,
+        events: this.events,
+      });
+      await this.pool.start();
+      for (const seat of this.pool.seats) await resetWorkspace(seat.workDir, this.#sandboxed);
+      this.events.emit("INFO", "pool_ready", {
+        sandbox: this.sandbox,
+        mode: gpuMode ? (config.simulateGpus ? "simulated-gpu" : "gpu") : "cpu",
+        target: this.pool.target,
+        versions: this.pool.versions,
+        workers: this.pool.seats.length,
+      });
+    } catch (error) {
+      this.events.emit("ERROR", "server_start_failed", {
+        error: error instanceof Error ? error.message : String(error),
+        traceback: error instanceof Error ? (error.stack ?? "").slice(-8192) : "",
+      });
+      await this.#teardown();
+      throw error;
+    }
+  }
+
+  subscribe(listener: (event: Record<string, unknown>) => void): () => void {
+    return this.events.subscribe(listener);
+  }
+
+  health(): HealthBody {
+    const load = this.pool?.load() ??
+      { request_capacity: 0, requests_in_progress: 0, requests_waiting: 0 };
+    if (this.#closing) load.request_capacity = 0;
+    return {
+      status: "ok",
+      instance_id: this.instanceId,
+      started_at: this.startedAt,
+      gpu_count: distinctGpuCount(this.config),
+      load,
+      target: this.pool?.target ?? {},
+      versions: this.pool?.versions ?? {},
+    };
+  }
+
+  async fetch(request: Request, info?: Deno.ServeHandlerInfo): Promise<Response> {
+    const url = new URL(request.url);
+    if (url.pathname === "/health") {
+      if (request.method !== "GET" && request.method !== "HEAD") return _methodNotAllowed("GET");
+      return _json(200, JSON.stringify(this.health()));
+    }
+    if (url.pathname === "/execute") {
+      if (request.method !== "POST") return _methodNotAllowed("POST");
+      this.#inFlight++;
+      try {
+        return await this.#execute(request, info);
+      } finally {
+        this.#inFlight--;
+        if (this.#inFlight === 0) this.#idle?.();
+      }
+    }
+    if (url.pathname === "/internal/worker-status") {
+      if (!_isLoopback(info)) return _json(404, '{"detail":"Not Found"}');
+      return _json(
+        200,
+        JSON.stringify({
+          status: "ok",
+          instance_id: this.instanceId,
+          target: this.pool?.target ?? {},
+          versions: this.pool?.versions ?? {},
+          worker_count: this.pool?.seats.length ?? 0,
+          busy_workers: this.pool?.busyWorkers ?? 0,
+        }),
+      );
+    }
+    return _json(404, '{"detail":"Not Found"}');
+  }
+
+  async shutdown(): Promise<void> {
+    if (this.#closing) return;
+    this.#closing = true;
+    this.pool?.beginShutdown();
+    this.events.emit("INFO", "shutdown_started", { remaining: this.#inFlight });
+    if (this.#inFlight > 0) {
+      this.events.emit("INFO", "shutdown_waiting", { remaining: this.#inFlight });
+      await new Promise<void>((resolve) => (this.#idle = resolve));
+    }
+    await this.#teardown();
+    this.events.emit("INFO", "shutdown_complete");
+    this.events.emit("INFO", "server_stopped");
+    this.events.close();
+  }
+
+  get #sandboxed(): boolean {
+    return this.sandbox === "bubblewrap";
+  }
+
+  async #teardown(): Promise<void> {
+    await this.pool?.close(this.config.workerTerminationGraceSeconds * 1000);
+    await Promise.allSettled([...this.#diskWrites]);
+    this.#store?.close();
+    if (this.#runtimeDir) await Deno.remove(this.#runtimeDir, { recursive: true }).catch(() => {});
+  }
+
+  async #probe(devices: GpuDevice[]): Promise<void> {
+    const configs = devices.length ? devices.map((d) => [d]) : [[]];
+    const probeDir = `${this.#runtimeDir}/probe`;
+    for (const deviceSet of configs) {
+      await Deno.mkdir(`${probeDir}/work/.kcoral`, { recursive: true });
+      await Deno.mkdir(`${probeDir}/results`, { recursive: true });
+      const reason = await probeSandbox({
+        ...this.#launchBase!,
+        sandbox: "bubblewrap",
+        workDir: `${probeDir}/work`,
+        resultsDir: `${probeDir}/results`,
+        devices: deviceSet,
+      });
+      await Deno.remove(probeDir, { recursive: true }).catch(() => {});
+      if (reason !== null) {
+        this.sandbox = "none";
+        this.#launchBase = { ...this.#launchBase!, sandbox: "none", readonlyPaths: [] };
+        const message = `bubblewrap isolation is unavailable; running workers WITHOUT isolation ` +
+          `(restart to re-check): ${reason}`;
+        this.events.emit("WARNING", "sandbox_disabled", {
+          sandbox: "bubblewrap",
+          error: reason,
+          message,
+        });
+        if (!this.config.logConsole) console.error(`kcoral: warning: ${message}`);
+        return;
+      }
+    }
+  }
+
+  #launchFor(seat: Pick<Seat, "workDir" | "resultsDir">, gpus: readonly number[]): SlotLaunch {
+    return {
+      ...this.#launchBase!,
+      workDir: seat.workDir,
+      resultsDir: seat.resultsDir,
+      devices: gpus.map((g) => this.#devices.get(g)!).filter(Boolean),
+    };
+  }
+
+  #childEnv(gpus: readonly number[]): { env: Record<string, string>; unset: string[] } {
+    if (this.config.device !== "gpu") return { env: {}, unset: [] };
+    const visible = gpus.map((g) => this.#devices.get(g)!.uuid).join(",");
+    const unset = [..._TORCHRUN_VARS];
+    for (const name of Object.keys(Deno.env.toObject())) {
+      if (name.startsWith("TORCHELASTIC_")) unset.push(name);
+    }
+    return { env: { CUDA_VISIBLE_DEVICES: visible, ..._NO_MULTICAST }, unset };
+  }
+
+  async #execute(request: Request, info?: Deno.ServeHandlerInfo): Promise<Response> {
+    const config = this.config;
+    const requestId = _requestId(request.headers);
+    const respondError = (status: number, kind: string, message: string, reason: string) => {
+      this.events.emit(status >= 500 && status !== 503 ? "ERROR" : "WARNING", "request_finished", {
+        request_id: requestId,
+        http_status: status,
+        finish_reason: reason,
+        error_kind: kind,
+        error_message: message.slice(0, 2048),
+      });
+      const headers: Record<string, string> = {
+        "content-type": "application/json",
+        "x-request-id": requestId,
+      };
+      if (status === 503) headers["retry-after"] = "1";
+      return new Response(errorBody(requestId, kind, message), { status, headers });
+    };
+    const contentLength = request.headers.get("content-length");
+    this.events.emit("INFO", "request_received", {
+      request_id: requestId,
+      client: info ? _peer(info) : null,
+      content_length: contentLength === null ? null : Number(contentLength),
+    });
+    if (this.#closing || !this.pool) {
+      await request.body?.cancel().catch(() => {});
+      return respondError(503, "busy", ERROR_MESSAGES.busy, "no_worker");
+    }
+    if (
+      contentLength !== null && /^\d+$/.test(contentLength) &&
+      Number(contentLength) > config.maxRequestBytes
+    ) {
+      await request.body?.cancel().catch(() => {});
+      return respondError(413, "request_too_large", ERROR_MESSAGES.requestTooLarge, "rejected");
+    }
+    const body = await _readBody(request, config.maxRequestBytes);
+    if (body === null) {
+      return respondError(413, "request_too_large", ERROR_MESSAGES.requestTooLarge, "rejected");
+    }
+
+    let parsed;
+    try {
+      parsed = parseExecuteRequest(body, request.headers.get("content-type"));
+    } catch (error) {
+      if (error instanceof RequestParseError) {
+        return respondError(400, "parse", error.message, "rejected");
+      }
+      throw error;
+    }
+    const program = parsed.program;
+
+    let blobs;
+    try {
+      blobs = await resolveBlobs(program, parsed.blobs, {
+        store: this.#store!,
+        disk: this.#disk,
+        track: (write) => {
+          this.#diskWrites.add(write);
+          write.finally(() => this.#diskWrites.delete(write));
+        },
+      });
+    } catch (error) {
+      if (error instanceof BlobRejected) {
+        return respondError(400, "parse", error.message, "rejected");
+      }
+      throw error;
+    }
+    if (blobs.kind === "missing") {
+      this.events.emit("INFO", "request_finished", {
+        request_id: requestId,
+        http_status: 200,
+        finish_reason: "cache_miss",
+        status: "CACHE_MISS",
+        missing: blobs.missing,
+      });
+      return _json(200, cacheMissJson(requestId, blobs.missing), requestId);
+    }
+
+    try {
+      const gpuCount = program.options.gpuCount;
+      if (gpuCount !== undefined && gpuCount > distinctGpuCount(config)) {
+        return respondError(
+          400,
+          "parse",
+          "gpu_count exceeds this GPU server's configured capacity",
+          "invalid_request",
+        );
+      }
+      const timeoutSeconds = Math.min(
+        program.options.timeoutSeconds ?? config.defaultTimeoutSeconds,
+        config.maxTimeoutSeconds,
+      );
+      const outputLimit = Math.min(
+        program.options.outputLimitBytes ?? config.outputLimitBytes,
+        config.maxOutputLimitBytes,
+      );
+      const programFile = this.events.saveProgram(requestId, parsed.programText);
+      this.events.emit("INFO", "request_accepted", {
+        request_id: requestId,
+        request_bytes: body.length,
+        timeout_seconds: timeoutSeconds,
+        program: programFile,
+        instructions: program.instructionCount,
+        ops: program.ops,
+        uploads: program.uploads,
+        blob_bytes: blobs.bytes,
+      });
+
+      const queueStart = performance.now();
+      let seat: Seat;
+      try {
+        seat = await this.pool.acquire(config.workerWaitTimeoutSeconds * 1000);
+      } catch (error) {
+        if (error instanceof PoolBusy) {
+          return respondError(503, "busy", ERROR_MESSAGES.busy, "no_worker");
+        }
+        throw error;
+      }
+      const queueMs = performance.now() - queueStart;
+      return await this.#runOnSeat(seat, {
+        requestId,
+        programText: parsed.programText,
+        blobPaths: blobs.paths,
+        timeoutSeconds,
+        outputLimit,
+        gpuCount,
+        queueMs,
+        respondError,
+      });
+    } finally {
+      blobs.release();
+    }
+  }
+
+  async #runOnSeat(
+    seat: Seat,
+    request: {
+      requestId: string;
+      programText: Uint8Array;
+      blobPaths: Record<string, string>;
+      timeoutSeconds: number;
+      outputLimit: number;
+      gpuCount: number | undefined;
+      queueMs: number;
+      respondError: (status: number, kind: string, message: string, reason: string) => Response;
+    },
+  ): Promise<Response> {
+    const config = this.config;
+    const { requestId } = request;
+    const holder: LeaseHolder = { id: requestId };
+    let retiring: { oldExit: Promise<unknown>; reason: string } | null = null;
+    let released = false;
+    const releaseSeat = () => {
+      if (!released) {
+        released = true;
+        this.pool!.release(seat, retiring);
+      }
+    };
+    try {
+      const paths = workerPaths({
+        ...this.#launchBase!,
+        workDir: seat.workDir,
+        resultsDir: seat.resultsDir,
+      });
+      const blobDir = paths.blobDir;
+      const blobMap: Record<string, string> = {};
+      for (const sha of Object.keys(request.blobPaths)) blobMap[sha] = `${blobDir}/${sha}`;
+      await resetWorkspace(seat.workDir, this.#sandboxed);
+      await emptyDirectory(seat.resultsDir);
+
+      let child: WorkerChild = seat.child!;
+      let gpus: readonly number[] = seat.gpus;
+      let extraHeldMs = 0;
+      let timeoutMs = request.timeoutSeconds * 1000;
+      let transient: { child: WorkerChild; slot: Slot | null } | null = null;
+      this.events.emit("INFO", "request_routed", {
+        request_id: requestId,
+        worker_id: seat.label,
+        gpu_id: seat.gpus[0] ?? null,
+        gpu_ids: null,
+        generation: seat.generation,
+        pid: child.pid,
+        queue_ms: request.queueMs,
+      });
+      const started = performance.now();
+      let setWaitMs = 0;
+      if (request.gpuCount !== undefined && this.#leases) {
+        // A dedicated child that sees the whole GPU set, initialized while the set is held.
+        const granted = await this.#leases.acquireCount(holder, request.gpuCount);
+        setWaitMs = granted.waitMs;
+        gpus = granted.gpus;
+        const initStart = performance.now();
+        try {
+          transient = await this.#transientChild(seat, gpus);
+        } catch (error) {
+          this.#leases.release(holder);
+          throw error;
+        }
+        extraHeldMs = performance.now() - initStart;
+        this.#leases.release(holder);
+        timeoutMs -= extraHeldMs;
+        child = transient.child;
+        if (timeoutMs <= 0) {
+          await this.#disposeTransient(transient, gpus, holder);
+          return request.respondError(504, "timeout", ERROR_MESSAGES.timeout, "timeout");
+        }
+      }
+
+      const run: RunResult = await runProgram({
+        child,
+        leases: this.#leases,
+        gpus,
+        holder,
+        timeoutMs,
+        graceSeconds: config.workerTerminationGraceSeconds,
+        request: {
+          request_id: requestId,
+          program: new TextDecoder().decode(request.programText),
+          blobs: blobMap,
+          workspace: paths.work,
+          results: paths.results,
+          output_limit_bytes: request.outputLimit,
+          max_return_bytes: config.maxResponseBytes,
+          sandbox: this.#sandboxed,
+        },
+      });
+      const elapsedMs = performance.now() - started;
+      const leaseWaitMs = run.leaseWaitMs + setWaitMs;
+      const leaseHeldMs = run.leaseHeldMs + extraHeldMs;
+      const end = run.end;
+      const gpuIds = request.gpuCount !== undefined ? [...gpus] : undefined;
+
+      if (transient) {
+        const disposal = run.teardown.then(() => this.#disposeTransient(transient!, gpus, holder));
+        this.#trackBackground(disposal);
+      } else if (end.kind !== "outcome" || end.retire !== null) {
+        retiring = {
+          oldExit: Promise.all([child.exited, run.teardown]),
+          reason: end.kind === "outcome"
+            ? end.retire!
+            : end.kind === "timeout"
+            ? "timeout"
+            : end.kind === "crashed"
+            ? "crashed"
+            : "invalid_response",
+        };
+      }
+
+      const finish = (
+        fields: Record<string, unknown>,
+        level: "INFO" | "WARNING" | "ERROR" = "INFO",
+      ) =>
+        this.events.emit(level, "request_finished", {
+          request_id: requestId,
+          worker_id: seat.label,
+          gpu_id: gpus[0] ?? null,
+          queue_ms: request.queueMs,
+          elapsed_ms: elapsedMs,
+          lease_wait_ms: leaseWaitMs,
+          lease_held_ms: leaseHeldMs,
+          timeout_seconds: request.timeoutSeconds,
+          ...fields,
+        });
+
+      if (end.kind === "timeout") {
+        finish({
+          http_status: 504,
+          finish_reason: "timeout",
+          output_tail: child.slot.stderrTail().slice(-4096),
+        }, "WARNING");
+        releaseSeat();
+        return request.respondError(504, "timeout", ERROR_MESSAGES.timeout, "timeout");
+      }
+      if (end.kind === "invalid") {
+        releaseSeat();
+        return request.respondError(
+          500,
+          "engine",
+          ERROR_MESSAGES.invalidWorkerResponse,
+          "server_error",
+        );
+      }
+      if (end.kind === "crashed") {
+        releaseSeat();
+        if (end.instructionIndex === null || end.instructionIndex < 0) {
+          return request.respondError(500, "engine", ERROR_MESSAGES.workerCrashed, "crashed");
+        }
+        const { op, id } = _instructionAt(request.programText, end.instructionIndex);
+        const error = {
+          kind: "runtime",
+          message: "worker exited while executing the instruction",
+          instruction_index: end.instructionIndex,
+          instruction_op: op,
+          instruction_id: id,
+          traceback: "",
+        };
+        finish({
+          http_status: 200,
+          finish_reason: "crashed",
+          status: "FAILED",
+          error_kind: "runtime",
+          error_message: error.message,
+          instruction_index: end.instructionIndex,
+          instruction_op: op,
+          instruction_id: id,
+          exitcode: end.exit.code ?? (end.exit.signal !== null ? -end.exit.signal : null),
+          output_tail: child.slot.stderrTail().slice(-4096),
+        }, "ERROR");
+        const json = resultJson({
+          status: "FAILED",
+          requestId,
+          queueMs: request.queueMs,
+          elapsedMs,
+          leaseWaitMs,
+          leaseHeldMs,
+          stdout: "",
+          stderr: "",
+          stdoutTruncated: false,
+          stderrTruncated: false,
+          gpuIds,
+          resultsJson: "{}",
+          errorJson: JSON.stringify(error),
+        });
+        return _json(200, json, requestId);
+      }
+
+      const outcome = _hostPaths(end.outcome, paths.results, seat.resultsDir);
+      let interferedRequestId: string | null = null;
+      if (outcome.error?.kind === "gpu_access" && this.#leases) {
+        const detected = outcome.gpu_access?.detected_at_ns ?? outcome.error.detected_at_ns;
+        if (typeof detected === "number") {
+          const at = detected / 1e6 + (child.slot.hello?.clockOffsetMs ?? 0);
+          interferedRequestId = this.#leases.holderAt(gpus, at, holder);
+        }
+        this.events.emit("WARNING", "gpu_access_violation", {
+          request_id: requestId,
+          worker_id: seat.label,
+          gpu_id: gpus[0] ?? null,
+          instruction_id: outcome.error.instruction_id ?? null,
+          cuda_call: outcome.error.cuda_call ?? outcome.gpu_access?.cuda_call ?? null,
+          location: outcome.error.location ?? outcome.gpu_access?.location ?? null,
+          interfered_request_id: interferedRequestId,
+        });
+      }
+      const built = await buildResponse(
+        outcome,
+        {
+          requestId,
+          queueMs: request.queueMs,
+          elapsedMs,
+          leaseWaitMs,
+          leaseHeldMs,
+          gpuIds,
+          interferedRequestId,
+        },
+        request.outputLimit,
+        config.maxResponseBytes,
+        `${this.#runtimeDir}/responses/${requestId}-${this.#responseSeq++}`,
+      );
+      releaseSeat();
+      if (built.kind === "too_large") {
+        finish({
+          http_status: 500,
+          finish_reason: "server_error",
+          error_kind: "response_too_large",
+          response_bytes: built.bytes,
+        }, "ERROR");
+        return request.respondError(
+          500,
+          "response_too_large",
+          ERROR_MESSAGES.responseTooLarge,
+          "server_error",
+        );
+      }
+      const error = outcome.error ?? {};
+      finish({
+        http_status: 200,
+        finish_reason: outcome.status === "COMPLETED" ? "completed" : "program_failed",
+        status: outcome.status,
+        error_kind: error.kind ?? null,
+        error_message: typeof error.message === "string" ? error.message.slice(0, 2048) : null,
+        instruction_index: error.instruction_index ?? null,
+        instruction_op: error.instruction_op ?? null,
+        instruction_id: error.instruction_id ?? null,
+        response_bytes: built.bytes,
+      });
+      return new Response(built.body, {
+        status: 200,
+        headers: {
+          "content-type": built.contentType,
+          "content-length": String(built.bytes),
+          "x-request-id": requestId,
+        },
+      });
+    } catch (error) {
+      if (!released && seat.child && !retiring) {
+        retiring = {
+          oldExit: seat.child.kill(config.workerTerminationGraceSeconds),
+          reason: "crashed",
+        };
+      }
+      releaseSeat();
+      this.events.emit("ERROR", "request_finished", {
+        request_id: requestId,
+        http_status: 500,
+        finish_reason: "server_error",
+        error_kind: "unhandled",
+        error_message: String(error instanceof Error ? error.message : error).slice(0, 2048),
+      });
+      return new Response(errorBody(requestId, "engine", ERROR_MESSAGES.internal), {
+        status: 500,
+        headers: { "content-type": "application/json", "x-request-id": requestId },
+      });
+    } finally {
+      releaseSeat();
+    }
+  }
+
+  async #transientChild(
+    seat: Seat,
+    gpus: readonly number[],
+  ): Promise<{ child: WorkerChild; slot: Slot | null }> {
+    let slot: Slot | null = null;
+    let parent = seat.slot!;
+    if (this.#sandboxed) {
+      // The seat's sandbox exposes only its own GPU; a set needs a sandbox with all its nodes.
+      slot = await Slot.start(`${seat.label}+set`, slotCommand(this.#launchFor(seat, gpus)));
+      parent = slot;
+    }
+    try {
+      const { env, unset } = this.#childEnv(gpus);
+      const child = await parent.fork({ env, unset, maxRequests: 1 });
+      await child.init();
+      return { child, slot };
+    } catch (error) {
+      await slot?.stop(1000);
+      throw error;
+    }
+  }
+
+  async #disposeTransient(
+    transient: { child: WorkerChild; slot: Slot | null },
+    gpus: readonly number[],
+    holder: LeaseHolder,
+  ): Promise<void> {
+    if (!transient.child.exit && this.#leases) {
+      await this.#leases.acquire(holder, gpus);
+      try {
+        await transient.child.kill(this.config.workerTerminationGraceSeconds);
+      } finally {
+        this.#leases.release(holder);
+      }
+    }
+    await transient.slot?.stop(1000);
+  }
+
+  #trackBackground(task: Promise<void>): void {
+    const tracked = task.catch(() => {});
+    this.#diskWrites.add(tracked);
+    tracked.finally(() => this.#diskWrites.delete(tracked));
+  }
+}
+
+/** Rewrites the worker's result paths (as seen inside its sandbox) to host paths. */
+function _hostPaths(outcome: WorkerOutcome, workerDir: string, hostDir: string): WorkerOutcome {
+  if (workerDir === hostDir) return outcome;
+  const map = <T extends { path: string }>(file: T): T => {
+    if (file.path !== workerDir && !file.path.startsWith(workerDir + "/")) {
+      throw new Error(`worker result path outside its results directory: ${file.path}`);
+    }
+    return { ...file, path: hostDir + file.path.slice(workerDir.length) };
+  };
+  return {
+    ...outcome,
+    parts: (outcome.parts ?? []).map(map),
+    stdout: outcome.stdout ? map(outcome.stdout) : null,
+    stderr: outcome.stderr ? map(outcome.stderr) : null,
+  };
+}
+
+function _instructionAt(
+  programText: Uint8Array,
+  index: number,
+): { op: string | null; id: string | null } {
+  try {
+    const program = JSON.parse(new TextDecoder().decode(programText));
+    const instruction = program.instructions[index];
+    return {
+      op: typeof instruction?.op === "string" ? instruction.op : null,
+      id: typeof instruction?.id === "string" ? instruction.id : null,
+    };
+  } catch {
+    return { op: null, id: null };
+  }
+}
+
+function _requestId(headers: Headers): string {
+  // Headers joins repeated values with ", ", so a single canonical UUID means one header.
+  const value = headers.get("x-request-id");
+  if (value !== null && _UUID.test(value)) return value;
+  return crypto.randomUUID();
+}
+
+async function _readBody(request: Request, limit: number): Promise<Uint8Array | null> {
+  if (!request.body) return new Uint8Array(0);
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for await (const chunk of request.body) {
+    total += chunk.length;
+    if (total > limit) {
+      await request.body.cancel().catch(() => {});
+      return null;
+    }
+    chunks.push(chunk);
+  }
+  if (chunks.length === 1) return chunks[0];
+  const body = new Uint8Array(total);
+  let offset = 0;
+  for (const chunk of chunks) {
+    body.set(chunk, offset);
+    offset += chunk.length;
+  }
+  return body;
+}
+
+async function _blobDir(runtimeDir: string): Promise<string> {
+  try {
+    const info = await Deno.stat("/dev/shm");
+    if (info.isDirectory) {
+      const dir = await Deno.makeTempDir({ dir: "/dev/shm", prefix: "kcoral-blobs-" });
+      await Deno.chmod(dir, 0o755);
+      return dir;
+    }
+  } catch {
+    // no usable tmpfs
+  }
+  return `${runtimeDir}/blobs`;
+}
+
+function _json(status: number, body: string, requestId?: string): Response {
+  const headers: Record<string, string> = { "content-type": "application/json" };
+  if (requestId) headers["x-request-id"] = requestId;
+  return new Response(body, { status, headers });
+}
+
+function _methodNotAllowed(allow: string): Response {
+  return new Response('{"detail":"Method Not Allowed"}', {
+    status: 405,
+    headers: { "content-type": "application/json", allow },
+  });
+}
+
+function _peer(info: Deno.ServeHandlerInfo): string | null {
+  const addr = info.remoteAddr as Deno.NetAddr;
+  return addr && "hostname" in addr ? `${addr.hostname}:${addr.port}` : null;
+}
+
+function _isLoopback(info?: Deno.ServeHandlerInfo): boolean {
+  const addr = info?.remoteAddr as Deno.NetAddr | undefined;
+  if (!addr || !("hostname" in addr)) return false;
+  return addr.hostname === "::1" || addr.hostname.startsWith("127.") ||
+    addr.hostname === "::ffff:127.0.0.1";
+}
+
+function _pythonIsoNow(): string {
+  return new Date().toISOString().replace(/\.(\d{3})Z$/, ".$1000Z");
+}
+
+function _describeConfig(config: ServerConfig): Record<string, unknown> {
+  return { ...config };
+}
+
+/** SHA-256 of bytes as lowercase hex (exported for tests of the caches). */
+export function sha256Hex(bytes: Uint8Array): string {
+  return createHash("sha256").update(bytes).digest("hex");
+}

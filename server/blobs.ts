@@ -1,0 +1,141 @@
+/**
+ * Blob resolution and the CACHE_MISS negotiation (spec protocol §2.8): supplied parts are
+ * offered to the caches, every referenced hash is resolved from the request, the disk cache
+ * (file uploads) or the memory cache (tensor, bytes, library uploads), and what remains is
+ * reported missing. Resolved blobs stay pinned as files until the request releases them.
+ *
+ * @module
+ */
+import type { ParsedProgram } from "../protocol/program.ts";
+import type { BlobStore } from "./cache_memory.ts";
+import type { DiskFileCache } from "./cache_disk.ts";
+
+/** A request whose blobs are inconsistent (HTTP 400, kind `parse`). */
+export class BlobRejected extends Error {
+  /** Creates the error. */
+  constructor(message: string) {
+    super(message);
+    this.name = "BlobRejected";
+  }
+}
+
+/** The outcome of resolving a program's blobs. */
+export type BlobResolution =
+  | { kind: "missing"; missing: string[] }
+  | {
+    kind: "ready";
+    /** SHA-256 → path of the file holding the bytes. */
+    paths: Record<string, string>;
+    /** Total bytes of all resolved blobs. */
+    bytes: number;
+    /** Unpins every blob (call once, when the request is done with them). */
+    release: () => void;
+  };
+
+/** The caches a server resolves blobs against. */
+export interface BlobCaches {
+  /** Memory cache (a directory of blob files). */
+  store: BlobStore;
+  /** Disk cache for file uploads. */
+  disk: DiskFileCache;
+  /** Pending disk writes are registered here so shutdown can wait for them. */
+  track?: (write: Promise<void>) => void;
+}
+
+/**
+ * Resolves the blobs of `program` given the `supplied` parts.
+ * Throws {@linkcode BlobRejected} for unreferenced parts or a tensor length mismatch (which
+ * wins over missing blobs).
+ */
+export async function resolveBlobs(
+  program: ParsedProgram,
+  supplied: Map<string, Uint8Array>,
+  caches: BlobCaches,
+): Promise<BlobResolution> {
+  const { store, disk } = caches;
+  const referenced = new Map(program.blobs.map((ref) => [ref.sha256, ref]));
+  const unreferenced = [...supplied.keys()].filter((sha) => !referenced.has(sha)).sort();
+  if (unreferenced.length > 0) {
+    throw new BlobRejected(`unreferenced blob part(s): ${unreferenced.join(", ")}`);
+  }
+
+  const pinned: string[] = [];
+  const release = () => {
+    store.unpin(pinned);
+    pinned.length = 0;
+  };
+  const sizes = new Map<string, number>();
+  const missing: string[] = [];
+  const diskWrites: [string, Uint8Array][] = [];
+  try {
+    for (const ref of program.blobs) {
+      const sha = ref.sha256;
+      const fileUse = ref.uses.has("file");
+      const otherUse = ref.uses.has("tensor") || ref.uses.has("bytes") || ref.uses.has("library");
+      const bytes = supplied.get(sha);
+      if (bytes) {
+        await store.putPinned(sha, bytes, otherUse);
+        pinned.push(sha);
+        sizes.set(sha, bytes.length);
+        if (fileUse && disk.enabled) diskWrites.push([sha, bytes]);
+        continue;
+      }
+      if (fileUse) {
+        const cached = await disk.get(sha);
+        if (cached) {
+          await store.putPinned(sha, cached, false);
+          pinned.push(sha);
+          sizes.set(sha, cached.length);
+          continue;
+        }
+      }
+      if (otherUse && store.has(sha) && store.pinExisting([sha])) {
+        pinned.push(sha);
+        await store.written([sha]);
+        sizes.set(sha, (await Deno.stat(store.path(sha))).size);
+        continue;
+      }
+      missing.push(sha);
+    }
+    if (diskWrites.length > 0) {
+      const write = disk.putBatch(diskWrites);
+      caches.track?.(write);
+    }
+    for (const ref of program.blobs) {
+      const size = sizes.get(ref.sha256);
+      if (size === undefined) continue;
+      for (const expected of ref.tensorByteLengths) {
+        if (expected !== size) {
+          throw new BlobRejected(
+            `tensor blob ${ref.sha256} has ${size} bytes but its dtype and shape need ${expected}`,
+          );
+        }
+      }
+    }
+  } catch (error) {
+    release();
+    throw error;
+  }
+  if (missing.length > 0) {
+    release();
+    return { kind: "missing", missing };
+  }
+  const paths: Record<string, string> = {};
+  let total = 0;
+  for (const [sha, size] of sizes) {
+    paths[sha] = store.path(sha);
+    total += size;
+  }
+  let released = false;
+  return {
+    kind: "ready",
+    paths,
+    bytes: total,
+    release: () => {
+      if (!released) {
+        released = true;
+        release();
+      }
+    },
+  };
+}

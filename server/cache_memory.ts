@@ -1,0 +1,148 @@
+/**
+ * The memory cache for tensor, bytes and library blobs (spec server §6.2), kept as
+ * content-addressed files in a RAM-backed directory so workers read them without the bytes
+ * crossing a pipe. LRU by use; objects larger than a quarter of the capacity are not kept
+ * (they still serve the request that brought them); entries in use by a request are pinned.
+ *
+ * @module
+ */
+
+interface _Entry {
+  size: number;
+  pins: number;
+  /** Kept after its requests end (LRU member); transient entries go when unpinned. */
+  retained: boolean;
+}
+
+/** A directory of content-addressed blob files with LRU retention and pinning. */
+export class BlobStore {
+  /** The directory holding one file per blob, named by its SHA-256. */
+  readonly dir: string;
+  /** Retention capacity in bytes. */
+  readonly capacityBytes: number;
+  #entries = new Map<string, _Entry>(); // insertion order = LRU order (first = least recent)
+  #retainedBytes = 0;
+  #writes = new Map<string, Promise<void>>();
+
+  /** Uses `dir` (created if missing; existing blob files are discarded). */
+  constructor(dir: string, capacityBytes: number) {
+    this.dir = dir;
+    this.capacityBytes = capacityBytes;
+    Deno.mkdirSync(dir, { recursive: true, mode: 0o755 });
+  }
+
+  /** Bytes currently retained by the LRU. */
+  get retainedBytes(): number {
+    return this.#retainedBytes;
+  }
+
+  /** The file that holds (or will hold) blob `sha256`. */
+  path(sha256: string): string {
+    return `${this.dir}/${sha256}`;
+  }
+
+  /** Whether the blob is present (retained or in use); a hit moves it to most recent. */
+  has(sha256: string): boolean {
+    const entry = this.#entries.get(sha256);
+    if (!entry) return false;
+    this.#entries.delete(sha256);
+    this.#entries.set(sha256, entry);
+    return true;
+  }
+
+  /**
+   * Stores a blob and pins it once (release with {@linkcode unpin}). `retain` offers it to
+   * the LRU; objects over a quarter of the capacity are kept only while pinned.
+   */
+  async putPinned(sha256: string, bytes: Uint8Array, retain: boolean): Promise<void> {
+    const keep = retain && bytes.length <= this.capacityBytes / 4;
+    let entry = this.#entries.get(sha256);
+    if (entry) {
+      entry.pins++;
+      if (keep && !entry.retained) {
+        entry.retained = true;
+        this.#retainedBytes += entry.size;
+      }
+      this.#entries.delete(sha256);
+      this.#entries.set(sha256, entry);
+      await this.#writes.get(sha256);
+    } else {
+      entry = { size: bytes.length, pins: 1, retained: keep };
+      this.#entries.set(sha256, entry);
+      if (keep) this.#retainedBytes += entry.size;
+      const write = this.#write(sha256, bytes);
+      this.#writes.set(sha256, write);
+      try {
+        await write;
+      } catch (error) {
+        this.#drop(sha256);
+        throw error;
+      } finally {
+        this.#writes.delete(sha256);
+      }
+    }
+    this.#evict();
+  }
+
+  /** Pins blobs already present; returns false (pinning nothing) if any is missing. */
+  pinExisting(hashes: Iterable<string>): boolean {
+    const list = [...hashes];
+    if (!list.every((sha) => this.#entries.has(sha))) return false;
+    for (const sha of list) this.#entries.get(sha)!.pins++;
+    return true;
+  }
+
+  /** Resolves once every given blob's file is completely written. */
+  async written(hashes: Iterable<string>): Promise<void> {
+    for (const sha of hashes) await this.#writes.get(sha);
+  }
+
+  /** Releases one pin of each blob; transient blobs are deleted when no request uses them. */
+  unpin(hashes: Iterable<string>): void {
+    for (const sha of hashes) {
+      const entry = this.#entries.get(sha);
+      if (!entry) continue;
+      entry.pins = Math.max(0, entry.pins - 1);
+      if (entry.pins === 0 && !entry.retained) this.#drop(sha);
+    }
+    this.#evict();
+  }
+
+  /** Deletes every blob file and the directory. */
+  close(): void {
+    this.#entries.clear();
+    this.#retainedBytes = 0;
+    try {
+      Deno.removeSync(this.dir, { recursive: true });
+    } catch {
+      // already gone
+    }
+  }
+
+  async #write(sha256: string, bytes: Uint8Array): Promise<void> {
+    const tmp = `${this.dir}/.tmp-${crypto.randomUUID()}`;
+    await Deno.writeFile(tmp, bytes, { mode: 0o644 });
+    await Deno.rename(tmp, this.path(sha256));
+  }
+
+  #evict(): void {
+    if (this.#retainedBytes <= this.capacityBytes) return;
+    for (const [sha, entry] of this.#entries) {
+      if (this.#retainedBytes <= this.capacityBytes) break;
+      if (!entry.retained || entry.pins > 0) continue;
+      this.#drop(sha);
+    }
+  }
+
+  #drop(sha256: string): void {
+    const entry = this.#entries.get(sha256);
+    if (!entry) return;
+    this.#entries.delete(sha256);
+    if (entry.retained) this.#retainedBytes -= entry.size;
+    try {
+      Deno.removeSync(this.path(sha256));
+    } catch {
+      // never written or already gone
+    }
+  }
+}

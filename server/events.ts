@@ -1,0 +1,187 @@
+/**
+ * The server's event log (spec server §8): one ordered JSON-lines stream per server start under
+ * `<log-dir>/runs/<stamp>/events.jsonl`, program records under `programs/`, and a console
+ * mirror on stderr.
+ *
+ * Written by hand rather than through a logging library: every server instance (tests run
+ * several in one process) needs its own run directory and sinks, lines must be written
+ * synchronously in order, and both formats are fixed by upstream.
+ *
+ * @module
+ */
+
+/** Severity of an event. */
+export type EventLevel = "DEBUG" | "INFO" | "WARNING" | "ERROR";
+
+/** Options of an {@linkcode EventLog}. */
+export interface EventLogOptions {
+  /** Log directory; `null` writes no files. */
+  logDir: string | null;
+  /** Mirror events to stderr. */
+  console: boolean;
+  /** Record accepted programs. */
+  programs: boolean;
+  /** Where console lines go (default: stderr). */
+  consoleWrite?: (line: string) => void;
+}
+
+const _CONSOLE_SKIPPED = new Set(["traceback", "versions", "config", "ops", "uploads"]);
+const _encoder = new TextEncoder();
+
+/** An open event log. */
+export class EventLog {
+  /** The run directory of this server start, or `null` without log files. */
+  readonly runDir: string | null;
+  #file: Deno.FsFile | null = null;
+  #console: ((line: string) => void) | null;
+  #programs: boolean;
+  #listeners = new Set<(record: Record<string, unknown>) => void>();
+
+  /** Opens the log, creating a fresh run directory when `logDir` is set. */
+  constructor(options: EventLogOptions) {
+    this.#console = options.console
+      ? (options.consoleWrite ?? ((line) => Deno.stderr.writeSync(_encoder.encode(line + "\n"))))
+      : null;
+    this.#programs = options.programs;
+    this.runDir = null;
+    if (options.logDir) {
+      try {
+        this.runDir = _createRunDir(options.logDir);
+        this.#file = Deno.openSync(`${this.runDir}/events.jsonl`, {
+          create: true,
+          append: true,
+        });
+        if (this.#programs) Deno.mkdirSync(`${this.runDir}/programs`, { recursive: true });
+      } catch (error) {
+        this.#console?.(`kcoral: cannot open the event log in ${options.logDir}: ${error}`);
+        this.runDir = null;
+        this.#file = null;
+      }
+    }
+  }
+
+  /** Writes one event (write errors are ignored, as upstream does). */
+  emit(level: EventLevel, event: string, fields: Record<string, unknown> = {}): void {
+    const timestamp = new Date().toISOString();
+    const record: Record<string, unknown> = { timestamp, level, event, ...fields };
+    for (const listener of this.#listeners) listener(record);
+    if (this.#file) {
+      try {
+        this.#file.writeSync(_encoder.encode(_jsonLine(record) + "\n"));
+      } catch {
+        // best effort
+      }
+    }
+    if (this.#console) {
+      try {
+        this.#console(_consoleLine(timestamp, level, event, fields));
+      } catch {
+        // best effort
+      }
+    }
+  }
+
+  /** Records the raw program JSON of an accepted request; returns its file name or `null`. */
+  saveProgram(requestId: string, programText: Uint8Array): string | null {
+    if (!this.runDir || !this.#programs) return null;
+    const name = `${requestId}.json`;
+    try {
+      Deno.writeFileSync(`${this.runDir}/programs/${name}`, programText);
+      return name;
+    } catch {
+      return null;
+    }
+  }
+
+  /** Observes every event (used by tests and the bench); returns an unsubscribe function. */
+  subscribe(listener: (record: Record<string, unknown>) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  /** Closes the log file. */
+  close(): void {
+    try {
+      this.#file?.close();
+    } catch {
+      // already closed
+    }
+    this.#file = null;
+  }
+}
+
+function _createRunDir(logDir: string): string {
+  const now = new Date();
+  const pad = (n: number, w = 2) => String(n).padStart(w, "0");
+  const stamp = `${now.getUTCFullYear()}${pad(now.getUTCMonth() + 1)}${pad(now.getUTCDate())}T` +
+    `${pad(now.getUTCHours())}${pad(now.getUTCMinutes())}${pad(now.getUTCSeconds())}.` +
+    `${pad(now.getUTCMilliseconds(), 3)}000Z`;
+  Deno.mkdirSync(`${logDir}/runs`, { recursive: true });
+  for (let n = 0;; n++) {
+    const dir = `${logDir}/runs/${stamp}${n === 0 ? "" : `-${n}`}`;
+    try {
+      Deno.mkdirSync(dir);
+      return dir;
+    } catch (error) {
+      if (!(error instanceof Deno.errors.AlreadyExists)) throw error;
+    }
+  }
+}
+
+function _jsonLine(record: Record<string, unknown>): string {
+  try {
+    return JSON.stringify(record, _replacer);
+  } catch {
+    const unencodable: Record<string, string> = {};
+    for (const [key, value] of Object.entries(record)) {
+      try {
+        JSON.stringify(value, _replacer);
+      } catch {
+        unencodable[key] = String(value).slice(0, 2000);
+      }
+    }
+    return JSON.stringify({
+      timestamp: record.timestamp,
+      level: record.level,
+      event: record.event,
+      unencodable_fields: unencodable,
+    });
+  }
+}
+
+function _replacer(_key: string, value: unknown): unknown {
+  if (typeof value === "bigint") return Number(value);
+  if (typeof value === "number" && !Number.isFinite(value)) {
+    throw new TypeError("non-finite number in event");
+  }
+  if (value instanceof Map) return Object.fromEntries(value);
+  if (value instanceof Set) return [...value];
+  return value;
+}
+
+function _consoleLine(
+  timestamp: string,
+  level: EventLevel,
+  event: string,
+  fields: Record<string, unknown>,
+): string {
+  const parts = [`${timestamp} ${level.padEnd(7)} ${event}`];
+  for (const [key, value] of Object.entries(fields)) {
+    if (value === null || value === undefined || _CONSOLE_SKIPPED.has(key)) continue;
+    let text: string;
+    if (typeof value === "number") {
+      text = Number.isInteger(value) ? String(value) : value.toFixed(1);
+    } else if (typeof value === "string") {
+      text = value;
+    } else {
+      try {
+        text = JSON.stringify(value, _replacer);
+      } catch {
+        text = String(value);
+      }
+    }
+    if (text.length > 120) text = text.slice(0, 120) + "...";
+    parts.push(`${key}=${text}`);
+  }
+  return parts.join(" ");
+}

@@ -1,0 +1,363 @@
+/**
+ * The worker pool (spec server §2): one seat per worker (`gpu<N>/w<i>` or `cpu/w<i>`), each
+ * backed by a slot (zygote) and its current ready child. Requests take a seat on the
+ * least-loaded GPU or wait in one FIFO with direct hand-off. A retiring child is replaced in
+ * the background: the next child is forked at once, and its device context is created under
+ * the per-GPU initialization gate and the lease, after the old child is gone.
+ *
+ * @module
+ */
+import type { EventLog } from "./events.ts";
+import type { GpuLeases, LeaseHolder } from "./lease.ts";
+import { type ChildReady, Slot, type SlotCommand, type WorkerChild } from "./slot.ts";
+
+/** Seat states. `replacing` seats do not count in `request_capacity`. */
+export type SeatState = "starting" | "idle" | "busy" | "replacing" | "broken";
+
+/** One worker seat. */
+export interface Seat {
+  /** Stable name: `gpu<N>/w<i>` or `cpu/w<i>`. */
+  readonly label: string;
+  /** Index in the pool. */
+  readonly index: number;
+  /** Physical GPU ids the seat's workers use (empty on CPU). */
+  readonly gpus: readonly number[];
+  /** Workspace directory on the host. */
+  readonly workDir: string;
+  /** Results directory on the host. */
+  readonly resultsDir: string;
+  /** Current state. */
+  state: SeatState;
+  /** The slot (zygote), when running. */
+  slot: Slot | null;
+  /** The ready child, when idle or busy. */
+  child: WorkerChild | null;
+  /** Generation counter (increments per child). */
+  generation: number;
+}
+
+/** Everything the pool needs from its server. */
+export interface PoolOptions {
+  /** Seats to create: their labels and GPUs. */
+  seats: { label: string; gpus: number[] }[];
+  /** Per-seat directories live under `<runtimeDir>/slots/<index>`. */
+  runtimeDir: string;
+  /** The lease arbiter (`null` on CPU servers). */
+  leases: GpuLeases | null;
+  /** How to start a seat's zygote. */
+  slotCommand: (seat: Seat) => SlotCommand;
+  /** Environment for a new child of `seat` (e.g. `CUDA_VISIBLE_DEVICES`). */
+  childEnv: (seat: Seat) => { env: Record<string, string>; unset: string[] };
+  /** Requests a child serves before it retires (0: forever). */
+  maxRequestsPerWorker: number;
+  /** Event log. */
+  events: EventLog;
+  /** How long one zygote may take to import its modules. */
+  slotStartTimeoutMs?: number;
+}
+
+/** No worker became free in time, or the pool is shutting down. */
+export class PoolBusy extends Error {
+  /** Creates the error. */
+  constructor(message = "server saturated") {
+    super(message);
+    this.name = "PoolBusy";
+  }
+}
+
+interface _Waiter {
+  resolve: (seat: Seat) => void;
+  reject: (error: Error) => void;
+}
+
+/** The pool of worker seats. */
+export class WorkerPool {
+  /** All seats, in creation order. */
+  readonly seats: Seat[];
+  /** Target and versions reported by the first worker. */
+  target: Record<string, string> = {};
+  /** Versions reported by the first worker. */
+  versions: Record<string, string> = {};
+  #options: PoolOptions;
+  #idle = new Map<string, Seat[]>(); // per GPU key, LIFO
+  #assigned = new Map<string, number>(); // per GPU key
+  #waiters: _Waiter[] = [];
+  #closing = false;
+  #inProgress = 0;
+  #background = new Set<Promise<void>>();
+
+  /** Creates the seats (nothing starts until {@linkcode WorkerPool.start}). */
+  constructor(options: PoolOptions) {
+    this.#options = options;
+    this.seats = options.seats.map((spec, index) => ({
+      label: spec.label,
+      index,
+      gpus: spec.gpus,
+      workDir: `${options.runtimeDir}/slots/${index}/work`,
+      resultsDir: `${options.runtimeDir}/slots/${index}/results`,
+      state: "starting" as SeatState,
+      slot: null,
+      child: null,
+      generation: 0,
+    }));
+  }
+
+  /** Starts every seat (zygotes in parallel, then contexts), checks all share one target. */
+  async start(): Promise<void> {
+    for (const seat of this.seats) {
+      Deno.mkdirSync(seat.workDir, { recursive: true, mode: 0o700 });
+      Deno.mkdirSync(seat.resultsDir, { recursive: true, mode: 0o700 });
+    }
+    await Promise.all(this.seats.map((seat) => this.#startSlot(seat)));
+    const readies: ChildReady[] = [];
+    for (const seat of this.seats) readies.push(await this.#newChild(seat, true));
+    const first = readies[0];
+    this.target = first?.target ?? {};
+    this.versions = first?.versions ?? {};
+    for (const [i, ready] of readies.entries()) {
+      if (JSON.stringify(ready.target) !== JSON.stringify(this.target)) {
+        throw new Error(
+          `a pool serves one target: ${this.seats[0].label} reports ${
+            JSON.stringify(this.target)
+          } but ${this.seats[i].label} reports ${JSON.stringify(ready.target)}`,
+        );
+      }
+    }
+    for (const seat of this.seats) this.#makeIdle(seat);
+  }
+
+  /** Load counters for `/health`. */
+  load(): { request_capacity: number; requests_in_progress: number; requests_waiting: number } {
+    const replacing = this.seats.filter((s) => s.state !== "idle" && s.state !== "busy").length;
+    return {
+      request_capacity: this.#closing ? 0 : this.seats.length - replacing,
+      requests_in_progress: this.#inProgress,
+      requests_waiting: this.#waiters.length,
+    };
+  }
+
+  /** Number of seats with a request. */
+  get busyWorkers(): number {
+    return this.seats.filter((s) => s.state === "busy").length;
+  }
+
+  /** Whether shutdown has begun. */
+  get closing(): boolean {
+    return this.#closing;
+  }
+
+  /**
+   * Takes a seat: an idle one on the least-loaded GPU, else waits in the FIFO up to
+   * `timeoutMs`. Throws {@linkcode PoolBusy} on timeout or shutdown.
+   */
+  acquire(timeoutMs: number): Promise<Seat> {
+    if (this.#closing) return Promise.reject(new PoolBusy());
+    const seat = this.#takeIdle();
+    if (seat) return Promise.resolve(this.#assign(seat));
+    return new Promise<Seat>((resolve, reject) => {
+      const waiter: _Waiter = {
+        resolve: (s) => {
+          clearTimeout(timer);
+          resolve(s);
+        },
+        reject: (e) => {
+          clearTimeout(timer);
+          reject(e);
+        },
+      };
+      const timer = setTimeout(() => {
+        this.#waiters = this.#waiters.filter((w) => w !== waiter);
+        reject(new PoolBusy());
+      }, timeoutMs);
+      this.#waiters.push(waiter);
+    });
+  }
+
+  /**
+   * Gives a seat back after a request. With `retiring` (the child is exiting or was killed),
+   * the seat is replaced in the background: `oldExit` resolves once the old child is gone and
+   * its lease released; only then is the new child's context created.
+   */
+  release(seat: Seat, retiring: { oldExit: Promise<unknown>; reason: string } | null): void {
+    this.#inProgress--;
+    const key = _key(seat);
+    this.#assigned.set(key, (this.#assigned.get(key) ?? 1) - 1);
+    if (!retiring && seat.child && !seat.child.exit && seat.slot && !seat.slot.dead) {
+      this.#makeIdle(seat);
+      return;
+    }
+    seat.state = "replacing";
+    const child = seat.child;
+    seat.child = null;
+    this.#options.events.emit(_retireLevel(retiring?.reason), "worker_retired", {
+      worker_id: seat.label,
+      gpu_id: seat.gpus[0] ?? null,
+      generation: seat.generation,
+      pid: child?.pid ?? null,
+      reason: retiring?.reason ?? "crashed",
+    });
+    this.#runBackground(this.#replace(seat, retiring?.oldExit ?? Promise.resolve()));
+  }
+
+  /** Rejects waiters and stops taking requests. */
+  beginShutdown(): void {
+    this.#closing = true;
+    const waiters = this.#waiters;
+    this.#waiters = [];
+    for (const waiter of waiters) waiter.reject(new PoolBusy());
+  }
+
+  /** Stops every slot (after in-flight requests have finished). */
+  async close(graceMs = 5000): Promise<void> {
+    this.beginShutdown();
+    await Promise.allSettled([...this.#background]);
+    await Promise.allSettled(this.seats.map((seat) => seat.slot?.stop(graceMs)));
+    for (const seat of this.seats) {
+      seat.slot = null;
+      seat.child = null;
+      seat.state = "broken";
+    }
+  }
+
+  /** Resolves when no background replacement is running (tests). */
+  async settled(): Promise<void> {
+    while (this.#background.size > 0) await Promise.allSettled([...this.#background]);
+  }
+
+  #assign(seat: Seat): Seat {
+    seat.state = "busy";
+    this.#inProgress++;
+    const key = _key(seat);
+    this.#assigned.set(key, (this.#assigned.get(key) ?? 0) + 1);
+    return seat;
+  }
+
+  #takeIdle(): Seat | null {
+    let bestKey: string | null = null;
+    let bestLoad = Infinity;
+    for (const [key, stack] of this.#idle) {
+      if (stack.length === 0) continue;
+      const load = this.#assigned.get(key) ?? 0;
+      if (load < bestLoad) {
+        bestLoad = load;
+        bestKey = key;
+      }
+    }
+    return bestKey === null ? null : this.#idle.get(bestKey)!.pop()!;
+  }
+
+  #makeIdle(seat: Seat): void {
+    if (this.#closing) {
+      seat.state = "idle";
+      return;
+    }
+    const waiter = this.#waiters.shift();
+    if (waiter) {
+      waiter.resolve(this.#assign(seat));
+      return;
+    }
+    seat.state = "idle";
+    const key = _key(seat);
+    if (!this.#idle.has(key)) this.#idle.set(key, []);
+    this.#idle.get(key)!.push(seat);
+  }
+
+  #runBackground(task: Promise<void>): void {
+    const tracked = task.finally(() => this.#background.delete(tracked));
+    this.#background.add(tracked);
+  }
+
+  async #startSlot(seat: Seat): Promise<void> {
+    seat.slot = await Slot.start(
+      seat.label,
+      this.#options.slotCommand(seat),
+      this.#options.slotStartTimeoutMs,
+    );
+  }
+
+  /** Forks and initializes a new child on `seat` (under gate and lease on GPU servers). */
+  async #newChild(seat: Seat, startup = false, forked?: Promise<WorkerChild>): Promise<ChildReady> {
+    const { env, unset } = this.#options.childEnv(seat);
+    const child = await (forked ?? seat.slot!.fork({
+      env,
+      unset,
+      maxRequests: this.#options.maxRequestsPerWorker,
+    }));
+    seat.generation++;
+    const leases = this.#options.leases;
+    let ready: ChildReady;
+    if (leases && !startup) {
+      const open = await leases.initializationGate(seat.gpus);
+      const holder: LeaseHolder = { id: `init:${seat.label}` };
+      try {
+        await leases.acquire(holder, seat.gpus);
+        try {
+          ready = await child.init();
+        } finally {
+          leases.release(holder);
+        }
+      } finally {
+        open();
+      }
+    } else {
+      ready = await child.init();
+    }
+    seat.child = child;
+    this.#options.events.emit("INFO", "worker_ready", {
+      worker_id: seat.label,
+      gpu_id: seat.gpus[0] ?? null,
+      generation: seat.generation,
+      pid: child.pid,
+      device: seat.gpus.length ? seat.gpus.join(",") : "cpu",
+      arch: ready.target.arch ?? null,
+    });
+    return ready;
+  }
+
+  async #replace(seat: Seat, oldExit: Promise<unknown>): Promise<void> {
+    for (let attempt = 0;; attempt++) {
+      if (this.#closing) return;
+      try {
+        if (!seat.slot || seat.slot.dead) {
+          seat.slot?.destroy();
+          await oldExit;
+          await this.#startSlot(seat);
+        }
+        // Pre-fork now; the context is created only after the old child is gone.
+        const forked = seat.slot!.fork({
+          ...this.#options.childEnv(seat),
+          maxRequests: this.#options.maxRequestsPerWorker,
+        });
+        forked.catch(() => {});
+        await oldExit;
+        await this.#newChild(seat, false, forked);
+        this.#makeIdle(seat);
+        return;
+      } catch (error) {
+        this.#options.events.emit("ERROR", "worker_replace_failed", {
+          worker_id: seat.label,
+          gpu_id: seat.gpus[0] ?? null,
+          reason: "replacement",
+          error: String(error instanceof Error ? error.message : error),
+        });
+        if (seat.slot && !seat.slot.dead) {
+          seat.slot.destroy();
+          await seat.slot.closed.catch(() => {});
+        }
+        seat.slot = null;
+        if (this.#closing) return;
+        await new Promise((r) => setTimeout(r, Math.min(30_000, 250 * 2 ** attempt)));
+      }
+    }
+  }
+}
+
+function _key(seat: Seat): string {
+  return seat.gpus.join(",") || "cpu";
+}
+
+function _retireLevel(reason: string | undefined): "INFO" | "WARNING" | "ERROR" {
+  if (reason === "request_limit") return "INFO";
+  if (reason === "crashed" || reason === undefined) return "ERROR";
+  return "WARNING";
+}

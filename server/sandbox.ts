@@ -1,0 +1,368 @@
+/**
+ * Worker isolation with bubblewrap (spec server §7): the command line that starts a slot's
+ * zygote inside its own sandbox (or directly, without isolation), the paths a worker sees, and
+ * the startup probe that decides whether isolation is available.
+ *
+ * Inside a sandbox a slot sees: the runtime read-only (`/usr`, `/lib*`, the Python prefixes
+ * and module paths, the runtime package, `--sandbox-readonly-path` entries), its own writable
+ * `/work`, its results directory at `/kcoral/results`, the blob directory read-only at
+ * `/kcoral/blobs`, only its own GPU device nodes, and no network.
+ *
+ * @module
+ */
+import type { GpuDevice } from "./devices.ts";
+import type { SlotCommand } from "./slot.ts";
+
+/** Facts about the worker interpreter, read once at startup. */
+export interface PythonInfo {
+  executable: string;
+  prefix: string;
+  basePrefix: string;
+  path: string[];
+  version: string;
+}
+
+/** What a slot's zygote needs to start. */
+export interface SlotLaunch {
+  /** `"bubblewrap"` or `"none"` (after the probe). */
+  sandbox: "bubblewrap" | "none";
+  /** Worker interpreter. */
+  python: PythonInfo;
+  /** Directory that contains the `kcoral_runtime` package. */
+  runtimePath: string;
+  /** Zygote arguments after `-m kcoral_runtime.zygote`. */
+  zygoteArgs: string[];
+  /** Host directories of the slot. */
+  workDir: string;
+  resultsDir: string;
+  blobDir: string;
+  /** GPUs whose device nodes the slot may open (empty for CPU and simulated GPUs). */
+  devices: GpuDevice[];
+  /** Extra read-only paths. */
+  readonlyPaths: string[];
+  /** GPU workers keep `/proc` writable (NVIDIA initialization needs it). */
+  gpu: boolean;
+  /** Base environment (the server's own, minus what must not leak). */
+  env: Record<string, string>;
+}
+
+/** Paths as a worker inside the slot sees them. */
+export interface WorkerPaths {
+  work: string;
+  results: string;
+  blobDir: string;
+}
+
+/** The reserved directory inside `/work` (uploads into it fail). */
+export const RESERVED_DIR = ".kcoral";
+const _RESERVED_SUBDIRS = [
+  "tmp",
+  "home",
+  "cache",
+  "cuda",
+  "triton",
+  "extensions",
+  "libraries",
+  "shm",
+];
+
+const _RUNTIME_RO = [
+  "/usr",
+  "/bin",
+  "/sbin",
+  "/lib",
+  "/lib32",
+  "/lib64",
+  "/libx32",
+  "/sys",
+  "/opt/nvidia/nsight-compute",
+  "/etc/ld.so.cache",
+  "/etc/ld.so.conf",
+  "/etc/ld.so.conf.d",
+  "/etc/alternatives",
+  "/etc/localtime",
+  "/etc/passwd",
+  "/etc/group",
+  "/etc/nsswitch.conf",
+];
+const _SANDBOX_RUNTIME = "/kcoral/runtime";
+const _DEV_NODES = ["/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/full"];
+
+/** Paths a worker of a slot launched with `launch` sees. */
+export function workerPaths(
+  launch: Pick<SlotLaunch, "sandbox" | "workDir" | "resultsDir" | "blobDir">,
+): WorkerPaths {
+  return launch.sandbox === "bubblewrap"
+    ? { work: "/work", results: "/kcoral/results", blobDir: "/kcoral/blobs" }
+    : { work: launch.workDir, results: launch.resultsDir, blobDir: launch.blobDir };
+}
+
+/** Reads the worker interpreter's prefixes and module path. */
+export async function pythonInfo(python: string): Promise<PythonInfo> {
+  const code =
+    "import json,sys,os;print(json.dumps({'executable':os.path.realpath(sys.executable),'prefix':sys.prefix,'basePrefix':sys.base_prefix,'path':[p for p in sys.path if p],'version':sys.version.split()[0]}))";
+  const output = await new Deno.Command(python, {
+    args: ["-c", code],
+    stdout: "piped",
+    stderr: "piped",
+  }).output().catch((error) => {
+    throw new Error(`cannot run the worker interpreter ${python}: ${error.message}`);
+  });
+  if (!output.success) {
+    throw new Error(
+      `the worker interpreter ${python} failed: ${new TextDecoder().decode(output.stderr).trim()}`,
+    );
+  }
+  const info = JSON.parse(new TextDecoder().decode(output.stdout));
+  // Keep the interpreter path as given so venvs keep their site-packages.
+  return { ...info, executable: python.includes("/") ? python : info.executable };
+}
+
+/** Empties a slot's workspace in place and recreates the reserved directories (sandbox). */
+export async function resetWorkspace(workDir: string, sandboxed: boolean): Promise<void> {
+  for await (const entry of Deno.readDir(workDir)) {
+    await Deno.remove(`${workDir}/${entry.name}`, { recursive: true }).catch(async (error) => {
+      if (error instanceof Deno.errors.NotFound) return;
+      // A read-only directory left by a program: make it writable, then retry.
+      await _makeWritable(`${workDir}/${entry.name}`);
+      await Deno.remove(`${workDir}/${entry.name}`, { recursive: true });
+    });
+  }
+  if (sandboxed) {
+    for (const sub of _RESERVED_SUBDIRS) {
+      await Deno.mkdir(`${workDir}/${RESERVED_DIR}/${sub}`, { recursive: true, mode: 0o700 });
+    }
+  }
+}
+
+/** Empties a directory in place (the results directory between requests). */
+export async function emptyDirectory(dir: string): Promise<void> {
+  for await (const entry of Deno.readDir(dir)) {
+    await Deno.remove(`${dir}/${entry.name}`, { recursive: true }).catch(() => {});
+  }
+}
+
+async function _makeWritable(path: string): Promise<void> {
+  try {
+    const info = await Deno.lstat(path);
+    if (info.isDirectory) {
+      await Deno.chmod(path, 0o700);
+      for await (const entry of Deno.readDir(path)) await _makeWritable(`${path}/${entry.name}`);
+    }
+  } catch {
+    // best effort
+  }
+}
+
+/** The command that starts a slot's zygote. */
+export function slotCommand(launch: SlotLaunch): SlotCommand {
+  const pythonPath = [_SANDBOX_RUNTIME, ...launch.readonlyPaths.filter(_isDir)].join(":");
+  const zygote = [launch.python.executable, "-m", "kcoral_runtime.zygote", ...launch.zygoteArgs];
+  if (launch.sandbox === "none") {
+    return {
+      command: zygote[0],
+      args: zygote.slice(1),
+      env: {
+        ...launch.env,
+        PYTHONPATH: [launch.runtimePath, launch.env.PYTHONPATH].filter(Boolean).join(":"),
+        PYTHONDONTWRITEBYTECODE: "1",
+      },
+      cwd: launch.workDir,
+    };
+  }
+  const args = bwrapArgs(launch);
+  return {
+    command: "bwrap",
+    args: [...args, "--", ...zygote],
+    env: { ...launch.env, PYTHONPATH: pythonPath },
+  };
+}
+
+/** The bubblewrap arguments (everything before `--`) for a slot. */
+export function bwrapArgs(launch: SlotLaunch): string[] {
+  const args = [
+    "--unshare-all",
+    "--unshare-user",
+    "--die-with-parent",
+    "--new-session",
+    "--cap-drop",
+    "ALL",
+    "--disable-userns",
+  ];
+  const bound = new Set<string>();
+  const roBind = (path: string) => {
+    if (bound.has(path) || !_exists(path)) return;
+    bound.add(path);
+    args.push("--ro-bind", _realpath(path), path);
+  };
+  for (const path of _RUNTIME_RO) roBind(path);
+  for (const path of [launch.python.prefix, launch.python.basePrefix, ...launch.python.path]) {
+    if (path.startsWith("/")) roBind(path);
+  }
+  roBind(_dirname(launch.python.executable));
+  for (const path of launch.readonlyPaths) roBind(path);
+  args.push("--bind", launch.workDir, "/work");
+  args.push("--bind", launch.resultsDir, "/kcoral/results");
+  args.push("--ro-bind", launch.blobDir, "/kcoral/blobs");
+  args.push("--ro-bind", launch.runtimePath, _SANDBOX_RUNTIME);
+  args.push("--proc", "/proc", "--dir", "/dev");
+  for (const node of _DEV_NODES) if (_exists(node)) args.push("--dev-bind", node, node);
+  if (launch.gpu) {
+    for (const device of launch.devices) {
+      if (device.minor !== null) _devBind(args, `/dev/nvidia${device.minor}`);
+    }
+    for (const node of ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]) {
+      _devBind(args, node);
+    }
+    try {
+      for (const entry of Deno.readDirSync("/dev/nvidia-caps")) {
+        if (entry.name.startsWith("nvidia-cap")) _devBind(args, `/dev/nvidia-caps/${entry.name}`);
+      }
+    } catch {
+      // no capability nodes
+    }
+  }
+  args.push(
+    "--symlink",
+    "/work/.kcoral/tmp",
+    "/tmp",
+    "--symlink",
+    "/work/.kcoral/tmp",
+    "/var/tmp",
+    "--symlink",
+    "/work/.kcoral/shm",
+    "/dev/shm",
+    "--symlink",
+    "/proc/self/fd",
+    "/dev/fd",
+    "--symlink",
+    "/proc/self/fd/0",
+    "/dev/stdin",
+    "--symlink",
+    "/proc/self/fd/1",
+    "/dev/stdout",
+    "--symlink",
+    "/proc/self/fd/2",
+    "/dev/stderr",
+  );
+  const setenv: [string, string][] = [
+    ["HOME", "/work/.kcoral/home"],
+    ["TMPDIR", "/work/.kcoral/tmp"],
+    ["TMP", "/work/.kcoral/tmp"],
+    ["TEMP", "/work/.kcoral/tmp"],
+    ["XDG_CACHE_HOME", "/work/.kcoral/cache"],
+    ["CUDA_CACHE_PATH", "/work/.kcoral/cuda"],
+    ["TRITON_CACHE_DIR", "/work/.kcoral/triton"],
+    ["TORCH_EXTENSIONS_DIR", "/work/.kcoral/extensions"],
+    ["TVM_FFI_CACHE_DIR", "/work/.kcoral/cache/tvm-ffi"],
+    ["PYTHONDONTWRITEBYTECODE", "1"],
+    ["PYTHONNOUSERSITE", "1"],
+    ["KCORAL_SANDBOX", "bubblewrap"],
+  ];
+  for (const [name, value] of setenv) args.push("--setenv", name, value);
+  if (!launch.gpu) args.push("--remount-ro", "/proc");
+  args.push("--chdir", "/work", "--remount-ro", "/");
+  return args;
+}
+
+/**
+ * Checks the read-only paths: each must exist, and none may be `/` or an ancestor of the
+ * sandbox root (that would expose every workspace). Throws with a message naming the path.
+ */
+export function checkReadonlyPaths(paths: readonly string[], sandboxRoot: string): void {
+  const root = _realpath(sandboxRoot);
+  for (const path of paths) {
+    if (!_exists(path)) throw new Error(`--sandbox-readonly-path does not exist: ${path}`);
+    const real = _realpath(path);
+    if (real === "/" || root === real || root.startsWith(real.endsWith("/") ? real : real + "/")) {
+      throw new Error(`read-only runtime path contains sandbox workspaces: ${path}`);
+    }
+  }
+}
+
+/**
+ * Runs the probe of spec server §7.3 in a throwaway sandbox shaped like a slot's: must print
+ * `kcoral-sandbox-ready` within `timeoutMs`. Resolves with `null` on success or the reason.
+ */
+export async function probeSandbox(launch: SlotLaunch, timeoutMs = 10_000): Promise<string | null> {
+  if (Deno.build.os !== "linux") return "bubblewrap isolation requires Linux";
+  let args: string[];
+  try {
+    checkReadonlyPaths(launch.readonlyPaths, launch.workDir);
+    args = bwrapArgs(launch);
+  } catch (error) {
+    return error instanceof Error ? error.message : String(error);
+  }
+  const code = "import os;assert os.getcwd()=='/work', os.getcwd();" +
+    "os.makedirs('/work/.kcoral/probe', exist_ok=True);print('kcoral-sandbox-ready')";
+  let child: Deno.ChildProcess;
+  try {
+    child = new Deno.Command("bwrap", {
+      args: [...args, "--", launch.python.executable, "-I", "-S", "-c", code],
+      env: launch.env,
+      clearEnv: true,
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+      detached: true,
+    }).spawn();
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) {
+      return "bubblewrap isolation requires bwrap on PATH; install bubblewrap";
+    }
+    return `cannot start bwrap: ${error instanceof Error ? error.message : error}`;
+  }
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timedOut = new Promise<"timeout">((resolve) => {
+    timer = setTimeout(() => resolve("timeout"), timeoutMs);
+  });
+  const result = await Promise.race([child.output(), timedOut]);
+  clearTimeout(timer);
+  if (result === "timeout") {
+    try {
+      Deno.kill(-child.pid, "SIGKILL");
+    } catch {
+      // gone
+    }
+    await child.status;
+    return `the bubblewrap probe did not finish within ${timeoutMs / 1000} s`;
+  }
+  const stdout = new TextDecoder().decode(result.stdout);
+  if (result.success && stdout.includes("kcoral-sandbox-ready")) return null;
+  const stderr = new TextDecoder().decode(result.stderr).trim().slice(-2000);
+  return `the bubblewrap probe failed (exit ${result.code}): ${stderr || stdout.trim()}`;
+}
+
+function _devBind(args: string[], node: string): void {
+  if (_exists(node)) args.push("--dev-bind", node, node);
+}
+
+function _isDir(path: string): boolean {
+  try {
+    return Deno.statSync(path).isDirectory;
+  } catch {
+    return false;
+  }
+}
+
+function _exists(path: string): boolean {
+  try {
+    Deno.statSync(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function _realpath(path: string): string {
+  try {
+    return Deno.realPathSync(path);
+  } catch {
+    return path;
+  }
+}
+
+function _dirname(path: string): string {
+  const i = path.lastIndexOf("/");
+  return i <= 0 ? "/" : path.slice(0, i);
+}

@@ -1,0 +1,388 @@
+/**
+ * One worker slot: a long-lived Python zygote (in its sandbox when isolation is on) that forks a
+ * fresh child process per worker generation, and relays the children's frames over its pipes
+ * (docs/architecture.md §2).
+ *
+ * @module
+ */
+import { encodeFrame, type Frame, readFrames } from "./ipc.ts";
+
+/** How to start a slot's zygote. */
+export interface SlotCommand {
+  /** Executable (python, or bwrap). */
+  command: string;
+  /** Its arguments. */
+  args: string[];
+  /** Environment of the zygote (complete; nothing is inherited). */
+  env: Record<string, string>;
+  /** Working directory. */
+  cwd?: string;
+}
+
+/** What a zygote says once its imports are done. */
+export interface ZygoteHello {
+  pid: number;
+  python: string;
+  versions: Record<string, string>;
+  mode: string;
+  /** `performance.now()` minus the zygote's monotonic clock, in ms (clock alignment). */
+  clockOffsetMs: number;
+}
+
+/** What a child reports once its device context exists. */
+export interface ChildReady {
+  target: Record<string, string>;
+  versions: Record<string, string>;
+  deviceUuids: string[];
+}
+
+/** How a child ended. */
+export interface ChildExit {
+  code: number | null;
+  signal: number | null;
+  /** Descendants outlived the child and were killed. */
+  orphans: boolean;
+  /** The whole slot (zygote) died; the child is gone with it. */
+  slotDied: boolean;
+}
+
+/** The zygote stopped answering or died while starting. */
+export class SlotError extends Error {
+  /** Creates the error. */
+  constructor(message: string) {
+    super(message);
+    this.name = "SlotError";
+  }
+}
+
+/** A child process ended before answering. */
+export class ChildExited extends Error {
+  /** How it ended. */
+  readonly exit: ChildExit;
+  /** Creates the error. */
+  constructor(exit: ChildExit) {
+    super(
+      exit.slotDied
+        ? "worker slot died"
+        : `worker exited (code ${exit.code}, signal ${exit.signal})`,
+    );
+    this.name = "ChildExited";
+    this.exit = exit;
+  }
+}
+
+const _STDERR_RING = 8192;
+
+/** A forked worker process of a slot. */
+export class WorkerChild {
+  /** The id the server chose (unique within the slot). */
+  readonly id: number;
+  /** The slot that forked it. */
+  readonly slot: Slot;
+  /** Its pid (in the zygote's pid namespace). */
+  pid = 0;
+  /** Set once `ready` arrived. */
+  ready: ChildReady | null = null;
+  /** Resolves when the child and all its descendants are gone. */
+  readonly exited: Promise<ChildExit>;
+  /** The exit, once known. */
+  exit: ChildExit | null = null;
+  #resolveExit!: (exit: ChildExit) => void;
+  #handler: ((frame: Frame) => void) | null = null;
+  #pending: Frame[] = [];
+
+  /** @internal */
+  constructor(slot: Slot, id: number) {
+    this.slot = slot;
+    this.id = id;
+    this.exited = new Promise((resolve) => (this.#resolveExit = resolve));
+  }
+
+  /** Sends a frame to the child (through the zygote). */
+  send(frame: Omit<Frame, "c">): void {
+    this.slot.send({ ...frame, c: this.id } as Frame);
+  }
+
+  /** Routes frames of this child to `handler` (or queues them until one is set). */
+  setHandler(handler: ((frame: Frame) => void) | null): void {
+    this.#handler = handler;
+    if (handler) {
+      const pending = this.#pending;
+      this.#pending = [];
+      for (const frame of pending) handler(frame);
+    }
+  }
+
+  /** Waits for the next frame of one of `types`, failing if the child exits first. */
+  async next(types: string[], onOther?: (frame: Frame) => void): Promise<Frame> {
+    if (this.exit) throw new ChildExited(this.exit);
+    let settle!: (frame: Frame) => void;
+    const frame = new Promise<Frame>((resolve) => (settle = resolve));
+    this.setHandler((f) => {
+      if (types.includes(f.t)) settle(f);
+      else onOther?.(f);
+    });
+    try {
+      const winner = await Promise.race([frame, this.exited.then((exit) => exit)]);
+      if ("t" in winner) return winner as Frame;
+      throw new ChildExited(winner as ChildExit);
+    } finally {
+      this.setHandler(null);
+    }
+  }
+
+  /** Creates the device context (call while holding the lease for its GPUs). */
+  async init(): Promise<ChildReady> {
+    const reply = this.next(["ready", "init_failed"]);
+    this.send({ t: "init" });
+    const frame = await reply;
+    if (frame.t === "init_failed") {
+      throw new SlotError(
+        `worker initialization failed: ${frame.message}\n${frame.traceback ?? ""}`.trim(),
+      );
+    }
+    this.ready = {
+      target: (frame.target ?? {}) as Record<string, string>,
+      versions: (frame.versions ?? {}) as Record<string, string>,
+      deviceUuids: (frame.device_uuids ?? []) as string[],
+    };
+    return this.ready;
+  }
+
+  /** Asks the zygote to kill the child's process tree; resolves when it is gone. */
+  kill(graceSeconds: number): Promise<ChildExit> {
+    if (!this.exit) this.slot.send({ t: "kill", c: this.id, grace: graceSeconds });
+    return this.exited;
+  }
+
+  /** @internal */
+  _deliver(frame: Frame): void {
+    if (this.#handler) this.#handler(frame);
+    else this.#pending.push(frame);
+  }
+
+  /** @internal */
+  _exited(exit: ChildExit): void {
+    if (this.exit) return;
+    this.exit = exit;
+    this.#resolveExit(exit);
+  }
+}
+
+/** One slot: its zygote process and children. */
+export class Slot {
+  /** Stable seat name, e.g. `gpu0/w3` or `cpu/w1`. */
+  readonly label: string;
+  /** Set once the zygote said hello. */
+  hello: ZygoteHello | null = null;
+  /** Resolves when the zygote process has exited. */
+  readonly closed: Promise<Deno.CommandStatus>;
+  #process: Deno.ChildProcess;
+  #writer: WritableStreamDefaultWriter<Uint8Array>;
+  #children = new Map<number, WorkerChild>();
+  #forks = new Map<number, (pid: number) => void>();
+  #nextChild = 1;
+  #stderr = new Uint8Array(0);
+  #helloWaiter: { resolve: (h: ZygoteHello) => void; reject: (e: Error) => void } | null = null;
+  #dead = false;
+  #fatal: string | null = null;
+
+  private constructor(label: string, process: Deno.ChildProcess) {
+    this.label = label;
+    this.#process = process;
+    this.#writer = process.stdin.getWriter();
+    this.closed = process.status;
+    this.#readStderr(process.stderr);
+    this.#readFrames(process.stdout);
+  }
+
+  /**
+   * Starts a zygote and waits for its `hello` (imports done), up to `timeoutMs`.
+   * The process leads its own process group so the whole tree can be killed.
+   */
+  static async start(label: string, spec: SlotCommand, timeoutMs = 120_000): Promise<Slot> {
+    const process = new Deno.Command(spec.command, {
+      args: spec.args,
+      env: spec.env,
+      clearEnv: true,
+      cwd: spec.cwd,
+      stdin: "piped",
+      stdout: "piped",
+      stderr: "piped",
+      detached: true,
+    }).spawn();
+    const slot = new Slot(label, process);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    try {
+      await Promise.race([
+        new Promise<ZygoteHello>((resolve, reject) => (slot.#helloWaiter = { resolve, reject })),
+        new Promise((_, reject) => {
+          timer = setTimeout(
+            () => reject(new SlotError(`worker ${label} did not start within ${timeoutMs} ms`)),
+            timeoutMs,
+          );
+        }),
+      ]);
+    } catch (error) {
+      slot.destroy();
+      throw error;
+    } finally {
+      clearTimeout(timer);
+    }
+    return slot;
+  }
+
+  /** The zygote's pid (also its process group id). */
+  get pid(): number {
+    return this.#process.pid;
+  }
+
+  /** Whether the zygote has died. */
+  get dead(): boolean {
+    return this.#dead;
+  }
+
+  /** The last bytes the zygote wrote to stderr (diagnostics). */
+  stderrTail(): string {
+    return new TextDecoder().decode(this.#stderr);
+  }
+
+  /** Sends a raw frame to the zygote. */
+  send(frame: Frame): void {
+    if (this.#dead) return;
+    this.#writer.write(encodeFrame(frame)).catch(() => {});
+  }
+
+  /** Forks a child with extra environment; resolves once the zygote reports its pid. */
+  async fork(
+    options: { env?: Record<string, string>; unset?: string[]; maxRequests: number },
+  ): Promise<WorkerChild> {
+    if (this.#dead) throw new SlotError(this.#deathMessage());
+    const id = this.#nextChild++;
+    const child = new WorkerChild(this, id);
+    this.#children.set(id, child);
+    const forked = new Promise<number>((resolve) => this.#forks.set(id, resolve));
+    this.send({
+      t: "fork",
+      c: id,
+      env: options.env ?? {},
+      unset: options.unset ?? [],
+      max_requests: options.maxRequests,
+    });
+    const pid = await Promise.race([forked, child.exited.then(() => -1)]);
+    this.#forks.delete(id);
+    if (pid < 0) throw new ChildExited(child.exit!);
+    child.pid = pid;
+    return child;
+  }
+
+  /** Asks the zygote to kill every child and exit; kills the process group after `graceMs`. */
+  async stop(graceMs = 5000): Promise<void> {
+    this.send({ t: "shutdown" });
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timedOut = await Promise.race([
+      this.closed.then(() => false),
+      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), graceMs))),
+    ]);
+    clearTimeout(timer);
+    if (timedOut) this.destroy();
+    else this.#killGroup();
+    await this.closed;
+  }
+
+  /** Kills the zygote's whole process group at once (SIGKILL). */
+  destroy(): void {
+    this.#killGroup();
+  }
+
+  #killGroup(): void {
+    try {
+      Deno.kill(-this.#process.pid, "SIGKILL");
+    } catch {
+      // already gone
+    }
+  }
+
+  #deathMessage(): string {
+    return `worker slot ${this.label} died${this.#fatal ? `: ${this.#fatal}` : ""}`;
+  }
+
+  async #readFrames(stdout: ReadableStream<Uint8Array>): Promise<void> {
+    try {
+      for await (const frame of readFrames(stdout)) this.#onFrame(frame);
+    } catch (error) {
+      this.#fatal ??= `bad frame from worker: ${error}`;
+    }
+    this.#dead = true;
+    this.#killGroup();
+    const tail = this.stderrTail().trim();
+    this.#helloWaiter?.reject(
+      new SlotError(`${this.#deathMessage()}${tail ? `\n${tail}` : ""}`),
+    );
+    this.#helloWaiter = null;
+    for (const child of this.#children.values()) {
+      child._exited({ code: null, signal: null, orphans: false, slotDied: true });
+    }
+    this.#children.clear();
+    try {
+      await this.#writer.close();
+    } catch {
+      // broken pipe
+    }
+  }
+
+  async #readStderr(stderr: ReadableStream<Uint8Array>): Promise<void> {
+    try {
+      for await (const chunk of stderr) {
+        const joined = new Uint8Array(this.#stderr.length + chunk.length);
+        joined.set(this.#stderr);
+        joined.set(chunk, this.#stderr.length);
+        this.#stderr = joined.length > _STDERR_RING ? joined.slice(-_STDERR_RING) : joined;
+      }
+    } catch {
+      // process gone
+    }
+  }
+
+  #onFrame(frame: Frame): void {
+    switch (frame.t) {
+      case "hello": {
+        const monotonicNs = typeof frame.monotonic_ns === "number" ? frame.monotonic_ns : null;
+        this.hello = {
+          pid: Number(frame.pid),
+          python: String(frame.python ?? ""),
+          versions: (frame.versions ?? {}) as Record<string, string>,
+          mode: String(frame.mode ?? ""),
+          clockOffsetMs: monotonicNs === null ? 0 : performance.now() - monotonicNs / 1e6,
+        };
+        this.#helloWaiter?.resolve(this.hello);
+        this.#helloWaiter = null;
+        return;
+      }
+      case "error":
+        this.#fatal = String(frame.message ?? "unknown error");
+        return;
+      case "forked": {
+        this.#forks.get(Number(frame.c))?.(Number(frame.pid));
+        return;
+      }
+      case "exited": {
+        const id = Number(frame.c);
+        const child = this.#children.get(id);
+        if (!child) return;
+        this.#children.delete(id);
+        child._exited({
+          code: typeof frame.code === "number" ? frame.code : null,
+          signal: typeof frame.signal === "number" ? frame.signal : null,
+          orphans: frame.orphans === true,
+          slotDied: false,
+        });
+        return;
+      }
+      default: {
+        const child = this.#children.get(Number(frame.c));
+        child?._deliver(frame);
+      }
+    }
+  }
+}
