@@ -559,11 +559,13 @@ class _Server implements App {
           this.#leases.release(holder);
           throw error;
         }
+        // Keep holding the set: releasing it before the program's first GPU step would let
+        // single-GPU requests queued behind the set slip in (starving the set).
         extraHeldMs = performance.now() - initStart;
-        this.#leases.release(holder);
         timeoutMs -= extraHeldMs;
         child = transient.child;
         if (timeoutMs <= 0) {
+          this.#leases.release(holder);
           await this.#disposeTransient(transient, gpus, holder);
           return request.respondError(504, "timeout", ERROR_MESSAGES.timeout, "timeout");
         }
@@ -575,6 +577,7 @@ class _Server implements App {
         gpus,
         holder,
         timeoutMs,
+        leaseHeld: transient !== null,
         graceSeconds: config.workerTerminationGraceSeconds,
         request: {
           request_id: requestId,
@@ -866,6 +869,21 @@ function _requestId(headers: Headers): string {
 
 async function _readBody(request: Request, limit: number): Promise<Uint8Array | null> {
   if (!request.body) return new Uint8Array(0);
+  const declared = Number(request.headers.get("content-length") ?? NaN);
+  if (Number.isSafeInteger(declared) && declared >= 0 && declared <= limit) {
+    // One allocation, filled in place (no chunk list, no final copy).
+    const body = new Uint8Array(declared);
+    let offset = 0;
+    for await (const chunk of request.body) {
+      if (offset + chunk.length > declared) {
+        await request.body.cancel().catch(() => {});
+        return offset + chunk.length > limit ? null : _concat([body.subarray(0, offset), chunk]);
+      }
+      body.set(chunk, offset);
+      offset += chunk.length;
+    }
+    return offset === declared ? body : body.subarray(0, offset);
+  }
   const chunks: Uint8Array[] = [];
   let total = 0;
   for await (const chunk of request.body) {
@@ -876,7 +894,11 @@ async function _readBody(request: Request, limit: number): Promise<Uint8Array | 
     }
     chunks.push(chunk);
   }
-  if (chunks.length === 1) return chunks[0];
+  return chunks.length === 1 ? chunks[0] : _concat(chunks);
+}
+
+function _concat(chunks: Uint8Array[]): Uint8Array {
+  const total = chunks.reduce((n, c) => n + c.length, 0);
   const body = new Uint8Array(total);
   let offset = 0;
   for (const chunk of chunks) {

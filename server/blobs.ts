@@ -68,18 +68,25 @@ export async function resolveBlobs(
   const missing: string[] = [];
   const diskWrites: [string, Uint8Array][] = [];
   try {
+    // Supplied blobs are written to the store concurrently (each write runs off the event loop).
+    const writes: Promise<void>[] = [];
+    for (const ref of program.blobs) {
+      const bytes = supplied.get(ref.sha256);
+      if (!bytes) continue;
+      const otherUse = ref.uses.has("tensor") || ref.uses.has("bytes") || ref.uses.has("library");
+      pinned.push(ref.sha256);
+      sizes.set(ref.sha256, bytes.length);
+      writes.push(store.putPinned(ref.sha256, bytes, otherUse));
+      if (ref.uses.has("file") && disk.enabled) diskWrites.push([ref.sha256, bytes]);
+    }
+    const settled = await Promise.allSettled(writes);
+    const failed = settled.find((r) => r.status === "rejected");
+    if (failed) throw (failed as PromiseRejectedResult).reason;
     for (const ref of program.blobs) {
       const sha = ref.sha256;
       const fileUse = ref.uses.has("file");
       const otherUse = ref.uses.has("tensor") || ref.uses.has("bytes") || ref.uses.has("library");
-      const bytes = supplied.get(sha);
-      if (bytes) {
-        await store.putPinned(sha, bytes, otherUse);
-        pinned.push(sha);
-        sizes.set(sha, bytes.length);
-        if (fileUse && disk.enabled) diskWrites.push([sha, bytes]);
-        continue;
-      }
+      if (supplied.has(sha)) continue;
       if (fileUse) {
         const cached = await disk.get(sha);
         if (cached) {

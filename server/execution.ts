@@ -64,6 +64,8 @@ export interface RunParams {
   timeoutMs: number;
   /** SIGTERM → SIGKILL grace for kills. */
   graceSeconds: number;
+  /** The holder already holds the lease for `gpus` (a GPU set kept from initialization). */
+  leaseHeld?: boolean;
   /** Called on every `instr` progress frame. */
   onInstruction?: (index: number) => void;
 }
@@ -74,7 +76,7 @@ export async function runProgram(params: RunParams): Promise<RunResult> {
   const started = performance.now();
   let leaseWaitMs = 0;
   let leaseHeldMs = 0;
-  let heldSince: number | null = null;
+  let heldSince: number | null = params.leaseHeld && leases ? performance.now() : null;
   let lastInstruction: number | null = null;
 
   // Deadline that pauses while the child waits for the lease.

@@ -196,7 +196,17 @@ export class WorkerPool {
       pid: child?.pid ?? null,
       reason: retiring?.reason ?? "crashed",
     });
-    this.#runBackground(this.#replace(seat, retiring?.oldExit ?? Promise.resolve()));
+    const retiredAt = performance.now();
+    const oldExit = (retiring?.oldExit ?? Promise.resolve()).then(() => {
+      this.#options.events.emit("INFO", "worker_exited", {
+        worker_id: seat.label,
+        gpu_id: seat.gpus[0] ?? null,
+        generation: seat.generation,
+        pid: child?.pid ?? null,
+        teardown_ms: performance.now() - retiredAt,
+      });
+    });
+    this.#runBackground(this.#replace(seat, oldExit));
   }
 
   /** Rejects waiters and stops taking requests. */
@@ -286,13 +296,20 @@ export class WorkerPool {
     seat.generation++;
     const leases = this.#options.leases;
     let ready: ChildReady;
+    let initMs = 0;
+    const init = async () => {
+      const start = performance.now();
+      const result = await child.init();
+      initMs = performance.now() - start;
+      return result;
+    };
     if (leases && !startup) {
       const open = await leases.initializationGate(seat.gpus);
       const holder: LeaseHolder = { id: `init:${seat.label}` };
       try {
         await leases.acquire(holder, seat.gpus);
         try {
-          ready = await child.init();
+          ready = await init();
         } finally {
           leases.release(holder);
         }
@@ -300,7 +317,7 @@ export class WorkerPool {
         open();
       }
     } else {
-      ready = await child.init();
+      ready = await init();
     }
     seat.child = child;
     this.#options.events.emit("INFO", "worker_ready", {
@@ -310,6 +327,7 @@ export class WorkerPool {
       pid: child.pid,
       device: seat.gpus.length ? seat.gpus.join(",") : "cpu",
       arch: ready.target.arch ?? null,
+      init_ms: initMs,
     });
     return ready;
   }

@@ -10,15 +10,25 @@
  *
  * @module
  */
+import { resolve } from "node:path";
 import type { GpuDevice } from "./devices.ts";
 import type { SlotCommand } from "./slot.ts";
 
 /** Facts about the worker interpreter, read once at startup. */
 export interface PythonInfo {
+  /** The interpreter to start (`sys.executable`: a virtual environment's own, not resolved). */
   executable: string;
+  /** `sys.prefix`. */
   prefix: string;
+  /** `sys.base_prefix`. */
   basePrefix: string;
+  /** Absolute entries of `sys.path` (the user site included when the interpreter uses it). */
   path: string[];
+  /** The user site-packages directory when it is on `sys.path`, else `null`. */
+  userSite: string | null;
+  /** The user base (`site.getuserbase()`) that goes with `userSite`, else `null`. */
+  userBase: string | null;
+  /** `X.Y.Z`. */
   version: string;
 }
 
@@ -51,6 +61,19 @@ export interface WorkerPaths {
   work: string;
   results: string;
   blobDir: string;
+}
+
+/**
+ * A sandbox setting that can never be safe or can never work (a read-only path that is `/`,
+ * contains the server's workspaces, or lies where the sandbox puts its own directories).
+ * The server refuses to start rather than run without isolation.
+ */
+export class SandboxConfigError extends Error {
+  /** Creates the error. */
+  constructor(message: string) {
+    super(message);
+    this.name = "SandboxConfigError";
+  }
 }
 
 /** The reserved directory inside `/work` (uploads into it fail). */
@@ -86,6 +109,11 @@ const _RUNTIME_RO = [
   "/etc/nsswitch.conf",
 ];
 const _SANDBOX_RUNTIME = "/kcoral/runtime";
+/**
+ * Directories the sandbox builds itself: a host path bound at or below one of them would be
+ * hidden by (or break) the sandbox's own mount or symlink; one above them would hide those.
+ */
+const _SANDBOX_OWNED = ["/work", "/kcoral", "/tmp", "/var/tmp", "/dev", "/proc"];
 const _DEV_NODES = ["/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/full"];
 
 /** Paths a worker of a slot launched with `launch` sees. */
@@ -97,10 +125,21 @@ export function workerPaths(
     : { work: launch.workDir, results: launch.resultsDir, blobDir: launch.blobDir };
 }
 
-/** Reads the worker interpreter's prefixes and module path. */
+/**
+ * Reads the worker interpreter's executable, prefixes, module path and user site. The
+ * executable is `sys.executable` as the interpreter reports it: a shim or a name on `PATH`
+ * becomes the real interpreter, and a virtual environment keeps its own `bin/python`.
+ */
 export async function pythonInfo(python: string): Promise<PythonInfo> {
-  const code =
-    "import json,sys,os;print(json.dumps({'executable':os.path.realpath(sys.executable),'prefix':sys.prefix,'basePrefix':sys.base_prefix,'path':[p for p in sys.path if p],'version':sys.version.split()[0]}))";
+  const code = [
+    "import json,sys,os,site",
+    "u=site.getusersitepackages() if site.ENABLE_USER_SITE else None",
+    "u=u if u and u in sys.path else None",
+    "print(json.dumps({'executable':sys.executable,'prefix':sys.prefix," +
+    "'basePrefix':sys.base_prefix,'path':[p for p in sys.path if p.startswith('/')]," +
+    "'userSite':u,'userBase':site.getuserbase() if u else None," +
+    "'version':sys.version.split()[0]}))",
+  ].join("\n");
   const output = await new Deno.Command(python, {
     args: ["-c", code],
     stdout: "piped",
@@ -113,21 +152,14 @@ export async function pythonInfo(python: string): Promise<PythonInfo> {
       `the worker interpreter ${python} failed: ${new TextDecoder().decode(output.stderr).trim()}`,
     );
   }
-  const info = JSON.parse(new TextDecoder().decode(output.stdout));
-  // Keep the interpreter path as given so venvs keep their site-packages.
-  return { ...info, executable: python.includes("/") ? python : info.executable };
+  const info = JSON.parse(new TextDecoder().decode(output.stdout)) as PythonInfo;
+  // sys.executable can be empty when Python cannot tell; then keep what we were given.
+  return { ...info, executable: info.executable || python };
 }
 
 /** Empties a slot's workspace in place and recreates the reserved directories (sandbox). */
 export async function resetWorkspace(workDir: string, sandboxed: boolean): Promise<void> {
-  for await (const entry of Deno.readDir(workDir)) {
-    await Deno.remove(`${workDir}/${entry.name}`, { recursive: true }).catch(async (error) => {
-      if (error instanceof Deno.errors.NotFound) return;
-      // A read-only directory left by a program: make it writable, then retry.
-      await _makeWritable(`${workDir}/${entry.name}`);
-      await Deno.remove(`${workDir}/${entry.name}`, { recursive: true });
-    });
-  }
+  await _empty(workDir);
   if (sandboxed) {
     for (const sub of _RESERVED_SUBDIRS) {
       await Deno.mkdir(`${workDir}/${RESERVED_DIR}/${sub}`, { recursive: true, mode: 0o700 });
@@ -135,10 +167,24 @@ export async function resetWorkspace(workDir: string, sandboxed: boolean): Promi
   }
 }
 
-/** Empties a directory in place (the results directory between requests). */
+/**
+ * Empties a directory in place (the results directory between requests). Read-only
+ * directories a program left behind are made writable first; throws if an entry stays.
+ */
 export async function emptyDirectory(dir: string): Promise<void> {
+  await _empty(dir);
+}
+
+async function _empty(dir: string): Promise<void> {
   for await (const entry of Deno.readDir(dir)) {
-    await Deno.remove(`${dir}/${entry.name}`, { recursive: true }).catch(() => {});
+    await Deno.remove(`${dir}/${entry.name}`, { recursive: true }).catch(async (error) => {
+      if (error instanceof Deno.errors.NotFound) return;
+      // A read-only directory left by a program: make it writable, then retry.
+      await _makeWritable(`${dir}/${entry.name}`);
+      await Deno.remove(`${dir}/${entry.name}`, { recursive: true }).catch((error) => {
+        if (!(error instanceof Deno.errors.NotFound)) throw error;
+      });
+    });
   }
 }
 
@@ -154,9 +200,11 @@ async function _makeWritable(path: string): Promise<void> {
   }
 }
 
-/** The command that starts a slot's zygote. */
+/**
+ * The command that starts a slot's zygote. Throws {@linkcode SandboxConfigError} for a refused
+ * read-only path (see {@linkcode checkReadonlyPaths}).
+ */
 export function slotCommand(launch: SlotLaunch): SlotCommand {
-  const pythonPath = [_SANDBOX_RUNTIME, ...launch.readonlyPaths.filter(_isDir)].join(":");
   const zygote = [launch.python.executable, "-m", "kcoral_runtime.zygote", ...launch.zygoteArgs];
   if (launch.sandbox === "none") {
     return {
@@ -171,15 +219,25 @@ export function slotCommand(launch: SlotLaunch): SlotCommand {
     };
   }
   const args = bwrapArgs(launch);
+  const pythonPath = [
+    _SANDBOX_RUNTIME,
+    ...checkReadonlyPaths(launch.readonlyPaths, launch.workDir).filter(_isDir),
+  ];
   return {
     command: "bwrap",
     args: [...args, "--", ...zygote],
-    env: { ...launch.env, PYTHONPATH: pythonPath },
+    env: { ...launch.env, PYTHONPATH: pythonPath.join(":") },
   };
 }
 
-/** The bubblewrap arguments (everything before `--`) for a slot. */
+/**
+ * The bubblewrap arguments (everything before `--`) for a slot. Throws
+ * {@linkcode SandboxConfigError} for a refused read-only path, and a plain `Error` when the
+ * worker interpreter lies where the sandbox puts its own directories (it could not start).
+ */
 export function bwrapArgs(launch: SlotLaunch): string[] {
+  const readonlyPaths = checkReadonlyPaths(launch.readonlyPaths, launch.workDir);
+  const root = _realpath(launch.workDir);
   const args = [
     "--unshare-all",
     "--unshare-user",
@@ -196,11 +254,27 @@ export function bwrapArgs(launch: SlotLaunch): string[] {
     args.push("--ro-bind", _realpath(path), path);
   };
   for (const path of _RUNTIME_RO) roBind(path);
-  for (const path of [launch.python.prefix, launch.python.basePrefix, ...launch.python.path]) {
-    if (path.startsWith("/")) roBind(path);
+  const python = launch.python;
+  const interpreterDirs = [python.prefix, python.basePrefix, _dirname(python.executable)];
+  if (python.userSite) interpreterDirs.push(python.userSite);
+  for (const path of interpreterDirs) {
+    const owned = _ownedClash(path);
+    if (owned !== null) {
+      throw new Error(
+        `the worker interpreter's ${path} lies at or under ${owned}, which the sandbox ` +
+          `replaces; install Python elsewhere or use --sandbox none`,
+      );
+    }
+    roBind(path);
   }
-  roBind(_dirname(launch.python.executable));
-  for (const path of launch.readonlyPaths) roBind(path);
+  for (const path of python.path) {
+    // Module paths the sandbox cannot show at their place, or that would expose every
+    // workspace, are left out (the sandbox's PYTHONPATH does not name them anyway).
+    if (!path.startsWith("/") || _ownedClash(path) !== null) continue;
+    if (_isAncestorOrSelf(_realpath(path), root) || _isAncestorOrSelf(path, root)) continue;
+    roBind(path);
+  }
+  for (const path of readonlyPaths) roBind(path);
   args.push("--bind", launch.workDir, "/work");
   args.push("--bind", launch.resultsDir, "/kcoral/results");
   args.push("--ro-bind", launch.blobDir, "/kcoral/blobs");
@@ -256,9 +330,12 @@ export function bwrapArgs(launch: SlotLaunch): string[] {
     ["TORCH_EXTENSIONS_DIR", "/work/.kcoral/extensions"],
     ["TVM_FFI_CACHE_DIR", "/work/.kcoral/cache/tvm-ffi"],
     ["PYTHONDONTWRITEBYTECODE", "1"],
-    ["PYTHONNOUSERSITE", "1"],
     ["KCORAL_SANDBOX", "bubblewrap"],
   ];
+  // HOME moves into the workspace, so the interpreter would lose its user site (where a
+  // non-root `pip install` puts numpy and torch): name its user base explicitly, read-only.
+  if (python.userSite && python.userBase) setenv.push(["PYTHONUSERBASE", python.userBase]);
+  else setenv.push(["PYTHONNOUSERSITE", "1"]);
   for (const [name, value] of setenv) args.push("--setenv", name, value);
   if (!launch.gpu) args.push("--remount-ro", "/proc");
   args.push("--chdir", "/work", "--remount-ro", "/");
@@ -266,31 +343,50 @@ export function bwrapArgs(launch: SlotLaunch): string[] {
 }
 
 /**
- * Checks the read-only paths: each must exist, and none may be `/` or an ancestor of the
- * sandbox root (that would expose every workspace). Throws with a message naming the path.
+ * Checks the read-only paths and returns them as absolute paths (relative ones are taken from
+ * the server's working directory). Throws {@linkcode SandboxConfigError} for `/` or an ancestor
+ * of the sandbox root (that would expose every workspace), and for a path at, inside or above
+ * a directory the sandbox builds itself (`/work`, `/kcoral`, `/tmp`, `/var/tmp`, `/dev`,
+ * `/proc`): the sandbox would hide it or could not start. Existence is not checked here.
  */
-export function checkReadonlyPaths(paths: readonly string[], sandboxRoot: string): void {
+export function checkReadonlyPaths(paths: readonly string[], sandboxRoot: string): string[] {
   const root = _realpath(sandboxRoot);
-  for (const path of paths) {
-    if (!_exists(path)) throw new Error(`--sandbox-readonly-path does not exist: ${path}`);
-    const real = _realpath(path);
-    if (real === "/" || root === real || root.startsWith(real.endsWith("/") ? real : real + "/")) {
-      throw new Error(`read-only runtime path contains sandbox workspaces: ${path}`);
+  return paths.map((path) => {
+    const absolute = resolve(path);
+    const real = _realpath(absolute);
+    if (
+      real === "/" || absolute === "/" || _isAncestorOrSelf(real, root) ||
+      _isAncestorOrSelf(absolute, root)
+    ) {
+      throw new SandboxConfigError(`read-only runtime path contains sandbox workspaces: ${path}`);
     }
-  }
+    const owned = _ownedClash(absolute);
+    if (owned !== null) {
+      throw new SandboxConfigError(
+        `--sandbox-readonly-path ${path} lies at, inside or above ${owned}, which the sandbox ` +
+          `builds itself; use a path outside ${_SANDBOX_OWNED.join(", ")}`,
+      );
+    }
+    return absolute;
+  });
 }
 
 /**
  * Runs the probe of spec server §7.3 in a throwaway sandbox shaped like a slot's: must print
- * `kcoral-sandbox-ready` within `timeoutMs`. Resolves with `null` on success or the reason.
+ * `kcoral-sandbox-ready` within `timeoutMs`. Resolves with `null` on success or the reason
+ * (the server then runs without isolation). A refused read-only path is not a probe failure:
+ * it throws {@linkcode SandboxConfigError} so the server refuses to start.
  */
 export async function probeSandbox(launch: SlotLaunch, timeoutMs = 10_000): Promise<string | null> {
+  checkReadonlyPaths(launch.readonlyPaths, launch.workDir);
   if (Deno.build.os !== "linux") return "bubblewrap isolation requires Linux";
+  const missing = launch.readonlyPaths.find((path) => !_exists(path));
+  if (missing !== undefined) return `--sandbox-readonly-path does not exist: ${missing}`;
   let args: string[];
   try {
-    checkReadonlyPaths(launch.readonlyPaths, launch.workDir);
     args = bwrapArgs(launch);
   } catch (error) {
+    if (error instanceof SandboxConfigError) throw error;
     return error instanceof Error ? error.message : String(error);
   }
   const code = "import os;assert os.getcwd()=='/work', os.getcwd();" +
@@ -331,6 +427,21 @@ export async function probeSandbox(launch: SlotLaunch, timeoutMs = 10_000): Prom
   if (result.success && stdout.includes("kcoral-sandbox-ready")) return null;
   const stderr = new TextDecoder().decode(result.stderr).trim().slice(-2000);
   return `the bubblewrap probe failed (exit ${result.code}): ${stderr || stdout.trim()}`;
+}
+
+/** The sandbox-owned directory `path` is at, inside or above, or `null`. */
+function _ownedClash(path: string): string | null {
+  for (const owned of _SANDBOX_OWNED) {
+    if (_isAncestorOrSelf(owned, path) || _isAncestorOrSelf(path, owned)) return owned;
+  }
+  return null;
+}
+
+/** Whether `ancestor` is `path` or one of its parent directories (normalized, absolute). */
+function _isAncestorOrSelf(ancestor: string, path: string): boolean {
+  if (ancestor === "/") return true;
+  const a = ancestor.replace(/\/+$/, "");
+  return path === a || path.startsWith(a + "/");
 }
 
 function _devBind(args: string[], node: string): void {

@@ -1,0 +1,289 @@
+/**
+ * End-to-end server benchmarks (issue 4): a real `kcoral server` process on loopback and the
+ * TypeScript client, measuring what users feel: latency of a trivial program on a reused worker,
+ * throughput with 8 concurrent clients (reused and fresh workers), worker replacement time,
+ * a 64 MiB `c = a + b` with cached inputs, and the cost of resending missed blobs.
+ *
+ *   deno run -A bench/server_bench.ts --mode sim     # simulated GPU (torch CPU tensors)
+ *   deno run -A bench/server_bench.ts --mode gpu     # real GPU 0
+ *   deno run -A bench/server_bench.ts --mode cpu
+ */
+import { Client, Program, type Register } from "../mod.ts";
+import { type BenchRow, row, summarize, table } from "./_stats.ts";
+
+/** Which server to measure. */
+export interface ServerBenchOptions {
+  mode: "cpu" | "sim" | "gpu";
+  /** Isolation of the measured server (default none, as upstream's published numbers). */
+  sandbox?: "none" | "bubblewrap";
+  /** Shorter runs. */
+  quick?: boolean;
+  /** Extra `kcoral server` flags. */
+  extraArgs?: string[];
+}
+
+/** A `kcoral server` subprocess. */
+interface _Server {
+  url: string;
+  logDir: string;
+  stop(): Promise<void>;
+}
+
+const _CLI = new URL("../cli.ts", import.meta.url).pathname;
+
+async function _startServer(
+  mode: ServerBenchOptions["mode"],
+  maxRequests: number,
+  sandbox: string,
+  extra: string[] = [],
+): Promise<_Server> {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (listener.addr as Deno.NetAddr).port;
+  listener.close();
+  const logDir = await Deno.makeTempDir({ prefix: "kcoral-bench-logs-" });
+  const args = [
+    "run",
+    "-A",
+    _CLI,
+    "server",
+    "--port",
+    String(port),
+    "--log-dir",
+    logDir,
+    "--no-log-console",
+    "--no-log-programs",
+    "--sandbox",
+    sandbox,
+    "--max-requests-per-worker",
+    String(maxRequests),
+    "--disk-cache-dir",
+    "",
+    ...(mode === "cpu"
+      ? ["--device", "cpu", "--num-workers", "8"]
+      : ["--device", "gpu", "--gpus", "0", "--workers-per-gpu", "8"]),
+    ...(mode === "sim" ? ["--simulate-gpus"] : []),
+    ...extra,
+  ];
+  const child = new Deno.Command(Deno.execPath(), {
+    args,
+    stdin: "null",
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
+  let seen = "";
+  const deadline = Date.now() + 180_000;
+  while (!seen.includes("Application startup complete.")) {
+    if (Date.now() > deadline) throw new Error(`server did not start:\n${seen}`);
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`server exited during start:\n${seen}`);
+    seen += value;
+  }
+  // Keep draining stderr so the server never blocks on a full pipe.
+  (async () => {
+    try {
+      while (!(await reader.read()).done) { /* drain */ }
+    } catch { /* closed */ }
+  })();
+  return {
+    url: `http://127.0.0.1:${port}`,
+    logDir,
+    async stop() {
+      child.kill("SIGTERM");
+      await child.status;
+      await Deno.remove(logDir, { recursive: true }).catch(() => {});
+    },
+  };
+}
+
+async function _events(logDir: string): Promise<Record<string, unknown>[]> {
+  const runs = [...Deno.readDirSync(`${logDir}/runs`)].map((e) => e.name).sort();
+  const text = await Deno.readTextFile(`${logDir}/runs/${runs.at(-1)}/events.jsonl`);
+  return text.trim().split("\n").map((line) => JSON.parse(line));
+}
+
+function _trivialProgram(): Program {
+  const program = new Program();
+  const mod = program.upload({ kind: "module", source: "def f(x):\n    return x + 1\n" });
+  const y = program.run({ fn: program.getFunction({ module: mod, name: "f" }), args: [41] });
+  program.return_({ key: "y", value: y });
+  return program;
+}
+
+async function _closedLoop(url: string, clients: number, seconds: number): Promise<number> {
+  const program = _trivialProgram();
+  const deadline = performance.now() + seconds * 1000;
+  let done = 0;
+  const start = performance.now();
+  await Promise.all(Array.from({ length: clients }, async () => {
+    await using client = new Client(url);
+    while (performance.now() < deadline) {
+      const result = await client.execute(program);
+      if (!result.completed) throw new Error(`failed: ${JSON.stringify(result.error)}`);
+      done++;
+    }
+  }));
+  return done / ((performance.now() - start) / 1000);
+}
+
+function _addProgram(a: Float32Array, b: Float32Array): Program {
+  const program = new Program();
+  const mod = program.upload({ kind: "module", source: "def add(a, b):\n    return a + b\n" });
+  const fn = program.getFunction({ module: mod, name: "add" });
+  const ra: Register = program.upload({ kind: "tensor", value: a, shape: [a.length] });
+  const rb: Register = program.upload({ kind: "tensor", value: b, shape: [b.length] });
+  program.return_({ key: "c", value: program.run({ fn, args: [ra, rb] }) });
+  return program;
+}
+
+function _random(n: number): Float32Array {
+  const out = new Float32Array(n);
+  const bytes = new Uint8Array(out.buffer);
+  for (let i = 0; i < bytes.length; i += 65536) {
+    crypto.getRandomValues(bytes.subarray(i, Math.min(bytes.length, i + 65536)));
+  }
+  for (let i = 0; i < n; i++) if (!Number.isFinite(out[i])) out[i] = 0;
+  return out;
+}
+
+/** Runs every server benchmark; returns the rows. */
+export async function runServerBench(options: ServerBenchOptions): Promise<BenchRow[]> {
+  const { mode, quick = false } = options;
+  const sandbox = options.sandbox ?? "none";
+  const rows: BenchRow[] = [];
+  const tag = `${mode}${sandbox === "bubblewrap" ? ", sandboxed" : ""}`;
+
+  // Reused workers.
+  {
+    const server = await _startServer(mode, 0, sandbox, options.extraArgs);
+    try {
+      await using client = new Client(server.url);
+      const program = _trivialProgram();
+      const samples: number[] = [];
+      const worker: number[] = [];
+      for (let i = 0; i < (quick ? 50 : 220); i++) {
+        const start = performance.now();
+        const result = await client.execute(program);
+        const ms = performance.now() - start;
+        if (!result.completed) throw new Error(JSON.stringify(result.error));
+        if (i >= 20) {
+          samples.push(ms);
+          worker.push(result.elapsedMs);
+        }
+      }
+      rows.push(row(`reused worker, trivial program, e2e (${tag})`, "ms", samples, "16.3", "≤ 3"));
+      rows.push(row(`  of which on the worker (elapsed_ms)`, "ms", worker));
+      const rates: number[] = [];
+      for (let i = 0; i < (quick ? 1 : 3); i++) {
+        rates.push(await _closedLoop(server.url, 8, quick ? 2 : 5));
+      }
+      rows.push(row(`reused, 8 concurrent clients (${tag})`, "req/s", rates, "115", "≥ 400"));
+
+      if (mode !== "cpu") {
+        const n = 16 * 1024 * 1024; // 64 MiB of float32
+        const a = _random(n);
+        const b = _random(n);
+        const add = _addProgram(a, b);
+        const first = await client.execute(add);
+        if (!first.completed) throw new Error(JSON.stringify(first.error));
+        const cached: number[] = [];
+        for (let i = 0; i < (quick ? 3 : 7); i++) {
+          const start = performance.now();
+          const result = await client.execute(add);
+          cached.push(performance.now() - start);
+          if (!result.completed) throw new Error(JSON.stringify(result.error));
+        }
+        rows.push(
+          row(
+            `64 MiB c = a + b, inputs cached, reused, e2e (${tag})`,
+            "ms",
+            cached,
+            "934.7",
+            "≤ 150",
+          ),
+        );
+        const perMiB: number[] = [];
+        const cachedMedian = summarize(cached).median;
+        for (let i = 0; i < (quick ? 1 : 3); i++) {
+          const fresh = _addProgram(_random(n), _random(n)); // hashing happens here, not timed
+          const start = performance.now();
+          const result = await client.execute(fresh);
+          const ms = performance.now() - start;
+          if (!result.completed) throw new Error(JSON.stringify(result.error));
+          perMiB.push((ms - cachedMedian) / 128);
+        }
+        rows.push(row(`cache-miss resend cost (${tag})`, "ms/MiB", perMiB, "3", "≤ 0.5"));
+      }
+    } finally {
+      await server.stop();
+    }
+  }
+
+  // Fresh workers (the default).
+  {
+    const server = await _startServer(mode, 1, sandbox, options.extraArgs);
+    try {
+      const rates: number[] = [];
+      for (let i = 0; i < (quick ? 1 : 3); i++) {
+        rates.push(await _closedLoop(server.url, 8, quick ? 3 : 8));
+      }
+      const events = await _events(server.logDir);
+      const init = events.filter((e) => e.event === "worker_ready" && typeof e.init_ms === "number")
+        .map((e) => e.init_ms as number);
+      const teardown = events.filter((e) => e.event === "worker_exited").map((e) =>
+        e.teardown_ms as number
+      );
+      const replacement: number[] = [];
+      const retiredAt = new Map<string, number>();
+      for (const e of events) {
+        const at = Date.parse(e.timestamp as string);
+        if (e.event === "worker_retired") retiredAt.set(e.worker_id as string, at);
+        if (e.event === "worker_ready" && retiredAt.has(e.worker_id as string)) {
+          replacement.push(at - retiredAt.get(e.worker_id as string)!);
+          retiredAt.delete(e.worker_id as string);
+        }
+      }
+      const bound = 1000 / (summarize(init).median + summarize(teardown).median);
+      rows.push(
+        row(
+          `fresh worker (default), 8 clients (${tag})`,
+          "req/s",
+          rates,
+          "2.0",
+          `≥ ${(0.9 * bound).toFixed(1)}`,
+        ),
+      );
+      rows.push(row(`  context create (init) in the same run`, "ms", init));
+      rows.push(row(`  teardown (retire → exited) in the same run`, "ms", teardown));
+      rows.push(
+        row(
+          `  ratio to 1/(create + teardown)`,
+          "%",
+          rates.map((r) => (100 * r) / bound),
+          "",
+          "≥ 90",
+        ),
+      );
+      rows.push(
+        row(`worker replacement, retire → ready (${tag})`, "ms", replacement, "3300", "≤ 500"),
+      );
+    } finally {
+      await server.stop();
+    }
+  }
+  return rows;
+}
+
+if (import.meta.main) {
+  const arg = (name: string) => {
+    const i = Deno.args.indexOf(name);
+    return i >= 0 ? Deno.args[i + 1] : undefined;
+  };
+  const mode = (arg("--mode") ?? "sim") as ServerBenchOptions["mode"];
+  const rows = await runServerBench({
+    mode,
+    quick: Deno.args.includes("--quick"),
+    sandbox: (arg("--sandbox") ?? "none") as "none" | "bubblewrap",
+  });
+  console.log(table(rows));
+}

@@ -1,0 +1,266 @@
+/**
+ * Worker pool and GPU leases end to end, with simulated GPUs (issue 4): serialization on one
+ * GPU, cpu_only phases releasing the lease, load counters, poisoned workers, GPU sets.
+ */
+import assert from "node:assert/strict";
+import { callProgram, postProgram, startServer } from "./_server.ts";
+
+type Body = Record<string, unknown> & {
+  lease_wait_ms: number;
+  lease_held_ms: number;
+  queue_ms: number;
+  elapsed_ms: number;
+};
+
+const SLEEP_ON_GPU = "import time\ndef f(s):\n    time.sleep(s)\n    return s\n";
+
+async function _waitFor(condition: () => boolean, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error("condition not reached in time");
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+Deno.test("pool: two GPU requests on one GPU with two workers serialize on the lease", async () => {
+  const server = await startServer({
+    device: "gpu",
+    simulateGpus: true,
+    gpus: [0],
+    workersPerGpu: 2,
+    maxRequestsPerWorker: 0,
+  });
+  try {
+    const program = callProgram(SLEEP_ON_GPU, "f", [0.5]);
+    const [a, b] = await Promise.all([
+      postProgram(server.url, program),
+      postProgram(server.url, program),
+    ]);
+    const bodies = [a.json as Body, b.json as Body].sort((x, y) =>
+      x.lease_wait_ms - y.lease_wait_ms
+    );
+    for (const body of bodies) {
+      assert.equal(body.status, "COMPLETED");
+      assert.ok(body.queue_ms < 100, `queue_ms ${body.queue_ms}: both found a worker at once`);
+      assert.ok(body.lease_held_ms >= 450);
+    }
+    const [first, second] = bodies;
+    assert.ok(first.lease_wait_ms < 100);
+    assert.ok(
+      Math.abs(second.lease_wait_ms - first.lease_held_ms) < 150,
+      `second waited ${second.lease_wait_ms} ms, first held ${first.lease_held_ms} ms`,
+    );
+  } finally {
+    await server.stop();
+  }
+});
+
+Deno.test("pool: a cpu_only phase releases the lease to a waiting peer", async () => {
+  const server = await startServer({
+    device: "gpu",
+    simulateGpus: true,
+    gpus: [0],
+    workersPerGpu: 2,
+    maxRequestsPerWorker: 0,
+  });
+  try {
+    const long = {
+      instructions: [
+        { op: "upload", id: "m", kind: "module", source: SLEEP_ON_GPU },
+        { op: "get_function", id: "gpu", module: { $ref: "m" }, name: "f" },
+        { op: "get_function", id: "cpu", module: { $ref: "m" }, name: "f", cpu_only: true },
+        { op: "run", id: "r1", fn: { $ref: "gpu" }, args: [0.1] },
+        { op: "run", id: "r2", fn: { $ref: "cpu" }, args: [1.0] },
+        { op: "run", id: "r3", fn: { $ref: "gpu" }, args: [0.1] },
+      ],
+    };
+    const a = postProgram(server.url, long);
+    await new Promise((r) => setTimeout(r, 300)); // a is inside its cpu_only phase
+    const started = performance.now();
+    const b = await postProgram(server.url, callProgram(SLEEP_ON_GPU, "f", [0.2]));
+    const bWall = performance.now() - started;
+    const bBody = b.json as Body;
+    assert.equal(bBody.status, "COMPLETED");
+    assert.ok(bBody.lease_wait_ms < 150, `peer waited ${bBody.lease_wait_ms} ms for the lease`);
+    const aBody = (await a).json as Body;
+    assert.equal(aBody.status, "COMPLETED");
+    assert.ok(bWall < 700, "the peer finished during the cpu_only phase");
+    assert.ok(aBody.lease_held_ms < aBody.elapsed_ms - 800, "the cpu_only second is off-lease");
+  } finally {
+    await server.stop();
+  }
+});
+
+Deno.test("pool: load counters while busy; capacity excludes nothing when idle", async () => {
+  const server = await startServer({
+    device: "gpu",
+    simulateGpus: true,
+    gpus: [0],
+    workersPerGpu: 2,
+    maxRequestsPerWorker: 0,
+  });
+  try {
+    const program = callProgram(SLEEP_ON_GPU, "f", [0.6]);
+    const running = [0, 1, 2].map(() => postProgram(server.url, program));
+    await _waitFor(() => server.app.health().load.requests_waiting === 1);
+    assert.deepEqual(server.app.health().load, {
+      request_capacity: 2,
+      requests_in_progress: 2,
+      requests_waiting: 1,
+    });
+    const results = await Promise.all(running);
+    assert.ok(results.every((r) => r.status === 200));
+    const queued = results.map((r) => (r.json as Body).queue_ms).sort((x, y) => y - x)[0];
+    assert.ok(queued > 400, "the third request waited for a worker");
+    assert.deepEqual(server.app.health().load, {
+      request_capacity: 2,
+      requests_in_progress: 0,
+      requests_waiting: 0,
+    });
+  } finally {
+    await server.stop();
+  }
+});
+
+Deno.test("pool: fresh mode replaces workers; capacity counts only ready ones", async () => {
+  const server = await startServer({
+    device: "gpu",
+    simulateGpus: true,
+    gpus: [0],
+    workersPerGpu: 2,
+    maxRequestsPerWorker: 1,
+  });
+  try {
+    const r = await postProgram(server.url, callProgram("def f():\n    return 1\n", "f"));
+    assert.equal(r.status, 200);
+    await server.pool.settled();
+    assert.equal(server.app.health().load.request_capacity, 2);
+    const retired = server.events.filter((e) => e.event === "worker_retired");
+    assert.equal(retired.length, 1);
+    assert.equal(retired[0].reason, "request_limit");
+    const ready = server.events.filter((e) => e.event === "worker_ready");
+    assert.equal(ready.length, 3, "two at start, one replacement");
+    assert.ok(server.events.some((e) => e.event === "worker_exited"));
+  } finally {
+    await server.stop();
+  }
+});
+
+Deno.test("pool: a poisoned worker is replaced and the next request succeeds", async () => {
+  const server = await startServer({
+    device: "gpu",
+    simulateGpus: true,
+    gpus: [0],
+    workersPerGpu: 1,
+    maxRequestsPerWorker: 0,
+  });
+  try {
+    // The program breaks interpreter state the worker must reset (linecache), so reset fails.
+    const poison = callProgram(
+      "import linecache, os\ndef f():\n    linecache.cache = None\n    return os.getpid()\n",
+      "f",
+    );
+    const first = await postProgram(server.url, poison);
+    assert.equal(first.json.status, "COMPLETED");
+    await server.pool.settled();
+    const retired = server.events.filter((e) => e.event === "worker_retired");
+    assert.equal(retired.at(-1)?.reason, "poisoned_context");
+    const next = await postProgram(
+      server.url,
+      callProgram("import os\ndef f():\n    return os.getpid()\n", "f"),
+    );
+    assert.equal(next.json.status, "COMPLETED");
+    const pid = (x: { json: Record<string, unknown> }) =>
+      (x.json.results as { out: { value: number } }).out.value;
+    assert.notEqual(pid(next), pid(first));
+  } finally {
+    await server.stop();
+  }
+});
+
+Deno.test("pool: GPU sets on 4 simulated GPUs", async (t) => {
+  const server = await startServer({
+    device: "gpu",
+    simulateGpus: true,
+    gpus: [0, 1, 2, 3],
+    workersPerGpu: 2,
+    maxRequestsPerWorker: 0,
+  });
+  try {
+    await t.step("a set request sees exactly its GPUs and reports gpu_ids", async () => {
+      const r = await postProgram(server.url, {
+        ...callProgram(
+          "import os\ndef f():\n    return os.environ['CUDA_VISIBLE_DEVICES']\n",
+          "f",
+        ),
+        options: { gpu_count: 2 },
+      });
+      assert.equal(r.status, 200);
+      assert.equal(r.json.status, "COMPLETED");
+      const ids = r.json.gpu_ids as number[];
+      assert.equal(r.json.gpu_count, 2);
+      assert.equal(ids.length, 2);
+      const visible = (r.json.results as { out: { value: string } }).out.value;
+      assert.deepEqual(visible.split(","), ids.map((i) => `sim-${i}`));
+    });
+
+    await t.step("gpu_count above the configured GPUs is 400", async () => {
+      const r = await postProgram(server.url, {
+        ...callProgram("def f():\n    return 1\n", "f"),
+        options: { gpu_count: 5 },
+      });
+      assert.equal(r.status, 400);
+    });
+
+    await t.step("a waiting set is not starved by single-GPU work behind it", async () => {
+      const finished: string[] = [];
+      const run = (name: string, body: unknown) =>
+        postProgram(server.url, body).then((r) => {
+          finished.push(name);
+          return r;
+        });
+      const early = [0, 1, 2].map((i) => run(`early${i}`, callProgram(SLEEP_ON_GPU, "f", [0.8])));
+      await _waitFor(() => server.app.health().load.requests_in_progress === 3);
+      const set = run("set", {
+        ...callProgram(SLEEP_ON_GPU, "f", [0.3]),
+        options: { gpu_count: 4 },
+      });
+      await new Promise((r) => setTimeout(r, 150));
+      const late = [0, 1].map((i) => run(`late${i}`, callProgram(SLEEP_ON_GPU, "f", [0.1])));
+      const setBody = (await set).json as Body;
+      await Promise.all([...early, ...late]);
+      assert.equal(setBody.status, "COMPLETED");
+      assert.deepEqual(setBody.gpu_ids, [0, 1, 2, 3]);
+      const setIndex = finished.indexOf("set");
+      assert.ok(finished.indexOf("late0") > setIndex, `order ${finished}`);
+      assert.ok(finished.indexOf("late1") > setIndex, `order ${finished}`);
+    });
+
+    await t.step(
+      "a cpu_only call releases the whole set; the next GPU step re-takes it",
+      async () => {
+        const setProgram = {
+          instructions: [
+            { op: "upload", id: "m", kind: "module", source: SLEEP_ON_GPU },
+            { op: "get_function", id: "gpu", module: { $ref: "m" }, name: "f" },
+            { op: "get_function", id: "cpu", module: { $ref: "m" }, name: "f", cpu_only: true },
+            { op: "run", id: "r1", fn: { $ref: "gpu" }, args: [0.05] },
+            { op: "run", id: "r2", fn: { $ref: "cpu" }, args: [1.0] },
+            { op: "run", id: "r3", fn: { $ref: "gpu" }, args: [0.05] },
+          ],
+          options: { gpu_count: 4 },
+        };
+        const set = postProgram(server.url, setProgram);
+        await new Promise((r) => setTimeout(r, 500)); // inside the set's cpu_only phase
+        const single = await postProgram(server.url, callProgram(SLEEP_ON_GPU, "f", [0.05]));
+        assert.equal(single.json.status, "COMPLETED");
+        assert.ok((single.json as Body).lease_wait_ms < 200, "a single GPU was free meanwhile");
+        const setBody = (await set).json as Body;
+        assert.equal(setBody.status, "COMPLETED");
+        assert.deepEqual(setBody.gpu_ids, [0, 1, 2, 3]);
+      },
+    );
+  } finally {
+    await server.stop();
+  }
+});
