@@ -142,6 +142,7 @@ export class Client implements AsyncDisposable {
   readonly #http: Deno.HttpClient;
   readonly #probe: _Endpoint;
   #closed = false;
+  #reached = false;
 
   /** Create a client for `baseUrl` (e.g. `http://127.0.0.1:8000`, path prefixes allowed). */
   constructor(baseUrl: string | URL, options: ClientOptions = {}) {
@@ -176,7 +177,9 @@ export class Client implements AsyncDisposable {
   }
 
   async #connectProbe(): Promise<void> {
-    if (this.#connectTimeoutMs === null) return;
+    // The probe bounds the time to reach the server. Once a request has reached it, later
+    // requests reuse pooled connections, so probe again only after a transport failure.
+    if (this.#connectTimeoutMs === null || this.#reached) return;
     const { hostname, port } = this.#probe;
     const signal = AbortSignal.timeout(this.#connectTimeoutMs);
     try {
@@ -216,8 +219,10 @@ export class Client implements AsyncDisposable {
         client: this.#http,
       });
       const body = new Uint8Array(await response.arrayBuffer());
+      this.#reached = true;
       return { status: response.status, headers: response.headers, body };
     } catch (error) {
+      this.#reached = false;
       throw new TransportError(`${method} ${path} failed: ${(error as Error).message}`, {
         cause: error,
       });

@@ -47,6 +47,20 @@ export interface PackedFile {
   executable: boolean;
 }
 
+/** Progress of {@linkcode packInputs}: the files and bytes read so far. */
+export interface PackProgress {
+  /** Files archived so far. */
+  files: number;
+  /** Their total size in bytes. */
+  bytes: number;
+}
+
+/** Options of {@linkcode packInputs}. */
+export interface PackOptions {
+  /** Called after each file is read (for a progress display). */
+  onProgress?: (progress: PackProgress) => void;
+}
+
 /** Result of {@linkcode packInputs}. */
 export interface PackedInputs {
   /** The uncompressed tar archive. */
@@ -59,7 +73,7 @@ export interface PackedInputs {
  * Pack the `--send` selections `paths` (relative ones resolved against `cwd`, default the
  * current directory). The same file contents, names and executable bits always give the
  * same bytes, whatever the mtimes, owners or other permission bits. No selection gives a
- * valid empty archive.
+ * valid empty archive. `options.onProgress` is called after each file is read.
  *
  * @throws {PackError} for a refused selection or a file system error.
  *
@@ -72,11 +86,13 @@ export interface PackedInputs {
 export async function packInputs(
   paths: readonly string[],
   cwd: string = Deno.cwd(),
+  options: PackOptions = {},
 ): Promise<PackedInputs> {
   const members: TarFile[] = [];
   const files: PackedFile[] = [];
   const names = new Set<string>();
   const directories = new Set<string>();
+  let bytes = 0;
   const add = (name: string, data: Uint8Array, executable: boolean) => {
     const checked = relativeParts(name);
     if ("error" in checked) throw new PackError(checked.error);
@@ -94,6 +110,8 @@ export async function packInputs(
     for (const ancestor of ancestors) directories.add(ancestor);
     members.push({ name: canonical, data, mode: executable ? 0o700 : 0o600 });
     files.push({ name: canonical, size: data.length, executable });
+    bytes += data.length;
+    options.onProgress?.({ files: files.length, bytes });
   };
   for (const path of paths) {
     const shown = normalizePath(path);

@@ -1,0 +1,124 @@
+/**
+ * Running one parsed `kcoral run TOOL` command line: check `--out`, pack `--send`, build
+ * the program, execute it, replay the result. Every failure becomes exit status 1 with a
+ * `kcoral run TOOL: ...` diagnostic on stderr.
+ *
+ * @module
+ */
+
+import { Client, ValidationError } from "../../client/mod.ts";
+import type { RunArgs } from "./args.ts";
+import { type ByteSink, writeText } from "./io.ts";
+import { assertNewOutput, OutputExistsError, prepareOutput } from "./output.ts";
+import { PackError, packInputs } from "./pack.ts";
+import { buildToolProgram } from "./program.ts";
+import { describePacking, formatBytes, Progress } from "./progress.ts";
+import { RemoteFailure, replayResult } from "./replay.ts";
+import { readToolSources } from "./sources.ts";
+import { watchWaiting } from "./watch.ts";
+
+/** Where {@linkcode runTool} reads and writes. */
+export interface RunIO {
+  /** Receives exactly the remote stdout. */
+  stdout: ByteSink;
+  /** Receives the remote stderr, KCoral's messages and, on a terminal, the progress line. */
+  stderr: ByteSink;
+  /** Directory `--send` and `--out` are relative to (default: the current directory). */
+  cwd?: string;
+  /** Whether stderr is a terminal: only then is progress shown (default false). */
+  isTerminal?: boolean;
+  /** Terminal width for the progress line. */
+  columns?: number;
+}
+
+// Progress is shown only for steps lasting longer than this.
+const _PROGRESS_DELAY_MS = 300;
+
+/**
+ * Run a validated command line and resolve with the exit status: the subprocess's code,
+ * `128 + N` for signal `N`, 1 when a requested output is missing and the code was 0, and 1
+ * with a diagnostic for local errors (existing `--out`, bad `--send`), transport, HTTP or
+ * protocol errors, and remote failures.
+ *
+ * @example
+ * ```ts ignore
+ * import { parseRunArgs } from "./args.ts";
+ * import { runTool } from "./execute.ts";
+ * const args = parseRunArgs("python", ["--", "-c", "print(1)"], Deno.env.toObject());
+ * if (args.kind === "ok") await runTool(args, { stdout: Deno.stdout, stderr: Deno.stderr });
+ * ```
+ */
+export async function runTool(args: RunArgs, io: RunIO): Promise<number> {
+  const cwd = io.cwd ?? Deno.cwd();
+  const progress = new Progress({
+    write: (text) => writeText(io.stderr, text),
+    isTerminal: io.isTerminal ?? false,
+    columns: io.columns,
+    delayMs: _PROGRESS_DELAY_MS,
+  });
+  try {
+    if (args.out !== undefined) await assertNewOutput(args.out, cwd);
+    await using client = new Client(args.url);
+    const destination = args.out === undefined ? undefined : await prepareOutput(args.out, cwd);
+    const sources = await readToolSources(args.tool);
+    const packed = await packInputs(args.send, cwd, {
+      onProgress: ({ files, bytes }) => progress.update(describePacking(files, bytes)),
+    });
+    if (args.send.length > 0) {
+      progress.update(`kcoral: hashing inputs: ${formatBytes(packed.tar.length)}`, {
+        force: true,
+      });
+    }
+    const { program, options } = buildToolProgram(sources, packed.tar, args);
+    const result = await _waiting(args.url, progress, () => client.execute(program, options));
+    progress.clear();
+    return await replayResult(result, {
+      stdout: io.stdout,
+      stderr: io.stderr,
+      ...(args.out === undefined ? {} : { out: args.out, destination }),
+    });
+  } catch (error) {
+    progress.clear();
+    writeText(io.stderr, `kcoral run ${args.tool}: ${describeError(error)}\n`);
+    return 1;
+  }
+}
+
+/**
+ * The diagnostic text of an error: the bare message for local input and file system
+ * errors and remote failures (upstream's `OSError`/`ValueError`/`RuntimeError`),
+ * `<TypeName>: <message>` for everything else (transport, HTTP, protocol errors).
+ *
+ * @example
+ * ```ts
+ * import { TransportError } from "../../client/mod.ts";
+ * import { describeError } from "./execute.ts";
+ * describeError(new TransportError("cannot connect to 127.0.0.1:9: refused"));
+ * // "TransportError: cannot connect to 127.0.0.1:9: refused"
+ * ```
+ */
+export function describeError(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  if (
+    error instanceof PackError || error instanceof OutputExistsError ||
+    error instanceof RemoteFailure || error instanceof ValidationError ||
+    Object.values(Deno.errors).some((type) => error instanceof type)
+  ) {
+    return error.message;
+  }
+  return `${error.name}: ${error.message}`;
+}
+
+// While `request` runs, show the waiting line, polling the server's load on terminals.
+async function _waiting<T>(url: string, progress: Progress, request: () => Promise<T>): Promise<T> {
+  if (!progress.enabled) return await request();
+  const health = new Client(url, { connectTimeoutSeconds: 2 });
+  const watch = watchWaiting({ progress, health: () => health.health() });
+  try {
+    return await request();
+  } finally {
+    // Not awaited: a health request in flight must not delay the result.
+    void watch.stop();
+    health.close();
+  }
+}

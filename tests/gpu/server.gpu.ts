@@ -1,0 +1,150 @@
+/**
+ * End-to-end tests on a real GPU (run on the GPU machine: `deno task test:gpu`): CUDA tensor
+ * round trip, an illegal memory access failing one request without harming the next, device
+ * `printf` captured in stdout, `/health` target, GPU-mode lease accounting.
+ */
+import assert from "node:assert/strict";
+import { Client, Program, type Tensor } from "../../mod.ts";
+import { callProgram, postProgram, startServer } from "../_server.ts";
+
+const SANDBOX = (Deno.env.get("KCORAL_TEST_SANDBOX") ?? "none") as "none" | "bubblewrap";
+
+for (const max of [1, 0]) {
+  Deno.test(`gpu server (max_requests_per_worker ${max}, sandbox ${SANDBOX})`, async (t) => {
+    const server = await startServer({
+      device: "gpu",
+      gpus: [0],
+      workersPerGpu: 2,
+      maxRequestsPerWorker: max,
+      sandbox: SANDBOX,
+    });
+    const client = new Client(server.url);
+    try {
+      await t.step("/health reports the GPU target and versions", async () => {
+        const health = await client.health() as unknown as {
+          gpu_count: number;
+          target: Record<string, string>;
+          versions: Record<string, string>;
+        };
+        assert.equal(health.gpu_count, 1);
+        assert.match(String(health.target.arch), /^sm_\d+a?$/);
+        assert.ok(health.versions.torch);
+        assert.ok(health.versions.cuda);
+        console.log(
+          `target ${JSON.stringify(health.target)} versions ${JSON.stringify(health.versions)}`,
+        );
+      });
+
+      await t.step("CUDA tensor round trip", async () => {
+        const program = new Program();
+        const mod = program.upload({
+          kind: "module",
+          source: "def add_one(x):\n    assert x.is_cuda, x.device\n    return x + 1\n",
+        });
+        const fn = program.getFunction({ module: mod, name: "add_one" });
+        const values = new Float32Array(1 << 20).map((_, i) => i % 1000);
+        const x = program.upload({ kind: "tensor", value: values, shape: [values.length] });
+        program.return_({ key: "y", value: program.run({ fn, args: [x] }) });
+        const result = await client.execute(program);
+        assert.equal(result.status, "COMPLETED", JSON.stringify(result.error));
+        const y = result.get<Tensor>("y").data as Float32Array;
+        assert.equal(y.length, values.length);
+        for (let i = 0; i < y.length; i += 4099) assert.equal(y[i], values[i] + 1);
+        assert.ok(result.leaseHeldMs > 0);
+      });
+
+      await t.step(
+        "an illegal memory access fails that request; the next one is clean",
+        async () => {
+          const bad = callProgram(
+            [
+              "import cupy",
+              "def f():",
+              "    k = cupy.RawKernel(r'''",
+              'extern "C" __global__ void bad(int* p) { p[threadIdx.x] = 1; }',
+              "''', 'bad')",
+              "    k((1,), (32,), (cupy.uint64(16),))  # writes through a bogus device pointer",
+              "    cupy.cuda.runtime.deviceSynchronize()",
+              "    return 1",
+            ].join("\n"),
+            "f",
+          );
+          const r = await postProgram(server.url, bad);
+          assert.equal(r.status, 200);
+          assert.equal(r.json.status, "FAILED");
+          const error = r.json.error as { kind: string; message: string };
+          console.log(`illegal access -> ${error.kind}: ${error.message.slice(0, 160)}`);
+          await server.pool.settled();
+          const ok = await postProgram(
+            server.url,
+            callProgram(
+              "import torch\ndef f():\n    return float(torch.ones(4, device='cuda').sum())\n",
+              "f",
+            ),
+          );
+          assert.equal(ok.json.status, "COMPLETED", JSON.stringify(ok.json.error));
+          assert.deepEqual(ok.json.results, { out: { type: "number", value: 4 } });
+        },
+      );
+
+      await t.step("device-side printf is captured in stdout", async () => {
+        const source = [
+          "import torch",
+          "def f():",
+          "    import cupy",
+          "    k = cupy.RawKernel(r'''",
+          'extern "C" __global__ void hello(int n) { printf("hello from thread %d of %d\\n", threadIdx.x, n); }',
+          "''', 'hello')",
+          "    k((1,), (2,), (2,))",
+          "    cupy.cuda.runtime.deviceSynchronize()",
+          "    return 0",
+        ].join("\n");
+        const r = await postProgram(server.url, callProgram(source, "f"));
+        assert.equal(r.json.status, "COMPLETED", JSON.stringify(r.json.error));
+        assert.match(String(r.json.stdout), /hello from thread 0 of 2/);
+        assert.match(String(r.json.stdout), /hello from thread 1 of 2/);
+      });
+    } finally {
+      client.close();
+      await server.stop();
+    }
+  });
+}
+
+Deno.test("gpu server: trivial-program latency (median of 200), fresh and reused", async () => {
+  for (const max of [1, 0]) {
+    const server = await startServer({
+      device: "gpu",
+      gpus: [0],
+      workersPerGpu: 8,
+      maxRequestsPerWorker: max,
+      sandbox: SANDBOX,
+    });
+    try {
+      await using client = new Client(server.url);
+      const program = new Program();
+      const mod = program.upload({ kind: "module", source: "def f(x):\n    return x + 1\n" });
+      program.return_({
+        key: "y",
+        value: program.run({ fn: program.getFunction({ module: mod, name: "f" }), args: [41] }),
+      });
+      const samples: number[] = [];
+      for (let i = 0; i < 220; i++) {
+        const start = performance.now();
+        const result = await client.execute(program);
+        if (i >= 20) samples.push(performance.now() - start);
+        assert.equal(result.get("y"), 42);
+        if (max === 1) await server.pool.settled(); // sequential fresh: each on a ready worker
+      }
+      samples.sort((a, b) => a - b);
+      console.log(
+        `trivial program e2e, ${max === 1 ? "fresh" : "reused"} workers, sandbox ${SANDBOX}: ` +
+          `median ${samples[100].toFixed(2)} ms, min ${samples[0].toFixed(2)}, max ${
+            samples[199].toFixed(2)
+          }`,
+      );
+    } finally {
+      await server.stop();
+    }
+  }
+});
