@@ -17,7 +17,7 @@ import { EventLog } from "./events.ts";
 import { runProgram, type RunResult, type WorkerOutcome } from "./execution.ts";
 import { GpuLeases, type LeaseHolder } from "./lease.ts";
 import { PoolBusy, type Seat, WorkerPool } from "./pool.ts";
-import { buildResponse } from "./response.ts";
+import { buildResponse, WorkerFileError } from "./response.ts";
 import { runtimePythonPath } from "./runtime_files.ts";
 import {
   emptyDirectory,
@@ -35,6 +35,11 @@ import { Slot, type WorkerChild } from "./slot.ts";
 export interface AppOptions {
   /** Replaces the console sink of the event log (tests). */
   consoleWrite?: (line: string) => void;
+  /**
+   * The environment workers start with, and whose `PATH` finds `bwrap` (default: this
+   * process's environment).
+   */
+  env?: Record<string, string>;
 }
 
 /** The `/health` body (spec protocol §1.1). */
@@ -182,7 +187,7 @@ class _Server implements App {
         ? simulatedDevices(config.gpus)
         : await detectDevices(config.gpus, this.#python.executable, runtimePath);
       for (const device of devices) this.#devices.set(device.index, device);
-      const env = Deno.env.toObject();
+      const env = { ...(this.#options.env ?? Deno.env.toObject()) };
       if (gpuMode) delete env.CUDA_VISIBLE_DEVICES;
       this.#launchBase = {
         sandbox: config.sandbox,
@@ -193,7 +198,7 @@ class _Server implements App {
           : ["--mode", gpuMode ? "gpu" : "cpu"],
         blobDir: this.#store.dir,
         readonlyPaths: config.sandboxReadonlyPaths,
-        gpu: gpuMode && !config.simulateGpus,
+        gpu: gpuMode,
         env,
       };
       if (config.sandbox === "bubblewrap") await this.#probe(devices);
@@ -513,11 +518,13 @@ class _Server implements App {
     const holder: LeaseHolder = { id: requestId };
     let retiring: { oldExit: Promise<unknown>; reason: string } | null = null;
     let released = false;
-    const releaseSeat = () => {
-      if (!released) {
-        released = true;
-        this.pool!.release(seat, retiring);
-      }
+    const releaseSeat = async () => {
+      if (released) return;
+      released = true;
+      // Request files are removed when the request ends (not when the next one starts).
+      await resetWorkspace(seat.workDir, this.#sandboxed).catch(() => {});
+      await emptyDirectory(seat.resultsDir).catch(() => {});
+      this.pool!.release(seat, retiring);
     };
     try {
       const paths = workerPaths({
@@ -634,11 +641,11 @@ class _Server implements App {
           finish_reason: "timeout",
           output_tail: child.slot.stderrTail().slice(-4096),
         }, "WARNING");
-        releaseSeat();
+        await releaseSeat();
         return request.respondError(504, "timeout", ERROR_MESSAGES.timeout, "timeout");
       }
       if (end.kind === "invalid") {
-        releaseSeat();
+        await releaseSeat();
         return request.respondError(
           500,
           "engine",
@@ -647,7 +654,7 @@ class _Server implements App {
         );
       }
       if (end.kind === "crashed") {
-        releaseSeat();
+        await releaseSeat();
         if (end.instructionIndex === null || end.instructionIndex < 0) {
           return request.respondError(500, "engine", ERROR_MESSAGES.workerCrashed, "crashed");
         }
@@ -723,7 +730,7 @@ class _Server implements App {
         config.maxResponseBytes,
         `${this.#runtimeDir}/responses/${requestId}-${this.#responseSeq++}`,
       );
-      releaseSeat();
+      await releaseSeat();
       if (built.kind === "too_large") {
         finish({
           http_status: 500,
@@ -759,13 +766,29 @@ class _Server implements App {
         },
       });
     } catch (error) {
+      if (error instanceof WorkerFileError) {
+        // The program tampered with its result files: never trust this worker again.
+        if (!released && seat.child && !retiring) {
+          retiring = {
+            oldExit: seat.child.kill(config.workerTerminationGraceSeconds),
+            reason: "invalid_response",
+          };
+        }
+        await releaseSeat();
+        return request.respondError(
+          500,
+          "engine",
+          ERROR_MESSAGES.invalidWorkerResponse,
+          "server_error",
+        );
+      }
       if (!released && seat.child && !retiring) {
         retiring = {
           oldExit: seat.child.kill(config.workerTerminationGraceSeconds),
           reason: "crashed",
         };
       }
-      releaseSeat();
+      await releaseSeat();
       this.events.emit("ERROR", "request_finished", {
         request_id: requestId,
         http_status: 500,
@@ -778,7 +801,7 @@ class _Server implements App {
         headers: { "content-type": "application/json", "x-request-id": requestId },
       });
     } finally {
-      releaseSeat();
+      await releaseSeat();
     }
   }
 
@@ -829,10 +852,10 @@ class _Server implements App {
 
 /** Rewrites the worker's result paths (as seen inside its sandbox) to host paths. */
 function _hostPaths(outcome: WorkerOutcome, workerDir: string, hostDir: string): WorkerOutcome {
-  if (workerDir === hostDir) return outcome;
   const map = <T extends { path: string }>(file: T): T => {
-    if (file.path !== workerDir && !file.path.startsWith(workerDir + "/")) {
-      throw new Error(`worker result path outside its results directory: ${file.path}`);
+    const name = file.path.slice(workerDir.length + 1);
+    if (!file.path.startsWith(workerDir + "/") || name === "" || name.includes("/")) {
+      throw new WorkerFileError(`worker result path outside its results directory: ${file.path}`);
     }
     return { ...file, path: hostDir + file.path.slice(workerDir.length) };
   };

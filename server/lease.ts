@@ -11,6 +11,8 @@
 export interface LeaseHolder {
   /** Request id, or a label such as `init:gpu0/w3`. */
   readonly id: string;
+  /** `true` for a worker initialization (never named as an interfered request). */
+  readonly initialization?: boolean;
 }
 
 interface _Waiter {
@@ -35,6 +37,8 @@ export interface LeaseInterval {
   to: number;
   /** The holder's id. */
   holderId: string;
+  /** The holder was a worker initialization, not a request. */
+  initialization: boolean;
 }
 
 const _HISTORY = 256;
@@ -121,7 +125,12 @@ export class GpuLeases {
     for (const gpu of hold.gpus) {
       this.#heldBy.delete(gpu);
       const history = this.#history.get(gpu)!;
-      history.push({ from: hold.since, to: now, holderId: holder.id });
+      history.push({
+        from: hold.since,
+        to: now,
+        holderId: holder.id,
+        initialization: holder.initialization === true,
+      });
       if (history.length > _HISTORY) history.shift();
     }
     this.#dispatch();
@@ -143,21 +152,24 @@ export class GpuLeases {
   }
 
   /**
-   * Who held any of `gpus` at time `at` (`performance.now()` clock), other than `except`:
-   * the current holder or one from the history; `null` if nobody.
+   * Which request held any of `gpus` at time `at` (`performance.now()` clock), other than
+   * `except`: the current holder or one from the history; `null` if none. Worker
+   * initializations are not requests and are never named.
    */
   holderAt(gpus: readonly number[], at: number, except?: LeaseHolder): string | null {
     for (const gpu of gpus) {
       const current = this.#heldBy.get(gpu);
-      if (current && current !== except && this.#holds.get(current)!.since <= at) {
+      if (
+        current && current !== except && !current.initialization &&
+        this.#holds.get(current)!.since <= at
+      ) {
         return current.id;
       }
       const history = this.#history.get(gpu) ?? [];
       for (let i = history.length - 1; i >= 0; i--) {
         const interval = history[i];
-        if (interval.from <= at && at <= interval.to && interval.holderId !== except?.id) {
-          return interval.holderId;
-        }
+        if (interval.initialization || interval.holderId === except?.id) continue;
+        if (interval.from <= at && at <= interval.to) return interval.holderId;
       }
     }
     return null;

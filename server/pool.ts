@@ -305,7 +305,7 @@ export class WorkerPool {
     };
     if (leases && !startup) {
       const open = await leases.initializationGate(seat.gpus);
-      const holder: LeaseHolder = { id: `init:${seat.label}` };
+      const holder: LeaseHolder = { id: `init:${seat.label}`, initialization: true };
       try {
         await leases.acquire(holder, seat.gpus);
         try {

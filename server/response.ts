@@ -122,8 +122,7 @@ export async function buildResponse(
     put(PART_SEPARATOR);
     for (const [i, part] of parts.entries()) {
       put(headers[i + 1]);
-      const data = await Deno.readFile(part.path);
-      if (data.length !== part.size) throw new Error(`result part ${i} changed size`);
+      const data = await readWorkerFile(part.path, part.size);
       put(data);
       put(PART_SEPARATOR);
     }
@@ -132,14 +131,20 @@ export async function buildResponse(
   }
 
   await Deno.mkdir(stagingDir, { recursive: true, mode: 0o700 });
-  const staged: string[] = [];
-  for (const [i, part] of parts.entries()) {
-    const target = `${stagingDir}/part-${i}`;
-    await Deno.rename(part.path, target);
-    staged.push(target);
-  }
   const cleanup = () => Deno.remove(stagingDir, { recursive: true }).catch(() => {});
-  const body = _streamBody(headers, jsonBytes, staged, closing, cleanup);
+  const files: Deno.FsFile[] = [];
+  try {
+    for (const [i, part] of parts.entries()) {
+      const target = `${stagingDir}/part-${i}`;
+      await Deno.rename(part.path, target); // a planted symlink moves as a symlink...
+      files.push(await openWorkerFile(target, part.size)); // ...and is refused here
+    }
+  } catch (error) {
+    for (const file of files) file.close();
+    await cleanup();
+    throw error;
+  }
+  const body = _streamBody(headers, jsonBytes, files, closing, cleanup);
   return { kind: "ok", status: outcome.status, body, contentType, bytes: total };
 }
 
@@ -149,25 +154,78 @@ export async function readCaptured(
   limit: number,
 ): Promise<{ text: string; truncated: boolean }> {
   if (!file || limit === 0) return { text: "", truncated: false };
-  const want = Math.min(file.size, limit);
-  const buffer = new Uint8Array(want);
-  let got = 0;
-  if (want > 0) {
-    const handle = await Deno.open(file.path, { read: true });
-    try {
-      while (got < want) {
-        const n = await handle.read(buffer.subarray(got));
-        if (n === null) break;
-        got += n;
-      }
-    } finally {
-      handle.close();
+  const handle = await openWorkerFile(file.path);
+  try {
+    const size = (await handle.stat()).size;
+    const want = Math.min(size, limit);
+    const buffer = new Uint8Array(want);
+    let got = 0;
+    while (got < want) {
+      const n = await handle.read(buffer.subarray(got));
+      if (n === null) break;
+      got += n;
     }
+    return {
+      text: new TextDecoder("utf-8").decode(buffer.subarray(0, got)),
+      truncated: size > limit,
+    };
+  } finally {
+    handle.close();
   }
-  return {
-    text: new TextDecoder("utf-8").decode(buffer.subarray(0, got)),
-    truncated: file.size > limit,
-  };
+}
+
+/** A file a worker reported is not the regular file it claims to be (never follow it). */
+export class WorkerFileError extends Error {
+  /** Creates the error. */
+  constructor(message: string) {
+    super(message);
+    this.name = "WorkerFileError";
+  }
+}
+
+/**
+ * Opens a regular file a worker wrote, refusing a symlink or anything else planted in its place:
+ * the file opened must be the very inode `lstat` saw (and, when given, of the expected size).
+ */
+export async function openWorkerFile(path: string, expectedSize?: number): Promise<Deno.FsFile> {
+  const before = await Deno.lstat(path).catch(() => null);
+  if (!before || !before.isFile) {
+    throw new WorkerFileError(`worker result ${path} is not a regular file`);
+  }
+  const file = await Deno.open(path, { read: true });
+  try {
+    const after = await file.stat();
+    if (!after.isFile || after.ino !== before.ino || after.dev !== before.dev) {
+      throw new WorkerFileError(`worker result ${path} was replaced while being opened`);
+    }
+    if (expectedSize !== undefined && after.size !== expectedSize) {
+      throw new WorkerFileError(
+        `worker result ${path} has ${after.size} bytes, not ${expectedSize}`,
+      );
+    }
+    return file;
+  } catch (error) {
+    file.close();
+    throw error;
+  }
+}
+
+/** Reads a whole worker result file safely (see {@linkcode openWorkerFile}). */
+export async function readWorkerFile(path: string, expectedSize: number): Promise<Uint8Array> {
+  const file = await openWorkerFile(path, expectedSize);
+  try {
+    const data = new Uint8Array(expectedSize);
+    let got = 0;
+    while (got < expectedSize) {
+      const n = await file.read(data.subarray(got));
+      if (n === null) break;
+      got += n;
+    }
+    if (got !== expectedSize) throw new WorkerFileError(`worker result ${path} changed size`);
+    return data;
+  } finally {
+    file.close();
+  }
 }
 
 /** The wire `error` object of a FAILED outcome, with internal fields removed. */
@@ -191,7 +249,7 @@ async function _safeBoundary(json: Uint8Array, parts: OutcomeFile[]): Promise<st
     if (boundaryOccursIn(json, boundary)) continue;
     let clash = false;
     for (const part of parts) {
-      if (boundaryOccursIn(await Deno.readFile(part.path), boundary)) {
+      if (boundaryOccursIn(await readWorkerFile(part.path, part.size), boundary)) {
         clash = true;
         break;
       }
@@ -203,21 +261,28 @@ async function _safeBoundary(json: Uint8Array, parts: OutcomeFile[]): Promise<st
 function _streamBody(
   headers: Uint8Array[],
   json: Uint8Array,
-  files: string[],
+  files: Deno.FsFile[],
   closing: Uint8Array,
   cleanup: () => Promise<void>,
 ): ReadableStream<Uint8Array> {
   async function* chunks(): AsyncGenerator<Uint8Array> {
+    let index = 0;
     try {
       yield _join(headers[0], json, PART_SEPARATOR);
-      for (const [i, path] of files.entries()) {
-        yield headers[i + 1];
-        const file = await Deno.open(path, { read: true });
-        for await (const chunk of file.readable) yield chunk;
+      for (; index < files.length; index++) {
+        yield headers[index + 1];
+        for await (const chunk of files[index].readable) yield chunk; // closes the file
         yield PART_SEPARATOR;
       }
       yield closing;
     } finally {
+      for (let i = index + 1; i < files.length; i++) {
+        try {
+          files[i].close();
+        } catch {
+          // already closed
+        }
+      }
       await cleanup();
     }
   }

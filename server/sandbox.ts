@@ -42,15 +42,20 @@ export interface SlotLaunch {
   runtimePath: string;
   /** Zygote arguments after `-m kcoral_runtime.zygote`. */
   zygoteArgs: string[];
-  /** Host directories of the slot. */
+  /** Host directory of the slot's workspace (`/work` inside). */
   workDir: string;
+  /** Host directory of the slot's results (`/kcoral/results` inside). */
   resultsDir: string;
+  /** Host blob directory, shared by all slots (`/kcoral/blobs` inside, read-only). */
   blobDir: string;
   /** GPUs whose device nodes the slot may open (empty for CPU and simulated GPUs). */
   devices: GpuDevice[];
   /** Extra read-only paths. */
   readonlyPaths: string[];
-  /** GPU workers keep `/proc` writable (NVIDIA initialization needs it). */
+  /**
+   * GPU workers get their device nodes and the NVIDIA control nodes, and keep `/proc` writable
+   * (NVIDIA initialization needs it); CPU workers get a read-only `/proc`.
+   */
   gpu: boolean;
   /** Base environment (the server's own, minus what must not leak). */
   env: Record<string, string>;
@@ -58,8 +63,11 @@ export interface SlotLaunch {
 
 /** Paths as a worker inside the slot sees them. */
 export interface WorkerPaths {
+  /** The request working directory. */
   work: string;
+  /** Where the child writes result parts and capture files. */
   results: string;
+  /** Where input blobs are. */
   blobDir: string;
 }
 
@@ -157,35 +165,77 @@ export async function pythonInfo(python: string): Promise<PythonInfo> {
   return { ...info, executable: info.executable || python };
 }
 
-/** Empties a slot's workspace in place and recreates the reserved directories (sandbox). */
+/**
+ * Empties a slot's workspace in place (the directory stays: it is a sandbox's bind mount) and,
+ * for a sandbox, leaves exactly the empty reserved directories `.kcoral/{tmp,home,...}`. Modes
+ * a program changed (a read-only `/work`, `/tmp` or `$HOME`) are reset to `0700`, so one
+ * request cannot break the next. Reserved directories are emptied in place rather than
+ * recreated (fewer metadata writes on the per-request path).
+ */
 export async function resetWorkspace(workDir: string, sandboxed: boolean): Promise<void> {
-  await _empty(workDir);
-  if (sandboxed) {
-    for (const sub of _RESERVED_SUBDIRS) {
-      await Deno.mkdir(`${workDir}/${RESERVED_DIR}/${sub}`, { recursive: true, mode: 0o700 });
+  _ownerOnly(workDir);
+  if (!sandboxed) return await _empty(workDir);
+  for (const entry of [...Deno.readDirSync(workDir)]) {
+    if (entry.name === RESERVED_DIR && entry.isDirectory) continue;
+    await _remove(`${workDir}/${entry.name}`);
+  }
+  const reserved = `${workDir}/${RESERVED_DIR}`;
+  try {
+    Deno.mkdirSync(reserved, { mode: 0o700 });
+  } catch (error) {
+    if (!(error instanceof Deno.errors.AlreadyExists)) throw error;
+  }
+  _ownerOnly(reserved);
+  const kept = new Set<string>();
+  for (const entry of [...Deno.readDirSync(reserved)]) {
+    // Only real directories are kept: a symlink or file in their place is removed.
+    if (entry.isDirectory && _RESERVED_SUBDIRS.includes(entry.name)) kept.add(entry.name);
+    else await _remove(`${reserved}/${entry.name}`);
+  }
+  for (const sub of _RESERVED_SUBDIRS) {
+    const path = `${reserved}/${sub}`;
+    if (kept.has(sub)) {
+      _ownerOnly(path);
+      await _empty(path);
+    } else {
+      Deno.mkdirSync(path, { mode: 0o700 });
     }
   }
 }
 
 /**
- * Empties a directory in place (the results directory between requests). Read-only
- * directories a program left behind are made writable first; throws if an entry stays.
+ * Empties a directory in place (the results directory between requests) and resets its mode
+ * to `0700`. Read-only directories a program left behind are made writable first; throws if
+ * an entry stays.
  */
 export async function emptyDirectory(dir: string): Promise<void> {
+  _ownerOnly(dir);
   await _empty(dir);
 }
 
+// The fixed per-request checks below are synchronous on purpose: each is one cheap syscall on
+// a directory the server owns, and an async op costs far more than the syscall. Removing what
+// a program left (any size) stays asynchronous.
+
+/** Resets a directory's mode to `0700` when a program changed it. */
+function _ownerOnly(dir: string): void {
+  if (((Deno.lstatSync(dir).mode ?? 0) & 0o7777) !== 0o700) Deno.chmodSync(dir, 0o700);
+}
+
 async function _empty(dir: string): Promise<void> {
-  for await (const entry of Deno.readDir(dir)) {
-    await Deno.remove(`${dir}/${entry.name}`, { recursive: true }).catch(async (error) => {
-      if (error instanceof Deno.errors.NotFound) return;
-      // A read-only directory left by a program: make it writable, then retry.
-      await _makeWritable(`${dir}/${entry.name}`);
-      await Deno.remove(`${dir}/${entry.name}`, { recursive: true }).catch((error) => {
-        if (!(error instanceof Deno.errors.NotFound)) throw error;
-      });
+  for (const entry of [...Deno.readDirSync(dir)]) await _remove(`${dir}/${entry.name}`);
+}
+
+/** Removes a file or tree (never following symlinks); read-only directories are opened up. */
+async function _remove(path: string): Promise<void> {
+  await Deno.remove(path, { recursive: true }).catch(async (error) => {
+    if (error instanceof Deno.errors.NotFound) return;
+    // A read-only directory left by a program: make it writable, then retry.
+    await _makeWritable(path);
+    await Deno.remove(path, { recursive: true }).catch((error) => {
+      if (!(error instanceof Deno.errors.NotFound)) throw error;
     });
-  }
+  });
 }
 
 async function _makeWritable(path: string): Promise<void> {

@@ -2,7 +2,7 @@
  * Test helper: a real KCoral server on loopback (real HTTP, real Python workers), with events
  * captured in memory.
  */
-import { appInternals, createApp } from "../server/app.ts";
+import { appInternals, type AppOptions, createApp } from "../server/app.ts";
 import type { WorkerPool } from "../server/pool.ts";
 import type { ServerConfig } from "../server/config.ts";
 import { type RunningServer, serve } from "../server/serve.ts";
@@ -19,7 +19,10 @@ export interface TestServer {
 }
 
 /** Options merged over a fast, isolated default configuration. */
-export async function startServer(config: Partial<ServerConfig> = {}): Promise<TestServer> {
+export async function startServer(
+  config: Partial<ServerConfig> = {},
+  options: AppOptions = {},
+): Promise<TestServer> {
   const diskCacheDir = config.diskCacheDir === undefined
     ? await Deno.makeTempDir({ prefix: "kcoral-test-disk-" })
     : config.diskCacheDir;
@@ -31,7 +34,7 @@ export async function startServer(config: Partial<ServerConfig> = {}): Promise<T
     logConsole: false,
     ...config,
     diskCacheDir,
-  });
+  }, options);
   const events: Record<string, unknown>[] = [];
   app.subscribe((record) => events.push(record));
   const server = await serve(app, { port: 0, handleSignals: false, log: () => {} });

@@ -119,6 +119,17 @@ Deno.test("lease: history attributes a moment to the holder of that time", async
   assert.equal(leases.holderAt([0], performance.now(), b), null, "the asking holder is excluded");
 });
 
+Deno.test("lease: a worker initialization is never named as the interfered request", async () => {
+  const leases = new GpuLeases([0]);
+  const init: LeaseHolder = { id: "init:gpu0/w1", initialization: true };
+  await leases.acquire(init, [0]);
+  const during = performance.now();
+  assert.equal(leases.holderAt([0], during), null, "current holder is an initialization");
+  await new Promise((r) => setTimeout(r, 2));
+  leases.release(init);
+  assert.equal(leases.holderAt([0], during), null, "history entry is an initialization");
+});
+
 Deno.test("lease: the initialization gate admits one initializer per GPU at a time", async () => {
   const leases = new GpuLeases([0]);
   const first = await leases.initializationGate([0]);

@@ -15,7 +15,7 @@ import sys
 import traceback
 from typing import Any, Dict, List, Optional
 
-from . import procs
+from . import devices, procs
 from .devices import make_backend
 from .engine import Engine
 from .ipc import FrameSocket
@@ -35,6 +35,22 @@ def _flush_all() -> None:
 def _exit(code: int) -> None:
     _flush_all()
     os._exit(code)
+
+
+def install_cpu_only_guard(mode: str) -> None:
+    """After ``init``: GPU children run ``cpu_only`` functions under the CUPTI guard.
+
+    Only the factory is installed here; libcupti is loaded and subscribed at the first
+    ``cpu_only`` run (never in the zygote, never before the CUDA context exists) and
+    unsubscribed when that run ends. Simulated and CPU children have no GPU to guard and run
+    ``cpu_only`` functions directly.
+    """
+    if mode == "gpu":
+        from . import cuda_guard
+
+        devices.set_cpu_only_guard(cuda_guard.cpu_only_guard)
+    else:
+        devices.set_cpu_only_guard(None)
 
 
 def _reseed_numpy() -> None:
@@ -91,6 +107,7 @@ class Child:
         try:
             backend = make_backend(self.mode, self.versions, self.sim_devices)
             target, device_uuids = backend.init()
+            install_cpu_only_guard(backend.mode)
             lease: Any = Lease(self.channel, backend) if backend.uses_lease else NoLease()
             engine = Engine(backend, lease, self._notify_instr)
             engine.snapshot_state()

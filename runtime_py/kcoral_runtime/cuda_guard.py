@@ -59,6 +59,7 @@ __all__ = [
     "cpu_only_guard",
     "cupti_candidates",
     "frame_location",
+    "stop_active",
 ]
 
 LIBRARY_ENV = "KCORAL_CUPTI_LIBRARY"
@@ -500,13 +501,24 @@ def cpu_only_guard(library: Optional[str] = None) -> Iterator[None]:
             )
 
 
-def _stop_at_exit() -> None:
+def stop_active() -> bool:
+    """Unsubscribe the active guard, if any; True if there was one.
+
+    The worker calls this at the end of every program, so a guard that uploaded code started
+    and never stopped cannot outlive its request (CUPTI callbacks cost time on every CUDA call).
+    """
     guard = _active
-    if guard is not None:
-        try:
-            guard.stop()
-        except Exception:
-            pass
+    if guard is None:
+        return False
+    try:
+        guard.stop()
+    except Exception:
+        pass
+    return True
+
+
+def _stop_at_exit() -> None:
+    stop_active()
 
 
 atexit.register(_stop_at_exit)

@@ -6,13 +6,23 @@
   tensors, lease messages are exactly those of ``gpu`` mode, target is ``{"arch":"simulated"}``.
   With ``--sim-devices N`` the devices are ``sim-0`` .. ``sim-<N-1>``; ``CUDA_VISIBLE_DEVICES``
   (e.g. ``sim-0,sim-2``) selects which ones a child sees.
-* ``cpu``: no torch at all, no lease messages; tensor/library uploads are ``unavailable``.
+* ``cpu``: no torch at all, no lease messages; tensor uploads are ``unavailable``.
+
+Library uploads work in every mode (``libraries.py``: ``tvm_ffi`` when importable, else the
+plain C ABI of ``docs/c-abi.md``). On CPU workers this is an extension over upstream, whose CPU
+workers answer ``unavailable``: a host-only library can be called with CPU tensors and numpy
+arrays the program creates itself.
+
+``cpu_only`` functions run under the CUPTI guard in ``gpu`` mode (installed by the child after
+``init`` through ``set_cpu_only_guard``) and directly in ``sim`` and ``cpu`` modes, which have no
+GPU to touch.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import importlib.metadata
 import math
 import mmap
@@ -21,8 +31,10 @@ import sys
 import warnings
 from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple
 
+from . import cabi
+from .builtins import ARCH_ENV
 from .errors import ExecutionError
-from .libraries import LibraryLoader, LoadedLibrary, tvm_ffi_available
+from .libraries import LibraryLoader, LoadedLibrary
 from .modules import LoadedPythonModule
 from .values import DTYPE_ITEM_SIZES
 
@@ -38,6 +50,11 @@ _cpu_only_guard: Optional[Callable[[], ContextManager[None]]] = None
 def set_cpu_only_guard(factory: Optional[Callable[[], ContextManager[None]]]) -> None:
     global _cpu_only_guard
     _cpu_only_guard = factory
+
+
+def cpu_only_guard_factory() -> Optional[Callable[[], ContextManager[None]]]:
+    """The installed guard factory, or None."""
+    return _cpu_only_guard
 
 
 # --------------------------------------------------------------------------- zygote side
@@ -169,12 +186,12 @@ class CpuBackend:
     tensor_type: Optional[type] = None
     torch: Any = None
 
+    # get_function on a handle that is neither a module nor a library (spec protocol §2.4).
+    other_handle_kind = "unavailable"
+
     def __init__(self, versions: Dict[str, str]) -> None:
         self.versions = versions
-        self.libraries = LibraryLoader(self._library_unavailable())
-
-    def _library_unavailable(self) -> Optional[str]:
-        return "library uploads require a GPU worker"
+        self.libraries = LibraryLoader()
 
     def init(self) -> Tuple[Dict[str, str], List[str]]:
         """Create the device context; returns (target, device_uuids)."""
@@ -184,9 +201,11 @@ class CpuBackend:
         raise ExecutionError("unavailable", "tensor uploads require a GPU worker")
 
     def get_function(self, handle: Any, name: str) -> Any:
-        if isinstance(handle, LoadedPythonModule):
+        if isinstance(handle, (LoadedPythonModule, LoadedLibrary, cabi.CLibrary)):
             return handle.get_function(name)
-        raise ExecutionError("unavailable", "get_function expects an uploaded Python module")
+        raise ExecutionError(
+            self.other_handle_kind, "get_function expects an uploaded module or library handle"
+        )
 
     def run_cpu_only(self, fn: Callable[..., Any], args: List[Any]) -> Any:
         return fn(*args)  # there is no GPU here to touch
@@ -209,6 +228,7 @@ class SimBackend(CpuBackend):
 
     mode = "sim"
     uses_lease = True
+    other_handle_kind = "runtime"
 
     def __init__(self, versions: Dict[str, str], sim_devices: int) -> None:
         import torch
@@ -217,11 +237,6 @@ class SimBackend(CpuBackend):
         self.tensor_type = torch.Tensor
         self.sim_devices = sim_devices
         super().__init__(versions)
-
-    def _library_unavailable(self) -> Optional[str]:
-        if tvm_ffi_available():
-            return None
-        return "library uploads require tvm_ffi in the worker environment"
 
     def init(self) -> Tuple[Dict[str, str], List[str]]:
         devices = visible_sim_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), self.sim_devices)
@@ -246,13 +261,6 @@ class SimBackend(CpuBackend):
         except Exception as exc:
             raise ExecutionError("runtime", f"malformed tensor: {exc}") from exc
 
-    def get_function(self, handle: Any, name: str) -> Any:
-        if isinstance(handle, LoadedPythonModule):
-            return handle.get_function(name)
-        if isinstance(handle, LoadedLibrary):
-            return handle.get_function(name)
-        raise ExecutionError("runtime", "get_function expects an uploaded module or library handle")
-
 
 class GpuBackend(SimBackend):
     """Real CUDA devices through torch."""
@@ -276,8 +284,10 @@ class GpuBackend(SimBackend):
         self.device_count = count
         major, minor = torch.cuda.get_device_capability(0)
         arch, arch_list = arch_of(major, minor)
-        # cpu_only compiles read this instead of querying the driver off-lease.
+        # cpu_only compiles read these instead of querying the driver off-lease:
+        # tvm_ffi.cpp builds and kcoral_runtime.builtins.compile_cuda (its default arch).
         os.environ.setdefault("TVM_FFI_CUDA_ARCH_LIST", arch_list)
+        os.environ.setdefault(ARCH_ENV, arch)
         uuids = [format_uuid(torch.cuda.get_device_properties(i).uuid) for i in range(count)]
         self._cudart = _CudaErrors.load(torch)
         return {"arch": arch}, uuids
@@ -313,11 +323,26 @@ class GpuBackend(SimBackend):
             raise ExecutionError("runtime", f"malformed tensor: {exc}") from exc
 
     def run_cpu_only(self, fn: Callable[..., Any], args: List[Any]) -> Any:
+        """``fn(*args)`` under the installed guard (``unavailable`` when there is none).
+
+        Garbage that is already unreachable is collected first and the cyclic collector is
+        paused during the call, so that freeing an earlier instruction's CUDA tensors (which can
+        enter the CUDA API, e.g. ``cudaEventQuery`` for cross-stream uses) is not blamed on the
+        cpu_only function. Reference-counted frees inside the call still count: a cpu_only
+        function that drops the last reference to a CUDA tensor does touch the GPU.
+        """
         guard = _cpu_only_guard
         if guard is None:
             raise ExecutionError("unavailable", CPU_ONLY_UNAVAILABLE)
-        with guard():
-            return fn(*args)
+        gc.collect()
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            with guard():
+                return fn(*args)
+        finally:
+            if was_enabled:
+                gc.enable()
 
     def synchronize(self) -> None:
         """Drain every visible device; raises on a (sticky) CUDA error."""

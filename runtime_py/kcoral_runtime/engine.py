@@ -12,7 +12,7 @@ import sys
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from . import files
+from . import cuda_guard, files
 from .capture import OutputCapture
 from .errors import ExecutionError, GPUAccessViolation
 from .hygiene import ProcessState, SandboxState, kill_leftover_processes, warm_thread_pools
@@ -120,6 +120,8 @@ class Engine:
         self.capture.start(req["results"], limit)
         try:
             error, gpu_access, index, ins = self._run_instructions(instructions, request)
+            if cuda_guard.stop_active():  # uploaded code left a CUPTI subscription behind
+                log("stopped a CUDA guard the program left active")
             # Drain under the lease while output is still captured: device printf flushes here.
             error, poisoned = self._drain(error, index, ins)
         finally:

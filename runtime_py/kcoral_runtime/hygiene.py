@@ -206,6 +206,8 @@ class SandboxState:
         self.workspace = os.path.realpath(workspace)
         self.roots = tuple(dict.fromkeys((os.path.abspath(workspace), self.workspace)))
         self.sys_path = list(sys.path)
+        # A module from the workspace can only be new, or a replaced entry.
+        self.modules = {name: id(module) for name, module in sys.modules.items()}
         self.threads = _native_threads()
         self.python_threads = {t.ident for t in threading.enumerate()}
 
@@ -213,8 +215,10 @@ class SandboxState:
         """Undo imports from the workspace, then describe what outlived the request (or None)."""
         root = self.workspace
         sys.path[:] = self.sys_path
-        for name, module in list(sys.modules.items()):
-            if self._from_workspace(module):
+        before = self.modules
+        for name in [n for n, m in sys.modules.items() if before.get(n) != id(m)]:
+            module = sys.modules.get(name)
+            if module is not None and self._from_workspace(module):
                 del sys.modules[name]
         for key in [k for k in sys.path_importer_cache if isinstance(k, str) and _under(k, root)]:
             del sys.path_importer_cache[key]
@@ -243,9 +247,12 @@ class SandboxState:
             problems.append("open files in the workspace: " + ", ".join(fds))
         mapped = set()
         try:
-            with open("/proc/self/maps") as maps:
-                for line in maps:
-                    fields = line.rstrip("\n").split(maxsplit=5)
+            with open("/proc/self/maps", "rb") as maps:
+                data = maps.read()
+            # Thousands of lines with torch loaded: parse only when a workspace path occurs.
+            if any(r.encode() in data for r in self.roots):
+                for line in data.decode(errors="replace").splitlines():
+                    fields = line.split(maxsplit=5)
                     if len(fields) == 6 and _under(fields[5], root):
                         mapped.add(fields[5])
         except OSError:

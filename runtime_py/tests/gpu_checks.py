@@ -340,6 +340,63 @@ def after_guard() -> str:
     return "ok"
 
 
+# --------------------------------------------------------------------------- worker wiring
+
+
+@check("worker: GpuBackend.init reports the arch and seeds KCORAL_CUDA_ARCH")
+def backend_arch() -> str:
+    from kcoral_runtime import devices
+
+    saved = os.environ.pop("KCORAL_CUDA_ARCH", None)
+    try:
+        backend = devices.GpuBackend({})
+        target, uuids = backend.init()
+        device_arch = devices.arch_of(*torch.cuda.get_device_capability(0))[0]
+        expect(target == {"arch": device_arch}, f"target {target} vs device arch {device_arch}")
+        expect(os.environ.get("KCORAL_CUDA_ARCH") == target["arch"], "KCORAL_CUDA_ARCH not seeded")
+        expect(all(u.startswith(("GPU-", "MIG-")) for u in uuids), f"uuids {uuids}")
+        STATE["backend"] = backend
+        return f"target {target}, {len(uuids)} device(s), KCORAL_CUDA_ARCH={os.environ['KCORAL_CUDA_ARCH']}"
+    finally:
+        if saved is not None:
+            os.environ["KCORAL_CUDA_ARCH"] = saved
+
+
+@check("worker: run_cpu_only does not blame freeing an earlier CUDA tensor (GC before the guard)")
+def backend_gc_before_guard() -> str:
+    from kcoral_runtime import devices
+
+    backend = STATE.get("backend") or devices.GpuBackend({})
+    side = torch.cuda.Stream()
+
+    class Holder:
+        pass
+
+    holder = Holder()
+    holder.self = holder  # a reference cycle: only the cyclic collector frees it
+    holder.tensor = torch.empty(1 << 22, device="cuda")
+    with torch.cuda.stream(side):
+        holder.tensor.add_(1)
+    holder.tensor.record_stream(side)  # its free records a CUDA event (a CUDA API entry)
+    del holder
+    devices.set_cpu_only_guard(cuda_guard.cpu_only_guard)
+    try:
+        result = backend.run_cpu_only(lambda a, b: a + b, [2, 3])
+    finally:
+        devices.set_cpu_only_guard(None)
+    expect(result == 5, f"result {result}")
+    ns = uploaded("import torch\n\ndef bad():\n    torch.cuda.synchronize()\n", "gpucheck0000005")
+    devices.set_cpu_only_guard(cuda_guard.cpu_only_guard)
+    try:
+        backend.run_cpu_only(ns["bad"], [])
+        raise AssertionError("no GPUAccessViolation through GpuBackend.run_cpu_only")
+    except GPUAccessViolation as exc:
+        expect(exc.cuda_call.startswith(("cuda", "cu")), exc.cuda_call)
+        return f"clean run passed; torch.cuda.synchronize() -> {exc.cuda_call} at {exc.location}"
+    finally:
+        devices.set_cpu_only_guard(None)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--arch", default=None, help="nvcc arch (default: from the device)")
