@@ -221,7 +221,10 @@ class _Server implements App {
         events: this.events,
       });
       await this.pool.start();
-      for (const seat of this.pool.seats) await resetWorkspace(seat.workDir, this.#sandboxed);
+      for (const seat of this.pool.seats) {
+        await resetWorkspace(seat.workDir, this.#sandboxed);
+        seat.clean = true;
+      }
       this.events.emit("INFO", "pool_ready", {
         sandbox: this.sandbox,
         mode: gpuMode ? (config.simulateGpus ? "simulated-gpu" : "gpu") : "cpu",
@@ -522,8 +525,13 @@ class _Server implements App {
       if (released) return;
       released = true;
       // Request files are removed when the request ends (not when the next one starts).
-      await resetWorkspace(seat.workDir, this.#sandboxed).catch(() => {});
-      await emptyDirectory(seat.resultsDir).catch(() => {});
+      try {
+        await resetWorkspace(seat.workDir, this.#sandboxed);
+        await emptyDirectory(seat.resultsDir);
+        seat.clean = true;
+      } catch {
+        seat.clean = false; // retried before the next request
+      }
       this.pool!.release(seat, retiring);
     };
     try {
@@ -535,8 +543,11 @@ class _Server implements App {
       const blobDir = paths.blobDir;
       const blobMap: Record<string, string> = {};
       for (const sha of Object.keys(request.blobPaths)) blobMap[sha] = `${blobDir}/${sha}`;
-      await resetWorkspace(seat.workDir, this.#sandboxed);
-      await emptyDirectory(seat.resultsDir);
+      if (!seat.clean) {
+        await resetWorkspace(seat.workDir, this.#sandboxed);
+        await emptyDirectory(seat.resultsDir);
+      }
+      seat.clean = false;
 
       let child: WorkerChild = seat.child!;
       let gpus: readonly number[] = seat.gpus;

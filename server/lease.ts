@@ -203,36 +203,42 @@ export class GpuLeases {
   }
 
   #dispatch(): void {
+    // Requests first, in FIFO order. Worker initializations (replacement contexts) only take
+    // GPUs no waiting request wants: a request never waits behind a context creation while
+    // ready workers exist, and when none is ready no request waits here, so inits proceed.
     const blocked = new Set<number>();
     let allBlocked = false;
-    const remaining: _Waiter[] = [];
+    const remaining = new Set<_Waiter>(this.#queue);
     const granted: [_Waiter, number[]][] = [];
+    const grant = (waiter: _Waiter, gpus: number[]) => {
+      this.#grant(waiter.holder, gpus);
+      granted.push([waiter, gpus]);
+      remaining.delete(waiter);
+    };
     for (const waiter of this.#queue) {
-      if (allBlocked) {
-        remaining.push(waiter);
-        continue;
-      }
+      if (waiter.holder.initialization) continue;
+      if (allBlocked) break;
       if (waiter.gpus) {
         if (waiter.gpus.every((g) => !this.#heldBy.has(g) && !blocked.has(g))) {
-          this.#grant(waiter.holder, [...waiter.gpus]);
-          granted.push([waiter, [...waiter.gpus]]);
+          grant(waiter, [...waiter.gpus]);
         } else {
           for (const g of waiter.gpus) blocked.add(g);
-          remaining.push(waiter);
         }
       } else {
         const free = this.gpus.filter((g) => !this.#heldBy.has(g) && !blocked.has(g));
-        if (free.length >= waiter.count!) {
-          const gpus = free.slice(0, waiter.count!);
-          this.#grant(waiter.holder, gpus);
-          granted.push([waiter, gpus]);
-        } else {
-          allBlocked = true;
-          remaining.push(waiter);
-        }
+        if (free.length >= waiter.count!) grant(waiter, free.slice(0, waiter.count!));
+        else allBlocked = true;
       }
     }
-    this.#queue = remaining;
+    if (!allBlocked) {
+      for (const waiter of this.#queue) {
+        if (!waiter.holder.initialization || !remaining.has(waiter)) continue;
+        const gpus = waiter.gpus ?? [];
+        if (gpus.every((g) => !this.#heldBy.has(g) && !blocked.has(g))) grant(waiter, [...gpus]);
+        else for (const g of gpus) blocked.add(g);
+      }
+    }
+    this.#queue = this.#queue.filter((w) => remaining.has(w));
     for (const [waiter, gpus] of granted) waiter.resolve(gpus);
   }
 

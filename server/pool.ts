@@ -34,6 +34,8 @@ export interface Seat {
   child: WorkerChild | null;
   /** Generation counter (increments per child). */
   generation: number;
+  /** The workspace and results directories are known to be empty. */
+  clean: boolean;
 }
 
 /** Everything the pool needs from its server. */
@@ -99,6 +101,7 @@ export class WorkerPool {
       slot: null,
       child: null,
       generation: 0,
+      clean: false,
     }));
   }
 

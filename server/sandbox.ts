@@ -324,6 +324,23 @@ export function bwrapArgs(launch: SlotLaunch): string[] {
     if (_isAncestorOrSelf(_realpath(path), root) || _isAncestorOrSelf(path, root)) continue;
     roBind(path);
   }
+  // Toolchains on the worker's PATH (e.g. a compiler under /opt/gcc that Triton or nvcc runs):
+  // each directory, and for `<prefix>/bin` its whole prefix (libexec, lib, include). Not the
+  // user's home, nothing the sandbox owns, nothing that contains the workspaces.
+  const home = launch.env.HOME ? _realpath(launch.env.HOME) : null;
+  for (const entry of (launch.env.PATH ?? "").split(":")) {
+    if (!entry.startsWith("/")) continue;
+    const candidates = [entry];
+    if (/\/s?bin\/?$/.test(entry)) candidates.push(_dirname(entry.replace(/\/+$/, "")));
+    for (const path of candidates) {
+      if (path === "/" || !_isDir(path) || _ownedClash(path) !== null) continue;
+      const real = _realpath(path);
+      if (_isAncestorOrSelf(real, root) || _isAncestorOrSelf(path, root)) continue;
+      if (home && (_isAncestorOrSelf(home, real) || _isAncestorOrSelf(real, home))) continue;
+      if ([...bound].some((b) => _isAncestorOrSelf(b, path))) continue;
+      roBind(path);
+    }
+  }
   for (const path of readonlyPaths) roBind(path);
   args.push("--bind", launch.workDir, "/work");
   args.push("--bind", launch.resultsDir, "/kcoral/results");

@@ -130,6 +130,35 @@ Deno.test("lease: a worker initialization is never named as the interfered reque
   assert.equal(leases.holderAt([0], during), null, "history entry is an initialization");
 });
 
+Deno.test("lease: a waiting request goes before a waiting worker initialization", async () => {
+  const leases = new GpuLeases([0]);
+  const a = h("request-a"), b = h("request-b");
+  const init: LeaseHolder = { id: "init:gpu0/w1", initialization: true };
+  await leases.acquire(a, [0]);
+  const order: string[] = [];
+  const pInit = leases.acquire(init, [0]).then(() => order.push("init"));
+  await tick();
+  const pB = leases.acquire(b, [0]).then(() => order.push("request-b"));
+  leases.release(a);
+  await pB;
+  assert.deepEqual(order, ["request-b"], "the request queued later still goes first");
+  leases.release(b);
+  await pInit;
+  assert.deepEqual(order, ["request-b", "init"]);
+});
+
+Deno.test("lease: an initialization proceeds when no request waits", async () => {
+  const leases = new GpuLeases([0]);
+  const a = h("a");
+  await leases.acquire(a, [0]);
+  const init: LeaseHolder = { id: "init:gpu0/w1", initialization: true };
+  let done = false;
+  const p = leases.acquire(init, [0]).then(() => (done = true));
+  leases.release(a);
+  await p;
+  assert.equal(done, true);
+});
+
 Deno.test("lease: the initialization gate admits one initializer per GPU at a time", async () => {
   const leases = new GpuLeases([0]);
   const first = await leases.initializationGate([0]);

@@ -66,6 +66,15 @@ LIBRARY_ENV = "KCORAL_CUPTI_LIBRARY"
 NO_PYTHON_FRAME = "<no Python frame>"
 MAX_DISTINCT_CALLS = 8
 
+# Device queries that libraries make before real work (torch asks cudaGetDevice before it
+# synchronizes). They still violate cpu_only, but the error names the first other call if any.
+QUERY_CALLS = frozenset({
+    "cudaGetDevice", "cudaGetDeviceCount", "cudaGetLastError", "cudaPeekAtLastError",
+    "cudaDriverGetVersion", "cudaRuntimeGetVersion", "cudaGetErrorString", "cudaGetErrorName",
+    "cuCtxGetCurrent", "cuCtxGetDevice", "cuDeviceGet", "cuDeviceGetCount", "cuDriverGetVersion",
+    "cuGetErrorString", "cuGetErrorName", "cuGetProcAddress", "cuGetProcAddress_v2",
+})
+
 CUPTI_SUCCESS = 0
 CUPTI_CB_DOMAIN_DRIVER_API = 1
 CUPTI_CB_DOMAIN_RUNTIME_API = 2
@@ -377,6 +386,7 @@ class CudaGuard:
         self._handle: Optional[ctypes.c_void_p] = None
         self._open = False  # recording allowed
         self._first: Optional[Tuple[str, int, str, str, str]] = None
+        self._significant: Optional[Tuple[str, int, str, str, str]] = None
         self._count = 0
         self._calls: List[str] = []
         self.violation: Optional[Violation] = None
@@ -398,6 +408,7 @@ class CudaGuard:
                 )
             with self._lock:
                 self._first = None
+                self._significant = None
                 self._count = 0
                 self._calls = []
                 self._open = True
@@ -431,7 +442,10 @@ class CudaGuard:
                     _active = None
             with self._lock:
                 self._open = False
-                first, count, calls = self._first, self._count, list(self._calls)
+                # Name the first call that does GPU work (a synchronize, a launch, a copy), not
+                # the device queries libraries make before it; fall back to the first call.
+                first = self._significant or self._first
+                count, calls = self._count, list(self._calls)
             if first is not None:
                 cuda_call, detected_at_ns, location, stack_text, thread = first
                 text = stack_text + _violation_line(cuda_call, location, thread, count, calls)
@@ -454,16 +468,20 @@ class CudaGuard:
             name = raw_name.decode("ascii", "replace") if raw_name else "<unknown CUDA API>"
             if name not in self._calls:
                 self._calls.append(name)
-            if self._first is not None:
+            if self._first is not None and (self._significant is not None or name in QUERY_CALLS):
                 return
             stack = list(traceback.extract_stack(frame)) if frame is not None else []
-            self._first = (
+            entry = (
                 name,
                 now,
                 frame_location(stack),
                 _format_stack(stack),
                 threading.current_thread().name,
             )
+            if self._first is None:
+                self._first = entry
+            if name not in QUERY_CALLS:
+                self._significant = entry
 
     def __enter__(self) -> "CudaGuard":
         self.start()

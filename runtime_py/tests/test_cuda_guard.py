@@ -487,3 +487,22 @@ def test_real_cupti() -> None:
     with guard:
         sum(range(100))
     assert guard.violation is None
+
+
+def test_device_queries_yield_to_the_first_real_call(fake: Fake, fake_path: str) -> None:
+    # torch.cuda.synchronize() asks cudaGetDevice first; the error names the synchronize.
+    with CudaGuard(fake_path) as guard:
+        fake.call(RUNTIME, b"cudaGetDevice")
+        fake.call(RUNTIME, b"cudaDeviceSynchronize")
+        fake.call(RUNTIME, b"cudaLaunchKernel")
+    violation = guard.violation
+    assert violation is not None
+    assert violation.cuda_call == "cudaDeviceSynchronize"
+    assert violation.calls[:2] == ("cudaGetDevice", "cudaDeviceSynchronize")
+
+
+def test_only_device_queries_still_violate(fake: Fake, fake_path: str) -> None:
+    with CudaGuard(fake_path) as guard:
+        fake.call(RUNTIME, b"cudaGetDeviceCount")
+    assert guard.violation is not None
+    assert guard.violation.cuda_call == "cudaGetDeviceCount"

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Every GPU check, on the GPU machine, from the project root after ../shared/tools/gpu-pack.sh:
+#   bash tests/gpu/run_all.sh checks   # end-to-end tests, compile flow, CLI tools, sandbox
+#   bash tests/gpu/run_all.sh bench    # deno task bench --mode gpu
+# Logs go to $OUT (or ./gpu-logs); a summary goes to stdout.
+set -u
+cd "$(dirname "$0")/../.."
+# shellcheck disable=SC1091
+[ -f .gpu/env.sh ] && source .gpu/env.sh
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-gpu-logs}
+mkdir -p "$OUT"
+part=${1:-all}
+
+step() { # name, timeout seconds, command...
+  local name=$1 limit=$2
+  shift 2
+  local start=$SECONDS
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: rc=$rc ($((SECONDS - start)) s)"
+  grep -E "PASS|FAIL|RESULT|passed|failed|median|ms/|target" "$OUT/$name.log" | grep -v "^\s*$" | tail -40
+}
+
+if [ "$part" = checks ] || [ "$part" = all ]; then
+  step server_gpu 240 deno test -A --filter "gpu server (" tests/gpu/server.gpu.ts
+  KCORAL_TEST_SANDBOX=bubblewrap step server_gpu_sandbox 240 \
+    deno test -A --filter "gpu server (" tests/gpu/server.gpu.ts
+  step compile_gpu 240 deno run -A tests/gpu/compile_gpu.ts --expect-arch sm_90a
+  deno run -A cli.ts server --device gpu --gpus 0 --port 8123 --log-dir '' --no-log-console \
+    >"$OUT/cli_server.log" 2>&1 &
+  server=$!
+  for _ in $(seq 1 120); do
+    grep -q "Application startup complete." "$OUT/cli_server.log" && break
+    sleep 1
+  done
+  KCORAL_URL=http://127.0.0.1:8123 step cli_gpu 240 bash tests/gpu/cli_gpu.sh
+  kill -TERM "$server"
+  wait "$server"
+  echo "== cli server exit: $?"
+  step sandbox_gpu 300 deno run -A tests/gpu/sandbox_gpu.ts --requests 60
+fi
+if [ "$part" = bench ] || [ "$part" = all ]; then
+  start=$SECONDS
+  timeout 560 deno run -A bench/main.ts --mode gpu >"$OUT/bench.md" 2>&1
+  echo "== bench: rc=$? ($((SECONDS - start)) s)"
+  cat "$OUT/bench.md"
+fi
