@@ -40,6 +40,14 @@ if [ "$part" = checks ] || [ "$part" = all ]; then
   echo "== cli server exit: $?"
   step sandbox_gpu 300 deno run -A tests/gpu/sandbox_gpu.ts --requests 60
 fi
+if [ "$part" = final ]; then
+  start=$SECONDS
+  timeout 330 deno run -A bench/main.ts --mode gpu >"$OUT/bench.md" 2>&1
+  echo "== bench: rc=$? ($((SECONDS - start)) s)"
+  cat "$OUT/bench.md"
+  step compile_gpu 100 deno run -A tests/gpu/compile_gpu.ts --expect-arch sm_90a
+  step sandbox_gpu 130 deno run -A tests/gpu/sandbox_gpu.ts --requests 40
+fi
 if [ "$part" = bench ] || [ "$part" = all ]; then
   start=$SECONDS
   timeout 560 deno run -A bench/main.ts --mode gpu >"$OUT/bench.md" 2>&1
