@@ -41,16 +41,52 @@ def noise():
 
 const _RUNTIME = new URL("../runtime_py", import.meta.url).pathname;
 
-async function _local(mib: number, rounds: number): Promise<number[]> {
-  const code = `${_HARNESS}\nimport json\nprint(json.dumps(measure(${mib}, ${rounds})))\n`;
-  const output = await new Deno.Command("python3", {
-    args: ["-c", code],
-    env: { PYTHONPATH: _RUNTIME },
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  if (!output.success) throw new Error(new TextDecoder().decode(output.stderr));
-  return JSON.parse(new TextDecoder().decode(output.stdout).trim().split("\n").at(-1)!);
+/** A long-lived local Python process running the same harness (one line per measurement). */
+class _LocalHarness {
+  #child: Deno.ChildProcess;
+  #writer: WritableStreamDefaultWriter<Uint8Array>;
+  #lines: AsyncIterator<string>;
+
+  constructor() {
+    const code = `${_HARNESS}\nimport json, sys\nfor line in sys.stdin:\n` +
+      `    mib, rounds = map(int, line.split())\n    print(json.dumps(measure(mib, rounds)), flush=True)\n`;
+    this.#child = new Deno.Command("python3", {
+      args: ["-c", code],
+      env: { PYTHONPATH: _RUNTIME },
+      stdin: "piped",
+      stdout: "piped",
+      stderr: "inherit",
+    }).spawn();
+    this.#writer = this.#child.stdin.getWriter();
+    this.#lines = this.#child.stdout.pipeThrough(new TextDecoderStream()).pipeThrough(
+      new _LineSplitter(),
+    )[Symbol.asyncIterator]();
+  }
+
+  async measure(mib: number, rounds: number): Promise<number[]> {
+    await this.#writer.write(new TextEncoder().encode(`${mib} ${rounds}\n`));
+    const { value, done } = await this.#lines.next();
+    if (done) throw new Error("the local harness exited");
+    return JSON.parse(value);
+  }
+
+  async close(): Promise<void> {
+    await this.#writer.close();
+    await this.#child.status;
+  }
+}
+
+class _LineSplitter extends TransformStream<string, string> {
+  constructor() {
+    let rest = "";
+    super({
+      transform(chunk, controller) {
+        const lines = (rest + chunk).split("\n");
+        rest = lines.pop()!;
+        for (const line of lines) if (line.trim()) controller.enqueue(line);
+      },
+    });
+  }
 }
 
 async function _remote(client: Client, mib: number, rounds: number): Promise<number[]> {
@@ -78,11 +114,19 @@ export async function runFidelityBench(quick = false): Promise<BenchRow[]> {
   });
   const server = await serve(app, { port: 0, handleSignals: false, log: () => {} });
   const rows: BenchRow[] = [];
+  const local = new _LocalHarness();
   try {
     await using client = new Client(server.url);
     for (const mib of [4, 64]) {
-      const local = await _local(mib, rounds);
-      const idle = await _remote(client, mib, rounds);
+      // Local and remote rounds alternate, so clock or thermal drift hits both alike.
+      const localUs: number[] = [];
+      const idle: number[] = [];
+      await local.measure(mib, 1); // warm-up
+      await _remote(client, mib, 1);
+      for (let i = 0; i < rounds; i++) {
+        localUs.push(...await local.measure(mib, 1));
+        idle.push(...await _remote(client, mib, 1));
+      }
       let stop = false;
       const noise = Array.from({ length: 7 }, async () => {
         await using c = new Client(server.url);
@@ -94,9 +138,9 @@ export async function runFidelityBench(quick = false): Promise<BenchRow[]> {
       const loaded = await _remote(client, mib, rounds);
       stop = true;
       await Promise.all(noise);
-      const base = summarize(local).median;
-      rows.push(row(`c = a + b, ${mib} MiB, local harness`, "µs", local));
-      rows.push(row(`  through KCoral, idle server`, "µs", idle));
+      const base = summarize(localUs).median;
+      rows.push(row(`c = a + b, ${mib} MiB, local harness`, "µs", localUs));
+      rows.push(row(`  through KCoral, idle server (interleaved)`, "µs", idle));
       rows.push(row(`  through KCoral, 7 other clients busy`, "µs", loaded));
       rows.push(
         row(
@@ -107,8 +151,16 @@ export async function runFidelityBench(quick = false): Promise<BenchRow[]> {
           "within 1%",
         ),
       );
+      rows.push(
+        row(
+          `  difference of medians (idle / busy)`,
+          "µs",
+          [idle, loaded].map((s) => summarize(s).median - base),
+        ),
+      );
     }
   } finally {
+    await local.close();
     await server.shutdown();
   }
   return rows;

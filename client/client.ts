@@ -11,7 +11,7 @@
 // within the limit; reading the response is never timed. The cost is one
 // extra TCP handshake per request.
 
-import { encodeMultipart, type MultipartInput } from "../protocol/multipart.ts";
+import { encodeMultipartChunks, type MultipartInput } from "../protocol/multipart.ts";
 import {
   decodeJsonObject,
   decodeMissingBlobs,
@@ -204,7 +204,7 @@ export class Client implements AsyncDisposable {
   async #request(
     method: string,
     path: string,
-    init: { body?: Uint8Array; headers?: Record<string, string> } = {},
+    init: { body?: Uint8Array | ReadableStream<Uint8Array>; headers?: Record<string, string> } = {},
   ): Promise<_Response> {
     if (this.#closed) throw new TransportError("the client has been closed");
     await this.#connectProbe();
@@ -368,10 +368,14 @@ export class Client implements AsyncDisposable {
         parts.push({ name: `blob:${hash}`, contentType: "application/octet-stream", body: bytes });
       }
     }
-    const encoded = encodeMultipart(parts);
+    const encoded = encodeMultipartChunks(parts);
     const headers: Record<string, string> = { "content-type": encoded.contentType };
     if (route !== null) headers["x-kcoral-node"] = route;
-    const response = await this.#request("POST", "/execute", { body: encoded.body, headers });
+    // Large bodies stream their pieces (the blobs are not copied into one buffer first).
+    const body = encoded.length > _STREAM_BODY_BYTES
+      ? ReadableStream.from(encoded.chunks)
+      : _join(encoded.chunks, encoded.length);
+    const response = await this.#request("POST", "/execute", { body, headers });
     if (response.status !== 200) throw _serverError(response);
     let nextRoute = response.headers.get("x-kcoral-node");
     if (nextRoute !== null && !(nextRoute.length > 0 && nextRoute.length <= 512)) nextRoute = null;
@@ -461,4 +465,16 @@ function _serverError(response: _Response): KCoralError {
     kind: info.kind,
     requestId: info.requestId,
   });
+}
+
+const _STREAM_BODY_BYTES = 8 * 1024 * 1024;
+
+function _join(chunks: readonly Uint8Array[], length: number): Uint8Array<ArrayBuffer> {
+  const body = new Uint8Array(length);
+  let offset = 0;
+  for (const chunk of chunks) {
+    body.set(chunk, offset);
+    offset += chunk.length;
+  }
+  return body;
 }

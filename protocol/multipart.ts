@@ -464,6 +464,34 @@ export function encodeMultipart(
   parts: readonly MultipartInput[],
   boundary?: string,
 ): EncodedMultipart {
+  const { contentType, chunks, length } = encodeMultipartChunks(parts, boundary);
+  const body = new Uint8Array(length);
+  let offset = 0;
+  for (const chunk of chunks) {
+    body.set(chunk, offset);
+    offset += chunk.length;
+  }
+  return { contentType, body };
+}
+
+/** A multipart body as the ordered list of its pieces (payloads are not copied). */
+export interface MultipartChunks {
+  /** `multipart/form-data; boundary=...`. */
+  contentType: string;
+  /** Headers, payloads (the callers' own arrays), separators and the closing delimiter. */
+  chunks: Uint8Array<ArrayBuffer>[];
+  /** Total byte length. */
+  length: number;
+}
+
+/**
+ * Like {@linkcode encodeMultipart} but without joining: the body is `chunks` in order, so a
+ * large body can be streamed without a second copy of its payloads.
+ */
+export function encodeMultipartChunks(
+  parts: readonly MultipartInput[],
+  boundary?: string,
+): MultipartChunks {
   if (parts.length === 0) throw new MultipartError("at least one multipart part is required");
   if (boundary !== undefined) {
     const finder = _delimiterFinder(boundary);
@@ -473,24 +501,19 @@ export function encodeMultipart(
   } else {
     do boundary = newBoundary(); while (_occursInAny(parts, boundary));
   }
-  const headers = parts.map((part) => partHeader(boundary!, part.name, part.contentType));
-  const closing = closingDelimiter(boundary);
-  let total = closing.length;
-  for (let i = 0; i < parts.length; i++) {
-    total += headers[i].length + parts[i].body.length + PART_SEPARATOR.length;
+  const chunks: Uint8Array<ArrayBuffer>[] = [];
+  let length = 0;
+  const push = (chunk: Uint8Array<ArrayBuffer>) => {
+    chunks.push(chunk);
+    length += chunk.length;
+  };
+  for (const part of parts) {
+    push(partHeader(boundary, part.name, part.contentType));
+    push(part.body as Uint8Array<ArrayBuffer>);
+    push(PART_SEPARATOR);
   }
-  const body = new Uint8Array(total);
-  let offset = 0;
-  for (let i = 0; i < parts.length; i++) {
-    body.set(headers[i], offset);
-    offset += headers[i].length;
-    body.set(parts[i].body, offset);
-    offset += parts[i].body.length;
-    body.set(PART_SEPARATOR, offset);
-    offset += PART_SEPARATOR.length;
-  }
-  body.set(closing, offset);
-  return { contentType: `multipart/form-data; boundary=${boundary}`, body };
+  push(closingDelimiter(boundary));
+  return { contentType: `multipart/form-data; boundary=${boundary}`, chunks, length };
 }
 
 function _occursInAny(parts: readonly MultipartInput[], boundary: string): boolean {

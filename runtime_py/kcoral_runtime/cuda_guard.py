@@ -40,6 +40,7 @@ import ctypes
 import ctypes.util
 import glob
 import os
+import re
 import site
 import sys
 import sysconfig
@@ -66,14 +67,16 @@ LIBRARY_ENV = "KCORAL_CUPTI_LIBRARY"
 NO_PYTHON_FRAME = "<no Python frame>"
 MAX_DISTINCT_CALLS = 8
 
-# Device queries that libraries make before real work (torch asks cudaGetDevice before it
-# synchronizes). They still violate cpu_only, but the error names the first other call if any.
-QUERY_CALLS = frozenset({
-    "cudaGetDevice", "cudaGetDeviceCount", "cudaGetLastError", "cudaPeekAtLastError",
-    "cudaDriverGetVersion", "cudaRuntimeGetVersion", "cudaGetErrorString", "cudaGetErrorName",
-    "cuCtxGetCurrent", "cuCtxGetDevice", "cuDeviceGet", "cuDeviceGetCount", "cuDriverGetVersion",
-    "cuGetErrorString", "cuGetErrorName", "cuGetProcAddress", "cuGetProcAddress_v2",
-})
+# Device queries that libraries make before real work (torch asks cuCtxGetDevice/cudaGetDevice
+# before it synchronizes). They still violate cpu_only, but the error names the first other call
+# if there is one. A query is a `...Get...`/`...Peek...` entry point (version suffixes ignored).
+_QUERY = re.compile(r"^cu(da)?[A-Za-z]*?(Get|Peek)[A-Z]")
+_VERSION_SUFFIX = re.compile(r"(_v\d+)?(_ptsz|_ptds)?$")
+
+
+def is_query_call(name: str) -> bool:
+    """Whether a CUDA API name is a query (e.g. cudaGetDevice, cuCtxGetDevice_v2)."""
+    return _QUERY.match(_VERSION_SUFFIX.sub("", name)) is not None
 
 CUPTI_SUCCESS = 0
 CUPTI_CB_DOMAIN_DRIVER_API = 1
@@ -468,7 +471,7 @@ class CudaGuard:
             name = raw_name.decode("ascii", "replace") if raw_name else "<unknown CUDA API>"
             if name not in self._calls:
                 self._calls.append(name)
-            if self._first is not None and (self._significant is not None or name in QUERY_CALLS):
+            if self._first is not None and (self._significant is not None or is_query_call(name)):
                 return
             stack = list(traceback.extract_stack(frame)) if frame is not None else []
             entry = (
@@ -480,7 +483,7 @@ class CudaGuard:
             )
             if self._first is None:
                 self._first = entry
-            if name not in QUERY_CALLS:
+            if not is_query_call(name):
                 self._significant = entry
 
     def __enter__(self) -> "CudaGuard":

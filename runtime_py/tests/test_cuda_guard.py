@@ -506,3 +506,12 @@ def test_only_device_queries_still_violate(fake: Fake, fake_path: str) -> None:
         fake.call(RUNTIME, b"cudaGetDeviceCount")
     assert guard.violation is not None
     assert guard.violation.cuda_call == "cudaGetDeviceCount"
+
+
+def test_query_names_include_driver_versions() -> None:
+    for name in ("cudaGetDevice", "cuCtxGetDevice_v2", "cuDeviceGetAttribute", "cudaPeekAtLastError",
+                 "cuMemGetInfo_v2", "cudaGetDeviceProperties_v2"):
+        assert cuda_guard.is_query_call(name), name
+    for name in ("cudaDeviceSynchronize", "cuCtxSynchronize", "cudaLaunchKernel", "cuMemAlloc_v2",
+                 "cudaMemcpyAsync_ptsz", "cudaSetDevice"):
+        assert not cuda_guard.is_query_call(name), name

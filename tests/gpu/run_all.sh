@@ -40,6 +40,15 @@ if [ "$part" = checks ] || [ "$part" = all ]; then
   echo "== cli server exit: $?"
   step sandbox_gpu 300 deno run -A tests/gpu/sandbox_gpu.ts --requests 60
 fi
+if [ "$part" = final2 ]; then
+  step compile_gpu 100 deno run -A tests/gpu/compile_gpu.ts --expect-arch sm_90a
+  for only in server fidelity; do
+    start=$SECONDS
+    timeout 200 deno run -A bench/main.ts --mode gpu --only "$only" >"$OUT/bench-$only.md" 2>&1
+    echo "== bench $only: rc=$? ($((SECONDS - start)) s)"
+    cat "$OUT/bench-$only.md"
+  done
+fi
 if [ "$part" = final ]; then
   start=$SECONDS
   timeout 330 deno run -A bench/main.ts --mode gpu >"$OUT/bench.md" 2>&1
