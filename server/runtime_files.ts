@@ -7,7 +7,36 @@
  */
 
 /** Files of the `kcoral_runtime` package (kept equal to the directory by a test). */
-export const RUNTIME_FILES: readonly string[] = [];
+export const RUNTIME_FILES: readonly string[] = [
+  "__init__.py",
+  "builtins.py",
+  "cabi.py",
+  "capture.py",
+  "child.py",
+  "cuda_guard.py",
+  "devices.py",
+  "engine.py",
+  "errors.py",
+  "files.py",
+  "hygiene.py",
+  "ipc.py",
+  "lease.py",
+  "libraries.py",
+  "log.py",
+  "modules.py",
+  "nvml.py",
+  "paths.py",
+  "procs.py",
+  "tools/__init__.py",
+  "tools/compute_sanitizer.py",
+  "tools/ncu.py",
+  "tools/python.py",
+  "tools/run_iket.py",
+  "tools/runner.py",
+  "tools/shell.py",
+  "values.py",
+  "zygote.py",
+];
 
 const _PACKAGE_URL = new URL("../runtime_py/kcoral_runtime/", import.meta.url);
 
@@ -34,10 +63,18 @@ export async function runtimePythonPath(runtimeDir: string): Promise<string> {
     return decodeURIComponent(new URL("..", _PACKAGE_URL).pathname).replace(/\/$/, "");
   }
   const root = `${runtimeDir}/python`;
-  for (const name of RUNTIME_FILES) {
-    const path = `${root}/kcoral_runtime/${name}`;
-    await Deno.mkdir(path.slice(0, path.lastIndexOf("/")), { recursive: true });
-    await Deno.writeTextFile(path, await readRuntimeFile(name));
-  }
+  await materializeRuntime(_PACKAGE_URL, `${root}/kcoral_runtime`);
   return root;
+}
+
+/** Copies every file of {@linkcode RUNTIME_FILES} from `packageUrl` (any fetchable URL) to `dir`. */
+export async function materializeRuntime(packageUrl: URL, dir: string): Promise<void> {
+  for (const name of RUNTIME_FILES) {
+    const url = new URL(name, packageUrl);
+    const response = await fetch(url);
+    if (!response.ok) throw new Error(`cannot fetch ${url}: HTTP ${response.status}`);
+    const path = `${dir}/${name}`;
+    await Deno.mkdir(path.slice(0, path.lastIndexOf("/")), { recursive: true });
+    await Deno.writeTextFile(path, await response.text());
+  }
 }
