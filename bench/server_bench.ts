@@ -273,7 +273,10 @@ export async function runServerBench(options: ServerBenchOptions): Promise<Bench
           retiredAt.delete(e.worker_id as string);
         }
       }
+      const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
       const bound = 1000 / (summarize(init).median + summarize(teardown).median);
+      // Throughput follows mean service times; the issue's bound uses medians (reported first).
+      const meanBound = 1000 / (mean(init) + mean(teardown));
       rows.push(
         row(
           `fresh worker (default), 8 clients (${tag})`,
@@ -287,11 +290,18 @@ export async function runServerBench(options: ServerBenchOptions): Promise<Bench
       rows.push(row(`  teardown (retire → exited) in the same run`, "ms", teardown));
       rows.push(
         row(
-          `  ratio to 1/(create + teardown)`,
+          `  ratio to 1/(create + teardown), medians`,
           "%",
           rates.map((r) => (100 * r) / bound),
           "",
           "≥ 90",
+        ),
+      );
+      rows.push(
+        row(
+          `  ratio to 1/(create + teardown), means`,
+          "%",
+          rates.map((r) => (100 * r) / meanBound),
         ),
       );
       rows.push(

@@ -1,0 +1,270 @@
+/** `kcoral server` options: defaults, environment variables, precedence, validation, help. */
+import assert from "node:assert/strict";
+import { parseServerArgs, ServerArgsError, ServerHelp } from "../cli/server.ts";
+import { resolveServerConfig } from "../server/config.ts";
+
+const ENV = { HOME: "/home/u" };
+
+Deno.test("kcoral server: defaults follow the server guide", () => {
+  const args = parseServerArgs([], ENV);
+  assert.equal(args.host, "127.0.0.1");
+  assert.equal(args.port, 8000);
+  const config = resolveServerConfig(args.config);
+  assert.equal(config.device, "gpu");
+  assert.deepEqual(config.gpus, [0]);
+  assert.equal(config.numWorkers, 1);
+  assert.equal(config.workersPerGpu, 8);
+  assert.equal(config.maxRequestsPerWorker, 1);
+  assert.equal(config.workerTerminationGraceSeconds, 5);
+  assert.equal(config.sandbox, "bubblewrap");
+  assert.deepEqual(config.sandboxReadonlyPaths, []);
+  assert.equal(config.workerWaitTimeoutSeconds, 1800);
+  assert.equal(config.defaultTimeoutSeconds, 300);
+  assert.equal(config.maxTimeoutSeconds, 900);
+  assert.equal(config.maxRequestBytes, 268435456);
+  assert.equal(config.maxResponseBytes, 268435456);
+  assert.equal(config.outputLimitBytes, 1048576);
+  assert.equal(config.maxOutputLimitBytes, 16777216);
+  assert.equal(config.cacheCapacityBytes, 17179869184);
+  assert.equal(config.diskCacheDir, "/home/u/.cache/kcoral/files");
+  assert.equal(config.diskCacheCapacityMbytes, 16384);
+  assert.equal(config.logDir, "logs");
+  assert.equal(config.logConsole, true);
+  assert.equal(config.logPrograms, true);
+  assert.equal(config.simulateGpus, false);
+});
+
+Deno.test("kcoral server: every option reaches the configuration", () => {
+  const args = parseServerArgs([
+    "--host=0.0.0.0",
+    "--port",
+    "8123",
+    "--device",
+    "cpu",
+    "--gpus",
+    "0,1",
+    "--num-workers",
+    "3",
+    "--workers-per-gpu",
+    "2",
+    "--max-requests-per-worker",
+    "0",
+    "--worker-termination-grace-seconds",
+    "1.5",
+    "--sandbox",
+    "bubblewrap",
+    "--sandbox-readonly-path",
+    "/opt/a",
+    "--sandbox-readonly-path",
+    "/opt/b",
+    "--worker-wait-timeout-seconds",
+    "30",
+    "--default-timeout-seconds",
+    "60",
+    "--max-timeout-seconds",
+    "120",
+    "--max-request-bytes",
+    "1000",
+    "--max-response-bytes",
+    "2000",
+    "--output-limit-bytes",
+    "10",
+    "--max-output-limit-bytes",
+    "20",
+    "--cache-capacity-bytes",
+    "4096",
+    "--disk-cache-dir",
+    "/var/cache/k",
+    "--disk-cache-capacity-mbytes",
+    "7",
+    "--log-dir",
+    "logs with spaces",
+    "--no-log-console",
+    "--no-log-programs",
+  ], ENV);
+  assert.equal(args.host, "0.0.0.0");
+  assert.equal(args.port, 8123);
+  assert.deepEqual(args.config, {
+    device: "cpu",
+    gpus: [0, 1],
+    sandbox: "bubblewrap",
+    sandboxReadonlyPaths: ["/opt/a", "/opt/b"],
+    logDir: "logs with spaces",
+    logConsole: false,
+    logPrograms: false,
+    simulateGpus: false,
+    numWorkers: 3,
+    workersPerGpu: 2,
+    maxRequestsPerWorker: 0,
+    workerTerminationGraceSeconds: 1.5,
+    workerWaitTimeoutSeconds: 30,
+    defaultTimeoutSeconds: 60,
+    maxTimeoutSeconds: 120,
+    maxRequestBytes: 1000,
+    maxResponseBytes: 2000,
+    outputLimitBytes: 10,
+    maxOutputLimitBytes: 20,
+    cacheCapacityBytes: 4096,
+    diskCacheCapacityMbytes: 7,
+    diskCacheDir: "/var/cache/k",
+  });
+});
+
+Deno.test("kcoral server: environment variables, and flags win over them", () => {
+  const env = {
+    ...ENV,
+    KCORAL_SERVER_HOST: "10.0.0.1",
+    KCORAL_SERVER_PORT: "9000",
+    KCORAL_SERVER_DEVICE: "cpu",
+    KCORAL_SERVER_GPUS: "2,3",
+    KCORAL_LOG_DIR: "/var/log/k",
+    XDG_CACHE_HOME: "/xdg",
+  };
+  const fromEnv = parseServerArgs([], env);
+  assert.equal(fromEnv.host, "10.0.0.1");
+  assert.equal(fromEnv.port, 9000);
+  assert.equal(fromEnv.config.device, "cpu");
+  assert.deepEqual(fromEnv.config.gpus, [2, 3]);
+  assert.equal(fromEnv.config.logDir, "/var/log/k");
+  assert.equal(fromEnv.config.diskCacheDir, "/xdg/kcoral/files");
+  const flags = parseServerArgs(
+    ["--host", "127.0.0.2", "--port", "9001", "--device", "gpu", "--gpus", "1", "--log-dir", ""],
+    env,
+  );
+  assert.equal(flags.host, "127.0.0.2");
+  assert.equal(flags.port, 9001);
+  assert.equal(flags.config.device, "gpu");
+  assert.deepEqual(flags.config.gpus, [1]);
+  assert.equal(flags.config.logDir, null, "--log-dir '' disables log files");
+  assert.equal(parseServerArgs(["--disk-cache-dir", ""], ENV).config.diskCacheDir, null);
+  assert.equal(
+    parseServerArgs([], { ...ENV, XDG_CACHE_HOME: "relative" }).config.diskCacheDir,
+    "/home/u/.cache/kcoral/files",
+    "XDG_CACHE_HOME counts only when absolute",
+  );
+});
+
+Deno.test("kcoral server: invalid settings exit 1, malformed command lines exit 2", () => {
+  const code = (argv: string[], env: Record<string, string> = ENV) => {
+    try {
+      parseServerArgs(argv, env);
+      return 0;
+    } catch (error) {
+      assert.ok(error instanceof ServerArgsError, String(error));
+      return [error.exitCode, error.message] as const;
+    }
+  };
+  assert.deepEqual(code(["--port", "0"]), [1, "--port must be between 1 and 65535"]);
+  assert.deepEqual(code(["--port", "70000"]), [1, "--port must be between 1 and 65535"]);
+  assert.deepEqual(code(["--num-workers", "0"]), [1, "--num-workers must be at least 1"]);
+  assert.deepEqual(code(["--workers-per-gpu", "0"]), [1, "--workers-per-gpu must be at least 1"]);
+  assert.deepEqual(code(["--max-requests-per-worker", "-1"]), [
+    1,
+    "--max-requests-per-worker must be non-negative",
+  ]);
+  assert.deepEqual(code(["--disk-cache-capacity-mbytes", "-1"]), [
+    1,
+    "--disk-cache-capacity-mbytes must be non-negative",
+  ]);
+  assert.deepEqual(code(["--gpus", ","]), [1, "--gpus needs at least one GPU id"]);
+  assert.equal(code(["--gpus", ",", "--device", "cpu"]), 0, "CPU mode ignores --gpus");
+  assert.deepEqual(code(["--sandbox", "none", "--sandbox-readonly-path", "/opt"]), [
+    1,
+    "--sandbox-readonly-path requires --sandbox bubblewrap",
+  ]);
+  for (
+    const argv of [["--port", "abc"], ["--device", "tpu"], ["--bogus"], ["extra"], ["--gpus", "a"]]
+  ) {
+    const result = code(argv);
+    assert.ok(Array.isArray(result) && result[0] === 2, `${argv}: ${result}`);
+  }
+  const badEnv = code([], { ...ENV, KCORAL_SERVER_DEVICE: "tpu" });
+  assert.ok(Array.isArray(badEnv) && badEnv[0] === 2);
+});
+
+Deno.test("kcoral server: --help lists every option with its environment variable", () => {
+  try {
+    parseServerArgs(["--help"], ENV);
+    assert.fail("help must be signalled");
+  } catch (error) {
+    assert.ok(error instanceof ServerHelp);
+    for (
+      const option of [
+        "--host",
+        "--port",
+        "--device",
+        "--gpus",
+        "--num-workers",
+        "--workers-per-gpu",
+        "--max-requests-per-worker",
+        "--worker-termination-grace-seconds",
+        "--sandbox",
+        "--sandbox-readonly-path",
+        "--worker-wait-timeout-seconds",
+        "--default-timeout-seconds",
+        "--max-timeout-seconds",
+        "--max-request-bytes",
+        "--max-response-bytes",
+        "--output-limit-bytes",
+        "--max-output-limit-bytes",
+        "--cache-capacity-bytes",
+        "--disk-cache-dir",
+        "--disk-cache-capacity-mbytes",
+        "--log-dir",
+        "--no-log-console",
+        "--no-log-programs",
+        "KCORAL_SERVER_HOST",
+        "KCORAL_SERVER_PORT",
+        "KCORAL_SERVER_DEVICE",
+        "KCORAL_SERVER_GPUS",
+        "KCORAL_LOG_DIR",
+      ]
+    ) {
+      assert.ok(error.text.includes(option), option);
+    }
+    assert.equal(error.text.includes("--simulate-gpus"), false, "test mode stays out of help");
+  }
+});
+
+Deno.test("kcoral server: the process prints 'Application startup complete.' and stops on SIGTERM", async () => {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (listener.addr as Deno.NetAddr).port;
+  listener.close();
+  const child = new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "-A",
+      new URL("../cli.ts", import.meta.url).pathname,
+      "server",
+      "--device",
+      "cpu",
+      "--sandbox",
+      "none",
+      "--port",
+      String(port),
+      "--log-dir",
+      "",
+      "--disk-cache-dir",
+      "",
+    ],
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
+  let seen = "";
+  while (!seen.includes("Application startup complete.")) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`server exited:\n${seen}`);
+    seen += value;
+  }
+  const health = await (await fetch(`http://127.0.0.1:${port}/health`)).json();
+  assert.equal(health.status, "ok");
+  child.kill("SIGTERM");
+  const drain = (async () => {
+    while (!(await reader.read()).done) { /* drain */ }
+  })();
+  const status = await child.status;
+  await drain;
+  await child.stdout.cancel();
+  assert.equal(status.code, 0);
+});
