@@ -320,6 +320,11 @@ Deno.test("sandbox (cpu, fresh workers): escapes fail and the server keeps servi
         "/dev/random",
         "/dev/urandom",
         "/dev/full",
+        // Toolchains on the worker's PATH (and the prefix of each `<prefix>/bin`), outside
+        // the home directory: see bwrapArgs.
+        ...(Deno.env.get("PATH") ?? "").split(":").filter((p) => p.startsWith("/")).flatMap((p) =>
+          /\/s?bin\/?$/.test(p) ? [p, p.replace(/\/+$/, "").replace(/\/[^/]+$/, "")] : [p]
+        ).filter((p) => p !== "" && p !== "/"),
       ];
       const seen = await probe<{ mounts: string[]; pids: Record<string, string> }>(
         server,
