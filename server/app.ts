@@ -272,6 +272,19 @@ class _Server implements App {
       this.#inFlight++;
       try {
         return await this.#execute(request, info);
+      } catch (error) {
+        // Anything unexpected is a 500 `engine` with the spec's body; the server keeps serving.
+        this.events.emit("ERROR", "request_finished", {
+          http_status: 500,
+          finish_reason: "server_error",
+          error_kind: "unhandled",
+          error_message: String(error instanceof Error ? error.message : error).slice(0, 2048),
+          traceback: error instanceof Error ? (error.stack ?? "").slice(-8192) : "",
+        });
+        return new Response(errorBody("", "engine", ERROR_MESSAGES.internal), {
+          status: 500,
+          headers: { "content-type": "application/json", "x-request-id": "" },
+        });
       } finally {
         this.#inFlight--;
         if (this.#inFlight === 0) this.#idle?.();

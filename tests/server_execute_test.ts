@@ -512,3 +512,33 @@ async function _waitFor(condition: () => boolean, timeoutMs = 10_000): Promise<v
     await new Promise((r) => setTimeout(r, 10));
   }
 }
+
+Deno.test("server: an unexpected failure is a 500 engine body, and the server keeps serving", async () => {
+  const before = new Set([...Deno.readDirSync("/dev/shm")].map((e) => e.name));
+  const server = await startServer({
+    device: "gpu",
+    simulateGpus: true,
+    gpus: [0],
+    workersPerGpu: 1,
+  });
+  try {
+    const created = [...Deno.readDirSync("/dev/shm")].map((e) => e.name)
+      .filter((name) => name.startsWith("kcoral-blobs-") && !before.has(name));
+    assert.equal(created.length, 1);
+    // The blob directory vanishes under the server: storing the next blob cannot work.
+    await Deno.remove(`/dev/shm/${created[0]}`, { recursive: true });
+    const bytes = new Uint8Array([1, 2, 3, 4]);
+    const sha = _sha256(bytes);
+    const r = await postProgram(server.url, {
+      instructions: [{ op: "upload", id: "b", kind: "bytes", blob: sha }],
+    }, { blobs: { [sha]: bytes } });
+    assert.equal(r.status, 500);
+    assert.deepEqual(r.json.error, { kind: "engine", message: "internal server error" });
+    assert.ok(server.events.some((e) => e.error_kind === "unhandled"));
+    const next = await postProgram(server.url, callProgram("def f():\n    return 5\n", "f"));
+    assert.equal(next.status, 200);
+    assert.deepEqual(next.json.results, { out: { type: "integer", value: 5 } });
+  } finally {
+    await server.stop();
+  }
+});
