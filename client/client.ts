@@ -11,6 +11,7 @@
 // within the limit; reading the response is never timed. The cost is one
 // extra TCP handshake per request.
 
+import { concatBytes } from "../protocol/bytes.ts";
 import { encodeMultipartChunks, type MultipartInput } from "../protocol/multipart.ts";
 import {
   decodeJsonObject,
@@ -374,7 +375,7 @@ export class Client implements AsyncDisposable {
     // Large bodies stream their pieces (the blobs are not copied into one buffer first).
     const body = encoded.length > _STREAM_BODY_BYTES
       ? ReadableStream.from(encoded.chunks)
-      : _join(encoded.chunks, encoded.length);
+      : concatBytes(encoded.chunks);
     const response = await this.#request("POST", "/execute", { body, headers });
     if (response.status !== 200) throw _serverError(response);
     let nextRoute = response.headers.get("x-kcoral-node");
@@ -468,13 +469,3 @@ function _serverError(response: _Response): KCoralError {
 }
 
 const _STREAM_BODY_BYTES = 8 * 1024 * 1024;
-
-function _join(chunks: readonly Uint8Array[], length: number): Uint8Array<ArrayBuffer> {
-  const body = new Uint8Array(length);
-  let offset = 0;
-  for (const chunk of chunks) {
-    body.set(chunk, offset);
-    offset += chunk.length;
-  }
-  return body;
-}

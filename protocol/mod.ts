@@ -25,6 +25,7 @@
  * @module
  */
 
+export * from "./bytes.ts";
 export * from "./json_float.ts";
 export * from "./json.ts";
 export * from "./multipart.ts";

@@ -7,6 +7,8 @@
 // about one delimiter length at a time and no input costs more than linear
 // time. Parts are returned as subarray views; nothing is copied.
 
+import { concatBytes } from "./bytes.ts";
+
 /** One part of a multipart body. */
 export interface MultipartPart {
   /** The `name` parameter of `Content-Disposition`. */
@@ -464,14 +466,8 @@ export function encodeMultipart(
   parts: readonly MultipartInput[],
   boundary?: string,
 ): EncodedMultipart {
-  const { contentType, chunks, length } = encodeMultipartChunks(parts, boundary);
-  const body = new Uint8Array(length);
-  let offset = 0;
-  for (const chunk of chunks) {
-    body.set(chunk, offset);
-    offset += chunk.length;
-  }
-  return { contentType, body };
+  const { contentType, chunks } = encodeMultipartChunks(parts, boundary);
+  return { contentType, body: concatBytes(chunks) };
 }
 
 /** A multipart body as the ordered list of its pieces (payloads are not copied). */

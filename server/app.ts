@@ -4,7 +4,7 @@
  *
  * @module
  */
-import { createHash } from "node:crypto";
+import { concatBytes } from "../protocol/bytes.ts";
 import { ERROR_MESSAGES, errorBody } from "../protocol/errors.ts";
 import { parseExecuteRequest, RequestParseError } from "../protocol/request.ts";
 import { cacheMissJson, resultJson } from "../protocol/response.ts";
@@ -146,7 +146,7 @@ class _Server implements App {
   #started = false;
   #inFlight = 0;
   #idle: (() => void) | null = null;
-  #diskWrites = new Set<Promise<void>>();
+  #background = new Set<Promise<void>>();
   #responseSeq = 0;
 
   constructor(config: ServerConfig, options: AppOptions) {
@@ -328,7 +328,7 @@ class _Server implements App {
 
   async #teardown(): Promise<void> {
     await this.pool?.close(this.config.workerTerminationGraceSeconds * 1000);
-    await Promise.allSettled([...this.#diskWrites]);
+    await Promise.allSettled([...this.#background]);
     this.#store?.close();
     if (this.#runtimeDir) await Deno.remove(this.#runtimeDir, { recursive: true }).catch(() => {});
   }
@@ -376,7 +376,7 @@ class _Server implements App {
     if (this.config.device !== "gpu") return { env: {}, unset: [] };
     const visible = gpus.map((g) => this.#devices.get(g)!.uuid).join(",");
     const unset = [..._TORCHRUN_VARS];
-    for (const name of Object.keys(Deno.env.toObject())) {
+    for (const name of Object.keys(this.#launchBase?.env ?? {})) {
       if (name.startsWith("TORCHELASTIC_")) unset.push(name);
     }
     return { env: { CUDA_VISIBLE_DEVICES: visible, ..._NO_MULTICAST }, unset };
@@ -439,8 +439,8 @@ class _Server implements App {
         store: this.#store!,
         disk: this.#disk,
         track: (write) => {
-          this.#diskWrites.add(write);
-          write.finally(() => this.#diskWrites.delete(write));
+          this.#background.add(write);
+          write.finally(() => this.#background.delete(write));
         },
       });
     } catch (error) {
@@ -869,8 +869,8 @@ class _Server implements App {
 
   #trackBackground(task: Promise<void>): void {
     const tracked = task.catch(() => {});
-    this.#diskWrites.add(tracked);
-    tracked.finally(() => this.#diskWrites.delete(tracked));
+    this.#background.add(tracked);
+    tracked.finally(() => this.#background.delete(tracked));
   }
 }
 
@@ -924,7 +924,9 @@ async function _readBody(request: Request, limit: number): Promise<Uint8Array | 
     for await (const chunk of request.body) {
       if (offset + chunk.length > declared) {
         await request.body.cancel().catch(() => {});
-        return offset + chunk.length > limit ? null : _concat([body.subarray(0, offset), chunk]);
+        return offset + chunk.length > limit
+          ? null
+          : concatBytes([body.subarray(0, offset), chunk]);
       }
       body.set(chunk, offset);
       offset += chunk.length;
@@ -941,18 +943,7 @@ async function _readBody(request: Request, limit: number): Promise<Uint8Array | 
     }
     chunks.push(chunk);
   }
-  return chunks.length === 1 ? chunks[0] : _concat(chunks);
-}
-
-function _concat(chunks: Uint8Array[]): Uint8Array {
-  const total = chunks.reduce((n, c) => n + c.length, 0);
-  const body = new Uint8Array(total);
-  let offset = 0;
-  for (const chunk of chunks) {
-    body.set(chunk, offset);
-    offset += chunk.length;
-  }
-  return body;
+  return chunks.length === 1 ? chunks[0] : concatBytes(chunks);
 }
 
 async function _blobDir(runtimeDir: string): Promise<string> {
@@ -1000,9 +991,4 @@ function _pythonIsoNow(): string {
 
 function _describeConfig(config: ServerConfig): Record<string, unknown> {
   return { ...config };
-}
-
-/** SHA-256 of bytes as lowercase hex (exported for tests of the caches). */
-export function sha256Hex(bytes: Uint8Array): string {
-  return createHash("sha256").update(bytes).digest("hex");
 }

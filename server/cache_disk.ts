@@ -6,7 +6,7 @@
  *
  * @module
  */
-import { createHash } from "node:crypto";
+import { sha256Hex } from "../protocol/hash.ts";
 
 /** The disk file cache; disabled when its directory is `null` or its capacity is 0. */
 export class DiskFileCache {
@@ -45,7 +45,7 @@ export class DiskFileCache {
       const info = await Deno.lstat(path);
       if (!info.isFile) return null;
       const bytes = await Deno.readFile(path);
-      if (createHash("sha256").update(bytes).digest("hex") !== sha256) return null;
+      if (sha256Hex(bytes) !== sha256) return null;
       const now = new Date();
       await Deno.utime(path, now, now).catch(() => {});
       return bytes;

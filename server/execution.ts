@@ -155,6 +155,13 @@ export async function runProgram(params: RunParams): Promise<RunResult> {
   child.setHandler(null);
   const elapsed = () => performance.now() - started;
   const heldNow = () => leaseHeldMs + (heldSince === null ? 0 : performance.now() - heldSince);
+  const result = (end: RunEnd, held: number, teardown = Promise.resolve()): RunResult => ({
+    end,
+    elapsedMs: elapsed(),
+    leaseWaitMs,
+    leaseHeldMs: held,
+    teardown,
+  });
 
   if (first === "timeout") {
     // Kill under the lease so a still-running kernel cannot overlap the next holder.
@@ -169,15 +176,12 @@ export async function runProgram(params: RunParams): Promise<RunResult> {
       heldSince = performance.now();
     }
     const exit = await _killWithin(child, params.graceSeconds);
-    const result: RunResult = {
-      end: { kind: "timeout", exit, cleanupConfirmed: exit !== null },
-      elapsedMs: elapsed(),
-      leaseWaitMs,
-      leaseHeldMs: heldNow(),
-      teardown: Promise.resolve(),
-    };
+    const timedOutResult = result(
+      { kind: "timeout", exit, cleanupConfirmed: exit !== null },
+      heldNow(),
+    );
     if (exit !== null) releaseLease();
-    return result;
+    return timedOutResult;
   }
 
   if ("kind" in first) {
@@ -185,44 +189,25 @@ export async function runProgram(params: RunParams): Promise<RunResult> {
       // A reused child released its lease itself after cleanup; make sure nothing is held.
       const held = heldNow();
       releaseLease();
-      return {
-        end: first,
-        elapsedMs: elapsed(),
-        leaseWaitMs,
-        leaseHeldMs: held,
-        teardown: Promise.resolve(),
-      };
+      return result(first, held);
     }
     if (first.kind === "invalid") {
       const exit = await _killWithin(child, params.graceSeconds);
       const held = heldNow();
       if (exit !== null) releaseLease();
-      return {
-        end: first,
-        elapsedMs: elapsed(),
-        leaseWaitMs,
-        leaseHeldMs: held,
-        teardown: Promise.resolve(),
-      };
+      return result(first, held);
     }
     // Retiring: the lease stays held through the child's teardown, released once it is gone.
     const held = heldNow();
     leases?.cancel(holder);
-    const teardown = child.exited.then(() => releaseLease());
-    return { end: first, elapsedMs: elapsed(), leaseWaitMs, leaseHeldMs: held, teardown };
+    return result(first, held, child.exited.then(() => releaseLease()));
   }
 
   // The child (and its whole tree) is gone mid-program.
   leases?.cancel(holder);
   const held = heldNow();
   releaseLease();
-  return {
-    end: { kind: "crashed", exit: first, instructionIndex: lastInstruction },
-    elapsedMs: elapsed(),
-    leaseWaitMs,
-    leaseHeldMs: held,
-    teardown: Promise.resolve(),
-  };
+  return result({ kind: "crashed", exit: first, instructionIndex: lastInstruction }, held);
 }
 
 /** Kills the child's tree and waits for confirmation; `null` if the zygote never confirmed. */

@@ -4,6 +4,7 @@
  *
  * @module
  */
+import { concatBytes } from "../protocol/bytes.ts";
 
 /** One decoded frame: a JSON object with a string `t` (its type). */
 export type Frame = { t: string; c?: number; [key: string]: unknown };
@@ -32,7 +33,7 @@ export async function* readFrames(
 ): AsyncGenerator<Frame, void, void> {
   let buffer: Uint8Array = new Uint8Array(0);
   for await (const chunk of stream) {
-    buffer = buffer.length === 0 ? chunk : _concat(buffer, chunk);
+    buffer = buffer.length === 0 ? chunk : concatBytes([buffer, chunk]);
     let offset = 0;
     while (buffer.length - offset >= 4) {
       const length = new DataView(buffer.buffer, buffer.byteOffset + offset, 4).getUint32(0);
@@ -48,11 +49,4 @@ export async function* readFrames(
     }
     buffer = offset === buffer.length ? new Uint8Array(0) : buffer.slice(offset);
   }
-}
-
-function _concat(a: Uint8Array, b: Uint8Array): Uint8Array {
-  const out = new Uint8Array(a.length + b.length);
-  out.set(a, 0);
-  out.set(b, a.length);
-  return out;
 }

@@ -13,6 +13,7 @@ import {
   partHeader,
 } from "../protocol/multipart.ts";
 import { boundaryOccursIn } from "../protocol/multipart.ts";
+import { concatBytes } from "../protocol/bytes.ts";
 import { resultJson } from "../protocol/response.ts";
 import type { OutcomeFile, WorkerOutcome } from "./execution.ts";
 
@@ -268,7 +269,7 @@ function _streamBody(
   async function* chunks(): AsyncGenerator<Uint8Array> {
     let index = 0;
     try {
-      yield _join(headers[0], json, PART_SEPARATOR);
+      yield concatBytes([headers[0], json, PART_SEPARATOR]);
       for (; index < files.length; index++) {
         yield headers[index + 1];
         for await (const chunk of files[index].readable) yield chunk; // closes the file
@@ -287,14 +288,4 @@ function _streamBody(
     }
   }
   return ReadableStream.from(chunks());
-}
-
-function _join(...chunks: Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0));
-  let offset = 0;
-  for (const c of chunks) {
-    out.set(c, offset);
-    offset += c.length;
-  }
-  return out;
 }

@@ -5,6 +5,7 @@
  * @module
  */
 
+import { readRuntimeFile } from "../../server/runtime_files.ts";
 import { type ToolName, TOOLS } from "./tools.ts";
 
 /** The two uploaded module sources of one tool run. */
@@ -14,8 +15,6 @@ export interface ToolSources {
   /** Text of the tool's definition: defines `run(arguments, env, reports, execute)`. */
   definition: string;
 }
-
-const _DIRECTORY = new URL("../../runtime_py/kcoral_runtime/tools/", import.meta.url);
 
 /**
  * Read the runner and the definition of `tool`. Works from a local checkout (`file:`) and
@@ -30,15 +29,8 @@ const _DIRECTORY = new URL("../../runtime_py/kcoral_runtime/tools/", import.meta
  */
 export async function readToolSources(tool: ToolName): Promise<ToolSources> {
   const [runner, definition] = await Promise.all([
-    _read(new URL("runner.py", _DIRECTORY)),
-    _read(new URL(`${TOOLS[tool].module}.py`, _DIRECTORY)),
+    readRuntimeFile("tools/runner.py"),
+    readRuntimeFile(`tools/${TOOLS[tool].module}.py`),
   ]);
   return { runner, definition };
-}
-
-async function _read(url: URL): Promise<string> {
-  if (url.protocol === "file:") return await Deno.readTextFile(url);
-  const response = await fetch(url);
-  if (!response.ok) throw new Error(`cannot read ${url.href}: HTTP ${response.status}`);
-  return await response.text();
 }
