@@ -60,7 +60,7 @@ Deno.test("events: a server run writes events.jsonl and program records", async 
     );
     // Console mirror: "<ts> <LEVEL padded to 7> <event> key=value ...", without config.
     const ready = console.find((l) => l.includes(" pool_ready "));
-    assert.match(ready!, /^\S+Z INFO    pool_ready sandbox=none mode=cpu /);
+    assert.match(ready!, /^\S+Z INFO {4}pool_ready sandbox=none mode=cpu /);
     const started = console.find((l) => l.includes(" server_started "))!;
     assert.equal(started.includes("config="), false);
   } finally {
