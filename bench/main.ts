@@ -31,7 +31,8 @@ if (!only || only === "codec") {
 }
 if (!only || only === "server") {
   console.log(`## Server, end to end (${mode}, sandbox ${sandbox})\n`);
-  console.log(table(await runServerBench({ mode, quick, sandbox })));
+  const transport = (arg("--transport") ?? "auto") as "auto" | "fetch";
+  console.log(table(await runServerBench({ mode, quick, sandbox, transport })));
   console.log();
 }
 if (mode === "gpu" && (!only || only === "fidelity")) {

@@ -12,6 +12,9 @@
 // extra TCP handshake per request.
 
 import { concatBytes } from "../protocol/bytes.ts";
+import { type BodyObserver, Http1Agent, Http1ConnectError } from "./_http1.ts";
+import { PartDigests } from "./_part_digests.ts";
+import type { KnownDigest } from "../protocol/values.ts";
 import { encodeMultipartChunks, type MultipartInput } from "../protocol/multipart.ts";
 import {
   decodeJsonObject,
@@ -49,6 +52,14 @@ export interface ClientOptions {
    * 10); `null` disables it. It never limits how long a program runs.
    */
   connectTimeoutSeconds?: number | null;
+  /**
+   * How requests travel. `"auto"` (default): plain `http://` servers reached without a proxy
+   * use the client's own HTTP/1.1 transport (bodies written straight from your buffers,
+   * response payloads read into place and hashed as they arrive: several times faster than
+   * `fetch` for large tensors); `https://` and proxied servers use `fetch`. `"fetch"`: always
+   * `fetch`.
+   */
+  transport?: "auto" | "fetch";
 }
 
 /**
@@ -142,6 +153,9 @@ export class Client implements AsyncDisposable {
   readonly #connectTimeoutMs: number | null;
   readonly #http: Deno.HttpClient;
   readonly #probe: _Endpoint;
+  /** Plain HTTP without a proxy goes through this faster transport; else `fetch`. */
+  readonly #direct: Http1Agent | null;
+  readonly #pathPrefix: string;
   #closed = false;
   #reached = false;
 
@@ -160,8 +174,16 @@ export class Client implements AsyncDisposable {
       throw new ValidationError("connectTimeoutSeconds must be a positive number or null");
     }
     this.#connectTimeoutMs = timeout === null ? null : Math.min(timeout * 1000, 2 ** 31 - 1);
-    this.#probe = _proxyFor(url) ?? _endpoint(url);
+    const proxy = _proxyFor(url);
+    this.#probe = proxy ?? _endpoint(url);
     this.#http = Deno.createHttpClient({});
+    this.#pathPrefix = url.pathname.replace(/\/+$/, "");
+    if (options.transport !== undefined && !["auto", "fetch"].includes(options.transport)) {
+      throw new ValidationError('transport must be "auto" or "fetch"');
+    }
+    this.#direct = url.protocol === "http:" && proxy === undefined && options.transport !== "fetch"
+      ? new Http1Agent({ ...this.#probe, host: url.host, connectTimeoutMs: this.#connectTimeoutMs })
+      : null;
   }
 
   /** Release pooled connections. Later requests raise `TransportError`. */
@@ -169,6 +191,7 @@ export class Client implements AsyncDisposable {
     if (this.#closed) return;
     this.#closed = true;
     this.#http.close();
+    this.#direct?.close();
   }
 
   /** `await using` support: the same as {@linkcode Client.close}. */
@@ -205,17 +228,48 @@ export class Client implements AsyncDisposable {
   async #request(
     method: string,
     path: string,
-    init: { body?: Uint8Array | ReadableStream<Uint8Array>; headers?: Record<string, string> } = {},
+    init: {
+      body?: Uint8Array[];
+      headers?: Record<string, string>;
+      observe?: (headers: Headers) => BodyObserver | undefined;
+    } = {},
   ): Promise<_Response> {
     if (this.#closed) throw new TransportError("the client has been closed");
-    await this.#connectProbe();
     const headers = new Headers(this.#headers);
     for (const [name, value] of Object.entries(init.headers ?? {})) headers.set(name, value);
+    if (this.#direct) {
+      try {
+        return await this.#direct.request(
+          method,
+          this.#pathPrefix + path,
+          headers,
+          init.body,
+          init.observe,
+        );
+      } catch (error) {
+        if (error instanceof Http1ConnectError) {
+          throw new TransportError(error.message, { cause: error.cause });
+        }
+        throw new TransportError(`${method} ${path} failed: ${(error as Error).message}`, {
+          cause: error,
+        });
+      }
+    }
+    await this.#connectProbe();
+    let requestBody: BodyInit | undefined;
+    if (init.body) {
+      let length = 0;
+      for (const chunk of init.body) length += chunk.length;
+      // Large bodies stream their pieces (the blobs are not copied into one buffer first).
+      requestBody = length > _STREAM_BODY_BYTES
+        ? ReadableStream.from(init.body)
+        : concatBytes(init.body);
+    }
     try {
       const response = await fetch(this.baseUrl + path, {
         method,
         headers,
-        body: init.body as BodyInit | undefined,
+        body: requestBody,
         redirect: "manual", // like upstream (httpx): a redirect is a non-200 answer
         client: this.#http,
       });
@@ -352,7 +406,9 @@ export class Client implements AsyncDisposable {
     }
     const body = attempt.body;
     const parts = attempt.parts;
-    return new ProgramResult(_protocol(() => decodeProgramResult(body, parts, _factories)));
+    return new ProgramResult(
+      _protocol(() => decodeProgramResult(body, parts, _factories, attempt.knownDigest)),
+    );
   }
 
   async #post(
@@ -360,7 +416,7 @@ export class Client implements AsyncDisposable {
     programBytes: Uint8Array,
     include: ReadonlySet<string>,
     route: string | null,
-  ): Promise<ResponseBody & { route: string | null }> {
+  ): Promise<ResponseBody & { route: string | null; knownDigest: KnownDigest }> {
     const parts: MultipartInput[] = [
       { name: "program", contentType: "application/json", body: programBytes },
     ];
@@ -372,18 +428,19 @@ export class Client implements AsyncDisposable {
     const encoded = encodeMultipartChunks(parts);
     const headers: Record<string, string> = { "content-type": encoded.contentType };
     if (route !== null) headers["x-kcoral-node"] = route;
-    // Large bodies stream their pieces (the blobs are not copied into one buffer first).
-    const body = encoded.length > _STREAM_BODY_BYTES
-      ? ReadableStream.from(encoded.chunks)
-      : concatBytes(encoded.chunks);
-    const response = await this.#request("POST", "/execute", { body, headers });
+    let digests: PartDigests | undefined;
+    const response = await this.#request("POST", "/execute", {
+      body: [...encoded.chunks],
+      headers,
+      observe: (responseHeaders) => digests = PartDigests.forResponse(responseHeaders),
+    });
     if (response.status !== 200) throw _serverError(response);
     let nextRoute = response.headers.get("x-kcoral-node");
     if (nextRoute !== null && !(nextRoute.length > 0 && nextRoute.length <= 512)) nextRoute = null;
     const decoded = _protocol(() =>
       decodeResponseBody(response.headers.get("content-type"), response.body)
     );
-    return { ...decoded, route: nextRoute };
+    return { ...decoded, route: nextRoute, knownDigest: (part) => digests?.lookup(part) };
   }
 
   /**

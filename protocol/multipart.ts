@@ -135,11 +135,27 @@ export function boundaryFromContentType(contentType: string | null): string {
 }
 
 /** A compiled search for one delimiter byte string. */
-class _Finder {
+/**
+ * Finds a byte pattern (Horspool's skip table), e.g. a multipart delimiter
+ * `CRLF--boundary` in a large payload, at memory-scan speed from JavaScript.
+ *
+ * @example
+ * ```ts
+ * import { DelimiterFinder } from "./mod.ts";
+ *
+ * const finder = new DelimiterFinder(new TextEncoder().encode("\r\n--B"));
+ * const body = new TextEncoder().encode("data\r\n--B--");
+ * if (finder.find(body, 0) !== 4 || finder.find(body, 5) !== -1) throw new Error();
+ * ```
+ */
+export class DelimiterFinder {
+  /** The bytes searched for. */
   readonly pattern: Uint8Array;
   readonly #skip: Int32Array;
 
+  /** A finder for `pattern` (at least 2 bytes). */
   constructor(pattern: Uint8Array) {
+    if (pattern.length < 2) throw new RangeError("the pattern needs at least 2 bytes");
     this.pattern = pattern;
     const m = pattern.length;
     this.#skip = new Int32Array(256).fill(m);
@@ -214,7 +230,7 @@ export function parseMultipart(body: Uint8Array, boundary: string): MultipartPar
   const pattern = new Uint8Array(marker.length + 1);
   pattern[0] = 0x0a;
   pattern.set(marker, 1);
-  const finder = new _Finder(pattern);
+  const finder = new DelimiterFinder(pattern);
   const n = body.length;
   const ml = marker.length;
 
@@ -348,9 +364,9 @@ export function newBoundary(): string {
   return "kcoral-" + hex;
 }
 
-function _delimiterFinder(boundary: string): _Finder {
+function _delimiterFinder(boundary: string): DelimiterFinder {
   const marker = _ascii("\r\n--" + boundary, "the boundary");
-  return new _Finder(marker);
+  return new DelimiterFinder(marker);
 }
 
 /**

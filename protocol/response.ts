@@ -18,6 +18,7 @@ import {
 import { isBlobHash } from "./program.ts";
 import {
   type DecodedValue,
+  type KnownDigest,
   ResultValueError,
   ValueDecoder,
   type ValueFactories,
@@ -404,6 +405,8 @@ function _isInt(value: TypedJsonValue | undefined): value is number | bigint {
  *
  * @throws {ResponseError} `malformed execution response: …` with upstream's detail.
  *
+ * `knownDigest` may supply SHA-256 digests of parts already computed while receiving them.
+ *
  * @example
  * ```ts
  * import { decodeProgramResult, parseJsonTyped } from "./mod.ts";
@@ -421,9 +424,10 @@ export function decodeProgramResult<T>(
   body: TypedJsonObject,
   parts: ReadonlyMap<string, Uint8Array>,
   factories: ValueFactories<T>,
+  knownDigest?: KnownDigest,
 ): DecodedResult<T> {
   try {
-    return _decodeProgramResult(body, parts, factories);
+    return _decodeProgramResult(body, parts, factories, knownDigest);
   } catch (error) {
     if (error instanceof _Malformed || error instanceof ResultValueError) {
       throw new ResponseError(`malformed execution response: ${error.message}`, { cause: error });
@@ -436,6 +440,7 @@ function _decodeProgramResult<T>(
   body: TypedJsonObject,
   parts: ReadonlyMap<string, Uint8Array>,
   factories: ValueFactories<T>,
+  knownDigest: KnownDigest | undefined,
 ): DecodedResult<T> {
   const status = _field(body, "status");
   if (status !== "COMPLETED" && status !== "FAILED") {
@@ -478,7 +483,7 @@ function _decodeProgramResult<T>(
   }
   const encoded = _field(body, "results");
   if (!(encoded instanceof Map)) _bad("results must be an object");
-  const decoder = new ValueDecoder(parts, factories);
+  const decoder = new ValueDecoder(parts, factories, knownDigest);
   const results = new Map<string, DecodedValue<T>>();
   for (const [key, value] of encoded) results.set(key, decoder.decode(value));
   let error: ExecutionErrorInfo | null = null;

@@ -57,16 +57,28 @@ function _fail(message: string): never {
   throw new ResultValueError(message);
 }
 
+/** The SHA-256 (lowercase hex) of exactly these bytes if already known, else `undefined`. */
+export type KnownDigest = (part: Uint8Array) => string | undefined;
+
 /** Decoding state shared by all values of one response. */
 export class ValueDecoder<T> {
   readonly #parts: ReadonlyMap<string, Uint8Array>;
   readonly #factories: ValueFactories<T>;
   readonly #used = new Set<string>();
+  readonly #knownDigest: KnownDigest | undefined;
 
-  /** Decode against the response's binary parts (`return:<i>` → bytes). */
-  constructor(parts: ReadonlyMap<string, Uint8Array>, factories: ValueFactories<T>) {
+  /**
+   * Decode against the response's binary parts (`return:<i>` → bytes). `knownDigest` may supply
+   * the SHA-256 of a part computed while it was received (else the part is hashed here).
+   */
+  constructor(
+    parts: ReadonlyMap<string, Uint8Array>,
+    factories: ValueFactories<T>,
+    knownDigest?: KnownDigest,
+  ) {
     this.#parts = parts;
     this.#factories = factories;
+    this.#knownDigest = knownDigest;
   }
 
   /** Binary part names used so far. */
@@ -207,7 +219,7 @@ export class ValueDecoder<T> {
     if (!isBlobHash(hash)) _fail("binary value has an invalid SHA-256 digest");
     const data = this.#parts.get(name);
     if (data === undefined) _fail(`missing binary response part: ${_pyStrRepr(name)}`);
-    const actual = sha256Hex(data);
+    const actual = this.#knownDigest?.(data) ?? sha256Hex(data);
     if (actual !== hash) _fail(`blob hash mismatch: declared ${hash}, computed ${actual}`);
     this.#used.add(name);
     return data;

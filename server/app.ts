@@ -532,7 +532,7 @@ class _Server implements App {
     const config = this.config;
     const { requestId } = request;
     const holder: LeaseHolder = { id: requestId };
-    let retiring: { oldExit: Promise<unknown>; reason: string } | null = null;
+    let retiring: { oldExit: Promise<unknown>; reason: string; since?: number } | null = null;
     let released = false;
     const releaseSeat = async () => {
       if (released) return;
@@ -633,6 +633,9 @@ class _Server implements App {
       } else if (end.kind !== "outcome" || end.retire !== null) {
         retiring = {
           oldExit: Promise.all([child.exited, run.teardown]),
+          // The teardown (under the lease) began when the run ended, not after the seat's
+          // directories are emptied: worker_exited's teardown_ms counts from here.
+          since: performance.now(),
           reason: end.kind === "outcome"
             ? end.retire!
             : end.kind === "timeout"

@@ -179,9 +179,13 @@ export class WorkerPool {
   /**
    * Gives a seat back after a request. With `retiring` (the child is exiting or was killed),
    * the seat is replaced in the background: `oldExit` resolves once the old child is gone and
-   * its lease released; only then is the new child's context created.
+   * its lease released; only then is the new child's context created. `since` is when the
+   * retirement began (default: now); `worker_exited`'s `teardown_ms` counts from it.
    */
-  release(seat: Seat, retiring: { oldExit: Promise<unknown>; reason: string } | null): void {
+  release(
+    seat: Seat,
+    retiring: { oldExit: Promise<unknown>; reason: string; since?: number } | null,
+  ): void {
     this.#inProgress--;
     const key = _key(seat);
     this.#assigned.set(key, (this.#assigned.get(key) ?? 1) - 1);
@@ -199,7 +203,7 @@ export class WorkerPool {
       pid: child?.pid ?? null,
       reason: retiring?.reason ?? "crashed",
     });
-    const retiredAt = performance.now();
+    const retiredAt = retiring?.since ?? performance.now();
     const oldExit = (retiring?.oldExit ?? Promise.resolve()).then(() => {
       this.#options.events.emit("INFO", "worker_exited", {
         worker_id: seat.label,

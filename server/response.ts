@@ -259,6 +259,22 @@ async function _safeBoundary(json: Uint8Array, parts: OutcomeFile[]): Promise<st
   }
 }
 
+/** Streamed parts are read in 4 MiB chunks: far fewer hops through the HTTP stack than 64 KiB. */
+const _STREAM_CHUNK = 4 << 20;
+
+async function* _fileChunks(file: Deno.FsFile): AsyncGenerator<Uint8Array> {
+  try {
+    for (;;) {
+      const chunk = new Uint8Array(_STREAM_CHUNK); // handed to the HTTP layer, never reused
+      const n = await file.read(chunk);
+      if (n === null) return;
+      yield chunk.subarray(0, n);
+    }
+  } finally {
+    file.close();
+  }
+}
+
 function _streamBody(
   headers: Uint8Array[],
   json: Uint8Array,
@@ -272,7 +288,7 @@ function _streamBody(
       yield concatBytes([headers[0], json, PART_SEPARATOR]);
       for (; index < files.length; index++) {
         yield headers[index + 1];
-        for await (const chunk of files[index].readable) yield chunk; // closes the file
+        yield* _fileChunks(files[index]); // closes the file
         yield PART_SEPARATOR;
       }
       yield closing;

@@ -232,11 +232,7 @@ Deno.test("client: connection refused and unreachable hosts are TransportErrors"
   await using client = new Client(`http://127.0.0.1:${port}`);
   await assert.rejects(client.execute(bytesProgram("alpha")), TransportError);
   await assert.rejects(client.health(), TransportError);
-  // A non-routable address: refused at once or cut by the connect timeout.
-  await using blackhole = new Client("http://10.255.255.1:9", { connectTimeoutSeconds: 0.3 });
-  const start = performance.now();
-  await assert.rejects(blackhole.health(), TransportError);
-  assert.ok(performance.now() - start < 3000);
+  // (A host that never answers is simulated below: sandboxes may answer any address.)
 });
 
 Deno.test("client: the connect timeout never limits how long a program runs", async () => {

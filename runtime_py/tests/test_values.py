@@ -228,3 +228,33 @@ def test_boundary_is_kept_without_collision(tmp_path: Path) -> None:
     first = store.boundary
     store.add_buffer(memoryview(b"--" + first.encode()))  # no CRLF before it: no delimiter
     assert store.final_boundary() == first
+
+
+@pytest.mark.parametrize("where", ["start", "middle", "end", "none"])
+def test_large_buffers_hash_write_and_scan_in_parallel(tmp_path: Path, where: str) -> None:
+    store = PartStore(str(tmp_path))
+    delim = values.delimiter(store.boundary)
+    body = bytearray(os.urandom(values.PARALLEL_MIN_BYTES + 777))
+    at = {"start": 0, "middle": len(body) // 2 - 3, "end": len(body) - len(delim)}.get(where)
+    if at is not None:
+        body[at : at + len(delim)] = delim
+    data = bytes(body)  # a read-only buffer, as a returned bytes object
+    index, part = store.add_buffer(memoryview(data))
+    assert index == 0 and part.size == len(data) and part.sha256 == sha(data)
+    assert Path(part.path).read_bytes() == data
+    assert part.collides == (where != "none")
+
+
+def test_parallel_writer_reports_write_errors_and_leaves_no_file(tmp_path: Path) -> None:
+    store = PartStore(str(tmp_path / "missing-dir"))
+    with pytest.raises(FileNotFoundError):
+        store.add_buffer(memoryview(bytes(values.PARALLEL_MIN_BYTES)))
+    assert store.parts == []
+
+
+def test_large_tensor_return_round_trips(results: Results) -> None:
+    tensor = torch.arange(values.PARALLEL_MIN_BYTES // 4 + 3, dtype=torch.float32)
+    node = results.encoder.encode(tensor)
+    data = part_bytes(results, 0)
+    assert node["sha256"] == sha(data) and node["shape"] == [tensor.numel()]
+    assert numpy.frombuffer(data, dtype=numpy.float32).tolist() == tensor.tolist()

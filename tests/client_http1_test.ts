@@ -1,0 +1,285 @@
+// The plain-HTTP transport of the client (client/_http1.ts): framing, keep-alive, retries on
+// stale connections, early answers, errors. Scripted raw TCP servers give exact control.
+import assert from "node:assert/strict";
+import { Http1Agent } from "../client/_http1.ts";
+import { sha256Hex } from "../protocol/hash.ts";
+
+const _enc = new TextEncoder();
+const _dec = new TextDecoder();
+
+/** A TCP server that runs `script` for every accepted connection. */
+function rawServer(script: (conn: Deno.TcpConn, index: number) => Promise<void>) {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (listener.addr as Deno.NetAddr).port;
+  let connections = 0;
+  const running: Promise<void>[] = [];
+  const accepting = (async () => {
+    for await (const conn of listener) {
+      const index = connections++;
+      running.push(
+        script(conn, index).catch(() => {}).finally(() => {
+          try {
+            conn.close();
+          } catch { /* closed */ }
+        }),
+      );
+    }
+  })();
+  return {
+    port,
+    get connections() {
+      return connections;
+    },
+    agent: () =>
+      new Http1Agent({
+        hostname: "127.0.0.1",
+        port,
+        host: `127.0.0.1:${port}`,
+        connectTimeoutMs: 2000,
+      }),
+    async close() {
+      listener.close();
+      await accepting.catch(() => {});
+      await Promise.all(running);
+    },
+  };
+}
+
+/** Reads one request head (and its Content-Length body) from `conn`. */
+async function readRequest(conn: Deno.TcpConn): Promise<{ head: string; body: Uint8Array } | null> {
+  let data: Uint8Array = new Uint8Array(0);
+  const buf = new Uint8Array(65536);
+  for (;;) {
+    const text = _dec.decode(data);
+    const end = text.indexOf("\r\n\r\n");
+    if (end >= 0) {
+      const head = text.slice(0, end);
+      const length = Number(/content-length: (\d+)/i.exec(head)?.[1] ?? 0);
+      const headBytes = _enc.encode(head).length + 4;
+      while (data.length < headBytes + length) {
+        const n = await conn.read(buf);
+        if (n === null) return null;
+        data = concat(data, buf.subarray(0, n));
+      }
+      return { head, body: data.slice(headBytes, headBytes + length) };
+    }
+    const n = await conn.read(buf);
+    if (n === null) return null;
+    data = concat(data, buf.subarray(0, n));
+  }
+}
+
+function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
+  const out = new Uint8Array(a.length + b.length);
+  out.set(a);
+  out.set(b, a.length);
+  return out;
+}
+
+async function send(conn: Deno.TcpConn, text: string): Promise<void> {
+  const bytes = _enc.encode(text);
+  let view = bytes;
+  while (view.length) view = view.subarray(await conn.write(view));
+}
+
+Deno.test("http1: content-length and chunked bodies, keep-alive reuse, request framing", async () => {
+  const seen: string[] = [];
+  const server = rawServer(async (conn) => {
+    for (let i = 0;; i++) {
+      const request = await readRequest(conn);
+      if (!request) return;
+      seen.push(`${request.head}\n${_dec.decode(request.body)}`);
+      if (i % 2 === 0) {
+        await send(conn, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: 1\r\nX-A: 2\r\n\r\nhello");
+      } else {
+        await send(
+          conn,
+          "HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n" +
+            "3;ext=1\r\nabc\r\n0a\r\n0123456789\r\n0\r\nTrailer: x\r\n\r\n",
+        );
+      }
+    }
+  });
+  const agent = server.agent();
+  try {
+    const first = await agent.request("POST", "/p/execute", new Headers({ "x-k": "v" }), [
+      _enc.encode("ab"),
+      _enc.encode("cd"),
+    ]);
+    assert.equal(first.status, 200);
+    assert.equal(_dec.decode(first.body), "hello");
+    assert.equal(first.headers.get("x-a"), "1, 2");
+    const second = await agent.request("GET", "/health", new Headers());
+    assert.equal(second.status, 201);
+    assert.equal(_dec.decode(second.body), "abc0123456789");
+    assert.equal(server.connections, 1); // the connection was kept alive
+    assert.ok(seen[0].startsWith(`POST /p/execute HTTP/1.1\r\nhost: 127.0.0.1:${server.port}\r\n`));
+    assert.ok(seen[0].includes("x-k: v\r\n") && seen[0].includes("content-length: 4"));
+    assert.ok(seen[0].endsWith("\nabcd"));
+    assert.ok(
+      seen[1].startsWith("GET /health HTTP/1.1\r\n") && !seen[1].includes("content-length"),
+    );
+  } finally {
+    agent.close();
+    await server.close();
+  }
+});
+
+Deno.test("http1: a stale keep-alive connection is retried once on a new one", async () => {
+  const server = rawServer(async (conn) => {
+    await readRequest(conn);
+    await send(conn, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    // and close: the client's pooled connection is now dead
+  });
+  const agent = server.agent();
+  try {
+    for (let i = 0; i < 3; i++) {
+      const response = await agent.request("POST", "/x", new Headers(), [_enc.encode("1")]);
+      assert.equal(_dec.decode(response.body), "ok");
+    }
+    assert.equal(server.connections, 3);
+  } finally {
+    agent.close();
+    await server.close();
+  }
+});
+
+Deno.test("http1: no answer on a new connection is an error, not a retry", async () => {
+  const server = rawServer(async (conn) => {
+    await readRequest(conn); // then close without answering
+  });
+  const agent = server.agent();
+  try {
+    await assert.rejects(
+      agent.request("POST", "/x", new Headers(), [_enc.encode("1")]),
+      (e: Error) => e.message.includes("the server closed the connection without answering"),
+    );
+    assert.equal(server.connections, 1);
+  } finally {
+    agent.close();
+    await server.close();
+  }
+});
+
+Deno.test("http1: an early answer to a large body is read (413) and the connection dropped", async () => {
+  const server = rawServer(async (conn) => {
+    const buf = new Uint8Array(1024);
+    await conn.read(buf); // the head only; the 32 MiB body is never read
+    await send(
+      conn,
+      "HTTP/1.1 413 Payload Too Large\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+    );
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  });
+  const agent = server.agent();
+  try {
+    const response = await agent.request("POST", "/x", new Headers(), [new Uint8Array(32 << 20)]);
+    assert.equal(response.status, 413);
+    assert.equal(_dec.decode(response.body), "{}");
+  } finally {
+    agent.close();
+    await server.close();
+  }
+});
+
+Deno.test("http1: interim 100 responses are skipped; read-to-close bodies work", async () => {
+  const server = rawServer(async (conn) => {
+    await readRequest(conn);
+    await send(conn, "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 200 OK\r\n\r\nuntil close");
+  });
+  const agent = server.agent();
+  try {
+    const response = await agent.request("GET", "/", new Headers());
+    assert.equal(response.status, 200);
+    assert.equal(_dec.decode(response.body), "until close");
+  } finally {
+    agent.close();
+    await server.close();
+  }
+});
+
+Deno.test("http1: malformed responses are errors naming the problem", async () => {
+  const answers = [
+    ["SPDY/3 200 OK\r\n\r\n", "malformed HTTP status line"],
+    ["HTTP/1.1 200 OK\r\nContent-Length: 5, 6\r\n\r\nhello", "malformed content-length"],
+    ["HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed chunk size"],
+    ["HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", "unsupported transfer-encoding"],
+    ["HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nshort", "before the end of the response body"],
+    ["HTTP/1.1 200 OK\r\n bad: folded\r\n\r\n", "malformed HTTP header line"],
+  ];
+  for (const [answer, message] of answers) {
+    const server = rawServer(async (conn) => {
+      await readRequest(conn);
+      await send(conn, answer);
+    });
+    const agent = server.agent();
+    try {
+      await assert.rejects(
+        agent.request("GET", "/", new Headers()),
+        (e: Error) => e.message.includes(message),
+      );
+    } finally {
+      agent.close();
+      await server.close();
+    }
+  }
+});
+
+Deno.test("http1: 48 MiB up and down through Deno.serve, bytes intact", async () => {
+  const size = 48 << 20;
+  const payload = new Uint8Array(size);
+  for (let i = 0; i < size; i += 65536) crypto.getRandomValues(payload.subarray(i, i + 65536));
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (request) => {
+    const body = new Uint8Array(await request.arrayBuffer());
+    const stream = new URL(request.url).searchParams.has("stream");
+    const headers = { "x-sha": sha256Hex(body) };
+    // A stream answers chunked; a buffer answers with a Content-Length.
+    return new Response(
+      stream ? ReadableStream.from([body.subarray(0, 7), body.subarray(7)]) : body,
+      { headers },
+    );
+  });
+  const { port } = server.addr as Deno.NetAddr;
+  const agent = new Http1Agent({
+    hostname: "127.0.0.1",
+    port,
+    host: `127.0.0.1:${port}`,
+    connectTimeoutMs: null,
+  });
+  try {
+    for (const query of ["", "?stream"]) {
+      const response = await agent.request("POST", `/echo${query}`, new Headers(), [
+        payload.subarray(0, 1000),
+        payload.subarray(1000),
+      ]);
+      assert.equal(response.status, 200);
+      assert.equal(response.headers.get("x-sha"), sha256Hex(payload));
+      assert.equal(sha256Hex(response.body), sha256Hex(payload));
+    }
+  } finally {
+    agent.close();
+    await server.shutdown();
+  }
+});
+
+Deno.test("client transport: auto uses the built-in HTTP/1.1 on plain http, fetch on request", async () => {
+  const { Client, ValidationError } = await import("../mod.ts");
+  const { fakeServer, json } = await import("./fixtures/protocol/fake_server.ts");
+  const server = fakeServer(() => json('{"status":"ok"}'));
+  try {
+    await using auto = new Client(server.url);
+    await using viaFetch = new Client(server.url, { transport: "fetch" });
+    assert.equal((await auto.health()).status, "ok");
+    assert.equal((await viaFetch.health()).status, "ok");
+    // fetch announces itself; the built-in transport sends only what the protocol needs.
+    assert.equal(server.received[0].headers.get("user-agent"), null);
+    assert.match(server.received[1].headers.get("user-agent") ?? "", /Deno/);
+    assert.throws(
+      () => new Client(server.url, { transport: "curl" as "fetch" }),
+      (error: unknown) =>
+        error instanceof ValidationError && /transport must be/.test(error.message),
+    );
+  } finally {
+    await server.close();
+  }
+});
