@@ -1,6 +1,11 @@
 // POST /execute request bodies (spec protocol §2.2, §2.9 step 3).
 
-import { boundaryFromContentType, MultipartError, parseMultipart } from "./multipart.ts";
+import {
+  boundaryFromContentType,
+  MultipartError,
+  type MultipartPart,
+  parseMultipart,
+} from "./multipart.ts";
 import { isBlobHash, type ParsedProgram, parseProgram, ProgramError } from "./program.ts";
 import { sha256Hex } from "./hash.ts";
 import { DTYPE_ITEM_SIZES } from "./dtypes.ts";
@@ -50,15 +55,63 @@ export class RequestParseError extends Error {
  * ```
  */
 export function parseExecuteRequest(body: Uint8Array, contentType: string | null): ExecuteRequest {
-  let parts;
+  return _interpretParts(_frameRequest(body, contentType), (part) => sha256Hex(part.body));
+}
+
+/**
+ * {@linkcode parseExecuteRequest} with the blob digests computed by `digest` (e.g. on worker
+ * threads, all blobs at once) before the parts are checked in upstream's order, so the same
+ * error wins.
+ *
+ * @throws {RequestParseError} with upstream's message.
+ *
+ * @example
+ * ```ts
+ * import { encodeMultipart, parseExecuteRequestWith, sha256Hex } from "./mod.ts";
+ *
+ * const blob = new Uint8Array([1, 2, 3]);
+ * const hash = sha256Hex(blob);
+ * const program = JSON.stringify({
+ *   instructions: [{ op: "upload", kind: "bytes", blob: hash, id: "b" }],
+ * });
+ * const { contentType, body } = encodeMultipart([
+ *   { name: "program", contentType: "application/json", body: new TextEncoder().encode(program) },
+ *   { name: `blob:${hash}`, contentType: "application/octet-stream", body: blob },
+ * ]);
+ * const request = await parseExecuteRequestWith(body, contentType, (b) => Promise.resolve(sha256Hex(b)));
+ * if (request.blobs.get(hash)?.length !== 3) throw new Error();
+ * ```
+ */
+export async function parseExecuteRequestWith(
+  body: Uint8Array,
+  contentType: string | null,
+  digest: (bytes: Uint8Array) => Promise<string>,
+): Promise<ExecuteRequest> {
+  const parts = _frameRequest(body, contentType);
+  const digests = new Map<MultipartPart, string>();
+  await Promise.all(
+    parts.filter((part) => part.name.startsWith("blob:")).map(async (part) => {
+      digests.set(part, await digest(part.body));
+    }),
+  );
+  return _interpretParts(parts, (part) => digests.get(part) ?? sha256Hex(part.body));
+}
+
+function _frameRequest(body: Uint8Array, contentType: string | null): MultipartPart[] {
   try {
-    parts = parseMultipart(body, boundaryFromContentType(contentType));
+    return parseMultipart(body, boundaryFromContentType(contentType));
   } catch (error) {
     if (error instanceof MultipartError) {
       throw new RequestParseError(error.message, { cause: error });
     }
     throw error;
   }
+}
+
+function _interpretParts(
+  parts: MultipartPart[],
+  digestOf: (part: MultipartPart) => string,
+): ExecuteRequest {
   let programText: Uint8Array | undefined;
   const blobs = new Map<string, Uint8Array>();
   for (const part of parts) {
@@ -83,7 +136,7 @@ export function parseExecuteRequest(body: Uint8Array, contentType: string | null
     if (part.mediaType !== "application/octet-stream") {
       throw new RequestParseError(`blob part ${hash} must use application/octet-stream`);
     }
-    const actual = sha256Hex(part.body);
+    const actual = digestOf(part);
     if (actual !== hash) {
       throw new RequestParseError(`blob hash mismatch: declared ${hash}, computed ${actual}`);
     }

@@ -6,7 +6,12 @@
  */
 import { concatBytes } from "../protocol/bytes.ts";
 import { ERROR_MESSAGES, errorBody } from "../protocol/errors.ts";
-import { parseExecuteRequest, RequestParseError } from "../protocol/request.ts";
+import {
+  parseExecuteRequest,
+  parseExecuteRequestWith,
+  RequestParseError,
+} from "../protocol/request.ts";
+import { HashPool, SHARED_BODY_MIN_BYTES } from "./hash_pool.ts";
 import { cacheMissJson, resultJson } from "../protocol/response.ts";
 import { BlobRejected, resolveBlobs } from "./blobs.ts";
 import { DiskFileCache } from "./cache_disk.ts";
@@ -79,9 +84,11 @@ export interface App {
 }
 
 /** Internal parts of an application (tests and benchmarks; not public API). */
-export function appInternals(app: App): { pool: WorkerPool | null; events: EventLog } {
+export function appInternals(
+  app: App,
+): { pool: WorkerPool | null; events: EventLog; blobDir: string | null } {
   if (!(app instanceof _Server)) throw new TypeError("not a KCoral server application");
-  return { pool: app.pool, events: app.events };
+  return { pool: app.pool, events: app.events, blobDir: app.blobDir };
 }
 
 const _TORCHRUN_VARS = [
@@ -134,9 +141,15 @@ class _Server implements App {
   readonly startedAt = _pythonIsoNow();
   sandbox: "bubblewrap" | "none";
   pool: WorkerPool | null = null;
+
+  /** The memory cache's directory once started. */
+  get blobDir(): string | null {
+    return this.#store?.dir ?? null;
+  }
   #options: AppOptions;
   #runtimeDir = "";
   #store: BlobStore | null = null;
+  readonly #hashes = new HashPool();
   #disk: DiskFileCache;
   #leases: GpuLeases | null = null;
   #devices = new Map<number, GpuDevice>();
@@ -330,6 +343,7 @@ class _Server implements App {
     await this.pool?.close(this.config.workerTerminationGraceSeconds * 1000);
     await Promise.allSettled([...this.#background]);
     this.#store?.close();
+    this.#hashes.close();
     if (this.#runtimeDir) await Deno.remove(this.#runtimeDir, { recursive: true }).catch(() => {});
   }
 
@@ -417,14 +431,19 @@ class _Server implements App {
       await request.body?.cancel().catch(() => {});
       return respondError(413, "request_too_large", ERROR_MESSAGES.requestTooLarge, "rejected");
     }
+    const receiveStart = performance.now();
     const body = await _readBody(request, config.maxRequestBytes);
     if (body === null) {
       return respondError(413, "request_too_large", ERROR_MESSAGES.requestTooLarge, "rejected");
     }
 
+    const parseStart = performance.now();
     let parsed;
     try {
-      parsed = parseExecuteRequest(body, request.headers.get("content-type"));
+      const contentType = request.headers.get("content-type");
+      parsed = body.buffer instanceof SharedArrayBuffer
+        ? await parseExecuteRequestWith(body, contentType, (bytes) => this.#hashes.digest(bytes))
+        : parseExecuteRequest(body, contentType);
     } catch (error) {
       if (error instanceof RequestParseError) {
         return respondError(400, "parse", error.message, "rejected");
@@ -432,6 +451,7 @@ class _Server implements App {
       throw error;
     }
     const program = parsed.program;
+    const storeStart = performance.now();
 
     let blobs;
     try {
@@ -488,6 +508,9 @@ class _Server implements App {
         ops: program.ops,
         uploads: program.uploads,
         blob_bytes: blobs.bytes,
+        receive_ms: parseStart - receiveStart,
+        parse_ms: storeStart - parseStart,
+        store_ms: performance.now() - storeStart,
       });
 
       const queueStart = performance.now();
@@ -921,8 +944,13 @@ async function _readBody(request: Request, limit: number): Promise<Uint8Array | 
   if (!request.body) return new Uint8Array(0);
   const declared = Number(request.headers.get("content-length") ?? NaN);
   if (Number.isSafeInteger(declared) && declared >= 0 && declared <= limit) {
-    // One allocation, filled in place (no chunk list, no final copy).
-    const body = new Uint8Array(declared);
+    // One allocation, filled in place (no chunk list, no final copy); a large body goes to
+    // shared memory so its blobs can be hashed on other threads (server/hash_pool.ts).
+    const body = new Uint8Array(
+      declared >= SHARED_BODY_MIN_BYTES
+        ? new SharedArrayBuffer(declared)
+        : new ArrayBuffer(declared),
+    );
     let offset = 0;
     for await (const chunk of request.body) {
       if (offset + chunk.length > declared) {
