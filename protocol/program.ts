@@ -94,6 +94,11 @@ export interface ParsedProgram {
   filePaths: string[];
   /** Every tensor upload in program order: id, blob and expected byte length. */
   tensorUploads: TensorUpload[];
+  /**
+   * The first instruction takes the GPU lease (a module, tensor or library upload; spec
+   * protocol §2.5), so a server may grant it together with the program.
+   */
+  leaseFirst: boolean;
 }
 
 /**
@@ -265,7 +270,14 @@ function _validate(body: TypedJsonValue): ParsedProgram {
     blobs: [...state.blobs.values()],
     filePaths: state.filePaths,
     tensorUploads: state.tensorUploads,
+    leaseFirst: _takesLease(raw[0] as Map<string, TypedJsonValue>),
   };
+}
+
+function _takesLease(first: Map<string, TypedJsonValue>): boolean {
+  const kind = first.get("kind");
+  return first.get("op") === "upload" &&
+    (kind === "module" || kind === "tensor" || kind === "library");
 }
 
 interface _State {

@@ -531,6 +531,7 @@ class _Server implements App {
         timeoutSeconds,
         outputLimit,
         gpuCount,
+        leaseFirst: program.leaseFirst,
         queueMs,
         respondError,
       });
@@ -548,6 +549,7 @@ class _Server implements App {
       timeoutSeconds: number;
       outputLimit: number;
       gpuCount: number | undefined;
+      leaseFirst: boolean;
       queueMs: number;
       respondError: (status: number, kind: string, message: string, reason: string) => Response;
     },
@@ -557,18 +559,45 @@ class _Server implements App {
     const holder: LeaseHolder = { id: requestId };
     let retiring: { oldExit: Promise<unknown>; reason: string; since?: number } | null = null;
     let released = false;
+    // The worker's reuse hygiene when it answered first (see runProgram).
+    let workerCleanup: Promise<string | null> | null = null;
     const releaseSeat = async () => {
       if (released) return;
       released = true;
       // Request files are removed when the request ends (not when the next one starts).
+      let clean = true;
       try {
         await resetWorkspace(seat.workDir, this.#sandboxed);
-        await emptyDirectory(seat.resultsDir);
-        seat.clean = true;
       } catch {
-        seat.clean = false; // retried before the next request
+        clean = false; // retried before the next request
       }
-      this.pool!.release(seat, retiring);
+      const pending = workerCleanup;
+      if (pending === null) {
+        try {
+          if (clean) await emptyDirectory(seat.resultsDir);
+        } catch {
+          clean = false;
+        }
+        seat.clean = clean;
+        this.pool!.release(seat, retiring);
+        return;
+      }
+      // The worker answered before its reuse hygiene: what is left here waits with it, after
+      // the response; the seat stays busy until both are done.
+      this.pool!.releaseAfter(
+        seat,
+        (async () => {
+          const reason = await pending;
+          if (reason !== null && !retiring) retiring = { oldExit: Promise.resolve(), reason };
+          try {
+            if (clean) await emptyDirectory(seat.resultsDir);
+          } catch {
+            clean = false;
+          }
+          seat.clean = clean;
+          return retiring;
+        })(),
+      );
     };
     try {
       const paths = workerPaths({
@@ -632,6 +661,7 @@ class _Server implements App {
         holder,
         timeoutMs,
         leaseHeld: transient !== null,
+        leaseFirst: request.leaseFirst,
         graceSeconds: config.workerTerminationGraceSeconds,
         request: {
           request_id: requestId,
@@ -642,8 +672,12 @@ class _Server implements App {
           output_limit_bytes: request.outputLimit,
           max_return_bytes: config.maxResponseBytes,
           sandbox: this.#sandboxed,
+          // Unsandboxed, a kept worker answers before its reuse hygiene (sandboxed, that
+          // hygiene includes the checks that decide whether the workspace is clean).
+          ...(this.#sandboxed ? {} : { reply_before_reset: true }),
         },
       });
+      workerCleanup = run.cleanup;
       const elapsedMs = performance.now() - started;
       const leaseWaitMs = run.leaseWaitMs + setWaitMs;
       const leaseHeldMs = run.leaseHeldMs + extraHeldMs;

@@ -34,7 +34,7 @@ export interface WorkerOutcome {
 
 /** How a run ended. */
 export type RunEnd =
-  | { kind: "outcome"; outcome: WorkerOutcome; retire: string | null }
+  | { kind: "outcome"; outcome: WorkerOutcome; retire: string | null; cleanup?: boolean }
   | { kind: "crashed"; exit: ChildExit; instructionIndex: number | null }
   | { kind: "timeout"; exit: ChildExit | null; cleanupConfirmed: boolean }
   | { kind: "invalid"; message: string };
@@ -47,6 +47,12 @@ export interface RunResult {
   leaseHeldMs: number;
   /** Resolves once the child's lease is released after a retiring child exited. */
   teardown: Promise<void>;
+  /**
+   * A kept child answered before its reuse hygiene (`cleanup` in the outcome frame): resolves
+   * once that is done and the lease released, with `null` (the child stays) or the reason it
+   * retires (it is gone by then). `null` when nothing is pending.
+   */
+  cleanup: Promise<string | null> | null;
 }
 
 /** Parameters of one run. */
@@ -66,6 +72,11 @@ export interface RunParams {
   graceSeconds: number;
   /** The holder already holds the lease for `gpus` (a GPU set kept from initialization). */
   leaseHeld?: boolean;
+  /**
+   * The program's first instruction takes the lease: when it is free, take it before sending
+   * `run` and grant it with the program (`lease_held` in the request), saving a round trip.
+   */
+  leaseFirst?: boolean;
   /** Called on every `instr` progress frame. */
   onInstruction?: (index: number) => void;
 }
@@ -78,6 +89,13 @@ export async function runProgram(params: RunParams): Promise<RunResult> {
   let leaseHeldMs = 0;
   let heldSince: number | null = params.leaseHeld && leases ? performance.now() : null;
   let lastInstruction: number | null = null;
+  let request = params.request;
+  if (leases && heldSince === null && params.leaseFirst && leases.tryAcquire(holder, gpus)) {
+    // What the child's first `acquire` would get at once, one round trip earlier. When the
+    // lease is busy the child asks as usual (its setup overlaps the wait).
+    heldSince = performance.now();
+    request = { ...request, lease_held: true };
+  }
 
   // Deadline that pauses while the child waits for the lease.
   let remaining = params.timeoutMs;
@@ -141,6 +159,7 @@ export async function runProgram(params: RunParams): Promise<RunResult> {
           kind: "outcome",
           outcome: frame.outcome as WorkerOutcome,
           retire: typeof frame.retire === "string" ? frame.retire : null,
+          cleanup: frame.cleanup === true && typeof frame.retire !== "string",
         });
         return;
       default:
@@ -148,7 +167,7 @@ export async function runProgram(params: RunParams): Promise<RunResult> {
     }
   };
   child.setHandler(onFrame);
-  child.send({ t: "run", req: params.request });
+  child.send({ t: "run", req: request });
 
   const first = await Promise.race([finished, timedOut, child.exited.then((exit) => exit)]);
   clearTimeout(timer);
@@ -161,6 +180,7 @@ export async function runProgram(params: RunParams): Promise<RunResult> {
     leaseWaitMs,
     leaseHeldMs: held,
     teardown,
+    cleanup: null,
   });
 
   if (first === "timeout") {
@@ -186,10 +206,20 @@ export async function runProgram(params: RunParams): Promise<RunResult> {
 
   if ("kind" in first) {
     if (first.kind === "outcome" && first.retire === null) {
-      // A reused child released its lease itself after cleanup; make sure nothing is held.
       const held = heldNow();
-      releaseLease();
-      return result(first, held);
+      if (!first.cleanup) {
+        // A reused child released its lease itself after cleanup; make sure nothing is held.
+        releaseLease();
+        return result(first, held);
+      }
+      // The outcome is final, the child's reuse hygiene is not done yet: it keeps the lease
+      // (and the rest of the execution budget, at least 1 s) until its `clean` frame.
+      const budgetMs = Math.max(1000, remaining - (performance.now() - runningSince));
+      const cleanup = _awaitClean(child, budgetMs, params.graceSeconds).then((retire) => {
+        releaseLease();
+        return retire;
+      });
+      return { ...result(first, held), cleanup };
     }
     if (first.kind === "invalid") {
       const exit = await _killWithin(child, params.graceSeconds);
@@ -208,6 +238,34 @@ export async function runProgram(params: RunParams): Promise<RunResult> {
   const held = heldNow();
   releaseLease();
   return result({ kind: "crashed", exit: first, instructionIndex: lastInstruction }, held);
+}
+
+/**
+ * Waits for the `clean` frame of a child doing its reuse hygiene after the answer. Resolves with
+ * `null` (kept) or the reason it retires, once a retiring child is gone (killed if it overran
+ * `budgetMs` or sent anything else).
+ */
+async function _awaitClean(
+  child: WorkerChild,
+  budgetMs: number,
+  graceSeconds: number,
+): Promise<string | null> {
+  let settle!: (retire: string | null) => void;
+  const clean = new Promise<string | null>((resolve) => (settle = resolve));
+  child.setHandler((frame) => {
+    if (frame.t !== "clean") settle("invalid_response");
+    else settle(typeof frame.retire === "string" ? frame.retire : null);
+  });
+  const timer = setTimeout(() => settle("timeout"), budgetMs);
+  const retire = await Promise.race([clean, child.exited.then(() => "crashed")]);
+  clearTimeout(timer);
+  child.setHandler(null);
+  if (retire === "timeout" || retire === "invalid_response") {
+    await _killWithin(child, graceSeconds);
+  } else if (retire !== null) {
+    await child.exited; // teardown stays under the lease
+  }
+  return retire;
 }
 
 /** Kills the child's tree and waits for confirmation; `null` if the zygote never confirmed. */

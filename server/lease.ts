@@ -99,6 +99,19 @@ export class GpuLeases {
     return performance.now() - start;
   }
 
+  /**
+   * Takes exactly `gpus` now if that needs no wait: all free and no request waiting in the
+   * FIFO. Returns whether `holder` holds them (also when it already did).
+   */
+  tryAcquire(holder: LeaseHolder, gpus: readonly number[]): boolean {
+    const held = this.#holds.get(holder);
+    if (held) return _sameSet(held.gpus, gpus);
+    if (gpus.some((g) => !this.#history.has(g) || this.#heldBy.has(g))) return false;
+    if (this.#queue.some((w) => !w.holder.initialization)) return false;
+    this.#grant(holder, [...gpus]);
+    return true;
+  }
+
   /** Waits for any `count` free GPUs; resolves with the set granted and the wait. */
   async acquireCount(
     holder: LeaseHolder,

@@ -216,6 +216,21 @@ export class WorkerPool {
     this.#runBackground(this.#replace(seat, oldExit));
   }
 
+  /**
+   * {@linkcode release} once `after` settles (work finished after the response was sent: the
+   * worker's reuse hygiene, emptying the results directory); the seat stays busy until then.
+   * `after` resolves with the `retiring` argument of `release`.
+   */
+  releaseAfter(
+    seat: Seat,
+    after: Promise<{ oldExit: Promise<unknown>; reason: string } | null>,
+  ): void {
+    this.#runBackground(after.then(
+      (retiring) => this.release(seat, retiring),
+      () => this.release(seat, { oldExit: Promise.resolve(), reason: "crashed" }),
+    ));
+  }
+
   /** Rejects waiters and stops taking requests. */
   beginShutdown(): void {
     this.#closing = true;

@@ -154,7 +154,8 @@ export async function readCaptured(
   file: OutcomeFile | null,
   limit: number,
 ): Promise<{ text: string; truncated: boolean }> {
-  if (!file || limit === 0) return { text: "", truncated: false };
+  // Nothing written (the worker's size, taken after capture ended): nothing to open or read.
+  if (!file || limit === 0 || file.size === 0) return { text: "", truncated: false };
   const handle = await openWorkerFile(file.path);
   try {
     const size = (await handle.stat()).size;

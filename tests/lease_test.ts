@@ -173,3 +173,18 @@ Deno.test("lease: the initialization gate admits one initializer per GPU at a ti
   (await p)();
   assert.equal(second, true);
 });
+
+Deno.test("lease: tryAcquire takes free GPUs at once, never past a waiting request", async () => {
+  const leases = new GpuLeases([0, 1]);
+  const a = h("a"), b = h("b"), c = h("c");
+  assert.equal(leases.tryAcquire(a, [0]), true);
+  assert.equal(leases.tryAcquire(a, [0]), true, "already held");
+  assert.equal(leases.tryAcquire(b, [0]), false, "held by another");
+  const pb = leases.acquire(b, [0]);
+  await tick();
+  assert.equal(leases.tryAcquire(c, [1]), false, "a request is waiting");
+  leases.release(a);
+  await pb;
+  assert.equal(leases.tryAcquire(c, [1]), true);
+  assert.deepEqual(leases.heldBy(c), [1]);
+});

@@ -112,6 +112,8 @@ Deno.test("pool: load counters while busy; capacity excludes nothing when idle",
     assert.ok(results.every((r) => r.status === 200));
     const queued = results.map((r) => (r.json as Body).queue_ms).sort((x, y) => y - x)[0];
     assert.ok(queued > 400, "the third request waited for a worker");
+    // A seat is busy until the worker's reuse hygiene after the answer is done.
+    await server.pool.settled();
     assert.deepEqual(server.app.health().load, {
       request_capacity: 2,
       requests_in_progress: 0,

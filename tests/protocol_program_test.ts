@@ -300,6 +300,7 @@ Deno.test("program: ParsedProgram of the spec §10 example", () => {
       shape: [4],
       byteLength: 16,
     }],
+    leaseFirst: true,
   });
 });
 

@@ -137,14 +137,27 @@ class Child:
         assert self.engine is not None
         self.served += 1
         last = self.max_requests > 0 and self.served >= self.max_requests
-        outcome, retire, detail = self.engine.execute(req, last)
+        engine = self.engine
+        outcome, retire, detail = engine.execute(req, last)
         frame: Dict[str, Any] = {"t": "outcome", "outcome": outcome, "retire": retire}
         if detail is not None:
             frame["retire_detail"] = detail
+        pending = engine.reset_pending
+        if pending:
+            frame["cleanup"] = True  # the server keeps our lease and seat until ``clean``
         self.channel.send(frame)
         if retire is not None:
             _exit(0)
-        self.engine.lease.request_done()
+        if pending:
+            # Reuse hygiene after the answer, still under the lease, before the next request.
+            retire, detail = engine.finish_request()
+            clean: Dict[str, Any] = {"t": "clean", "retire": retire}
+            if detail is not None:
+                clean["retire_detail"] = detail
+            self.channel.send(clean)
+            if retire is not None:
+                _exit(0)
+        engine.lease.request_done()
 
 
 def main(

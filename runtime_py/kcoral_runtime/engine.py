@@ -86,6 +86,7 @@ class Engine:
         self.capture = OutputCapture()
         self.state: Optional[ProcessState] = None
         self._pools_warm = False
+        self.reset_pending = False
 
     def snapshot_state(self) -> None:
         """Record torch knobs and the environment (after init) for reuse hygiene."""
@@ -99,7 +100,9 @@ class Engine:
         """Run one program. Returns (outcome, retire reason or None, retire detail or None).
 
         ``last_request``: the child retires after this request anyway (request limit), so
-        reset and sandbox checks are skipped.
+        reset and sandbox checks are skipped. With ``reply_before_reset`` in ``req`` (never in
+        sandbox mode) a kept child's reset is left pending (``reset_pending``): the outcome is
+        final without it, so the caller sends it first and then calls ``finish_request``.
         """
         instructions: List[Dict[str, Any]] = json.loads(req["program"])["instructions"]
         sandbox = bool(req.get("sandbox", False))
@@ -116,6 +119,8 @@ class Engine:
                 self._pools_warm = True
             sandbox_state = SandboxState(req["workspace"])
         request = _Request(req, results, cpu_only)
+        if req.get("lease_held") and self.backend.uses_lease:
+            self.lease.held = True  # the server granted the lease together with the program
         limit = int(req.get("output_limit_bytes", DEFAULT_OUTPUT_LIMIT_BYTES))
         self.capture.start(req["results"], limit)
         try:
@@ -143,17 +148,10 @@ class Engine:
             retire = "leftover_processes"
         elif last_request:
             retire = "request_limit"
+        elif req.get("reply_before_reset") and sandbox_state is None:
+            self.reset_pending = True  # the caller answers first, then calls finish_request()
         else:
-            try:
-                self._reset()
-            except Exception as exc:
-                retire, detail = "poisoned_context", f"reset failed: {type(exc).__name__}: {exc}"
-                log(f"retiring: {detail}")
-            if retire is None and sandbox_state is not None:
-                detail = sandbox_state.clean_and_check()
-                if detail is not None:
-                    retire = "sandbox_cleanup"
-                    log(f"retiring: {detail}")
+            retire, detail = self._reset_and_check(sandbox_state)
 
         stdout, stderr = captured.describe()
         outcome = {
@@ -252,6 +250,31 @@ class Engine:
             elif error["kind"] == "gpu_access":
                 error["message"] += f"; CUDA also reports {pending}"
         return error, False
+
+    def finish_request(self) -> Tuple[Optional[str], Optional[str]]:
+        """The reset ``execute`` left pending (``reply_before_reset``), still under the lease.
+        Returns (retire reason or None, retire detail or None)."""
+        if not self.reset_pending:
+            return None, None
+        self.reset_pending = False
+        return self._reset_and_check(None)
+
+    def _reset_and_check(
+        self, sandbox_state: Optional[SandboxState]
+    ) -> Tuple[Optional[str], Optional[str]]:
+        retire: Optional[str] = None
+        detail: Optional[str] = None
+        try:
+            self._reset()
+        except Exception as exc:
+            retire, detail = "poisoned_context", f"reset failed: {type(exc).__name__}: {exc}"
+            log(f"retiring: {detail}")
+        if retire is None and sandbox_state is not None:
+            detail = sandbox_state.clean_and_check()
+            if detail is not None:
+                retire = "sandbox_cleanup"
+                log(f"retiring: {detail}")
+        return retire, detail
 
     def _reset(self) -> None:
         """Reuse hygiene (under the lease): undo process-state changes, free memory, drain."""

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import linecache
-from typing import Any, Dict, List
+from collections import OrderedDict
+from typing import Any, Dict, List, Tuple
 
 from .errors import ExecutionError
+
+
+_COMPILED_MAX = 32
 
 
 class LoadedPythonModule:
@@ -31,16 +35,29 @@ class ModuleLoader:
 
     def __init__(self) -> None:
         self.seeded: List[str] = []
+        # Code objects by source (immutable; each load still executes into a fresh namespace).
+        self._compiled: "OrderedDict[str, Tuple[str, Any]]" = OrderedDict()
 
     def load(self, source: str) -> LoadedPythonModule:
-        digest = hashlib.sha1(source.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-        filename = f"<uploaded:{digest}>"
+        cached = self._compiled.get(source)
+        if cached is None:
+            digest = hashlib.sha1(source.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+            filename = f"<uploaded:{digest}>"
+            code = None
+        else:
+            self._compiled.move_to_end(source)
+            filename, code = cached
         # Kernels are re-read from source (inspect.getsource in Triton/TIRx): seed linecache.
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         self.seeded.append(filename)
         namespace: Dict[str, Any] = {}
         try:
-            exec(compile(source, filename, "exec"), namespace)
+            if code is None:
+                code = compile(source, filename, "exec")
+                self._compiled[source] = (filename, code)
+                if len(self._compiled) > _COMPILED_MAX:
+                    self._compiled.popitem(last=False)
+            exec(code, namespace)
         except SyntaxError as exc:
             raise ExecutionError("parse", f"syntax error: {exc}") from exc
         except Exception as exc:

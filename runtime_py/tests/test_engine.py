@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import linecache
 from pathlib import Path
 from typing import Any, Iterator, List, Optional
 
@@ -69,9 +70,10 @@ def setup(tmp_path: Path, monkeypatch):
     backend = FakeGpu()
     eng = Engine(backend, RecordingLease(log), lambda i: log.append(f"instr {i}"))
     eng.snapshot_state()
+    backend.engine_under_test = eng
     counter = [0]
 
-    def execute(instructions, last: bool = False):
+    def execute(instructions, last: bool = False, **extra):
         counter[0] += 1
         work = tmp_path / f"w{counter[0]}"
         res = tmp_path / f"r{counter[0]}"
@@ -79,7 +81,7 @@ def setup(tmp_path: Path, monkeypatch):
         res.mkdir()
         req = {"program": json.dumps({"instructions": instructions}), "blobs": {},
                "workspace": str(work), "results": str(res), "output_limit_bytes": 0,
-               "max_return_bytes": 1 << 20, "sandbox": False}
+               "max_return_bytes": 1 << 20, "sandbox": False, **extra}
         del log[:]
         outcome, retire, detail = eng.execute(req, last)
         eng.lease.request_done()
@@ -179,6 +181,37 @@ def test_reset_failure_poisons(setup, monkeypatch) -> None:
     monkeypatch.setattr(backend, "empty_cache", empty_cache)
     outcome, retire, _ = execute(PROGRAM)
     assert outcome["status"] == "COMPLETED" and retire == "poisoned_context" and calls
+
+
+def test_granted_lease_is_not_asked_for_again(setup) -> None:
+    _, execute = setup
+    outcome, retire, log = execute(PROGRAM[:1], lease_held=True)
+    assert (outcome["status"], retire) == ("COMPLETED", None)
+    assert log == ["instr 0"]
+
+
+def test_reply_before_reset_leaves_the_reset_to_finish_request(setup, monkeypatch) -> None:
+    backend, execute = setup
+    calls: List[str] = []
+    monkeypatch.setattr(backend, "empty_cache", lambda: calls.append("empty_cache"))
+    outcome, retire, _ = execute(PROGRAM, reply_before_reset=True)
+    assert (outcome["status"], retire, calls) == ("COMPLETED", None, [])
+    eng = backend.engine_under_test
+    seeded = list(eng.modules.seeded)
+    assert eng.reset_pending and seeded and all(k in linecache.cache for k in seeded)
+    assert eng.finish_request() == (None, None)
+    assert calls == ["empty_cache"] and not eng.reset_pending
+    assert not eng.modules.seeded and not any(k in linecache.cache for k in seeded)
+    assert eng.finish_request() == (None, None) and calls == ["empty_cache"]  # nothing pending
+
+    def empty_cache() -> None:
+        raise RuntimeError("CUDA error: misaligned address")
+
+    monkeypatch.setattr(backend, "empty_cache", empty_cache)
+    outcome, retire, _ = execute(PROGRAM, reply_before_reset=True)
+    assert (outcome["status"], retire) == ("COMPLETED", None)
+    retire, detail = eng.finish_request()
+    assert retire == "poisoned_context" and "misaligned address" in (detail or "")
 
 
 def test_release_failure_is_a_runtime_error_and_keeps_the_lease(tmp_path, monkeypatch) -> None:
