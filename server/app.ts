@@ -12,6 +12,7 @@ import {
   RequestParseError,
 } from "../protocol/request.ts";
 import { HashPool, SHARED_BODY_MIN_BYTES } from "./hash_pool.ts";
+import { BodyBuffers } from "./body_buffers.ts";
 import { cacheMissJson, resultJson } from "../protocol/response.ts";
 import { BlobRejected, resolveBlobs } from "./blobs.ts";
 import { DiskFileCache } from "./cache_disk.ts";
@@ -150,6 +151,7 @@ class _Server implements App {
   #runtimeDir = "";
   #store: BlobStore | null = null;
   readonly #hashes = new HashPool();
+  readonly #bodies = new BodyBuffers(2, 256 * 1024 * 1024);
   #disk: DiskFileCache;
   #leases: GpuLeases | null = null;
   #devices = new Map<number, GpuDevice>();
@@ -344,6 +346,7 @@ class _Server implements App {
     await Promise.allSettled([...this.#background]);
     this.#store?.close();
     this.#hashes.close();
+    this.#bodies.clear();
     if (this.#runtimeDir) await Deno.remove(this.#runtimeDir, { recursive: true }).catch(() => {});
   }
 
@@ -431,12 +434,45 @@ class _Server implements App {
       await request.body?.cancel().catch(() => {});
       return respondError(413, "request_too_large", ERROR_MESSAGES.requestTooLarge, "rejected");
     }
+    if (contentLength !== null && Number(contentLength) >= SHARED_BODY_MIN_BYTES) {
+      this.#hashes.warm();
+    }
     const receiveStart = performance.now();
-    const body = await _readBody(request, config.maxRequestBytes);
+    const body = await _readBody(
+      request,
+      config.maxRequestBytes,
+      (size) => this.#bodies.take(size),
+    );
     if (body === null) {
       return respondError(413, "request_too_large", ERROR_MESSAGES.requestTooLarge, "rejected");
     }
+    const disk: { write: Promise<void> | null } = { write: null };
+    try {
+      return await this.#executeBody(body, request, {
+        requestId,
+        respondError,
+        receiveStart,
+        onDiskWrite: (write) => disk.write = write,
+      });
+    } finally {
+      // The body's buffer is reused once nothing of this request can read it.
+      if (disk.write === null) this.#bodies.give(body);
+      else disk.write.finally(() => this.#bodies.give(body));
+    }
+  }
 
+  async #executeBody(
+    body: Uint8Array,
+    request: Request,
+    context: {
+      requestId: string;
+      respondError: (status: number, kind: string, message: string, reason: string) => Response;
+      receiveStart: number;
+      onDiskWrite: (write: Promise<void>) => void;
+    },
+  ): Promise<Response> {
+    const config = this.config;
+    const { requestId, respondError, receiveStart } = context;
     const parseStart = performance.now();
     let parsed;
     try {
@@ -459,6 +495,7 @@ class _Server implements App {
         store: this.#store!,
         disk: this.#disk,
         track: (write) => {
+          context.onDiskWrite(write);
           this.#background.add(write);
           write.finally(() => this.#background.delete(write));
         },
@@ -516,7 +553,7 @@ class _Server implements App {
       const queueStart = performance.now();
       let seat: Seat;
       try {
-        seat = await this.pool.acquire(config.workerWaitTimeoutSeconds * 1000);
+        seat = await this.pool!.acquire(config.workerWaitTimeoutSeconds * 1000);
       } catch (error) {
         if (error instanceof PoolBusy) {
           return respondError(503, "busy", ERROR_MESSAGES.busy, "no_worker");
@@ -974,17 +1011,19 @@ function _requestId(headers: Headers): string {
   return crypto.randomUUID();
 }
 
-async function _readBody(request: Request, limit: number): Promise<Uint8Array | null> {
+async function _readBody(
+  request: Request,
+  limit: number,
+  takeShared: (size: number) => Uint8Array,
+): Promise<Uint8Array | null> {
   if (!request.body) return new Uint8Array(0);
   const declared = Number(request.headers.get("content-length") ?? NaN);
   if (Number.isSafeInteger(declared) && declared >= 0 && declared <= limit) {
-    // One allocation, filled in place (no chunk list, no final copy); a large body goes to
-    // shared memory so its blobs can be hashed on other threads (server/hash_pool.ts).
-    const body = new Uint8Array(
-      declared >= SHARED_BODY_MIN_BYTES
-        ? new SharedArrayBuffer(declared)
-        : new ArrayBuffer(declared),
-    );
+    // One allocation, filled in place (no chunk list, no final copy); a large body goes to a
+    // reused shared buffer (server/body_buffers.ts) whose blobs are hashed on other threads.
+    const body = declared >= SHARED_BODY_MIN_BYTES
+      ? takeShared(declared)
+      : new Uint8Array(new ArrayBuffer(declared));
     let offset = 0;
     for await (const chunk of request.body) {
       if (offset + chunk.length > declared) {

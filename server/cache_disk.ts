@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { writeNewFile } from "./_write_file.ts";
 import { sha256Hex } from "../protocol/hash.ts";
 
 /** The disk file cache; disabled when its directory is `null` or its capacity is 0. */
@@ -67,7 +68,7 @@ export class DiskFileCache {
           try {
             await Deno.mkdir(shard, { recursive: true, mode: 0o700 });
             const tmp = `${shard}/.tmp-${crypto.randomUUID()}`;
-            await Deno.writeFile(tmp, bytes, { mode: 0o600 });
+            await writeNewFile(tmp, bytes, 0o600);
             await Deno.rename(tmp, path);
           } catch {
             // skipped write

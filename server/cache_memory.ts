@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { writeNewFile } from "./_write_file.ts";
 
 interface _Entry {
   size: number;
@@ -121,7 +122,7 @@ export class BlobStore {
 
   async #write(sha256: string, bytes: Uint8Array): Promise<void> {
     const tmp = `${this.dir}/.tmp-${crypto.randomUUID()}`;
-    await Deno.writeFile(tmp, bytes, { mode: 0o644 });
+    await writeNewFile(tmp, bytes, 0o644);
     await Deno.rename(tmp, this.path(sha256));
   }
 

@@ -54,6 +54,12 @@ export class HashPool {
     });
   }
 
+  /** Starts every thread now (their start-up then overlaps the receipt of a large body). */
+  warm(): void {
+    if (this.#closed) return;
+    while (this.#workers.length < this.#size) this.#worker();
+  }
+
   /** Stops the threads; digests still pending fail. */
   close(): void {
     this.#closed = true;
