@@ -35,8 +35,8 @@ export interface Http1Target {
 export interface BodyObserver {
   /** Bytes of padding before the body, given the first bytes of the body. */
   pad(prefix: Uint8Array): number;
-  /** `body[0, received)` has arrived. */
-  update(body: Uint8Array, received: number): void;
+  /** `body[0, received)` has arrived (reading goes on once a returned promise resolves). */
+  update(body: Uint8Array, received: number): void | Promise<void>;
 }
 
 /** The connection could not be opened (the message names the host and the cause). */
@@ -341,12 +341,12 @@ class _Reader {
     body.set(prefix);
     this.#start += prefix.length;
     let offset = prefix.length;
-    observer.update(body, offset);
+    await observer.update(body, offset);
     while (offset < length) {
       const n = await this.#conn.read(body.subarray(offset, Math.min(length, offset + _STEP)));
       if (n === null) throw new Error("connection closed before the end of the response body");
       offset += n;
-      observer.update(body, offset);
+      await observer.update(body, offset);
     }
     return body;
   }

@@ -10,6 +10,7 @@
 import { createHash, type Hash } from "node:crypto";
 import { boundaryFromContentType, DelimiterFinder } from "../protocol/multipart.ts";
 import type { BodyObserver } from "./_http1.ts";
+import type { HashThread } from "./_hash_thread.ts";
 
 const _ALIGN = 8;
 const _HEADER_END = new DelimiterFinder(new Uint8Array([13, 10, 13, 10]));
@@ -22,23 +23,35 @@ export class PartDigests implements BodyObserver {
   #pos = 0;
   #contentStart = -1;
   #hashedTo = 0;
-  #hash: Hash | null = null;
+  /** The payload being hashed: here (`Hash`) or on the thread (its id); `null` in headers. */
+  #hash: Hash | number | null = null;
+  readonly #thread: HashThread | undefined;
   readonly #digests = new Map<string, string>();
+  readonly #pending: Promise<void>[] = [];
 
-  private constructor(boundary: string) {
+  private constructor(boundary: string, thread: HashThread | undefined) {
     this.#delimiter = new DelimiterFinder(new TextEncoder().encode(`\r\n--${boundary}`));
+    this.#thread = thread;
   }
 
-  /** An observer for a multipart response, or `undefined` for anything else. */
-  static forResponse(headers: Headers): PartDigests | undefined {
+  /**
+   * An observer for a multipart response, or `undefined` for anything else. With `thread`,
+   * payloads are hashed there while this thread keeps reading.
+   */
+  static forResponse(headers: Headers, thread?: HashThread): PartDigests | undefined {
     const contentType = headers.get("content-type");
     const mediaType = (contentType ?? "").split(";", 1)[0].trim().toLowerCase();
     if (mediaType !== "multipart/form-data") return undefined;
     try {
-      return new PartDigests(boundaryFromContentType(contentType));
+      return new PartDigests(boundaryFromContentType(contentType), thread);
     } catch {
       return undefined;
     }
+  }
+
+  /** Resolves once every digest begun has been computed (call before {@linkcode lookup}). */
+  async settle(): Promise<void> {
+    await Promise.all(this.#pending);
   }
 
   /** Padding that 8-byte aligns the payload of the second part (the first binary one). */
@@ -51,8 +64,8 @@ export class PartDigests implements BodyObserver {
     return (_ALIGN - (payload % _ALIGN)) % _ALIGN;
   }
 
-  /** Scans and hashes `body[.., received)`. */
-  update(body: Uint8Array, received: number): void {
+  /** Scans and hashes `body[.., received)` (resolves once the bytes are handed on). */
+  async update(body: Uint8Array, received: number): Promise<void> {
     this.#body = body;
     const view = body.subarray(0, Math.min(received, body.length));
     const delimiter = this.#delimiter;
@@ -66,25 +79,43 @@ export class PartDigests implements BodyObserver {
           return;
         }
         this.#contentStart = this.#hashedTo = this.#pos = at + 4;
-        this.#hash = createHash("sha256");
+        this.#hash = this.#thread ? this.#thread.open() : createHash("sha256");
         continue;
       }
       const at = delimiter.find(view, this.#pos);
       if (at >= 0) {
-        this.#hash.update(view.subarray(this.#hashedTo, at));
-        this.#digests.set(`${this.#contentStart}:${at}`, this.#hash.digest("hex"));
-        this.#hash = null;
+        await this.#feed(view.subarray(this.#hashedTo, at));
+        this.#finish(`${this.#contentStart}:${at}`);
         this.#pos = at + delimiterLength;
         continue;
       }
       const safe = Math.max(this.#hashedTo, view.length - delimiterLength + 1);
       if (safe > this.#hashedTo) {
-        this.#hash.update(view.subarray(this.#hashedTo, safe));
+        await this.#feed(view.subarray(this.#hashedTo, safe));
         this.#hashedTo = safe;
       }
       this.#pos = safe;
       return;
     }
+  }
+
+  async #feed(bytes: Uint8Array): Promise<void> {
+    const hash = this.#hash!;
+    if (typeof hash === "number") await this.#thread!.update(hash, bytes);
+    else hash.update(bytes);
+  }
+
+  #finish(key: string): void {
+    const hash = this.#hash!;
+    this.#hash = null;
+    if (typeof hash !== "number") {
+      this.#digests.set(key, hash.digest("hex"));
+      return;
+    }
+    // A failed thread only loses the shortcut: the part is then hashed at decoding.
+    this.#pending.push(
+      this.#thread!.digest(hash).then((hex) => void this.#digests.set(key, hex), () => {}),
+    );
   }
 
   /** The digest of `part` if it is exactly a payload seen here (else `undefined`). */

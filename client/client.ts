@@ -14,6 +14,7 @@
 import { concatBytes } from "../protocol/bytes.ts";
 import { type BodyObserver, Http1Agent, Http1ConnectError } from "./_http1.ts";
 import { PartDigests } from "./_part_digests.ts";
+import { HashThread } from "./_hash_thread.ts";
 import type { KnownDigest } from "../protocol/values.ts";
 import { encodeMultipartChunks, type MultipartInput } from "../protocol/multipart.ts";
 import {
@@ -158,6 +159,7 @@ export class Client implements AsyncDisposable {
   readonly #pathPrefix: string;
   #closed = false;
   #reached = false;
+  #hashes: HashThread | null = null;
 
   /** Create a client for `baseUrl` (e.g. `http://127.0.0.1:8000`, path prefixes allowed). */
   constructor(baseUrl: string | URL, options: ClientOptions = {}) {
@@ -192,12 +194,17 @@ export class Client implements AsyncDisposable {
     this.#closed = true;
     this.#http.close();
     this.#direct?.close();
+    this.#hashes?.close();
   }
 
   /** `await using` support: the same as {@linkcode Client.close}. */
   [Symbol.asyncDispose](): Promise<void> {
     this.close();
     return Promise.resolve();
+  }
+
+  #hashThread(): HashThread {
+    return this.#hashes ??= new HashThread();
   }
 
   async #connectProbe(): Promise<void> {
@@ -432,8 +439,14 @@ export class Client implements AsyncDisposable {
     const response = await this.#request("POST", "/execute", {
       body: [...encoded.chunks],
       headers,
-      observe: (responseHeaders) => digests = PartDigests.forResponse(responseHeaders),
+      observe: (responseHeaders) => {
+        const length = Number(responseHeaders.get("content-length") ?? 0);
+        // Large payloads are hashed on a thread while the rest arrives.
+        const thread = length >= _THREAD_HASH_BYTES ? this.#hashThread() : undefined;
+        return digests = PartDigests.forResponse(responseHeaders, thread);
+      },
     });
+    await digests?.settle();
     if (response.status !== 200) throw _serverError(response);
     let nextRoute = response.headers.get("x-kcoral-node");
     if (nextRoute !== null && !(nextRoute.length > 0 && nextRoute.length <= 512)) nextRoute = null;
@@ -526,3 +539,4 @@ function _serverError(response: _Response): KCoralError {
 }
 
 const _STREAM_BODY_BYTES = 8 * 1024 * 1024;
+const _THREAD_HASH_BYTES = 8 * 1024 * 1024;

@@ -2,6 +2,7 @@
 // aligned placement of the first binary payload; end to end, a corrupted part is still caught.
 import assert from "node:assert/strict";
 import { PartDigests } from "../client/_part_digests.ts";
+import { HashThread } from "../client/_hash_thread.ts";
 import { Client, Program, ProtocolError } from "../mod.ts";
 import { encodeMultipart } from "../protocol/multipart.ts";
 import { sha256Hex } from "../protocol/hash.ts";
@@ -25,23 +26,41 @@ function random(n: number): Uint8Array {
   return out;
 }
 
-Deno.test("part digests: every payload hashed in arbitrary arrival steps; first one aligned", () => {
-  const payloads = [random(3_000_001), new Uint8Array(0), random(70)];
-  for (const json of ["{}", `{"k":"${"x".repeat(5)}"}`, `{"k":"${"y".repeat(6)}"}`]) {
+Deno.test("part digests: every payload hashed in arbitrary arrival steps; first one aligned", async () => {
+  const payloads = [random(9_000_001), new Uint8Array(0), random(70)];
+  const thread = new HashThread();
+  for (
+    const [json, threaded] of [
+      ["{}", false],
+      [`{"k":"${"x".repeat(5)}"}`, true],
+      [`{"k":"${"y".repeat(6)}"}`, false],
+      [`{"k":"${"z".repeat(7)}"}`, true],
+    ] as const
+  ) {
     const encoded = body(payloads, json);
-    const digests = PartDigests.forResponse(new Headers({ "content-type": encoded.contentType }))!;
+    const digests = PartDigests.forResponse(
+      new Headers({ "content-type": encoded.contentType }),
+      threaded ? thread : undefined,
+    )!;
     const pad = digests.pad(encoded.body.subarray(0, 16384));
     const buffer = new Uint8Array(pad + encoded.body.length).subarray(pad);
     let received = 0;
-    for (const step of [1, 5, 4096, 77_777, 1 << 20]) {
-      while (received < buffer.length) {
+    // Byte by byte through the first headers, then ever larger steps.
+    for (const [step, until] of [[1, 300], [5, 2000], [4096, 3 << 20], [77_777, 6 << 20]]) {
+      while (received < Math.min(until, buffer.length)) {
         const next = Math.min(buffer.length, received + step);
         buffer.set(encoded.body.subarray(received, next), received);
         received = next;
-        digests.update(buffer, received);
-        if (step === 1 && received > 300) break; // byte by byte through the headers only
+        await digests.update(buffer, received);
       }
     }
+    while (received < buffer.length) {
+      const next = Math.min(buffer.length, received + (1 << 20));
+      buffer.set(encoded.body.subarray(received, next), received);
+      received = next;
+      await digests.update(buffer, received);
+    }
+    await digests.settle();
     const parts = parseMultipart(buffer, encoded.contentType.split("boundary=")[1]);
     assert.equal(parts.length, 4);
     for (const part of parts) assert.equal(digests.lookup(part.body), sha256Hex(part.body));
@@ -57,7 +76,7 @@ Deno.test("part digests: every payload hashed in arbitrary arrival steps; first 
 });
 
 Deno.test("part digests: a corrupted payload still fails the hash check", async () => {
-  const data = random(5 << 20);
+  const data = random(9 << 20); // large enough to be hashed on the client's thread
   const declared = sha256Hex(data);
   data[12345] ^= 1; // the bytes sent no longer match the digest the result declares
   const results = `{"t":{"type":"bytes","part":"return:0","sha256":"${declared}"}}`;
