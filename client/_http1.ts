@@ -54,6 +54,7 @@ class _NothingReceived extends Error {}
 const _HEAD_LIMIT = 64 * 1024;
 const _PREFIX_BYTES = 16 * 1024;
 const _STEP = 2 * 1024 * 1024;
+const _REFUSED_RETRY_MS = 100;
 const _SMALL_BODY = 64 * 1024;
 const _encoder = new TextEncoder();
 const _decoder = new TextDecoder("latin1");
@@ -123,7 +124,15 @@ export class Http1Agent {
     const { hostname, port, connectTimeoutMs } = this.#target;
     const signal = connectTimeoutMs === null ? undefined : AbortSignal.timeout(connectTimeoutMs);
     try {
-      const conn = await Deno.connect({ hostname, port, signal });
+      let conn: Deno.TcpConn;
+      try {
+        conn = await Deno.connect({ hostname, port, signal });
+      } catch (error) {
+        // A refusal can be momentary (a loaded or restarting server): one more try shortly.
+        if (!(error instanceof Deno.errors.ConnectionRefused) || signal?.aborted) throw error;
+        await new Promise((resolve) => setTimeout(resolve, _REFUSED_RETRY_MS));
+        conn = await Deno.connect({ hostname, port, signal });
+      }
       conn.setNoDelay(true);
       return conn;
     } catch (error) {

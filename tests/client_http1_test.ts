@@ -283,3 +283,31 @@ Deno.test("client transport: auto uses the built-in HTTP/1.1 on plain http, fetc
     await server.close();
   }
 });
+
+Deno.test("http1: a refused connection is tried once more before it is an error", async () => {
+  const original = Deno.connect;
+  let attempts = 0;
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (listener.addr as Deno.NetAddr).port;
+  listener.close();
+  Deno.connect = ((options: Deno.ConnectOptions) => {
+    attempts++;
+    return original(options);
+  }) as typeof Deno.connect;
+  const agent = new Http1Agent({
+    hostname: "127.0.0.1",
+    port,
+    host: `127.0.0.1:${port}`,
+    connectTimeoutMs: 2000,
+  });
+  try {
+    await assert.rejects(
+      agent.request("GET", "/", new Headers()),
+      (error: Error) => error.message.startsWith(`cannot connect to 127.0.0.1:${port}: `),
+    );
+    assert.equal(attempts, 2);
+  } finally {
+    Deno.connect = original;
+    agent.close();
+  }
+});
