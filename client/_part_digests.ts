@@ -8,7 +8,11 @@
 // so a body the two read differently is simply hashed again.
 
 import { createHash, type Hash } from "node:crypto";
-import { boundaryFromContentType, DelimiterFinder } from "../protocol/multipart.ts";
+import {
+  boundaryFromContentType,
+  DelimiterFinder,
+  delimiterMarkPattern,
+} from "../protocol/multipart.ts";
 import type { BodyObserver } from "./_http1.ts";
 import type { HashThread } from "./_hash_thread.ts";
 
@@ -18,8 +22,16 @@ const _HEADER_END = new DelimiterFinder(new Uint8Array([13, 10, 13, 10]));
 /** Digests of part payloads by exact position, filled in as the body arrives. */
 export class PartDigests implements BodyObserver {
   readonly #delimiter: DelimiterFinder;
+  /** Finds `LF--boundary`: every occurrence is recorded (the parser reuses them). */
+  readonly #markFinder: DelimiterFinder;
+  readonly #marks: number[] = [];
+  /** Marks are complete below this position. */
+  #markedTo = 0;
+  /** The first mark not yet looked at by the hashing state machine. */
+  #markIndex = 0;
   #body: Uint8Array | null = null;
-  /** Scan position; inside a payload, bytes before it hold no delimiter start. */
+  #received = 0;
+  /** Scan position of the header search. */
   #pos = 0;
   #contentStart = -1;
   #hashedTo = 0;
@@ -31,6 +43,7 @@ export class PartDigests implements BodyObserver {
 
   private constructor(boundary: string, thread: HashThread | undefined) {
     this.#delimiter = new DelimiterFinder(new TextEncoder().encode(`\r\n--${boundary}`));
+    this.#markFinder = new DelimiterFinder(delimiterMarkPattern(boundary));
     this.#thread = thread;
   }
 
@@ -66,10 +79,20 @@ export class PartDigests implements BodyObserver {
 
   /** Scans and hashes `body[.., received)` (resolves once the bytes are handed on). */
   async update(body: Uint8Array, received: number): Promise<void> {
-    this.#body = body;
+    if (this.#body !== body) {
+      this.#body = body;
+      this.#marks.length = this.#markedTo = this.#markIndex = 0;
+    }
     const view = body.subarray(0, Math.min(received, body.length));
-    const delimiter = this.#delimiter;
-    const delimiterLength = delimiter.pattern.length;
+    this.#received = view.length;
+    // One scan of every new byte for `LF--boundary`.
+    const markLength = this.#markFinder.pattern.length;
+    for (let at = this.#markFinder.find(view, this.#markedTo); at >= 0;) {
+      this.#marks.push(at);
+      at = this.#markFinder.find(view, at + 1);
+    }
+    this.#markedTo = Math.max(this.#markedTo, view.length - markLength + 1);
+    const delimiterLength = this.#delimiter.pattern.length; // CRLF--boundary
     for (;;) {
       if (this.#hash === null) {
         // Part headers: the payload starts after the first empty line.
@@ -82,11 +105,21 @@ export class PartDigests implements BodyObserver {
         this.#hash = this.#thread ? this.#thread.open() : createHash("sha256");
         continue;
       }
-      const at = delimiter.find(view, this.#pos);
-      if (at >= 0) {
-        await this.#feed(view.subarray(this.#hashedTo, at));
-        this.#finish(`${this.#contentStart}:${at}`);
-        this.#pos = at + delimiterLength;
+      // The payload ends at the first CRLF--boundary, i.e. a mark preceded by CR.
+      let end = -1;
+      while (this.#markIndex < this.#marks.length) {
+        const mark = this.#marks[this.#markIndex];
+        if (mark - 1 >= this.#hashedTo && view[mark - 1] === 13) {
+          end = mark - 1;
+          break;
+        }
+        this.#markIndex++;
+      }
+      if (end >= 0) {
+        await this.#feed(view.subarray(this.#hashedTo, end));
+        this.#finish(`${this.#contentStart}:${end}`);
+        this.#pos = end + delimiterLength;
+        this.#markIndex++;
         continue;
       }
       const safe = Math.max(this.#hashedTo, view.length - delimiterLength + 1);
@@ -97,6 +130,15 @@ export class PartDigests implements BodyObserver {
       this.#pos = safe;
       return;
     }
+  }
+
+  /**
+   * Every position of `LF--boundary` in `body` if the whole of it was seen here (for
+   * `parseMultipart`'s `marks`), else `undefined`.
+   */
+  marksFor(body: Uint8Array): readonly number[] | undefined {
+    if (body !== this.#body || this.#received !== body.length) return undefined;
+    return this.#marks;
   }
 
   async #feed(bytes: Uint8Array): Promise<void> {

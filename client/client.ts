@@ -451,7 +451,9 @@ export class Client implements AsyncDisposable {
     let nextRoute = response.headers.get("x-kcoral-node");
     if (nextRoute !== null && !(nextRoute.length > 0 && nextRoute.length <= 512)) nextRoute = null;
     const decoded = _protocol(() =>
-      decodeResponseBody(response.headers.get("content-type"), response.body)
+      decodeResponseBody(response.headers.get("content-type"), response.body, {
+        marks: digests?.marksFor(response.body),
+      })
     );
     return { ...decoded, route: nextRoute, knownDigest: (part) => digests?.lookup(part) };
   }

@@ -135,6 +135,52 @@ export function boundaryFromContentType(contentType: string | null): string {
 }
 
 /** A compiled search for one delimiter byte string. */
+/** Options of {@linkcode parseMultipart}. */
+export interface ParseMultipartOptions {
+  /**
+   * Every position where `LF--boundary` starts in the body, ascending, found while the body
+   * arrived (see {@linkcode delimiterMarkPattern}): the parser then uses them instead of
+   * scanning the body again. They must be complete; the result is the same as without them.
+   */
+  marks?: readonly number[];
+}
+
+/**
+ * The byte pattern whose positions {@linkcode ParseMultipartOptions.marks} lists:
+ * `LF--boundary`.
+ *
+ * @example
+ * ```ts
+ * import { delimiterMarkPattern } from "./mod.ts";
+ *
+ * if (new TextDecoder().decode(delimiterMarkPattern("B")) !== "\n--B") throw new Error();
+ * ```
+ */
+export function delimiterMarkPattern(boundary: string): Uint8Array {
+  return _ascii("\n--" + boundary, "the boundary");
+}
+
+class _MarkFinder {
+  readonly #marks: readonly number[];
+
+  constructor(marks: readonly number[]) {
+    this.#marks = marks;
+  }
+
+  /** The first mark at or after `from`. */
+  find(_body: Uint8Array, from: number): number {
+    const marks = this.#marks;
+    let low = 0;
+    let high = marks.length;
+    while (low < high) {
+      const middle = (low + high) >> 1;
+      if (marks[middle] < from) low = middle + 1;
+      else high = middle;
+    }
+    return low < marks.length ? marks[low] : -1;
+  }
+}
+
 /**
  * Finds a byte pattern (Horspool's skip table), e.g. a multipart delimiter
  * `CRLF--boundary` in a large payload, at memory-scan speed from JavaScript.
@@ -222,7 +268,11 @@ function _ascii(text: string, what: string): Uint8Array {
  * if (part.name !== "x" || new TextDecoder().decode(part.body) !== "hi") throw new Error();
  * ```
  */
-export function parseMultipart(body: Uint8Array, boundary: string): MultipartPart[] {
+export function parseMultipart(
+  body: Uint8Array,
+  boundary: string,
+  options: ParseMultipartOptions = {},
+): MultipartPart[] {
   if (boundary === "" || /[\r\n]/.test(boundary)) {
     throw new MultipartError("malformed multipart/form-data boundary");
   }
@@ -230,7 +280,7 @@ export function parseMultipart(body: Uint8Array, boundary: string): MultipartPar
   const pattern = new Uint8Array(marker.length + 1);
   pattern[0] = 0x0a;
   pattern.set(marker, 1);
-  const finder = new DelimiterFinder(pattern);
+  const finder = options.marks ? new _MarkFinder(options.marks) : new DelimiterFinder(pattern);
   const n = body.length;
   const ml = marker.length;
 

@@ -14,6 +14,7 @@ import {
   encodeMultipart,
   type MultipartInput,
   parseMultipart,
+  type ParseMultipartOptions,
 } from "./multipart.ts";
 import { isBlobHash } from "./program.ts";
 import {
@@ -205,7 +206,8 @@ export function decodeJsonObject(bytes: Uint8Array): TypedJsonObject {
  * (spec §3.3): the media type must be `application/json` or
  * `multipart/form-data`; a multipart body needs exactly one `result` part
  * (`application/json`, an object) and unique `application/octet-stream`
- * parts otherwise.
+ * parts otherwise. `options` go to {@linkcode parseMultipart} (e.g. delimiter
+ * marks found while the body arrived).
  *
  * @throws {ResponseError} with upstream's message.
  *
@@ -217,7 +219,11 @@ export function decodeJsonObject(bytes: Uint8Array): TypedJsonObject {
  * if (body.get("a") !== 1 || parts.size !== 0) throw new Error();
  * ```
  */
-export function decodeResponseBody(contentType: string | null, bytes: Uint8Array): ResponseBody {
+export function decodeResponseBody(
+  contentType: string | null,
+  bytes: Uint8Array,
+  options: ParseMultipartOptions = {},
+): ResponseBody {
   const mediaType = (contentType ?? "").split(";", 1)[0].trim().toLowerCase();
   if (mediaType === "application/json") return { body: decodeJsonObject(bytes), parts: new Map() };
   if (mediaType !== "multipart/form-data") {
@@ -225,7 +231,7 @@ export function decodeResponseBody(contentType: string | null, bytes: Uint8Array
   }
   let multipart;
   try {
-    multipart = parseMultipart(bytes, boundaryFromContentType(contentType));
+    multipart = parseMultipart(bytes, boundaryFromContentType(contentType), options);
   } catch (error) {
     throw new ResponseError(`malformed multipart response: ${(error as Error).message}`, {
       cause: error,

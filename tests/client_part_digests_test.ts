@@ -20,6 +20,17 @@ function body(parts: Uint8Array[], json = "{}") {
   ]);
 }
 
+/** Every position of LF--boundary, the slow way. */
+function allMarks(body: Uint8Array, boundary: string): number[] {
+  const needle = new TextEncoder().encode("\n--" + boundary);
+  const out: number[] = [];
+  outer: for (let i = 0; i + needle.length <= body.length; i++) {
+    for (let k = 0; k < needle.length; k++) if (body[i + k] !== needle[k]) continue outer;
+    out.push(i);
+  }
+  return out;
+}
+
 function random(n: number): Uint8Array {
   const out = new Uint8Array(n);
   for (let i = 0; i < n; i += 65536) crypto.getRandomValues(out.subarray(i, i + 65536));
@@ -61,7 +72,17 @@ Deno.test("part digests: every payload hashed in arbitrary arrival steps; first 
       await digests.update(buffer, received);
     }
     await digests.settle();
-    const parts = parseMultipart(buffer, encoded.contentType.split("boundary=")[1]);
+    const boundary = encoded.contentType.split("boundary=")[1];
+    const parts = parseMultipart(buffer, boundary);
+    // The marks found on the way are exactly every LF--boundary, and parsing with them agrees.
+    const marks = digests.marksFor(buffer)!;
+    assert.deepEqual(marks, allMarks(buffer, boundary));
+    const reparsed = parseMultipart(buffer, boundary, { marks });
+    assert.deepEqual(
+      reparsed.map((p) => [p.name, p.body.byteOffset, p.body.length]),
+      parts.map((p) => [p.name, p.body.byteOffset, p.body.length]),
+    );
+    assert.equal(digests.marksFor(buffer.subarray(1)), undefined);
     assert.equal(parts.length, 4);
     for (const part of parts) assert.equal(digests.lookup(part.body), sha256Hex(part.body));
     assert.equal(parts[1].body.byteOffset % 8, 0, `pad ${pad}`);
@@ -101,5 +122,60 @@ Deno.test("part digests: a corrupted payload still fails the hash check", async 
     );
   } finally {
     await server.close();
+  }
+});
+
+Deno.test("part digests: a payload holding boundary look-alikes keeps marks and digests exact", async () => {
+  const boundary = "kcoral-0123456789abcdef0123456789abcdef";
+  const tricky = new TextEncoder().encode(
+    `x\n--${boundary}X no delimiter (bad tail)\r\n--${
+      boundary.slice(0, 20)
+    } partial\n--${boundary}`,
+  );
+  const payload = new Uint8Array(tricky.length + 100);
+  payload.set(tricky);
+  const head = (name: string) =>
+    `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n` +
+    `Content-Type: application/octet-stream\r\n\r\n`;
+  const text = new TextEncoder();
+  const bytes = new Uint8Array([
+    ...text.encode(head("result").replace("octet-stream", "json") + "{}\r\n"),
+    ...text.encode(head("return:0")),
+    ...payload,
+    ...text.encode(`\r\n--${boundary}--\r\n`),
+  ]);
+  const digests = PartDigests.forResponse(
+    new Headers({ "content-type": `multipart/form-data; boundary=${boundary}` }),
+  )!;
+  const buffer = new Uint8Array(bytes.length);
+  for (let received = 0; received < bytes.length;) {
+    const next = Math.min(bytes.length, received + 13);
+    buffer.set(bytes.subarray(received, next), received);
+    received = next;
+    await digests.update(buffer, received);
+  }
+  await digests.settle();
+  const marks = digests.marksFor(buffer)!;
+  assert.deepEqual(marks, allMarks(buffer, boundary));
+  // The strict parser rejects the LF--boundary inside the payload (followed by "X"), and the
+  // one at its very end is a delimiter for it: with or without marks, the same outcome.
+  const plain = (() => {
+    try {
+      return parseMultipart(buffer, boundary).map((p) => [p.name, p.body.length]);
+    } catch (error) {
+      return String(error);
+    }
+  })();
+  const marked = (() => {
+    try {
+      return parseMultipart(buffer, boundary, { marks }).map((p) => [p.name, p.body.length]);
+    } catch (error) {
+      return String(error);
+    }
+  })();
+  assert.deepEqual(marked, plain);
+  for (const part of Array.isArray(plain) ? parseMultipart(buffer, boundary) : []) {
+    const known = digests.lookup(part.body);
+    if (known !== undefined) assert.equal(known, sha256Hex(part.body));
   }
 });

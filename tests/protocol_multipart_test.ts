@@ -315,3 +315,54 @@ Deno.test("boundaryOccursIn: only CRLF--boundary counts", () => {
   assert.equal(boundaryOccursIn(enc.encode("\r\n--"), "B"), false);
   assert.equal(dec.decode(closingDelimiter("B")), "--B--\r\n");
 });
+
+Deno.test("multipart: parsing with precomputed delimiter marks gives the same parts and errors", () => {
+  const boundary = "Bnd";
+  const pieces = [
+    "\r\n--Bnd",
+    "\n--Bnd",
+    "\n--BndX",
+    "--Bnd",
+    "\r\n--Bnd--",
+    "\n--Bn",
+    "data",
+    "\r\n",
+    "\n",
+    'Content-Disposition: form-data; name="a"\r\n',
+    "Content-Type: text/plain\r\n\r\n",
+    " \t",
+  ];
+  let seed = 7;
+  const next = () => (seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648;
+  const encoder = new TextEncoder();
+  const outcome = (body: Uint8Array, marks?: number[]) => {
+    try {
+      return parseMultipart(body, boundary, marks ? { marks } : {}).map((p) => [
+        p.name,
+        p.mediaType,
+        p.body.byteOffset,
+        p.body.length,
+      ]);
+    } catch (error) {
+      return `${(error as Error).name}: ${(error as Error).message}`;
+    }
+  };
+  let parsed = 0;
+  for (let round = 0; round < 3000; round++) {
+    let text = round % 2 === 0
+      ? '--Bnd\r\nContent-Disposition: form-data; name="r"\r\nContent-Type: application/json\r\n\r\n'
+      : "";
+    const count = 1 + Math.floor(next() * 12);
+    for (let i = 0; i < count; i++) text += pieces[Math.floor(next() * pieces.length)];
+    if (next() < 0.7) text += "\r\n--Bnd--\r\n";
+    const body = encoder.encode(text);
+    const marks: number[] = [];
+    for (let at = text.indexOf("\n--Bnd"); at >= 0; at = text.indexOf("\n--Bnd", at + 1)) {
+      marks.push(at);
+    }
+    const plain = outcome(body);
+    assert.deepEqual(outcome(body, marks), plain, JSON.stringify(text));
+    if (Array.isArray(plain)) parsed++;
+  }
+  assert.ok(parsed > 100, `only ${parsed} bodies parsed`); // both outcomes are exercised
+});

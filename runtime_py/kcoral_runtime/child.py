@@ -106,6 +106,8 @@ class Child:
     def _init(self) -> None:
         try:
             backend = make_backend(self.mode, self.versions, self.sim_devices)
+            # A worker that serves more than one request reuses torch's cached pinned blocks.
+            backend.reused = self.max_requests != 1
             target, device_uuids = backend.init()
             install_cpu_only_guard(backend.mode)
             lease: Any = Lease(self.channel, backend) if backend.uses_lease else NoLease()

@@ -54,6 +54,53 @@ for (const max of [1, 0]) {
       });
 
       await t.step(
+        "tensor dtypes and shapes round trip unchanged (staged uploads too)",
+        async () => {
+          const program = new Program();
+          const mod = program.upload({
+            kind: "module",
+            source: "def same(*xs):\n    assert all(x.is_cuda for x in xs)\n    return list(xs)\n",
+          });
+          const fn = program.getFunction({ module: mod, name: "same" });
+          const big = new Int32Array(3 << 20).map((_, i) => i * 7 - 5);
+          const uploads = [
+            program.upload({ kind: "tensor", value: big, shape: [3, 1 << 20] }),
+            program.upload({ kind: "tensor", value: new Float64Array([2.5]), shape: [] }),
+            program.upload({
+              kind: "tensor",
+              value: new Uint8Array([1, 0, 1]),
+              shape: [3],
+              dtype: "bool",
+            }),
+            program.upload({
+              kind: "tensor",
+              value: new Uint8Array([0x80, 0x3f, 0x00, 0xc0]),
+              shape: [2, 1],
+              dtype: "bfloat16",
+            }),
+          ];
+          program.return_({ key: "xs", value: program.run({ fn, args: uploads }) });
+          for (let round = 0; round < 2; round++) { // the second round reuses cached pinned blocks
+            const result = await client.execute(program);
+            assert.equal(result.status, "COMPLETED", JSON.stringify(result.error));
+            const [a, s, b, h] = result.get<Tensor[]>("xs");
+            assert.deepEqual([a.dtype, a.shape], ["int32", [3, 1 << 20]]);
+            const data = a.data as Int32Array;
+            for (let i = 0; i < data.length; i += 7919) assert.equal(data[i], big[i]);
+            assert.deepEqual([s.dtype, s.shape, [...(s.data as Float64Array)]], ["float64", [], [
+              2.5,
+            ]]);
+            assert.deepEqual([b.dtype, [...(b.data as Uint8Array)]], ["bool", [1, 0, 1]]);
+            assert.deepEqual([h.dtype, h.shape, [...(h.data as Uint8Array)]], [
+              "bfloat16",
+              [2, 1],
+              [0x80, 0x3f, 0x00, 0xc0],
+            ]);
+          }
+        },
+      );
+
+      await t.step(
         "an illegal memory access fails that request; the next one is clean",
         async () => {
           const bad = callProgram(
