@@ -101,7 +101,8 @@ export class Http1Agent {
       ? [concatBytes([headBytes, ...body])] // one write, one packet
       : [headBytes, ...body];
     for (let attempt = 0;; attempt++) {
-      const pooled = this.#idle.pop();
+      // The retry always opens a new connection: another pooled one may be just as stale.
+      const pooled = attempt === 0 ? this.#idle.pop() : undefined;
       const conn = pooled ?? await this.#connect();
       try {
         const { response, reusable } = await _exchange(conn, pieces, method, observe);

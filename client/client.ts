@@ -13,8 +13,8 @@
 
 import { concatBytes } from "../protocol/bytes.ts";
 import { type BodyObserver, Http1Agent, Http1ConnectError } from "./_http1.ts";
-import { PartDigests } from "./_part_digests.ts";
-import { HashThread } from "./_hash_thread.ts";
+import { PartDigests } from "../protocol/_part_digests.ts";
+import { HashThread } from "../protocol/_hash_thread.ts";
 import type { KnownDigest } from "../protocol/values.ts";
 import { encodeMultipartChunks, type MultipartInput } from "../protocol/multipart.ts";
 import {
@@ -160,6 +160,10 @@ export class Client implements AsyncDisposable {
   #closed = false;
   #reached = false;
   #hashes: HashThread | null = null;
+  /** Requests reading a response hashed on {@linkcode #hashes}. */
+  #hashUsers = 0;
+  /** Stops an idle hashing thread (a live `Worker` keeps the process from exiting). */
+  #hashIdle: ReturnType<typeof setTimeout> | undefined;
 
   /** Create a client for `baseUrl` (e.g. `http://127.0.0.1:8000`, path prefixes allowed). */
   constructor(baseUrl: string | URL, options: ClientOptions = {}) {
@@ -194,7 +198,9 @@ export class Client implements AsyncDisposable {
     this.#closed = true;
     this.#http.close();
     this.#direct?.close();
+    clearTimeout(this.#hashIdle);
     this.#hashes?.close();
+    this.#hashes = null;
   }
 
   /** `await using` support: the same as {@linkcode Client.close}. */
@@ -203,8 +209,25 @@ export class Client implements AsyncDisposable {
     return Promise.resolve();
   }
 
-  #hashThread(): HashThread {
+  /** The hashing thread for one more response (none once closed); pair with `#dropHashThread`. */
+  #takeHashThread(): HashThread | undefined {
+    if (this.#closed) return undefined; // a thread started now would never be stopped
+    clearTimeout(this.#hashIdle);
+    this.#hashIdle = undefined;
+    this.#hashUsers++;
+    if (this.#hashes?.failed) this.#hashes = null; // replaced, not reused
     return this.#hashes ??= new HashThread();
+  }
+
+  #dropHashThread(): void {
+    if (--this.#hashUsers > 0 || this.#hashes === null) return;
+    // Kept a moment for the next large response, then stopped: an unclosed client must not
+    // keep the process alive.
+    this.#hashIdle = setTimeout(() => {
+      this.#hashIdle = undefined;
+      this.#hashes?.close();
+      this.#hashes = null;
+    }, _HASH_THREAD_IDLE_MS);
   }
 
   async #connectProbe(): Promise<void> {
@@ -436,17 +459,27 @@ export class Client implements AsyncDisposable {
     const headers: Record<string, string> = { "content-type": encoded.contentType };
     if (route !== null) headers["x-kcoral-node"] = route;
     let digests: PartDigests | undefined;
-    const response = await this.#request("POST", "/execute", {
-      body: [...encoded.chunks],
-      headers,
-      observe: (responseHeaders) => {
-        const length = Number(responseHeaders.get("content-length") ?? 0);
-        // Large payloads are hashed on a thread while the rest arrives.
-        const thread = length >= _THREAD_HASH_BYTES ? this.#hashThread() : undefined;
-        return digests = PartDigests.forResponse(responseHeaders, thread);
-      },
-    });
-    await digests?.settle();
+    let threaded = false;
+    let response: _Response;
+    try {
+      response = await this.#request("POST", "/execute", {
+        body: [...encoded.chunks],
+        headers,
+        observe: (responseHeaders) => {
+          const length = Number(responseHeaders.get("content-length") ?? 0);
+          const multipart = PartDigests.forMultipart(responseHeaders);
+          // Large payloads are hashed on a thread while the rest arrives.
+          const thread = multipart && length >= _THREAD_HASH_BYTES
+            ? this.#takeHashThread()
+            : undefined;
+          threaded = thread !== undefined;
+          return digests = thread ? PartDigests.forMultipart(responseHeaders, thread) : multipart;
+        },
+      });
+      await digests?.settle();
+    } finally {
+      if (threaded) this.#dropHashThread();
+    }
     if (response.status !== 200) throw _serverError(response);
     let nextRoute = response.headers.get("x-kcoral-node");
     if (nextRoute !== null && !(nextRoute.length > 0 && nextRoute.length <= 512)) nextRoute = null;
@@ -542,3 +575,4 @@ function _serverError(response: _Response): KCoralError {
 
 const _STREAM_BODY_BYTES = 8 * 1024 * 1024;
 const _THREAD_HASH_BYTES = 8 * 1024 * 1024;
+const _HASH_THREAD_IDLE_MS = 1000;

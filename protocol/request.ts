@@ -5,6 +5,7 @@ import {
   MultipartError,
   type MultipartPart,
   parseMultipart,
+  type ParseMultipartOptions,
 } from "./multipart.ts";
 import { isBlobHash, type ParsedProgram, parseProgram, ProgramError } from "./program.ts";
 import { sha256Hex } from "./hash.ts";
@@ -61,7 +62,7 @@ export function parseExecuteRequest(body: Uint8Array, contentType: string | null
 /**
  * {@linkcode parseExecuteRequest} with the blob digests computed by `digest` (e.g. on worker
  * threads, all blobs at once) before the parts are checked in upstream's order, so the same
- * error wins.
+ * error wins. `options` go to {@linkcode parseMultipart}.
  *
  * @throws {RequestParseError} with upstream's message.
  *
@@ -86,8 +87,9 @@ export async function parseExecuteRequestWith(
   body: Uint8Array,
   contentType: string | null,
   digest: (bytes: Uint8Array) => Promise<string>,
+  options: ParseMultipartOptions = {},
 ): Promise<ExecuteRequest> {
-  const parts = _frameRequest(body, contentType);
+  const parts = _frameRequest(body, contentType, options);
   const digests = new Map<MultipartPart, string>();
   await Promise.all(
     parts.filter((part) => part.name.startsWith("blob:")).map(async (part) => {
@@ -97,9 +99,13 @@ export async function parseExecuteRequestWith(
   return _interpretParts(parts, (part) => digests.get(part) ?? sha256Hex(part.body));
 }
 
-function _frameRequest(body: Uint8Array, contentType: string | null): MultipartPart[] {
+function _frameRequest(
+  body: Uint8Array,
+  contentType: string | null,
+  options: ParseMultipartOptions = {},
+): MultipartPart[] {
   try {
-    return parseMultipart(body, boundaryFromContentType(contentType));
+    return parseMultipart(body, boundaryFromContentType(contentType), options);
   } catch (error) {
     if (error instanceof MultipartError) {
       throw new RequestParseError(error.message, { cause: error });

@@ -1,9 +1,9 @@
 /**
  * Reused receive buffers for large request bodies. Touching fresh memory is slow on VMs (the
- * H200 host pays ~0.6 ms per MiB on first touch), and a 128 MiB upload otherwise lands in a
- * new allocation every time. Buffers are `SharedArrayBuffer`s so the blobs in them can be
- * hashed on other threads (server/hash_pool.ts). A buffer goes back to the pool only when
- * nothing of its request can read it any more.
+ * H200 host pays ~0.6 ms per MiB on first touch), and a 128 MiB upload otherwise lands in a new
+ * allocation every time. A buffer goes back to the pool only when nothing of its request can
+ * read it any more. (A BYOB reader transfers the buffer on every read: what comes back is a new
+ * `ArrayBuffer` object over the same memory, which is the one to give back.)
  *
  * @module
  */
@@ -12,7 +12,7 @@
 export class BodyBuffers {
   readonly #keep: number;
   readonly #maxBytes: number;
-  #free: SharedArrayBuffer[] = [];
+  #free: ArrayBuffer[] = [];
 
   /** Keeps at most `keep` idle buffers of at most `maxBytes` bytes each. */
   constructor(keep: number, maxBytes: number) {
@@ -25,21 +25,19 @@ export class BodyBuffers {
     return this.#free.length;
   }
 
-  /** A zero-length-offset view of `size` bytes; its contents are whatever was there before. */
-  take(size: number): Uint8Array {
+  /** A buffer of at least `size` bytes; its contents are whatever was there before. */
+  take(size: number): ArrayBuffer {
     let best = -1;
     for (let i = 0; i < this.#free.length; i++) {
       const length = this.#free[i].byteLength;
       if (length >= size && (best < 0 || length < this.#free[best].byteLength)) best = i;
     }
-    const buffer = best >= 0 ? this.#free.splice(best, 1)[0] : new SharedArrayBuffer(size);
-    return new Uint8Array(buffer, 0, size);
+    return best >= 0 ? this.#free.splice(best, 1)[0] : new ArrayBuffer(size);
   }
 
-  /** Returns the buffer under `view` (taken from here) for reuse. */
-  give(view: Uint8Array): void {
-    const buffer = view.buffer;
-    if (!(buffer instanceof SharedArrayBuffer) || buffer.byteLength > this.#maxBytes) return;
+  /** Returns `buffer` (taken from here) for reuse; detached or oversized ones are dropped. */
+  give(buffer: ArrayBuffer): void {
+    if (buffer.detached || buffer.byteLength > this.#maxBytes) return;
     if (this.#free.includes(buffer)) return;
     this.#free.push(buffer);
     this.#free.sort((a, b) => b.byteLength - a.byteLength);

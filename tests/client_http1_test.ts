@@ -311,3 +311,32 @@ Deno.test("http1: a refused connection is tried once more before it is an error"
     agent.close();
   }
 });
+
+Deno.test("http1: the retry after a stale pooled connection uses a new one, not another pooled one", async () => {
+  // Every connection answers once and is then closed by the server (a restart, an idle
+  // timeout): after two concurrent requests the agent pools two dead connections.
+  let arrived = 0;
+  let bothArrived!: () => void;
+  const both = new Promise<void>((resolve) => (bothArrived = resolve));
+  const server = rawServer(async (conn, index) => {
+    await readRequest(conn);
+    if (index < 2 && ++arrived === 2) bothArrived();
+    if (index < 2) await both; // keep both connections busy at once
+    await send(conn, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  });
+  const agent = server.agent();
+  try {
+    await Promise.all([
+      agent.request("GET", "/a", new Headers()),
+      agent.request("GET", "/b", new Headers()),
+    ]);
+    await new Promise((resolve) => setTimeout(resolve, 100)); // both pooled ones are closed now
+    const response = await agent.request("POST", "/c", new Headers(), [_enc.encode("1")]);
+    assert.equal(_dec.decode(response.body), "ok");
+    assert.equal(server.connections, 3);
+  } finally {
+    agent.close();
+    await server.close();
+  }
+});

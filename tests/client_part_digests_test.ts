@@ -1,8 +1,8 @@
 // Digests computed while a multipart response arrives (client/_part_digests.ts), and the
 // aligned placement of the first binary payload; end to end, a corrupted part is still caught.
 import assert from "node:assert/strict";
-import { PartDigests } from "../client/_part_digests.ts";
-import { HashThread } from "../client/_hash_thread.ts";
+import { PartDigests } from "../protocol/_part_digests.ts";
+import { HashThread } from "../protocol/_hash_thread.ts";
 import { Client, Program, ProtocolError } from "../mod.ts";
 import { encodeMultipart } from "../protocol/multipart.ts";
 import { sha256Hex } from "../protocol/hash.ts";
@@ -49,7 +49,7 @@ Deno.test("part digests: every payload hashed in arbitrary arrival steps; first 
     ] as const
   ) {
     const encoded = body(payloads, json);
-    const digests = PartDigests.forResponse(
+    const digests = PartDigests.forMultipart(
       new Headers({ "content-type": encoded.contentType }),
       threaded ? thread : undefined,
     )!;
@@ -91,7 +91,7 @@ Deno.test("part digests: every payload hashed in arbitrary arrival steps; first 
     assert.equal(digests.lookup(parts[1].body.slice()), undefined);
   }
   assert.equal(
-    PartDigests.forResponse(new Headers({ "content-type": "application/json" })),
+    PartDigests.forMultipart(new Headers({ "content-type": "application/json" })),
     undefined,
   );
 });
@@ -144,7 +144,7 @@ Deno.test("part digests: a payload holding boundary look-alikes keeps marks and 
     ...payload,
     ...text.encode(`\r\n--${boundary}--\r\n`),
   ]);
-  const digests = PartDigests.forResponse(
+  const digests = PartDigests.forMultipart(
     new Headers({ "content-type": `multipart/form-data; boundary=${boundary}` }),
   )!;
   const buffer = new Uint8Array(bytes.length);
@@ -177,5 +177,141 @@ Deno.test("part digests: a payload holding boundary look-alikes keeps marks and 
   for (const part of Array.isArray(plain) ? parseMultipart(buffer, boundary) : []) {
     const known = digests.lookup(part.body);
     if (known !== undefined) assert.equal(known, sha256Hex(part.body));
+  }
+});
+
+Deno.test("part digests: a failed hashing thread loses only the shortcut, never the response", async () => {
+  const payloads = [random(9 << 20), random(100)];
+  const encoded = body(payloads);
+  const thread = new HashThread();
+  thread.close(); // as after a worker failure (e.g. no read permission for its module)
+  const digests = PartDigests.forMultipart(
+    new Headers({ "content-type": encoded.contentType }),
+    thread,
+  )!;
+  const buffer = new Uint8Array(encoded.body.length);
+  for (let received = 0; received < buffer.length;) {
+    const next = Math.min(buffer.length, received + (1 << 20));
+    buffer.set(encoded.body.subarray(received, next), received);
+    received = next;
+    await digests.update(buffer, received); // must not throw: the body is fine
+  }
+  await digests.settle();
+  const parts = parseMultipart(buffer, encoded.contentType.split("boundary=")[1]);
+  for (const part of parts) {
+    const known = digests.lookup(part.body);
+    assert.ok(known === undefined || known === sha256Hex(part.body));
+  }
+  // Parts after the failure are hashed inline.
+  assert.equal(digests.lookup(parts[2].body), sha256Hex(payloads[1]));
+});
+
+/** Runs `source` in a fresh Deno with only network access; returns its exit and output. */
+async function runScript(source: string, permissions: string[]) {
+  const file = await Deno.makeTempFile({ suffix: ".ts" });
+  await Deno.writeTextFile(file, source);
+  try {
+    const child = new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "--quiet",
+        "--config",
+        new URL("../deno.json", import.meta.url).pathname,
+        ...permissions,
+        file,
+      ],
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+    const timer = setTimeout(() => child.kill("SIGKILL"), 15_000);
+    const output = await child.output();
+    clearTimeout(timer);
+    const decoder = new TextDecoder();
+    return {
+      code: output.code,
+      signal: output.signal,
+      stdout: decoder.decode(output.stdout),
+      stderr: decoder.decode(output.stderr),
+    };
+  } finally {
+    await Deno.remove(file);
+  }
+}
+
+function largeResultServer() {
+  const data = random(9 << 20); // hashed on the client's thread
+  const results = `{"t":{"type":"bytes","part":"return:0","sha256":"${sha256Hex(data)}"}}`;
+  const encoded = body([data], completed("r1", results));
+  return fakeServer(() =>
+    new Response(encoded.body, { headers: { "content-type": encoded.contentType } })
+  );
+}
+
+const _script = (url: string, close: boolean) => `
+import { Client, Program } from ${JSON.stringify(new URL("../mod.ts", import.meta.url).href)};
+const client = new Client(${JSON.stringify(url)});
+const program = new Program();
+program.return_({ key: "t", value: program.upload({ kind: "bytes", value: new Uint8Array(1) }) });
+${
+  close
+    ? `const pending = client.execute(program);
+client.close(); // closed while the request is in flight
+const result = await pending;`
+    : `const result = await client.execute(program); // the client is never closed`
+}
+console.log("bytes", (result.get("t") as Uint8Array).length);
+`;
+
+Deno.test("client: an unclosed client's hashing thread does not keep the process alive", async () => {
+  const server = largeResultServer();
+  try {
+    const run = await runScript(_script(server.url, false), ["--allow-net", "--allow-read"]);
+    assert.equal(run.signal, null, `the script never exited: ${run.stdout}${run.stderr}`);
+    assert.equal(run.code, 0, run.stderr);
+    assert.equal(run.stdout.trim(), `bytes ${9 << 20}`);
+  } finally {
+    await server.close();
+  }
+});
+
+Deno.test("client: closing during a large response starts no thread that outlives it", async () => {
+  const server = largeResultServer();
+  try {
+    const run = await runScript(_script(server.url, true), ["--allow-net", "--allow-read"]);
+    assert.equal(run.signal, null, `the script never exited: ${run.stdout}${run.stderr}`);
+    assert.equal(run.code, 0, run.stderr);
+    assert.equal(run.stdout.trim(), `bytes ${9 << 20}`);
+  } finally {
+    await server.close();
+  }
+});
+
+Deno.test("client: a large response is read without --allow-read (the thread cannot start)", async () => {
+  const server = largeResultServer();
+  try {
+    const run = await runScript(_script(server.url, false), ["--allow-net"]);
+    assert.equal(run.signal, null, `the script never exited: ${run.stdout}${run.stderr}`);
+    assert.equal(run.code, 0, run.stderr);
+    assert.equal(run.stdout.trim(), `bytes ${9 << 20}`);
+  } finally {
+    await server.close();
+  }
+});
+
+Deno.test("hash threads: digests match; a failed thread is replaced by a new one", async () => {
+  const { HashThreads } = await import("../protocol/_hash_thread.ts");
+  const threads = new HashThreads(2);
+  try {
+    const data = [random(9 << 20), random(1000)];
+    const ids = data.map(() => threads.open());
+    await Promise.all(ids.map((id, i) => threads.update(id, data[i])));
+    const digests = await Promise.all(ids.map((id) => threads.digest(id)));
+    assert.deepEqual(digests, data.map(sha256Hex));
+    threads.close(); // every thread now counts as failed
+    const again = threads.open(); // ...and is replaced when the next hash opens
+    await threads.update(again, data[1]);
+    assert.equal(await threads.digest(again), sha256Hex(data[1]));
+  } finally {
+    threads.close();
   }
 });

@@ -8,19 +8,16 @@
 // so a body the two read differently is simply hashed again.
 
 import { createHash, type Hash } from "node:crypto";
-import {
-  boundaryFromContentType,
-  DelimiterFinder,
-  delimiterMarkPattern,
-} from "../protocol/multipart.ts";
-import type { BodyObserver } from "./_http1.ts";
-import type { HashThread } from "./_hash_thread.ts";
+import { boundaryFromContentType, DelimiterFinder, delimiterMarkPattern } from "./multipart.ts";
+import type { HashSink } from "./_hash_thread.ts";
 
 const _ALIGN = 8;
+/** The id of a thread hash that was lost with its thread (ids start at 1). */
+const _LOST = -1;
 const _HEADER_END = new DelimiterFinder(new Uint8Array([13, 10, 13, 10]));
 
 /** Digests of part payloads by exact position, filled in as the body arrives. */
-export class PartDigests implements BodyObserver {
+export class PartDigests {
   readonly #delimiter: DelimiterFinder;
   /** Finds `LF--boundary`: every occurrence is recorded (the parser reuses them). */
   readonly #markFinder: DelimiterFinder;
@@ -35,23 +32,28 @@ export class PartDigests implements BodyObserver {
   #pos = 0;
   #contentStart = -1;
   #hashedTo = 0;
-  /** The payload being hashed: here (`Hash`) or on the thread (its id); `null` in headers. */
+  /**
+   * The payload being hashed: here (`Hash`) or on the thread (its id); `null` in headers;
+   * {@linkcode _LOST} when the thread failed under it (that part is hashed at decoding).
+   */
   #hash: Hash | number | null = null;
-  readonly #thread: HashThread | undefined;
+  readonly #thread: HashSink | undefined;
+  #threadFailed = false;
   readonly #digests = new Map<string, string>();
   readonly #pending: Promise<void>[] = [];
 
-  private constructor(boundary: string, thread: HashThread | undefined) {
+  private constructor(boundary: string, thread: HashSink | undefined) {
     this.#delimiter = new DelimiterFinder(new TextEncoder().encode(`\r\n--${boundary}`));
     this.#markFinder = new DelimiterFinder(delimiterMarkPattern(boundary));
     this.#thread = thread;
   }
 
   /**
-   * An observer for a multipart response, or `undefined` for anything else. With `thread`,
+   * An observer for a multipart body (request or response), or `undefined` for anything else.
+   * With `thread`,
    * payloads are hashed there while this thread keeps reading.
    */
-  static forResponse(headers: Headers, thread?: HashThread): PartDigests | undefined {
+  static forMultipart(headers: Headers, thread?: HashSink): PartDigests | undefined {
     const contentType = headers.get("content-type");
     const mediaType = (contentType ?? "").split(";", 1)[0].trim().toLowerCase();
     if (mediaType !== "multipart/form-data") return undefined;
@@ -79,10 +81,8 @@ export class PartDigests implements BodyObserver {
 
   /** Scans and hashes `body[.., received)` (resolves once the bytes are handed on). */
   async update(body: Uint8Array, received: number): Promise<void> {
-    if (this.#body !== body) {
-      this.#body = body;
-      this.#marks.length = this.#markedTo = this.#markIndex = 0;
-    }
+    // The same bytes may come in a new view each time (a BYOB reader transfers its buffer).
+    this.#body = body;
     const view = body.subarray(0, Math.min(received, body.length));
     this.#received = view.length;
     // One scan of every new byte for `LF--boundary`.
@@ -102,7 +102,9 @@ export class PartDigests implements BodyObserver {
           return;
         }
         this.#contentStart = this.#hashedTo = this.#pos = at + 4;
-        this.#hash = this.#thread ? this.#thread.open() : createHash("sha256");
+        this.#hash = this.#thread && !this.#threadFailed
+          ? this.#thread.open()
+          : createHash("sha256");
         continue;
       }
       // The payload ends at the first CRLF--boundary, i.e. a mark preceded by CR.
@@ -137,19 +139,37 @@ export class PartDigests implements BodyObserver {
    * `parseMultipart`'s `marks`), else `undefined`.
    */
   marksFor(body: Uint8Array): readonly number[] | undefined {
-    if (body !== this.#body || this.#received !== body.length) return undefined;
+    if (!this.#same(body) || this.#received !== body.length) return undefined;
     return this.#marks;
+  }
+
+  #same(body: Uint8Array): boolean {
+    const seen = this.#body;
+    return seen !== null && body.buffer === seen.buffer && body.byteOffset === seen.byteOffset &&
+      body.length === seen.length;
   }
 
   async #feed(bytes: Uint8Array): Promise<void> {
     const hash = this.#hash!;
-    if (typeof hash === "number") await this.#thread!.update(hash, bytes);
-    else hash.update(bytes);
+    if (hash === _LOST) return;
+    if (typeof hash !== "number") {
+      hash.update(bytes);
+      return;
+    }
+    try {
+      await this.#thread!.update(hash, bytes);
+    } catch {
+      // A failed thread only loses the shortcut: this part is hashed at decoding, later ones
+      // here; the body itself is still read.
+      this.#threadFailed = true;
+      this.#hash = _LOST;
+    }
   }
 
   #finish(key: string): void {
     const hash = this.#hash!;
     this.#hash = null;
+    if (hash === _LOST) return;
     if (typeof hash !== "number") {
       this.#digests.set(key, hash.digest("hex"));
       return;

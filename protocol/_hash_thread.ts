@@ -5,8 +5,82 @@
 const _PIECE = 4 * 1024 * 1024;
 const _BUFFERS = 6;
 
+/** Incremental SHA-256 digests computed elsewhere (one thread or several). */
+export interface HashSink {
+  /** A new incremental hash. */
+  open(): number;
+  /** Appends `bytes` to hash `id` (copied; `bytes` may change afterwards). */
+  update(id: number, bytes: Uint8Array): Promise<void>;
+  /** The hex digest of everything given to `id`. */
+  digest(id: number): Promise<string>;
+}
+
+/** Several hashing threads: each hash runs on the thread with the fewest open hashes. */
+export class HashThreads implements HashSink {
+  readonly #threads: HashThread[];
+  readonly #owner = new Map<number, HashThread>();
+  readonly #open = new Map<HashThread, number>();
+  #nextId = 0;
+
+  /** `count` threads, each started on first use. */
+  constructor(count: number) {
+    this.#threads = Array.from({ length: Math.max(1, count) }, () => new HashThread());
+  }
+
+  /** A new incremental hash on the least busy thread (a failed thread is replaced first). */
+  open(): number {
+    for (let i = 0; i < this.#threads.length; i++) {
+      const thread = this.#threads[i];
+      if (thread.failed) {
+        this.#open.delete(thread); // hashes still owned by it fail on their own
+        this.#threads[i] = new HashThread();
+      }
+    }
+    let best = this.#threads[0];
+    for (const thread of this.#threads) {
+      if ((this.#open.get(thread) ?? 0) < (this.#open.get(best) ?? 0)) best = thread;
+    }
+    const id = ++this.#nextId;
+    this.#owner.set(id, best);
+    this.#open.set(best, (this.#open.get(best) ?? 0) + 1);
+    return id;
+  }
+
+  /** Appends `bytes` to hash `id`. */
+  update(id: number, bytes: Uint8Array): Promise<void> {
+    return this.#thread(id).update(id, bytes);
+  }
+
+  /** The hex digest of `id`. */
+  async digest(id: number): Promise<string> {
+    const thread = this.#thread(id);
+    try {
+      return await thread.digest(id);
+    } finally {
+      this.#owner.delete(id);
+      this.#open.set(thread, (this.#open.get(thread) ?? 1) - 1);
+    }
+  }
+
+  /** Starts every thread now (their start-up then overlaps what comes before the hashing). */
+  warm(): void {
+    for (const thread of this.#threads) thread.warm();
+  }
+
+  /** Stops every thread. */
+  close(): void {
+    for (const thread of this.#threads) thread.close();
+  }
+
+  #thread(id: number): HashThread {
+    const thread = this.#owner.get(id);
+    if (!thread) throw new Error(`unknown hash ${id}`);
+    return thread;
+  }
+}
+
 /** One hashing thread with a ring of transfer buffers; started on first use. */
-export class HashThread {
+export class HashThread implements HashSink {
   #worker: Worker | null = null;
   #free: ArrayBuffer[] = [];
   #created = 0;
@@ -37,6 +111,16 @@ export class HashThread {
       this.#digests.set(id, { resolve, reject });
       this.#start().postMessage({ t: "digest", id });
     });
+  }
+
+  /** Whether the thread failed or was closed (it hashes nothing any more). */
+  get failed(): boolean {
+    return this.#failure !== null;
+  }
+
+  /** Starts the thread now. */
+  warm(): void {
+    if (!this.#failure) this.#start();
   }
 
   /** Stops the thread; pending digests fail. */
@@ -77,6 +161,8 @@ export class HashThread {
     };
     worker.onerror = (event) => {
       event.preventDefault();
+      worker.terminate(); // an uncaught error leaves the worker dead: never used again
+      this.#worker = null;
       this.#fail(new Error(`hashing thread failed: ${event.message}`));
     };
     return this.#worker = worker;
