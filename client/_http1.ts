@@ -289,35 +289,29 @@ class _Reader {
   }
 
   async readHead(): Promise<Uint8Array> {
-    let from = this.#start;
-    for (;;) {
-      const at = _indexOf(this.#buffer, _CRLFCRLF, Math.max(this.#start, from - 3), this.#end);
-      if (at >= 0) {
-        const head = this.#buffer.slice(this.#start, at);
-        this.#start = at + 4;
-        return head;
-      }
-      if (this.#end - this.#start > _HEAD_LIMIT) throw new Error("HTTP response head too large");
-      from = this.#end;
-      const shift = this.#start;
-      if (!(await this.#fill())) throw new Error("connection closed inside the response head");
-      from -= shift;
-    }
+    const head = await this.#until(_CRLFCRLF, "HTTP response head too large", "the response head");
+    return head.slice();
   }
 
   async readLine(): Promise<string> {
+    return _decoder.decode(await this.#until(_CRLF, "HTTP chunk line too long", "a chunked body"));
+  }
+
+  /** The bytes before the next `delimiter` (valid until the next read), consumed with it. */
+  async #until(delimiter: Uint8Array, tooLong: string, inside: string): Promise<Uint8Array> {
     let from = this.#start;
     for (;;) {
-      const at = _indexOf(this.#buffer, _CRLF, Math.max(this.#start, from - 1), this.#end);
+      const back = delimiter.length - 1;
+      const at = _indexOf(this.#buffer, delimiter, Math.max(this.#start, from - back), this.#end);
       if (at >= 0) {
-        const line = _decoder.decode(this.#buffer.subarray(this.#start, at));
-        this.#start = at + 2;
-        return line;
+        const bytes = this.#buffer.subarray(this.#start, at);
+        this.#start = at + delimiter.length;
+        return bytes;
       }
-      if (this.#end - this.#start > _HEAD_LIMIT) throw new Error("HTTP chunk line too long");
+      if (this.#end - this.#start > _HEAD_LIMIT) throw new Error(tooLong);
       from = this.#end;
       const shift = this.#start;
-      if (!(await this.#fill())) throw new Error("connection closed inside a chunked body");
+      if (!(await this.#fill())) throw new Error(`connection closed inside ${inside}`);
       from -= shift;
     }
   }
