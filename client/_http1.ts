@@ -55,14 +55,27 @@ const _HEAD_LIMIT = 64 * 1024;
 const _PREFIX_BYTES = 16 * 1024;
 const _STEP = 2 * 1024 * 1024;
 const _REFUSED_RETRY_MS = 100;
+const _FIRST_READ = 16 * 1024;
 const _SMALL_BODY = 64 * 1024;
 const _encoder = new TextEncoder();
 const _decoder = new TextDecoder("latin1");
 
+/**
+ * An idle keep-alive connection. A read is always pending on it (unref'd: it never keeps the
+ * process alive), so a connection the server closes, or one that receives anything unasked, is
+ * dropped from the pool at once instead of failing the next request; that read's buffer and
+ * result become the first read of the next response.
+ */
+interface _Idle {
+  conn: Deno.TcpConn;
+  buffer: Uint8Array;
+  read: Promise<number | null | Error>;
+}
+
 /** A pool of keep-alive connections to one server. */
 export class Http1Agent {
   readonly #target: Http1Target;
-  #idle: Deno.TcpConn[] = [];
+  #idle: _Idle[] = [];
   #closed = false;
 
   /** An agent for `target`; connections open on first use. */
@@ -73,7 +86,33 @@ export class Http1Agent {
   /** Closes idle connections; requests in flight finish, then close theirs. */
   close(): void {
     this.#closed = true;
-    for (const conn of this.#idle.splice(0)) _closeQuietly(conn);
+    for (const idle of this.#idle.splice(0)) _closeQuietly(idle.conn);
+  }
+
+  /** Idle pooled connections (for tests and diagnostics). */
+  get idleConnections(): number {
+    return this.#idle.length;
+  }
+
+  #park(conn: Deno.TcpConn): void {
+    const buffer = new Uint8Array(_FIRST_READ);
+    conn.unref();
+    const read = conn.read(buffer).catch((error: Error) => error);
+    const idle: _Idle = { conn, buffer, read };
+    this.#idle.push(idle);
+    read.then(() => {
+      // Anything while idle (the server closing it, an error, stray bytes) ends it.
+      const index = this.#idle.indexOf(idle);
+      if (index < 0) return; // taken by a request: the result is that response's first read
+      this.#idle.splice(index, 1);
+      _closeQuietly(conn);
+    });
+  }
+
+  #take(): _Idle | undefined {
+    const idle = this.#idle.pop();
+    idle?.conn.ref();
+    return idle;
   }
 
   /** Sends one request and reads its whole response. */
@@ -102,17 +141,18 @@ export class Http1Agent {
       : [headBytes, ...body];
     for (let attempt = 0;; attempt++) {
       // The retry always opens a new connection: another pooled one may be just as stale.
-      const pooled = attempt === 0 ? this.#idle.pop() : undefined;
-      const conn = pooled ?? await this.#connect();
+      const pooled = attempt === 0 ? this.#take() : undefined;
+      const conn = pooled?.conn ?? await this.#connect();
       try {
-        const { response, reusable } = await _exchange(conn, pieces, method, observe);
-        if (reusable && !this.#closed) this.#idle.push(conn);
+        const { response, reusable } = await _exchange(conn, pieces, method, observe, pooled);
+        if (reusable && !this.#closed) this.#park(conn);
         else _closeQuietly(conn);
         return response;
       } catch (error) {
         _closeQuietly(conn);
-        // A server may close an idle keep-alive connection just as a request is sent on it;
-        // then nothing was processed and the request goes again on a new connection.
+        // A server may close an idle keep-alive connection just as a request is sent on it
+        // (closings noticed earlier never get here); then nothing was processed and the
+        // request goes again on a new connection.
         if (pooled && attempt === 0 && error instanceof _NothingReceived) continue;
         throw error instanceof _NothingReceived
           ? new Error("the server closed the connection without answering", { cause: error.cause })
@@ -155,7 +195,8 @@ async function _exchange(
   conn: Deno.TcpConn,
   pieces: Uint8Array[],
   method: string,
-  observe?: (headers: Headers) => BodyObserver | undefined,
+  observe: ((headers: Headers) => BodyObserver | undefined) | undefined,
+  pooled: _Idle | undefined,
 ): Promise<{ response: Http1Response; reusable: boolean }> {
   // The body is written while the response is read: a server may answer early (413) without
   // reading the rest, and that answer must not be lost behind a blocked write.
@@ -169,7 +210,7 @@ async function _exchange(
       writeFailed = true;
     }
   })();
-  const reader = new _Reader(conn);
+  const reader = new _Reader(conn, pooled);
   let parsed;
   try {
     parsed = await _readResponse(reader, method, observe);
@@ -247,13 +288,17 @@ async function _readResponse(
 /** Buffered reads from a connection; large bodies are read straight into their buffer. */
 class _Reader {
   readonly #conn: Deno.TcpConn;
-  #buffer = new Uint8Array(16 * 1024);
+  #buffer: Uint8Array;
+  /** A read begun while the connection was idle (into `#buffer`): the first one to use. */
+  #first: Promise<number | null | Error> | null;
   #start = 0;
   #end = 0;
   #received = false;
 
-  constructor(conn: Deno.TcpConn) {
+  constructor(conn: Deno.TcpConn, pooled?: _Idle) {
     this.#conn = conn;
+    this.#buffer = pooled?.buffer ?? new Uint8Array(_FIRST_READ);
+    this.#first = pooled?.read ?? null;
   }
 
   /** Whether no bytes beyond the response were received (else the connection is not reused). */
@@ -274,7 +319,14 @@ class _Reader {
     }
     let n: number | null;
     try {
-      n = await this.#conn.read(this.#buffer.subarray(this.#end));
+      if (this.#first) {
+        const first = await this.#first;
+        this.#first = null;
+        if (first instanceof Error) throw first;
+        n = first;
+      } else {
+        n = await this.#conn.read(this.#buffer.subarray(this.#end));
+      }
     } catch (error) {
       if (!this.#received) throw new _NothingReceived("connection reset", { cause: error });
       throw error;

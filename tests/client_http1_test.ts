@@ -125,19 +125,21 @@ Deno.test("http1: content-length and chunked bodies, keep-alive reuse, request f
   }
 });
 
-Deno.test("http1: a stale keep-alive connection is retried once on a new one", async () => {
-  const server = rawServer(async (conn) => {
+Deno.test("http1: a pooled connection closed as a request goes out is retried on a new one", async () => {
+  // The race the idle read cannot catch: the server takes the next request on a kept
+  // connection and closes it without an answer (as when its idle timeout fires just then).
+  const server = rawServer(async (conn, index) => {
     await readRequest(conn);
     await send(conn, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
-    // and close: the client's pooled connection is now dead
+    if (index === 0) await readRequest(conn); // ...and close without answering
   });
   const agent = server.agent();
   try {
-    for (let i = 0; i < 3; i++) {
+    for (let i = 0; i < 2; i++) {
       const response = await agent.request("POST", "/x", new Headers(), [_enc.encode("1")]);
       assert.equal(_dec.decode(response.body), "ok");
     }
-    assert.equal(server.connections, 3);
+    assert.equal(server.connections, 2);
   } finally {
     agent.close();
     await server.close();
@@ -335,6 +337,51 @@ Deno.test("http1: the retry after a stale pooled connection uses a new one, not 
     const response = await agent.request("POST", "/c", new Headers(), [_enc.encode("1")]);
     assert.equal(_dec.decode(response.body), "ok");
     assert.equal(server.connections, 3);
+  } finally {
+    agent.close();
+    await server.close();
+  }
+});
+
+Deno.test("http1: an idle connection the server closes leaves the pool at once", async () => {
+  const server = rawServer(async (conn) => {
+    await readRequest(conn);
+    await send(conn, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    await new Promise((resolve) => setTimeout(resolve, 50)); // then closes (an idle timeout)
+  });
+  const agent = server.agent();
+  try {
+    await agent.request("GET", "/", new Headers());
+    assert.equal(agent.idleConnections, 1);
+    for (let i = 0; i < 50 && agent.idleConnections > 0; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    assert.equal(agent.idleConnections, 0);
+    const again = await agent.request("GET", "/", new Headers()); // a new connection, no retry
+    assert.equal(_dec.decode(again.body), "ok");
+    assert.equal(server.connections, 2);
+  } finally {
+    agent.close();
+    await server.close();
+  }
+});
+
+Deno.test("http1: a kept connection serves the next response through its idle read", async () => {
+  const server = rawServer(async (conn) => {
+    for (let i = 0; i < 3; i++) {
+      if (!(await readRequest(conn))) return;
+      await new Promise((resolve) => setTimeout(resolve, 30)); // the idle read waits for this
+      await send(conn, `HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n${i}`);
+    }
+  });
+  const agent = server.agent();
+  try {
+    const answers = [];
+    for (let i = 0; i < 3; i++) {
+      answers.push(_dec.decode((await agent.request("GET", "/", new Headers())).body));
+    }
+    assert.deepEqual(answers, ["0", "1", "2"]);
+    assert.equal(server.connections, 1);
   } finally {
     agent.close();
     await server.close();
