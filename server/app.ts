@@ -4,7 +4,6 @@
  *
  * @module
  */
-import { concatBytes } from "../protocol/bytes.ts";
 import { ERROR_MESSAGES, errorBody } from "../protocol/errors.ts";
 import {
   parseExecuteRequest,
@@ -15,6 +14,7 @@ import { HashThreads } from "../protocol/_hash_thread.ts";
 import { PartDigests } from "../protocol/_part_digests.ts";
 import { sha256Hex } from "../protocol/hash.ts";
 import { BodyBuffers } from "./body_buffers.ts";
+import { LARGE_BODY_BYTES, readRequestBody } from "./request_body.ts";
 import { cacheMissJson, resultJson } from "../protocol/response.ts";
 import { BlobRejected, resolveBlobs } from "./blobs.ts";
 import { DiskFileCache } from "./cache_disk.ts";
@@ -442,7 +442,7 @@ class _Server implements App {
       this.#hashes.warm();
     }
     const receiveStart = performance.now();
-    const received = await _readBody(request, config.maxRequestBytes, {
+    const received = await readRequestBody(request, config.maxRequestBytes, {
       take: (size) => this.#bodies.take(size),
       observer: () => PartDigests.forMultipart(request.headers, this.#hashes),
     });
@@ -1027,75 +1027,6 @@ function _requestId(headers: Headers): string {
   const value = headers.get("x-request-id");
   if (value !== null && _UUID.test(value)) return value;
   return crypto.randomUUID();
-}
-
-/** Bodies at least this large are read into reused buffers and hashed while they arrive. */
-const LARGE_BODY_BYTES = 8 * 1024 * 1024;
-const _READ_STEP = 4 * 1024 * 1024;
-
-/** A request body; `digests` when it was scanned and hashed while it arrived. */
-interface _Received {
-  body: Uint8Array;
-  digests?: PartDigests;
-  /** The body's buffer came from (and goes back to) the server's body pool. */
-  pooled: boolean;
-}
-
-async function _readBody(
-  request: Request,
-  limit: number,
-  large: { take: (size: number) => ArrayBuffer; observer: () => PartDigests | undefined },
-): Promise<_Received | null> {
-  if (!request.body) return { body: new Uint8Array(0), pooled: false };
-  const declared = Number(request.headers.get("content-length") ?? NaN);
-  if (Number.isSafeInteger(declared) && declared >= LARGE_BODY_BYTES && declared <= limit) {
-    // Read in place into a reused buffer (a BYOB reader moves the bytes straight there, about
-    // twice as fast as copying 64 KiB chunks), scanned and hashed on other threads meanwhile.
-    const digests = large.observer();
-    let buffer = large.take(declared);
-    let offset = 0;
-    const reader = request.body.getReader({ mode: "byob" });
-    try {
-      while (offset < declared) {
-        const want = Math.min(declared - offset, _READ_STEP);
-        const { value, done } = await reader.read(new Uint8Array(buffer, offset, want));
-        if (value) buffer = value.buffer as ArrayBuffer; // the same memory, a new owner
-        if (done || !value) break;
-        offset += value.length;
-        await digests?.update(new Uint8Array(buffer, 0, declared), offset);
-      }
-    } finally {
-      reader.releaseLock();
-    }
-    return { body: new Uint8Array(buffer, 0, offset), digests, pooled: true };
-  }
-  if (Number.isSafeInteger(declared) && declared >= 0 && declared <= limit) {
-    // One allocation, filled in place (no chunk list, no final copy).
-    const body = new Uint8Array(declared);
-    let offset = 0;
-    for await (const chunk of request.body) {
-      if (offset + chunk.length > declared) {
-        await request.body.cancel().catch(() => {});
-        return offset + chunk.length > limit
-          ? null
-          : { body: concatBytes([body.subarray(0, offset), chunk]), pooled: false };
-      }
-      body.set(chunk, offset);
-      offset += chunk.length;
-    }
-    return { body: offset === declared ? body : body.subarray(0, offset), pooled: false };
-  }
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  for await (const chunk of request.body) {
-    total += chunk.length;
-    if (total > limit) {
-      await request.body.cancel().catch(() => {});
-      return null;
-    }
-    chunks.push(chunk);
-  }
-  return { body: chunks.length === 1 ? chunks[0] : concatBytes(chunks), pooled: false };
 }
 
 async function _blobDir(runtimeDir: string): Promise<string> {
