@@ -9,6 +9,7 @@ import {
 } from "./multipart.ts";
 import { isBlobHash, type ParsedProgram, parseProgram, ProgramError } from "./program.ts";
 import { sha256Hex } from "./hash.ts";
+import type { KnownDigest } from "./values.ts";
 import { DTYPE_ITEM_SIZES } from "./dtypes.ts";
 import { _pySorted, _pyStrRepr } from "./_python.ts";
 
@@ -39,7 +40,8 @@ export class RequestParseError extends Error {
  * schema. Any other part name is `unsupported multipart part: '<name>'`.
  *
  * Unreferenced blob parts, tensor lengths and CACHE_MISS are the server's
- * next step (spec §2.8).
+ * next step (spec §2.8). `options` may supply what was found while the body
+ * arrived (delimiter positions, digests); the outcome is the same.
  *
  * @throws {RequestParseError} with upstream's message.
  *
@@ -55,48 +57,26 @@ export class RequestParseError extends Error {
  * if (request.program.instructionCount !== 1 || request.blobs.size !== 0) throw new Error();
  * ```
  */
-export function parseExecuteRequest(body: Uint8Array, contentType: string | null): ExecuteRequest {
-  return _interpretParts(_frameRequest(body, contentType), (part) => sha256Hex(part.body));
+export function parseExecuteRequest(
+  body: Uint8Array,
+  contentType: string | null,
+  options: ParseExecuteOptions = {},
+): ExecuteRequest {
+  const known = options.knownDigest;
+  return _interpretParts(
+    _frameRequest(body, contentType, options),
+    (part) => known?.(part.body) ?? sha256Hex(part.body),
+  );
 }
 
 /**
- * {@linkcode parseExecuteRequest} with the blob digests computed by `digest` (e.g. on worker
- * threads, all blobs at once) before the parts are checked in upstream's order, so the same
- * error wins. `options` go to {@linkcode parseMultipart}.
- *
- * @throws {RequestParseError} with upstream's message.
- *
- * @example
- * ```ts
- * import { encodeMultipart, parseExecuteRequestWith, sha256Hex } from "./mod.ts";
- *
- * const blob = new Uint8Array([1, 2, 3]);
- * const hash = sha256Hex(blob);
- * const program = JSON.stringify({
- *   instructions: [{ op: "upload", kind: "bytes", blob: hash, id: "b" }],
- * });
- * const { contentType, body } = encodeMultipart([
- *   { name: "program", contentType: "application/json", body: new TextEncoder().encode(program) },
- *   { name: `blob:${hash}`, contentType: "application/octet-stream", body: blob },
- * ]);
- * const request = await parseExecuteRequestWith(body, contentType, (b) => Promise.resolve(sha256Hex(b)));
- * if (request.blobs.get(hash)?.length !== 3) throw new Error();
- * ```
+ * Options of {@linkcode parseExecuteRequest}: delimiter `marks` for
+ * {@linkcode parseMultipart}, and `knownDigest`, the SHA-256 of a part
+ * computed while the body arrived (parts it does not know are hashed here).
  */
-export async function parseExecuteRequestWith(
-  body: Uint8Array,
-  contentType: string | null,
-  digest: (bytes: Uint8Array) => Promise<string>,
-  options: ParseMultipartOptions = {},
-): Promise<ExecuteRequest> {
-  const parts = _frameRequest(body, contentType, options);
-  const digests = new Map<MultipartPart, string>();
-  await Promise.all(
-    parts.filter((part) => part.name.startsWith("blob:")).map(async (part) => {
-      digests.set(part, await digest(part.body));
-    }),
-  );
-  return _interpretParts(parts, (part) => digests.get(part) ?? sha256Hex(part.body));
+export interface ParseExecuteOptions extends ParseMultipartOptions {
+  /** The SHA-256 (lowercase hex) of exactly these bytes, if already known. */
+  knownDigest?: KnownDigest;
 }
 
 function _frameRequest(

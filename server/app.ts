@@ -5,14 +5,9 @@
  * @module
  */
 import { ERROR_MESSAGES, errorBody } from "../protocol/errors.ts";
-import {
-  parseExecuteRequest,
-  parseExecuteRequestWith,
-  RequestParseError,
-} from "../protocol/request.ts";
+import { parseExecuteRequest, RequestParseError } from "../protocol/request.ts";
 import { HashThreads } from "../protocol/_hash_thread.ts";
 import { PartDigests } from "../protocol/_part_digests.ts";
-import { sha256Hex } from "../protocol/hash.ts";
 import { BodyBuffers } from "./body_buffers.ts";
 import { LARGE_BODY_BYTES, readRequestBody } from "./request_body.ts";
 import { cacheMissJson, resultJson } from "../protocol/response.ts";
@@ -485,19 +480,14 @@ class _Server implements App {
     let parsed;
     try {
       const contentType = request.headers.get("content-type");
-      if (digests) {
-        // Hashed on other threads while the body arrived; the parser reuses the delimiter
-        // positions found on the way. Anything not covered is hashed here.
-        await digests.settle();
-        parsed = await parseExecuteRequestWith(
-          body,
-          contentType,
-          (bytes) => Promise.resolve(digests.lookup(bytes) ?? sha256Hex(bytes)),
-          { marks: digests.marksFor(body) },
-        );
-      } else {
-        parsed = parseExecuteRequest(body, contentType);
-      }
+      // A large body was scanned and hashed on other threads while it arrived: the parser
+      // reuses those delimiter positions and digests (anything not covered is hashed here).
+      await digests?.settle();
+      parsed = parseExecuteRequest(
+        body,
+        contentType,
+        digests ? { marks: digests.marksFor(body), knownDigest: (b) => digests.lookup(b) } : {},
+      );
     } catch (error) {
       if (error instanceof RequestParseError) {
         return respondError(400, "parse", error.message, "rejected");

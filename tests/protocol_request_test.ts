@@ -178,3 +178,23 @@ Deno.test("request: the server's next checks: unreferenced blobs, tensor lengths
     "tensor upload 't1' expects 6 bytes, got 5",
   );
 });
+
+Deno.test("request: digests known in advance are used for exactly their parts", () => {
+  const { contentType, body } = encodeMultipart([program(), blob(TENSOR)]);
+  const wrong = "f".repeat(64);
+  const seen: Uint8Array[] = [];
+  // A known digest stands in for hashing: a wrong one is reported like a real mismatch.
+  assert.throws(
+    () =>
+      parseExecuteRequest(body, contentType, {
+        knownDigest: (part) => (seen.push(part), wrong),
+      }),
+    (error: unknown) =>
+      error instanceof RequestParseError &&
+      error.message === `blob hash mismatch: declared ${TENSOR_HASH}, computed ${wrong}`,
+  );
+  assert.deepEqual(seen, [TENSOR]); // asked only for the blob part
+  // An unknown part is hashed here.
+  const request = parseExecuteRequest(body, contentType, { knownDigest: () => undefined });
+  assert.deepEqual([...request.blobs.keys()], [TENSOR_HASH]);
+});
