@@ -10,6 +10,7 @@
 // proxies stay with `fetch`.
 
 import { concatBytes } from "../protocol/bytes.ts";
+import { DelimiterFinder } from "../protocol/multipart.ts";
 
 /** A complete response. */
 export interface Http1Response {
@@ -350,14 +351,17 @@ class _Reader {
   }
 
   /** The bytes before the next `delimiter` (valid until the next read), consumed with it. */
-  async #until(delimiter: Uint8Array, tooLong: string, inside: string): Promise<Uint8Array> {
+  async #until(delimiter: DelimiterFinder, tooLong: string, inside: string): Promise<Uint8Array> {
     let from = this.#start;
     for (;;) {
-      const back = delimiter.length - 1;
-      const at = _indexOf(this.#buffer, delimiter, Math.max(this.#start, from - back), this.#end);
+      const back = delimiter.pattern.length - 1;
+      const at = delimiter.find(
+        this.#buffer.subarray(0, this.#end),
+        Math.max(this.#start, from - back),
+      );
       if (at >= 0) {
         const bytes = this.#buffer.subarray(this.#start, at);
-        this.#start = at + delimiter.length;
+        this.#start = at + delimiter.pattern.length;
         return bytes;
       }
       if (this.#end - this.#start > _HEAD_LIMIT) throw new Error(tooLong);
@@ -439,18 +443,8 @@ class _Reader {
   }
 }
 
-const _CRLF = new Uint8Array([13, 10]);
-const _CRLFCRLF = new Uint8Array([13, 10, 13, 10]);
-
-function _indexOf(haystack: Uint8Array, needle: Uint8Array, from: number, end: number): number {
-  const last = end - needle.length;
-  for (let i = from; i <= last; i++) {
-    let j = 0;
-    while (j < needle.length && haystack[i + j] === needle[j]) j++;
-    if (j === needle.length) return i;
-  }
-  return -1;
-}
+const _CRLF = new DelimiterFinder(new Uint8Array([13, 10]));
+const _CRLFCRLF = new DelimiterFinder(new Uint8Array([13, 10, 13, 10]));
 
 function _closeQuietly(conn: Deno.TcpConn): void {
   try {

@@ -2,6 +2,7 @@
 // stale connections, early answers, errors. Scripted raw TCP servers give exact control.
 import assert from "node:assert/strict";
 import { Http1Agent } from "../client/_http1.ts";
+import { concatBytes } from "../protocol/bytes.ts";
 import { sha256Hex } from "../protocol/hash.ts";
 
 const _enc = new TextEncoder();
@@ -59,21 +60,14 @@ async function readRequest(conn: Deno.TcpConn): Promise<{ head: string; body: Ui
       while (data.length < headBytes + length) {
         const n = await conn.read(buf);
         if (n === null) return null;
-        data = concat(data, buf.subarray(0, n));
+        data = concatBytes([data, buf.subarray(0, n)]);
       }
       return { head, body: data.slice(headBytes, headBytes + length) };
     }
     const n = await conn.read(buf);
     if (n === null) return null;
-    data = concat(data, buf.subarray(0, n));
+    data = concatBytes([data, buf.subarray(0, n)]);
   }
-}
-
-function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
-  const out = new Uint8Array(a.length + b.length);
-  out.set(a);
-  out.set(b, a.length);
-  return out;
 }
 
 async function send(conn: Deno.TcpConn, text: string): Promise<void> {
