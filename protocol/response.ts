@@ -373,7 +373,17 @@ const _ERROR_KINDS = new Set([
   "unavailable",
   "engine",
 ]);
-const _ERROR_FIELDS = [
+/**
+ * The fields of a FAILED body's `error` object, in wire order (spec §3.4).
+ *
+ * @example
+ * ```ts
+ * import { ERROR_FIELDS } from "./mod.ts";
+ *
+ * if (ERROR_FIELDS[0] !== "kind" || ERROR_FIELDS.at(-1) !== "traceback") throw new Error();
+ * ```
+ */
+export const ERROR_FIELDS: readonly string[] = [
   "kind",
   "message",
   "instruction_index",
@@ -381,7 +391,22 @@ const _ERROR_FIELDS = [
   "instruction_id",
   "traceback",
 ];
-const _GPU_ACCESS_FIELDS = ["cuda_call", "location", "interfered_request_id"];
+
+/**
+ * The fields a `gpu_access` error adds after {@linkcode ERROR_FIELDS}, in wire order.
+ *
+ * @example
+ * ```ts
+ * import { GPU_ACCESS_FIELDS } from "./mod.ts";
+ *
+ * if (!GPU_ACCESS_FIELDS.includes("interfered_request_id")) throw new Error();
+ * ```
+ */
+export const GPU_ACCESS_FIELDS: readonly string[] = [
+  "cuda_call",
+  "location",
+  "interfered_request_id",
+];
 
 class _Malformed extends Error {}
 
@@ -525,8 +550,8 @@ function _decodeProgramResult<T>(
 function _decodeError(error: TypedJsonValue): ExecutionErrorInfo {
   if (!(error instanceof Map)) _bad("error must be an object");
   const expected = error.get("kind") === "gpu_access"
-    ? [..._ERROR_FIELDS, ..._GPU_ACCESS_FIELDS]
-    : _ERROR_FIELDS;
+    ? [...ERROR_FIELDS, ...GPU_ACCESS_FIELDS]
+    : ERROR_FIELDS;
   if (error.size !== expected.length || !expected.every((key) => error.has(key))) {
     _bad("error details have unexpected fields");
   }

@@ -644,6 +644,16 @@ class _Server implements App {
         })(),
       );
     };
+    // The worker answered something that cannot be trusted: 500 engine.
+    const answerInvalid = async () => {
+      await releaseSeat();
+      return request.respondError(
+        500,
+        "engine",
+        ERROR_MESSAGES.invalidWorkerResponse,
+        "server_error",
+      );
+    };
     try {
       const paths = workerPaths({
         ...this.#launchBase!,
@@ -774,13 +784,7 @@ class _Server implements App {
         return request.respondError(504, "timeout", ERROR_MESSAGES.timeout, "timeout");
       }
       if (end.kind === "invalid") {
-        await releaseSeat();
-        return request.respondError(
-          500,
-          "engine",
-          ERROR_MESSAGES.invalidWorkerResponse,
-          "server_error",
-        );
+        return await answerInvalid();
       }
       if (end.kind === "crashed") {
         await releaseSeat();
@@ -903,13 +907,7 @@ class _Server implements App {
             reason: "invalid_response",
           };
         }
-        await releaseSeat();
-        return request.respondError(
-          500,
-          "engine",
-          ERROR_MESSAGES.invalidWorkerResponse,
-          "server_error",
-        );
+        return await answerInvalid();
       }
       if (!released && seat.child && !retiring) {
         retiring = {

@@ -14,7 +14,7 @@ import {
 } from "../protocol/multipart.ts";
 import { boundaryOccursIn } from "../protocol/multipart.ts";
 import { concatBytes } from "../protocol/bytes.ts";
-import { resultJson } from "../protocol/response.ts";
+import { ERROR_FIELDS, GPU_ACCESS_FIELDS, resultJson } from "../protocol/response.ts";
 import type { OutcomeFile, WorkerOutcome } from "./execution.ts";
 
 /** Timings and identity that go into the result JSON. */
@@ -42,16 +42,6 @@ export type BuiltResponse =
 
 const _encoder = new TextEncoder();
 const _IN_MEMORY_LIMIT = 1 << 20;
-
-const _ERROR_KEYS = [
-  "kind",
-  "message",
-  "instruction_index",
-  "instruction_op",
-  "instruction_id",
-  "traceback",
-];
-const _GPU_ACCESS_KEYS = ["cuda_call", "location", "interfered_request_id"];
 
 /**
  * Assembles the response for `outcome`. Part files are moved into `stagingDir` (created here)
@@ -234,9 +224,9 @@ export async function readWorkerFile(path: string, expectedSize: number): Promis
 export function errorJson(outcome: WorkerOutcome, meta: ResponseMeta): string {
   const source = outcome.error ?? {};
   const error: Record<string, unknown> = {};
-  for (const key of _ERROR_KEYS) error[key] = source[key] ?? (key === "traceback" ? "" : null);
+  for (const key of ERROR_FIELDS) error[key] = source[key] ?? (key === "traceback" ? "" : null);
   if (source.kind === "gpu_access") {
-    for (const key of _GPU_ACCESS_KEYS) {
+    for (const key of GPU_ACCESS_FIELDS) {
       error[key] = key === "interfered_request_id"
         ? (meta.interferedRequestId ?? null)
         : (source[key] ?? outcome.gpu_access?.[key as "cuda_call" | "location"] ?? "");
