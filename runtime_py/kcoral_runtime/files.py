@@ -29,6 +29,15 @@ def read_blob_bytes(path: str) -> bytes:
         return f.readall()
 
 
+def copy_blob_into(blob_path: str, dst: int) -> None:
+    """Copy the whole blob file at ``blob_path`` into the open file ``dst``."""
+    src = os.open(blob_path, os.O_RDONLY | _CLOEXEC)
+    try:
+        copy_fd(src, dst, os.fstat(src).st_size)
+    finally:
+        os.close(src)
+
+
 def copy_fd(src: int, dst: int, nbytes: int) -> None:
     """Copy ``nbytes`` in the kernel where possible (sendfile), else through a buffer."""
     offset = 0
@@ -96,11 +105,7 @@ def materialize_file(workspace: str, path: Any, blob_path: str, sandbox: bool) -
                 parent = fds[-1] if fds else root
                 out = os.open(parts[-1], _NEW_FILE_FLAGS, 0o600, dir_fd=parent)
                 try:
-                    src = os.open(blob_path, os.O_RDONLY | _CLOEXEC)
-                    try:
-                        copy_fd(src, out, os.fstat(src).st_size)
-                    finally:
-                        os.close(src)
+                    copy_blob_into(blob_path, out)
                 finally:
                     os.close(out)
             finally:

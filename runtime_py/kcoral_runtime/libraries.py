@@ -28,7 +28,7 @@ from typing import Any, Callable, List, Optional, Union
 
 from . import cabi
 from .errors import ExecutionError
-from .files import copy_fd
+from .files import copy_blob_into
 
 MEMO_LIMIT = 32
 ABI_ENV = "KCORAL_LIBRARY_ABI"
@@ -177,11 +177,7 @@ class LibraryLoader:
         try:
             out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o700)
             try:
-                src = os.open(blob_path, os.O_RDONLY | os.O_CLOEXEC)
-                try:
-                    copy_fd(src, out, os.fstat(src).st_size)
-                finally:
-                    os.close(src)
+                copy_blob_into(blob_path, out)
             finally:
                 os.close(out)
             return self._open(path, sandbox)

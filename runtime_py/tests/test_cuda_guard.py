@@ -15,8 +15,6 @@ import ctypes
 import ctypes.util
 import linecache
 import os
-import shutil
-import subprocess
 import sys
 import sysconfig
 import threading
@@ -35,34 +33,15 @@ from kcoral_runtime import cuda_guard  # noqa: E402
 from kcoral_runtime.cuda_guard import CudaGuard, GuardUnavailable, Violation  # noqa: E402
 from kcoral_runtime.errors import ExecutionError, GPUAccessViolation  # noqa: E402
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "cabi"
+from _doubles import build_fake_cupti  # noqa: E402
+
 RUNTIME = 2
 DRIVER = 1
 
 
-def _cuda_include() -> Path:
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root and (Path(root) / "include" / "cupti_callbacks.h").is_file():
-            return Path(root) / "include"
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        include = Path(os.path.realpath(nvcc)).parents[1] / "include"
-        if (include / "cupti_callbacks.h").is_file():
-            return include
-    raise AssertionError("cupti_callbacks.h not found (install the CUDA toolkit's CUPTI headers)")
-
-
 @pytest.fixture(scope="module")
 def fake_path(tmp_path_factory: pytest.TempPathFactory) -> str:
-    out = tmp_path_factory.mktemp("fakecupti") / "libfake_cupti.so"  # not "libcupti.so*": the
-    # real-CUPTI search prefers copies already mapped into the process
-    cc = next((c for c in (os.environ.get("CC"), "cc", "gcc") if c and shutil.which(c)), None)
-    assert cc is not None, "no C compiler"
-    cmd = [cc, "-shared", "-fPIC", "-Wall", "-Werror", f"-I{_cuda_include()}",
-           str(FIXTURES / "fake_cupti.c"), "-o", str(out), "-lpthread"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return str(out)
+    return build_fake_cupti(tmp_path_factory.mktemp("fakecupti") / "libfake_cupti.so")
 
 
 class Fake:

@@ -16,24 +16,7 @@ from kcoral_runtime.devices import CPU_ONLY_UNAVAILABLE, GpuBackend, SimBackend
 from kcoral_runtime.engine import Engine
 from kcoral_runtime.errors import ExecutionError, GPUAccessViolation
 
-
-class RecordingLease:
-    def __init__(self, log: List[str]) -> None:
-        self.log = log
-        self.held = False
-
-    def acquire(self) -> None:
-        if not self.held:
-            self.log.append("acquire")
-            self.held = True
-
-    def release(self) -> None:
-        if self.held:
-            self.log.append("release")
-            self.held = False
-
-    def request_done(self) -> None:
-        self.held = False
+from _doubles import RecordingLease
 
 
 class FakeGpu(SimBackend):

@@ -10,7 +10,6 @@ import functools
 import gc
 import json
 import os
-import shutil
 import socket
 import struct
 import subprocess
@@ -24,23 +23,17 @@ from kcoral_runtime import child as child_module
 from kcoral_runtime import cabi, cuda_guard, devices, libraries
 from kcoral_runtime import engine as engine_module
 from kcoral_runtime.devices import GpuBackend
+
+from _doubles import FIXTURES, RecordingLease, build_fake_cupti, c_compiler
 from kcoral_runtime.engine import Engine
 from kcoral_runtime.errors import ExecutionError
 from kcoral_runtime.ipc import FrameSocket
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "cabi"
 C_ABI = {"KCORAL_LIBRARY_ABI": "c"}  # the plain C ABI even where tvm_ffi is installed
 
 
-def _cc() -> str:
-    for candidate in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if candidate and shutil.which(candidate):
-            return candidate
-    raise AssertionError("no C compiler (cc, gcc, clang or $CC) to build the test libraries")
-
-
 def _build(source: Path, out: Path, *extra: str) -> bytes:
-    cmd = [_cc(), "-shared", "-fPIC", "-O1", "-std=c11", "-Wall", "-Werror", f"-I{FIXTURES}",
+    cmd = [c_compiler(), "-shared", "-fPIC", "-O1", "-std=c11", "-Wall", "-Werror", f"-I{FIXTURES}",
            *extra, str(source), "-o", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
@@ -435,26 +428,9 @@ def test_gpu_backend_sets_the_compile_arch(monkeypatch) -> None:
 # pointed at the stand-in libcupti (tests/fixtures/cabi/fake_cupti.c; see test_cuda_guard.py).
 
 
-def _cuda_include() -> Path:
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root and (Path(root) / "include" / "cupti_callbacks.h").is_file():
-            return Path(root) / "include"
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        include = Path(os.path.realpath(nvcc)).parents[1] / "include"
-        if (include / "cupti_callbacks.h").is_file():
-            return include
-    raise AssertionError("cupti_callbacks.h not found (install the CUDA toolkit's CUPTI headers)")
-
-
 @pytest.fixture(scope="module")
 def fake_cupti(tmp_path_factory: pytest.TempPathFactory) -> str:
-    out = tmp_path_factory.mktemp("wiringcupti") / "libwiring_fake_cupti.so"
-    cmd = [_cc(), "-shared", "-fPIC", "-Wall", "-Werror", f"-I{_cuda_include()}",
-           str(FIXTURES / "fake_cupti.c"), "-o", str(out), "-lpthread"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return str(out)
+    return build_fake_cupti(tmp_path_factory.mktemp("wiringcupti") / "libwiring_fake_cupti.so")
 
 
 class _InertGpu(GpuBackend):
@@ -471,30 +447,11 @@ class _InertGpu(GpuBackend):
         pass
 
 
-class _Lease:
-    def __init__(self, log: List[str]) -> None:
-        self.log = log
-        self.held = False
-
-    def acquire(self) -> None:
-        if not self.held:
-            self.log.append("acquire")
-            self.held = True
-
-    def release(self) -> None:
-        if self.held:
-            self.log.append("release")
-            self.held = False
-
-    def request_done(self) -> None:
-        self.held = False
-
-
 @pytest.fixture
 def gpu_engine(tmp_path: Path, monkeypatch, fake_cupti: str):
     monkeypatch.setattr(engine_module, "kill_leftover_processes", lambda: False)
     log: List[str] = []
-    eng = Engine(_InertGpu(), _Lease(log), lambda i: log.append(f"instr {i}"))
+    eng = Engine(_InertGpu(), RecordingLease(log), lambda i: log.append(f"instr {i}"))
     eng.snapshot_state()
     devices.set_cpu_only_guard(functools.partial(cuda_guard.cpu_only_guard, fake_cupti))
     fake = ctypes.CDLL(fake_cupti)
