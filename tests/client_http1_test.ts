@@ -3,6 +3,7 @@
 import assert from "node:assert/strict";
 import { Http1Agent } from "../client/_http1.ts";
 import { concatBytes } from "../protocol/bytes.ts";
+import { randomBytes } from "./_bytes.ts";
 import { sha256Hex } from "../protocol/hash.ts";
 
 const _enc = new TextEncoder();
@@ -222,9 +223,7 @@ Deno.test("http1: malformed responses are errors naming the problem", async () =
 });
 
 Deno.test("http1: 48 MiB up and down through Deno.serve, bytes intact", async () => {
-  const size = 48 << 20;
-  const payload = new Uint8Array(size);
-  for (let i = 0; i < size; i += 65536) crypto.getRandomValues(payload.subarray(i, i + 65536));
+  const payload = randomBytes(48 << 20);
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (request) => {
     const body = new Uint8Array(await request.arrayBuffer());
     const stream = new URL(request.url).searchParams.has("stream");

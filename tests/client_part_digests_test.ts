@@ -8,6 +8,7 @@ import { encodeMultipart } from "../protocol/multipart.ts";
 import { sha256Hex } from "../protocol/hash.ts";
 import { parseMultipart } from "../protocol/multipart.ts";
 import { completed, fakeServer } from "./fixtures/protocol/fake_server.ts";
+import { randomBytes } from "./_bytes.ts";
 
 function body(parts: Uint8Array[], json = "{}") {
   return encodeMultipart([
@@ -31,14 +32,8 @@ function allMarks(body: Uint8Array, boundary: string): number[] {
   return out;
 }
 
-function random(n: number): Uint8Array {
-  const out = new Uint8Array(n);
-  for (let i = 0; i < n; i += 65536) crypto.getRandomValues(out.subarray(i, i + 65536));
-  return out;
-}
-
 Deno.test("part digests: every payload hashed in arbitrary arrival steps; first one aligned", async () => {
-  const payloads = [random(9_000_001), new Uint8Array(0), random(70)];
+  const payloads = [randomBytes(9_000_001), new Uint8Array(0), randomBytes(70)];
   const thread = new HashThread();
   for (
     const [json, threaded] of [
@@ -97,7 +92,7 @@ Deno.test("part digests: every payload hashed in arbitrary arrival steps; first 
 });
 
 Deno.test("part digests: a corrupted payload still fails the hash check", async () => {
-  const data = random(9 << 20); // large enough to be hashed on the client's thread
+  const data = randomBytes(9 << 20); // large enough to be hashed on the client's thread
   const declared = sha256Hex(data);
   data[12345] ^= 1; // the bytes sent no longer match the digest the result declares
   const results = `{"t":{"type":"bytes","part":"return:0","sha256":"${declared}"}}`;
@@ -181,7 +176,7 @@ Deno.test("part digests: a payload holding boundary look-alikes keeps marks and 
 });
 
 Deno.test("part digests: a failed hashing thread loses only the shortcut, never the response", async () => {
-  const payloads = [random(9 << 20), random(100)];
+  const payloads = [randomBytes(9 << 20), randomBytes(100)];
   const encoded = body(payloads);
   const thread = new HashThread();
   thread.close(); // as after a worker failure (e.g. no read permission for its module)
@@ -239,7 +234,7 @@ async function runScript(source: string, permissions: string[]) {
 }
 
 function largeResultServer() {
-  const data = random(9 << 20); // hashed on the client's thread
+  const data = randomBytes(9 << 20); // hashed on the client's thread
   const results = `{"t":{"type":"bytes","part":"return:0","sha256":"${sha256Hex(data)}"}}`;
   const encoded = body([data], completed("r1", results));
   return fakeServer(() =>
@@ -302,7 +297,7 @@ Deno.test("hash threads: digests match; a failed thread is replaced by a new one
   const { HashThreads } = await import("../protocol/_hash_thread.ts");
   const threads = new HashThreads(2);
   try {
-    const data = [random(9 << 20), random(1000)];
+    const data = [randomBytes(9 << 20), randomBytes(1000)];
     const ids = data.map(() => threads.open());
     await Promise.all(ids.map((id, i) => threads.update(id, data[i])));
     const digests = await Promise.all(ids.map((id) => threads.digest(id)));

@@ -5,12 +5,7 @@ import assert from "node:assert/strict";
 import { sha256Hex } from "../protocol/hash.ts";
 import { Program } from "../mod.ts";
 import { postProgram, startServer } from "./_server.ts";
-
-function random(n: number): Uint8Array {
-  const out = new Uint8Array(n);
-  for (let i = 0; i < n; i += 65536) crypto.getRandomValues(out.subarray(i, i + 65536));
-  return out;
-}
+import { randomBytes } from "./_bytes.ts";
 
 const _LENGTH_SOURCE =
   "def length(a, b):\n    return [len(a), len(b), a[:3].hex(), b[-3:].hex()]\n";
@@ -30,8 +25,8 @@ function lengthProgram(a: Uint8Array, b: Uint8Array): string {
 Deno.test("server: large bodies are hashed off-thread with the same results and errors", async () => {
   const server = await startServer();
   try {
-    const a = random(6 << 20);
-    const b = random(5 << 20);
+    const a = randomBytes(6 << 20);
+    const b = randomBytes(5 << 20);
     const ha = sha256Hex(a);
     const hb = sha256Hex(b);
     const ok = await postProgram(server.url, lengthProgram(a, b), {

@@ -5,12 +5,7 @@ import { LARGE_BODY_BYTES, readRequestBody } from "../server/request_body.ts";
 import { PartDigests } from "../protocol/_part_digests.ts";
 import { encodeMultipart, parseMultipart } from "../protocol/multipart.ts";
 import { sha256Hex } from "../protocol/hash.ts";
-
-function random(n: number): Uint8Array<ArrayBuffer> {
-  const out = new Uint8Array(n);
-  for (let i = 0; i < n; i += 65536) crypto.getRandomValues(out.subarray(i, i + 65536));
-  return out;
-}
+import { randomBytes } from "./_bytes.ts";
 
 function request(body: Uint8Array<ArrayBuffer>, contentType = "application/octet-stream"): Request {
   return new Request("http://x/execute", {
@@ -21,7 +16,7 @@ function request(body: Uint8Array<ArrayBuffer>, contentType = "application/octet
 }
 
 Deno.test("request body: small bodies are read whole, without the pool", async () => {
-  const data = random(1000);
+  const data = randomBytes(1000);
   let taken = 0;
   const got = await readRequestBody(request(data), 1 << 20, {
     take: (size) => (taken++, new ArrayBuffer(size)),
@@ -42,7 +37,7 @@ Deno.test("request body: small bodies are read whole, without the pool", async (
 
 for (const source of ["byte stream", "buffer"] as const) {
   Deno.test(`request body: a large body (${source}) lands in the pooled buffer, observed`, async () => {
-    const blob = random(LARGE_BODY_BYTES + 12345);
+    const blob = randomBytes(LARGE_BODY_BYTES + 12345);
     const encoded = encodeMultipart([
       { name: "program", contentType: "application/json", body: new TextEncoder().encode("{}") },
       { name: `blob:${sha256Hex(blob)}`, contentType: "application/octet-stream", body: blob },
