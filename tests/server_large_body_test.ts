@@ -3,7 +3,7 @@
 // precedence are the same as for small bodies, and the request reports where its time went.
 import assert from "node:assert/strict";
 import { sha256Hex } from "../protocol/hash.ts";
-import { Program } from "../mod.ts";
+import { Client, Program } from "../mod.ts";
 import { postProgram, startServer } from "./_server.ts";
 import { randomBytes } from "./_bytes.ts";
 
@@ -63,6 +63,27 @@ Deno.test("server: large bodies are hashed off-thread with the same results and 
     const both = await postProgram(server.url, "{not json", { blobs: { [ha]: a, [hb]: bad } });
     assert.equal(both.status, 400);
     assert.match((both.json.error as { message: string }).message, /^blob hash mismatch/);
+  } finally {
+    await server.stop();
+  }
+});
+
+Deno.test("server: a large result streams from its part file in several reads, bytes intact", async () => {
+  const server = await startServer();
+  try {
+    const program = new Program();
+    const mod = program.upload({
+      kind: "module",
+      source: "def big():\n    return bytes(range(256)) * (9 * 4096 + 7)\n",
+    });
+    const fn = program.getFunction({ module: mod, name: "big" });
+    program.return_({ key: "b", value: program.run({ fn }) });
+    await using client = new Client(server.url);
+    const result = await client.execute(program);
+    assert.equal(result.status, "COMPLETED", JSON.stringify(result.error));
+    const data = result.get<Uint8Array>("b");
+    assert.equal(data.length, 256 * (9 * 4096 + 7)); // over 9 MiB: three 4 MiB file reads
+    for (let i = 0; i < data.length; i += 4093) assert.equal(data[i], i % 256);
   } finally {
     await server.stop();
   }
