@@ -36,6 +36,7 @@ from .builtins import ARCH_ENV
 from .errors import ExecutionError
 from .libraries import LibraryLoader, LoadedLibrary
 from .modules import LoadedPythonModule
+from .staging import PinnedBlobCache, read_parallel
 from .values import DTYPE_ITEM_SIZES
 
 MODES = ("gpu", "sim", "cpu")
@@ -170,12 +171,7 @@ def _read_exactly(path: str, view: memoryview, nbytes: int) -> None:
         size = os.fstat(f.fileno()).st_size
         if size != nbytes:
             raise ValueError(f"the blob holds {size} bytes, the dtype and shape need {nbytes}")
-        got = 0
-        while got < nbytes:
-            n = f.readinto(view[got:])
-            if not n:
-                raise ValueError("the blob is shorter than its size")
-            got += n
+        read_parallel(f.fileno(), view[:nbytes])
 
 
 # --------------------------------------------------------------------------- backends
@@ -276,6 +272,18 @@ class GpuBackend(SimBackend):
         super().__init__(versions, 0)
         self.device_count = 0
         self._cudart: Optional[_CudaErrors] = None
+        self._pinned: Optional[PinnedBlobCache] = None
+
+    def _pinned_blobs(self) -> PinnedBlobCache:
+        if self._pinned is None:
+            torch = self.torch
+
+            def allocate(nbytes: int) -> Tuple[Any, memoryview]:
+                buffer = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+                return buffer, memoryview(buffer.numpy())
+
+            self._pinned = PinnedBlobCache(allocate)
+        return self._pinned
 
     def init(self) -> Tuple[Dict[str, str], List[str]]:
         torch = self.torch
@@ -305,10 +313,10 @@ class GpuBackend(SimBackend):
             if nbytes == 0:
                 return torch.empty(list(shape), dtype=torch_dtype, device="cuda")
             if self.reused and nbytes <= PINNED_STAGING_MAX_BYTES:
-                # Read into page-locked memory torch keeps cached in this process (warm after
-                # the first request), then one DMA: faster than a pageable copy from the mapping.
-                staging = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-                _read_exactly(blob_path, memoryview(staging.numpy()), nbytes)
+                # Page-locked staging (staging.py): read by several threads, or still there from
+                # an earlier request with the same blob; then one DMA, complete on return (the
+                # staged bytes may serve a later request).
+                staging = self._pinned_blobs().stage(blob_path, nbytes)
                 return staging.view(torch_dtype).reshape(list(shape)).to("cuda")
             with open(blob_path, "rb", buffering=0) as f:
                 size = os.fstat(f.fileno()).st_size

@@ -101,6 +101,29 @@ for (const max of [1, 0]) {
       );
 
       await t.step(
+        "an uploaded tensor changed in place does not change the next upload of its blob",
+        async () => {
+          // Reused workers keep staged blob bytes (runtime staging.py); the device tensor is a
+          // copy, so a program writing into it must not leak into the next request.
+          const program = new Program();
+          const mod = program.upload({
+            kind: "module",
+            source: "def bump(x):\n    x.add_(1)\n    return x\n",
+          });
+          const fn = program.getFunction({ module: mod, name: "bump" });
+          const values = new Float32Array(4 << 20).map((_, i) => i % 977);
+          const x = program.upload({ kind: "tensor", value: values, shape: [values.length] });
+          program.return_({ key: "y", value: program.run({ fn, args: [x] }) });
+          for (let round = 0; round < 3; round++) {
+            const result = await client.execute(program);
+            assert.equal(result.status, "COMPLETED", JSON.stringify(result.error));
+            const y = result.get<Tensor>("y").data as Float32Array;
+            for (let i = 0; i < y.length; i += 6007) assert.equal(y[i], values[i] + 1);
+          }
+        },
+      );
+
+      await t.step(
         "an illegal memory access fails that request; the next one is clean",
         async () => {
           const bad = callProgram(
