@@ -2,6 +2,7 @@
 # Every GPU check, on the GPU machine, from the project root after ../shared/tools/gpu-pack.sh:
 #   bash tests/gpu/run_all.sh checks   # end-to-end tests, compile flow, CLI tools, sandbox
 #   bash tests/gpu/run_all.sh bench    # deno task bench --mode gpu
+#   bash tests/gpu/run_all.sh two      # two-GPU checks (a machine with 2 GPUs)
 # Logs go to $OUT (or ./gpu-logs); a summary goes to stdout.
 set -u
 cd "$(dirname "$0")/../.."
@@ -39,6 +40,10 @@ if [ "$part" = checks ] || [ "$part" = all ]; then
   wait "$server"
   echo "== cli server exit: $?"
   step sandbox_gpu 300 deno run -A tests/gpu/sandbox_gpu.ts --requests 60
+fi
+if [ "$part" = two ]; then # two GPUs: gpu_count=2, NCCL all-reduce, cpu_only, scheduling, isolation
+  step two_gpu 400 deno run -A tests/gpu/two_gpu.ts
+  KCORAL_TEST_SANDBOX=bubblewrap step two_gpu_sandbox 400 deno run -A tests/gpu/two_gpu.ts
 fi
 if [ "$part" = final2 ]; then
   step compile_gpu 100 deno run -A tests/gpu/compile_gpu.ts --expect-arch sm_90a
