@@ -109,16 +109,21 @@ class PinnedBlobCache:
                 self._entries.move_to_end(key)
                 self.hits += 1
                 return buffer
+            keep = nbytes <= self._limit
+            if keep:
+                # Room first: the evicted buffers go back to the allocator before this one is
+                # taken, so it can hand one of them out again (a new pinned block costs far
+                # more than the read).
+                while self._bytes + nbytes > self._limit:
+                    old, _ = self._entries.popitem(last=False)
+                    self._bytes -= self._sizes.pop(old)
             buffer, view = self._allocate(nbytes)
             read_parallel(f.fileno(), view)
             self.reads += 1
-        if nbytes <= self._limit:
+        if keep:
             self._entries[key] = buffer
             self._sizes[key] = nbytes
             self._bytes += nbytes
-            while self._bytes > self._limit:
-                old, _ = self._entries.popitem(last=False)
-                self._bytes -= self._sizes.pop(old)
         return buffer
 
     def clear(self) -> None:

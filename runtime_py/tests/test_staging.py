@@ -121,3 +121,20 @@ def test_cache_checks_the_size(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="holds 100 bytes"):
         cache.stage(str(tmp_path / "a"), 64)
     assert cache.cached_bytes == 0
+
+
+def test_cache_makes_room_before_allocating(tmp_path: Path) -> None:
+    for i, name in enumerate("abc"):
+        _blob(tmp_path / name, 1 << 20, 10 + i)
+    cached_at_allocation: List[int] = []
+    cache: PinnedBlobCache
+
+    def allocate(nbytes: int) -> Tuple[Any, memoryview]:
+        cached_at_allocation.append(cache.cached_bytes)
+        return _numpy_allocate(nbytes)
+
+    cache = PinnedBlobCache(allocate, limit_bytes=2 << 20)
+    for name in "abc":
+        cache.stage(str(tmp_path / name), 1 << 20)
+    # The third blob is allocated only after the first was dropped.
+    assert cached_at_allocation == [0, 1 << 20, 1 << 20]
