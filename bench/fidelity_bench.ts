@@ -117,30 +117,30 @@ function _gpuServer(maxRequestsPerWorker: number, workersPerGpu: number) {
  * Runs the fidelity comparison on GPU 0; returns the rows.
  *
  * A process's kernel time carries an offset of its own (where its allocations land): on the H200
- * the same harness reads 7.81 µs in one process and 7.94 µs in the next at 4 MiB, steady within
+ * the same harness reads 7.58 µs in one process and 7.94 µs in another at 4 MiB, steady within
  * each. One local process against one worker compares two draws of that offset, so each side
- * measures in many processes and the table compares medians over them:
+ * measures in many processes (16) and the table compares medians over them:
  *
- * - local harness: 8 long-lived processes, used in turn;
+ * - local harness: 16 processes, one measurement each;
  * - fresh workers (the default): every request a new process and CUDA context;
- * - reused workers: each round 8 clients measure at once on a server of 8 reused workers (the
- *   lease runs them one after another; each lands on its own worker);
+ * - reused workers: 16 clients measure at once on a server of 16 reused workers (the lease runs
+ *   them one after another; each lands on its own worker), 4 times;
  * - busy: fresh workers while 7 other clients keep the same server busy with matmuls, each of
  *   their requests also creating and destroying a CUDA context (under the lease).
  *
- * One measurement is the median of 1000 timed launches; rounds of the kinds alternate, so clock
- * or thermal drift hits all alike.
+ * One measurement is the median of 1000 timed launches; local and fresh measurements alternate,
+ * so clock or thermal drift hits both alike.
  */
 export async function runFidelityBench(quick = false): Promise<BenchRow[]> {
-  const rounds = quick ? 4 : 12;
+  const processes = quick ? 4 : 16;
   const options = { port: 0, handleSignals: false, log: () => {} };
   const fresh = await serve(_gpuServer(1, 8), options);
-  const reused = await serve(_gpuServer(0, 8), options);
+  const reused = await serve(_gpuServer(0, processes), options);
   const rows: BenchRow[] = [];
-  const locals = Array.from({ length: 8 }, () => new _LocalHarness());
+  const locals = Array.from({ length: processes }, () => new _LocalHarness());
   try {
     await using freshClient = new Client(fresh.url);
-    const reusedClients = Array.from({ length: 8 }, () => new Client(reused.url));
+    const reusedClients = Array.from({ length: processes }, () => new Client(reused.url));
     try {
       for (const mib of [4, 64]) {
         const localUs: number[] = [];
@@ -149,9 +149,11 @@ export async function runFidelityBench(quick = false): Promise<BenchRow[]> {
         await Promise.all(locals.map((local) => local.measure(mib, 1))); // warm-up
         await _remote(freshClient, mib, 1);
         await Promise.all(reusedClients.map((c) => _remote(c, mib, 1)));
-        for (let i = 0; i < rounds; i++) {
-          localUs.push(...await locals[i % locals.length].measure(mib, 1));
+        for (const local of locals) {
+          localUs.push(...await local.measure(mib, 1));
           freshUs.push(...await _remote(freshClient, mib, 1));
+        }
+        for (let i = 0; i < (quick ? 1 : 4); i++) {
           const all = await Promise.all(reusedClients.map((c) => _remote(c, mib, 1)));
           reusedUs.push(...all.flat());
         }
@@ -164,16 +166,20 @@ export async function runFidelityBench(quick = false): Promise<BenchRow[]> {
           while (!stop) await c.execute(p);
         });
         const busy: number[] = [];
-        for (let i = 0; i < Math.ceil(rounds / 2); i++) {
+        for (let i = 0; i < processes / 2; i++) {
           busy.push(...await _remote(freshClient, mib, 1));
         }
         stop = true;
         await Promise.all(noise);
         const base = summarize(localUs).median;
         const measured = [freshUs, reusedUs, busy];
-        rows.push(row(`c = a + b, ${mib} MiB, local harness (8 processes)`, "µs", localUs));
+        rows.push(
+          row(`c = a + b, ${mib} MiB, local harness (${processes} processes)`, "µs", localUs),
+        );
         rows.push(row(`  through KCoral, fresh workers (default), idle`, "µs", freshUs));
-        rows.push(row(`  through KCoral, 8 reused workers, 8 clients at once`, "µs", reusedUs));
+        rows.push(
+          row(`  through KCoral, ${processes} reused workers, all clients at once`, "µs", reusedUs),
+        );
         rows.push(row(`  through KCoral, fresh workers, 7 other clients busy`, "µs", busy));
         rows.push(
           row(
