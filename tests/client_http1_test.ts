@@ -380,3 +380,45 @@ Deno.test("http1: a kept connection serves the next response through its idle re
     await server.close();
   }
 });
+
+Deno.test("http1: after a large response the next one is read into a buffer touched while waiting", async () => {
+  const payload = randomBytes(12 << 20);
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, (request) => {
+    const n = Number(new URL(request.url).searchParams.get("n"));
+    return new Response(payload.subarray(0, n));
+  });
+  const { port } = server.addr as Deno.NetAddr;
+  const agent = new Http1Agent({
+    hostname: "127.0.0.1",
+    port,
+    host: `127.0.0.1:${port}`,
+    connectTimeoutMs: null,
+  });
+  // An observer that pads the body by 3 bytes, as the client's part digests do for alignment.
+  const padded = () => ({ pad: () => 3, update: () => {} });
+  const get = async (n: number, pad = false) => {
+    const response = await agent.request(
+      "GET",
+      `/?n=${n}`,
+      new Headers(),
+      [],
+      pad ? padded : undefined,
+    );
+    assert.equal(response.body.length, n);
+    assert.ok(response.body.every((byte, i) => byte === payload[i]) || n === 0);
+    if (pad) assert.equal(response.body.byteOffset, 3);
+    return agent.prefaultedResponses;
+  };
+  try {
+    assert.equal(await get(12 << 20), 0); // nothing to go by yet
+    assert.equal(await get(12 << 20), 1); // the same size again: prepared
+    assert.equal(await get(9 << 20), 1); // much smaller: a fresh buffer instead of a wasteful one
+    assert.equal(await get(9 << 20, true), 2); // padded bodies fit the prepared buffer too
+    assert.equal(await get(9 << 20, true), 3);
+    assert.equal(await get(100), 3); // small: nothing prepared for the next one
+    assert.equal(await get(9 << 20), 3);
+  } finally {
+    agent.close();
+    await server.shutdown();
+  }
+});

@@ -21,6 +21,16 @@ def _blob(path: Path, nbytes: int, seed: int) -> bytes:
     return data
 
 
+def _read_file(path: Path, nbytes: int, threads: int) -> bytes:
+    out = bytearray(nbytes)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        read_parallel(fd, memoryview(out), threads=threads)
+    finally:
+        os.close(fd)
+    return bytes(out)
+
+
 def _numpy_allocate(nbytes: int) -> Tuple[Any, memoryview]:
     array = np.empty(nbytes, dtype=np.uint8)
     return array, memoryview(array)
@@ -29,13 +39,7 @@ def _numpy_allocate(nbytes: int) -> Tuple[Any, memoryview]:
 @pytest.mark.parametrize("nbytes", [0, 1, 4095, (8 << 20) + 12345, 40 << 20])
 def test_read_parallel_reads_every_byte(tmp_path: Path, nbytes: int) -> None:
     data = _blob(tmp_path / "b", nbytes, nbytes)
-    out = bytearray(nbytes)
-    fd = os.open(tmp_path / "b", os.O_RDONLY)
-    try:
-        read_parallel(fd, memoryview(out), threads=3)
-    finally:
-        os.close(fd)
-    assert bytes(out) == data
+    assert _read_file(tmp_path / "b", nbytes, threads=3) == data
 
 
 def test_read_parallel_uses_threads_for_large_reads(
@@ -50,13 +54,7 @@ def test_read_parallel_uses_threads_for_large_reads(
         return real(fd, buffers, offset)
 
     monkeypatch.setattr(staging.os, "preadv", recording)
-    out = bytearray(len(data))
-    fd = os.open(tmp_path / "b", os.O_RDONLY)
-    try:
-        read_parallel(fd, memoryview(out), threads=4)
-    finally:
-        os.close(fd)
-    assert bytes(out) == data
+    assert _read_file(tmp_path / "b", len(data), threads=4) == data
     assert seen.count("kcoral-blob-read") >= 3
 
 
