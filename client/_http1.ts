@@ -63,7 +63,9 @@ const _PREFAULT_MIN = 8 * 1024 * 1024;
 /** The prepared buffer exceeds the last body by this much (the JSON part's length varies). */
 const _PREFAULT_SLACK = 64 * 1024;
 /** Pages are touched this many bytes at a time, yielding to the event loop in between. */
-const _PREFAULT_SLICE = 2 * 1024 * 1024;
+const _PREFAULT_SLICE = 1024 * 1024;
+/** Responses that are not large before the expectation of a large one is dropped. */
+const _PREFAULT_KEEP = 2;
 const _encoder = new TextEncoder();
 const _decoder = new TextDecoder("latin1");
 
@@ -85,6 +87,7 @@ export class Http1Agent {
   #idle: _Idle[] = [];
   #closed = false;
   #lastLargeBody = 0;
+  #smallSinceLarge = 0;
   #prefaultHits = 0;
 
   /** An agent for `target`; connections open on first use. */
@@ -176,7 +179,13 @@ export class Http1Agent {
         );
         spare.buffer?.stop();
         if (allocated.prefaulted) this.#prefaultHits++;
-        this.#lastLargeBody = allocated.bytes >= _PREFAULT_MIN ? allocated.bytes : 0;
+        if (allocated.bytes >= _PREFAULT_MIN) {
+          this.#lastLargeBody = allocated.bytes;
+          this.#smallSinceLarge = 0;
+        } else if (++this.#smallSinceLarge >= _PREFAULT_KEEP) {
+          // A small answer in between is expected (a CACHE_MISS before the resend); two end it.
+          this.#lastLargeBody = 0;
+        }
         if (reusable && !this.#closed) this.#park(conn);
         else _closeQuietly(conn);
         return response;
