@@ -169,7 +169,9 @@ export async function runProgram(params: RunParams): Promise<RunResult> {
   child.setHandler(onFrame);
   child.send({ t: "run", req: request });
 
-  const first = await Promise.race([finished, timedOut, child.exited.then((exit) => exit)]);
+  const exitWatch = child.watchExit();
+  const first = await Promise.race([finished, timedOut, exitWatch.exited]);
+  exitWatch.stop();
   clearTimeout(timer);
   child.setHandler(null);
   const elapsed = () => performance.now() - started;
@@ -257,7 +259,9 @@ async function _awaitClean(
     else settle(typeof frame.retire === "string" ? frame.retire : null);
   });
   const timer = setTimeout(() => settle("timeout"), budgetMs);
-  const retire = await Promise.race([clean, child.exited.then(() => "crashed")]);
+  const exitWatch = child.watchExit();
+  const retire = await Promise.race([clean, exitWatch.exited.then(() => "crashed")]);
+  exitWatch.stop();
   clearTimeout(timer);
   child.setHandler(null);
   if (retire === "timeout" || retire === "invalid_response") {

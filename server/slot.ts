@@ -88,6 +88,7 @@ export class WorkerChild {
   /** The exit, once known. */
   exit: ChildExit | null = null;
   #resolveExit!: (exit: ChildExit) => void;
+  #exitWatchers = new Set<(exit: ChildExit) => void>();
   #handler: ((frame: Frame) => void) | null = null;
   #pending: Frame[] = [];
 
@@ -96,6 +97,19 @@ export class WorkerChild {
     this.slot = slot;
     this.id = id;
     this.exited = new Promise((resolve) => (this.#resolveExit = resolve));
+  }
+
+  /**
+   * The child's exit, for one wait that may end otherwise: call `stop` when done with it. A kept
+   * child serves many requests; each racing {@linkcode exited} itself would leave a reaction on
+   * that long-lived promise holding the whole request until the child exits.
+   */
+  watchExit(): { exited: Promise<ChildExit>; stop: () => void } {
+    if (this.exit) return { exited: Promise.resolve(this.exit), stop: () => {} };
+    let resolve!: (exit: ChildExit) => void;
+    const exited = new Promise<ChildExit>((r) => (resolve = r));
+    this.#exitWatchers.add(resolve);
+    return { exited, stop: () => void this.#exitWatchers.delete(resolve) };
   }
 
   /** Sends a frame to the child (through the zygote). */
@@ -122,11 +136,13 @@ export class WorkerChild {
       if (types.includes(f.t)) settle(f);
       else onOther?.(f);
     });
+    const watch = this.watchExit();
     try {
-      const winner = await Promise.race([frame, this.exited.then((exit) => exit)]);
+      const winner = await Promise.race([frame, watch.exited]);
       if ("t" in winner) return winner as Frame;
       throw new ChildExited(winner as ChildExit);
     } finally {
+      watch.stop();
       this.setHandler(null);
     }
   }
@@ -166,6 +182,8 @@ export class WorkerChild {
     if (this.exit) return;
     this.exit = exit;
     this.#resolveExit(exit);
+    for (const watcher of this.#exitWatchers) watcher(exit);
+    this.#exitWatchers.clear();
   }
 }
 
