@@ -36,7 +36,7 @@ from .builtins import ARCH_ENV
 from .errors import ExecutionError
 from .libraries import LibraryLoader, LoadedLibrary
 from .modules import LoadedPythonModule
-from .staging import PinnedBlobCache, read_parallel
+from .staging import PinnedBlobCache, checked_blob_size, read_blob
 from .values import DTYPE_ITEM_SIZES
 
 MODES = ("gpu", "sim", "cpu")
@@ -166,14 +166,6 @@ def arch_of(major: int, minor: int) -> Tuple[str, str]:
 PINNED_STAGING_MAX_BYTES = 512 << 20
 
 
-def _read_exactly(path: str, view: memoryview, nbytes: int) -> None:
-    with open(path, "rb", buffering=0) as f:
-        size = os.fstat(f.fileno()).st_size
-        if size != nbytes:
-            raise ValueError(f"the blob holds {size} bytes, the dtype and shape need {nbytes}")
-        read_parallel(f.fileno(), view[:nbytes])
-
-
 # --------------------------------------------------------------------------- backends
 
 
@@ -257,7 +249,7 @@ class SimBackend(CpuBackend):
             tensor = torch.empty(list(shape), dtype=torch_dtype)
             if nbytes:
                 flat = tensor.reshape(-1).view(torch.uint8).numpy()
-                _read_exactly(blob_path, memoryview(flat), nbytes)
+                read_blob(blob_path, memoryview(flat))
             return tensor
         except Exception as exc:
             raise ExecutionError("runtime", f"malformed tensor: {exc}") from exc
@@ -319,11 +311,7 @@ class GpuBackend(SimBackend):
                 staging = self._pinned_blobs().stage(blob_path, nbytes)
                 return staging.view(torch_dtype).reshape(list(shape)).to("cuda")
             with open(blob_path, "rb", buffering=0) as f:
-                size = os.fstat(f.fileno()).st_size
-                if size != nbytes:
-                    raise ValueError(
-                        f"the blob holds {size} bytes, the dtype and shape need {nbytes}"
-                    )
+                checked_blob_size(f.fileno(), nbytes)
                 mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             try:
                 with warnings.catch_warnings():

@@ -71,6 +71,21 @@ def read_parallel(fd: int, view: memoryview, threads: Optional[int] = None) -> N
         raise errors[0]
 
 
+def checked_blob_size(fd: int, nbytes: int) -> os.stat_result:
+    """``fstat`` of an open blob file that must hold exactly ``nbytes`` (else ``ValueError``)."""
+    info = os.fstat(fd)
+    if info.st_size != nbytes:
+        raise ValueError(f"the blob holds {info.st_size} bytes, the dtype and shape need {nbytes}")
+    return info
+
+
+def read_blob(path: str, view: memoryview) -> None:
+    """Fills ``view`` with the blob file at ``path``, which must be exactly as long."""
+    with open(path, "rb", buffering=0) as f:
+        checked_blob_size(f.fileno(), len(view))
+        read_parallel(f.fileno(), view)
+
+
 class PinnedBlobCache:
     """Staged (page-locked) bytes of recently uploaded blob files, least recently used first out.
 
@@ -84,8 +99,7 @@ class PinnedBlobCache:
     ) -> None:
         self._allocate = allocate
         self._limit = limit_bytes
-        self._entries: "OrderedDict[_Key, Any]" = OrderedDict()
-        self._sizes: dict = {}
+        self._entries: "OrderedDict[_Key, Tuple[Any, int]]" = OrderedDict()  # buffer, size
         self._bytes = 0
         self.hits = 0
         self.reads = 0
@@ -98,36 +112,30 @@ class PinnedBlobCache:
         """The buffer holding the blob file at ``path`` (exactly ``nbytes`` long, else
         ``ValueError``). The caller only reads it: it may be handed out again later."""
         with open(path, "rb", buffering=0) as f:
-            info = os.fstat(f.fileno())
-            if info.st_size != nbytes:
-                raise ValueError(
-                    f"the blob holds {info.st_size} bytes, the dtype and shape need {nbytes}"
-                )
+            info = checked_blob_size(f.fileno(), nbytes)
             key: _Key = (path, info.st_ino, info.st_size, info.st_mtime_ns)
-            buffer = self._entries.get(key)
-            if buffer is not None:
+            entry = self._entries.get(key)
+            if entry is not None:
                 self._entries.move_to_end(key)
                 self.hits += 1
-                return buffer
+                return entry[0]
             keep = nbytes <= self._limit
             if keep:
                 # Room first: the evicted buffers go back to the allocator before this one is
                 # taken, so it can hand one of them out again (a new pinned block costs far
                 # more than the read).
                 while self._bytes + nbytes > self._limit:
-                    old, _ = self._entries.popitem(last=False)
-                    self._bytes -= self._sizes.pop(old)
+                    _, (_, size) = self._entries.popitem(last=False)
+                    self._bytes -= size
             buffer, view = self._allocate(nbytes)
             read_parallel(f.fileno(), view)
             self.reads += 1
         if keep:
-            self._entries[key] = buffer
-            self._sizes[key] = nbytes
+            self._entries[key] = (buffer, nbytes)
             self._bytes += nbytes
         return buffer
 
     def clear(self) -> None:
         """Drops every staged blob (their memory goes back to the allocator)."""
         self._entries.clear()
-        self._sizes.clear()
         self._bytes = 0
