@@ -160,24 +160,16 @@ export class Http1Agent {
       // The retry always opens a new connection: another pooled one may be just as stale.
       const pooled = attempt === 0 ? this.#take() : undefined;
       const conn = pooled?.conn ?? await this.#connect();
-      // After a large response, the next one is likely as large (the same program run again):
-      // its buffer's pages are touched while the server works, not while the bytes arrive.
-      const expected = this.#lastLargeBody;
-      const spare = { buffer: null as _Prefault | null };
-      const prepare = expected > 0
-        ? () => spare.buffer = new _Prefault(expected + _PREFAULT_SLACK)
-        : undefined;
       try {
+        // After a large response the next one is likely as large (the same program again).
         const { response, reusable, allocated } = await _exchange(
           conn,
           pieces,
           method,
           observe,
           pooled,
-          prepare,
-          (total) => spare.buffer?.take(total) ?? null,
+          this.#lastLargeBody,
         );
-        spare.buffer?.stop();
         if (allocated.prefaulted) this.#prefaultHits++;
         if (allocated.bytes >= _PREFAULT_MIN) {
           this.#lastLargeBody = allocated.bytes;
@@ -190,7 +182,6 @@ export class Http1Agent {
         else _closeQuietly(conn);
         return response;
       } catch (error) {
-        spare.buffer?.stop();
         _closeQuietly(conn);
         // A server may close an idle keep-alive connection just as a request is sent on it
         // (closings noticed earlier never get here); then nothing was processed and the
@@ -239,23 +230,24 @@ async function _exchange(
   method: string,
   observe: ((headers: Headers) => BodyObserver | undefined) | undefined,
   pooled: _Idle | undefined,
-  prepare: (() => void) | undefined,
-  prepared: (total: number) => Uint8Array | null,
+  expectedBody: number,
 ): Promise<{ response: Http1Response; reusable: boolean; allocated: _Allocation }> {
   // The body is written while the response is read: a server may answer early (413) without
   // reading the rest, and that answer must not be lost behind a blocked write.
   let written = false;
   let writeFailed = false;
+  // Once the request is out, a buffer of the expected answer's size is touched while waiting.
+  let spare: _Prefault | null = null;
   const writing = (async () => {
     try {
       for (const piece of pieces) await _writeAll(conn, piece);
       written = true;
-      prepare?.(); // the request is out: the wait for the answer begins
+      if (expectedBody > 0) spare = new _Prefault(expectedBody + _PREFAULT_SLACK);
     } catch {
       writeFailed = true;
     }
   })();
-  const reader = new _Reader(conn, pooled, prepared);
+  const reader = new _Reader(conn, pooled, (total) => spare?.take(total) ?? null);
   let parsed;
   try {
     parsed = await _readResponse(reader, method, observe);
@@ -263,6 +255,8 @@ async function _exchange(
     _closeQuietly(conn);
     await writing;
     throw error;
+  } finally {
+    (spare as _Prefault | null)?.stop();
   }
   if (!written) {
     _closeQuietly(conn); // the server answered without taking the whole body

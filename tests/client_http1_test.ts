@@ -9,6 +9,16 @@ import { sha256Hex } from "../protocol/hash.ts";
 const _enc = new TextEncoder();
 const _dec = new TextDecoder();
 
+/** An agent for a loopback server on `port`. */
+function loopbackAgent(port: number, connectTimeoutMs: number | null = 2000): Http1Agent {
+  return new Http1Agent({
+    hostname: "127.0.0.1",
+    port,
+    host: `127.0.0.1:${port}`,
+    connectTimeoutMs,
+  });
+}
+
 /** A TCP server that runs `script` for every accepted connection. */
 function rawServer(script: (conn: Deno.TcpConn, index: number) => Promise<void>) {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
@@ -32,13 +42,7 @@ function rawServer(script: (conn: Deno.TcpConn, index: number) => Promise<void>)
     get connections() {
       return connections;
     },
-    agent: () =>
-      new Http1Agent({
-        hostname: "127.0.0.1",
-        port,
-        host: `127.0.0.1:${port}`,
-        connectTimeoutMs: 2000,
-      }),
+    agent: () => loopbackAgent(port),
     async close() {
       listener.close();
       await accepting.catch(() => {});
@@ -235,12 +239,7 @@ Deno.test("http1: 48 MiB up and down through Deno.serve, bytes intact", async ()
     );
   });
   const { port } = server.addr as Deno.NetAddr;
-  const agent = new Http1Agent({
-    hostname: "127.0.0.1",
-    port,
-    host: `127.0.0.1:${port}`,
-    connectTimeoutMs: null,
-  });
+  const agent = loopbackAgent(port, null);
   try {
     for (const query of ["", "?stream"]) {
       const response = await agent.request("POST", `/echo${query}`, new Headers(), [
@@ -289,12 +288,7 @@ Deno.test("http1: a refused connection is tried once more before it is an error"
     attempts++;
     return original(options);
   }) as typeof Deno.connect;
-  const agent = new Http1Agent({
-    hostname: "127.0.0.1",
-    port,
-    host: `127.0.0.1:${port}`,
-    connectTimeoutMs: 2000,
-  });
+  const agent = loopbackAgent(port);
   try {
     await assert.rejects(
       agent.request("GET", "/", new Headers()),
@@ -388,12 +382,7 @@ Deno.test("http1: after a large response the next one is read into a buffer touc
     return new Response(payload.subarray(0, n));
   });
   const { port } = server.addr as Deno.NetAddr;
-  const agent = new Http1Agent({
-    hostname: "127.0.0.1",
-    port,
-    host: `127.0.0.1:${port}`,
-    connectTimeoutMs: null,
-  });
+  const agent = loopbackAgent(port, null);
   // An observer that pads the body by 3 bytes, as the client's part digests do for alignment.
   const padded = () => ({ pad: () => 3, update: () => {} });
   const get = async (n: number, pad = false) => {
