@@ -151,12 +151,7 @@ export async function readCaptured(
     const size = (await handle.stat()).size;
     const want = Math.min(size, limit);
     const buffer = new Uint8Array(want);
-    let got = 0;
-    while (got < want) {
-      const n = await handle.read(buffer.subarray(got));
-      if (n === null) break;
-      got += n;
-    }
+    const got = await _readFully(handle, buffer);
     return {
       text: new TextDecoder("utf-8").decode(buffer.subarray(0, got)),
       truncated: size > limit,
@@ -207,17 +202,23 @@ export async function readWorkerFile(path: string, expectedSize: number): Promis
   const file = await openWorkerFile(path, expectedSize);
   try {
     const data = new Uint8Array(expectedSize);
-    let got = 0;
-    while (got < expectedSize) {
-      const n = await file.read(data.subarray(got));
-      if (n === null) break;
-      got += n;
-    }
+    const got = await _readFully(file, data);
     if (got !== expectedSize) throw new WorkerFileError(`worker result ${path} changed size`);
     return data;
   } finally {
     file.close();
   }
+}
+
+/** Reads into `buffer` until it is full or the file ends; returns the bytes read. */
+async function _readFully(file: Deno.FsFile, buffer: Uint8Array): Promise<number> {
+  let got = 0;
+  while (got < buffer.length) {
+    const n = await file.read(buffer.subarray(got));
+    if (n === null) break;
+    got += n;
+  }
+  return got;
 }
 
 /** The wire `error` object of a FAILED outcome, with internal fields removed. */
