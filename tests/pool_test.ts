@@ -3,7 +3,8 @@
  * GPU, cpu_only phases releasing the lease, load counters, poisoned workers, GPU sets.
  */
 import assert from "node:assert/strict";
-import { callProgram, postProgram, startServer } from "./_server.ts";
+import { callProgram, postProgram, startServer, type TestServer } from "./_server.ts";
+import type { ServerConfig } from "../server/config.ts";
 
 type Body = Record<string, unknown> & {
   lease_wait_ms: number;
@@ -14,6 +15,18 @@ type Body = Record<string, unknown> & {
 
 const SLEEP_ON_GPU = "import time\ndef f(s):\n    time.sleep(s)\n    return s\n";
 
+/** A simulated-GPU server: one GPU, two reused workers, unless `config` says otherwise. */
+function _simGpuServer(config: Partial<ServerConfig> = {}): Promise<TestServer> {
+  return startServer({
+    device: "gpu",
+    simulateGpus: true,
+    gpus: [0],
+    workersPerGpu: 2,
+    maxRequestsPerWorker: 0,
+    ...config,
+  });
+}
+
 async function _waitFor(condition: () => boolean, timeoutMs = 10_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!condition()) {
@@ -23,13 +36,7 @@ async function _waitFor(condition: () => boolean, timeoutMs = 10_000): Promise<v
 }
 
 Deno.test("pool: two GPU requests on one GPU with two workers serialize on the lease", async () => {
-  const server = await startServer({
-    device: "gpu",
-    simulateGpus: true,
-    gpus: [0],
-    workersPerGpu: 2,
-    maxRequestsPerWorker: 0,
-  });
+  const server = await _simGpuServer();
   try {
     const program = callProgram(SLEEP_ON_GPU, "f", [0.5]);
     const [a, b] = await Promise.all([
@@ -56,13 +63,7 @@ Deno.test("pool: two GPU requests on one GPU with two workers serialize on the l
 });
 
 Deno.test("pool: a cpu_only phase releases the lease to a waiting peer", async () => {
-  const server = await startServer({
-    device: "gpu",
-    simulateGpus: true,
-    gpus: [0],
-    workersPerGpu: 2,
-    maxRequestsPerWorker: 0,
-  });
+  const server = await _simGpuServer();
   try {
     const long = {
       instructions: [
@@ -92,13 +93,7 @@ Deno.test("pool: a cpu_only phase releases the lease to a waiting peer", async (
 });
 
 Deno.test("pool: load counters while busy; capacity excludes nothing when idle", async () => {
-  const server = await startServer({
-    device: "gpu",
-    simulateGpus: true,
-    gpus: [0],
-    workersPerGpu: 2,
-    maxRequestsPerWorker: 0,
-  });
+  const server = await _simGpuServer();
   try {
     const program = callProgram(SLEEP_ON_GPU, "f", [0.6]);
     const running = [0, 1, 2].map(() => postProgram(server.url, program));
@@ -125,13 +120,7 @@ Deno.test("pool: load counters while busy; capacity excludes nothing when idle",
 });
 
 Deno.test("pool: fresh mode replaces workers; capacity counts only ready ones", async () => {
-  const server = await startServer({
-    device: "gpu",
-    simulateGpus: true,
-    gpus: [0],
-    workersPerGpu: 2,
-    maxRequestsPerWorker: 1,
-  });
+  const server = await _simGpuServer({ maxRequestsPerWorker: 1 });
   try {
     const r = await postProgram(server.url, callProgram("def f():\n    return 1\n", "f"));
     assert.equal(r.status, 200);
@@ -149,13 +138,7 @@ Deno.test("pool: fresh mode replaces workers; capacity counts only ready ones", 
 });
 
 Deno.test("pool: a poisoned worker is replaced and the next request succeeds", async () => {
-  const server = await startServer({
-    device: "gpu",
-    simulateGpus: true,
-    gpus: [0],
-    workersPerGpu: 1,
-    maxRequestsPerWorker: 0,
-  });
+  const server = await _simGpuServer({ workersPerGpu: 1 });
   try {
     // The program breaks interpreter state the worker must reset (linecache), so reset fails.
     const poison = callProgram(
@@ -181,13 +164,7 @@ Deno.test("pool: a poisoned worker is replaced and the next request succeeds", a
 });
 
 Deno.test("pool: GPU sets on 4 simulated GPUs", async (t) => {
-  const server = await startServer({
-    device: "gpu",
-    simulateGpus: true,
-    gpus: [0, 1, 2, 3],
-    workersPerGpu: 2,
-    maxRequestsPerWorker: 0,
-  });
+  const server = await _simGpuServer({ gpus: [0, 1, 2, 3] });
   try {
     await t.step("a set request sees exactly its GPUs and reports gpu_ids", async () => {
       const r = await postProgram(server.url, {
