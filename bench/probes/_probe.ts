@@ -1,0 +1,137 @@
+/**
+ * Shared pieces of the diagnostic probes: a `kcoral server` in its own process, and the 64 MiB
+ * `c = a + b` program of the server bench.
+ *
+ * @module
+ */
+import { Program } from "../../mod.ts";
+
+const _CLI = new URL("../../cli.ts", import.meta.url).pathname;
+
+/** A server process on loopback. */
+export interface ServerProcess {
+  /** `http://127.0.0.1:<port>`. */
+  url: string;
+  /** The server process. */
+  child: Deno.ChildProcess;
+  /** Its standard output so far (e.g. V8's `--trace-gc` lines; block-buffered until exit). */
+  stdout: string[];
+  /** `performance.now()` when it was spawned (V8 trace times count from about then). */
+  spawnedAt: number;
+  /** Stops it (SIGTERM) and waits for it. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts `kcoral server` with `serverArgs` after `--port`, `--no-log-console` and `--sandbox none`
+ * (later flags win), `denoFlags` before the script (e.g. `--v8-flags=--trace-gc`), and waits until
+ * it serves. `gpu` picks a real GPU 0; otherwise simulated GPUs.
+ */
+export async function startServerProcess(
+  serverArgs: string[],
+  options: { gpu?: boolean; denoFlags?: string[] } = {},
+): Promise<ServerProcess> {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (listener.addr as Deno.NetAddr).port;
+  listener.close();
+  const spawnedAt = performance.now();
+  const child = new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "-A",
+      ...(options.denoFlags ?? []),
+      _CLI,
+      "server",
+      "--port",
+      String(port),
+      "--no-log-console",
+      "--sandbox",
+      "none",
+      "--device",
+      "gpu",
+      "--gpus",
+      "0",
+      ...(options.gpu ? [] : ["--simulate-gpus"]),
+      ...serverArgs,
+    ],
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const stdout: string[] = [];
+  (async () => {
+    for await (const chunk of child.stdout.pipeThrough(new TextDecoderStream())) stdout.push(chunk);
+  })();
+  const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
+  let seen = "";
+  while (!seen.includes("Application startup complete.")) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`the server exited:\n${seen}`);
+    seen += value;
+  }
+  (async () => {
+    while (!(await reader.read()).done) { /* drained */ }
+  })();
+  return {
+    url: `http://127.0.0.1:${port}`,
+    child,
+    stdout,
+    spawnedAt,
+    async stop() {
+      child.kill("SIGTERM");
+      await child.status;
+    },
+  };
+}
+
+/** `n` random float32 values (finite). */
+export function randomFloats(n: number): Float32Array {
+  const out = new Float32Array(n);
+  const bytes = new Uint8Array(out.buffer);
+  for (let i = 0; i < bytes.length; i += 65536) {
+    crypto.getRandomValues(bytes.subarray(i, Math.min(bytes.length, i + 65536)));
+  }
+  for (let i = 0; i < n; i++) if (!Number.isFinite(out[i])) out[i] = 0;
+  return out;
+}
+
+/** The server bench's `c = a + b` over two tensors of `n` float32 values (new random ones). */
+export function addProgram(n = 16 << 20): Program {
+  const program = new Program();
+  const mod = program.upload({ kind: "module", source: "def add(a, b):\n    return a + b\n" });
+  const fn = program.getFunction({ module: mod, name: "add" });
+  const args = [randomFloats(n), randomFloats(n)].map((value) =>
+    program.upload({ kind: "tensor", value, shape: [n] })
+  );
+  program.return_({ key: "c", value: program.run({ fn, args }) });
+  return program;
+}
+
+/** A program returning 1 (a trivial request). */
+export function trivialProgram(): Program {
+  const program = new Program();
+  const mod = program.upload({ kind: "module", source: "def f():\n    return 1\n" });
+  program.return_({
+    key: "x",
+    value: program.run({ fn: program.getFunction({ module: mod, name: "f" }) }),
+  });
+  return program;
+}
+
+/** Median of `values`. */
+export function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[sorted.length >> 1];
+}
+
+/** The server's request events from a `--log-dir`, by request id. */
+export function requestEvents(logDir: string): Map<string, Record<string, unknown>[]> {
+  const runs = [...Deno.readDirSync(`${logDir}/runs`)].map((e) => e.name).sort();
+  const text = Deno.readTextFileSync(`${logDir}/runs/${runs.at(-1)}/events.jsonl`);
+  const byRequest = new Map<string, Record<string, unknown>[]>();
+  for (const line of text.trim().split("\n")) {
+    const event = JSON.parse(line);
+    if (typeof event.request_id !== "string") continue;
+    byRequest.set(event.request_id, [...(byRequest.get(event.request_id) ?? []), event]);
+  }
+  return byRequest;
+}

@@ -1,0 +1,82 @@
+/**
+ * A cached 64 MiB `c = a + b` through the client's own HTTP/1.1 agent alone (no `Client`) and
+ * through `Client.execute`, alternating, against one server in its own process (8 workers).
+ *
+ *   deno run -A bench/probes/large_result_client.ts [gpu]
+ *
+ * @module
+ */
+import { Client } from "../../mod.ts";
+import { Http1Agent } from "../../client/_http1.ts";
+import { _factories } from "../../client/result.ts";
+import { PartDigests } from "../../protocol/_part_digests.ts";
+import { HashThread } from "../../protocol/_hash_thread.ts";
+import { encodeMultipartChunks } from "../../protocol/multipart.ts";
+import { decodeProgramResult, decodeResponseBody } from "../../protocol/response.ts";
+import { addProgram, median, startServerProcess } from "./_probe.ts";
+
+const server = await startServerProcess([
+  "--log-dir",
+  "",
+  "--max-requests-per-worker",
+  "0",
+  "--disk-cache-dir",
+  "",
+  "--workers-per-gpu",
+  "8",
+], { gpu: Deno.args.includes("gpu") });
+const program = addProgram();
+const client = new Client(server.url);
+await client.execute(program);
+const { port } = new URL(server.url);
+const agent = new Http1Agent({
+  hostname: "127.0.0.1",
+  port: Number(port),
+  host: `127.0.0.1:${port}`,
+  connectTimeoutMs: null,
+});
+const thread = new HashThread();
+const programBytes = new TextEncoder().encode(program.toJson({}));
+
+async function raw() {
+  const encoded = encodeMultipartChunks([
+    { name: "program", contentType: "application/json", body: programBytes },
+  ]);
+  let digests: PartDigests | undefined;
+  const response = await agent.request(
+    "POST",
+    "/execute",
+    new Headers({ "content-type": encoded.contentType }),
+    [...encoded.chunks],
+    (headers) => {
+      digests = PartDigests.forMultipart(headers, thread)!;
+      return { pad: (x) => digests!.pad(x), update: (b, r) => digests!.update(b, r) };
+    },
+  );
+  await digests!.settle();
+  const decoded = decodeResponseBody(response.headers.get("content-type"), response.body, {
+    marks: digests!.marksFor(response.body),
+  });
+  return decodeProgramResult(decoded.body, decoded.parts, _factories, (x) => digests?.lookup(x));
+}
+
+const rawMs: number[] = [];
+const clientMs: number[] = [];
+for (let k = 0; k < 8; k++) {
+  let start = performance.now();
+  await raw();
+  rawMs.push(performance.now() - start);
+  start = performance.now();
+  await client.execute(program);
+  clientMs.push(performance.now() - start);
+}
+const list = (xs: number[]) => xs.map((x) => x.toFixed(0)).join(",");
+console.log(
+  `raw agent ${median(rawMs).toFixed(1)} [${list(rawMs)}] | Client.execute ${
+    median(clientMs).toFixed(1)
+  } [${list(clientMs)}]`,
+);
+agent.close();
+thread.close();
+client.close();
+await server.stop();
