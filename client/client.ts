@@ -16,7 +16,13 @@ import { type BodyObserver, Http1Agent, Http1ConnectError } from "./_http1.ts";
 import { PartDigests } from "../protocol/_part_digests.ts";
 import { HashThread } from "../protocol/_hash_thread.ts";
 import type { KnownDigest } from "../protocol/values.ts";
-import { encodeMultipartChunks, type MultipartInput } from "../protocol/multipart.ts";
+import {
+  boundaryOccursIn,
+  encodeMultipartChunks,
+  type MultipartChunks,
+  type MultipartInput,
+} from "../protocol/multipart.ts";
+import { blobBoundary } from "./_blob_boundary.ts";
 import {
   decodeJsonObject,
   decodeMissingBlobs,
@@ -455,7 +461,7 @@ export class Client implements AsyncDisposable {
         parts.push({ name: `blob:${hash}`, contentType: "application/octet-stream", body: bytes });
       }
     }
-    const encoded = encodeMultipartChunks(parts);
+    const encoded = _encodeBody(parts, program);
     const headers: Record<string, string> = { "content-type": encoded.contentType };
     if (route !== null) headers["x-kcoral-node"] = route;
     let digests: PartDigests | undefined;
@@ -508,6 +514,19 @@ export class Client implements AsyncDisposable {
   pythonFunction(options: RemoteFunctionOptions): RemoteFunction {
     return new RemoteFunction(this, options);
   }
+}
+
+/**
+ * The request body's pieces: with the program's boundary when it is absent from the program
+ * JSON (its blobs were checked as they were added), else a boundary drawn and checked now.
+ */
+function _encodeBody(parts: MultipartInput[], program: Program): MultipartChunks {
+  const boundary = blobBoundary(program);
+  if (boundary === undefined || boundaryOccursIn(parts[0].body, boundary)) {
+    return encodeMultipartChunks(parts);
+  }
+  const scanned = new Set(program.blobs.values());
+  return encodeMultipartChunks(parts, boundary, { scanned });
 }
 
 interface _Endpoint {

@@ -4,6 +4,7 @@
 
 import { fileURLToPath } from "node:url";
 import { sha256Hex } from "../protocol/hash.ts";
+import { noteBlobs } from "./_blob_boundary.ts";
 import { stringifyJson } from "../protocol/json.ts";
 import { checkPathConflicts, normalizeFilePath, PathError } from "../protocol/paths.ts";
 import { _comparePy, _pyRepr, _pyStrRepr } from "../protocol/_python.ts";
@@ -353,7 +354,17 @@ export class Program {
 
   #push(instruction: Record<string, unknown>, blobs: [string, Uint8Array][] = []): void {
     this.#instructions.push(Object.freeze(instruction) as Instruction);
-    for (const [hash, bytes] of blobs) if (!this.#blobs.has(hash)) this.#blobs.set(hash, bytes);
+    this.#addBlobs(blobs);
+  }
+
+  #addBlobs(blobs: [string, Uint8Array][]): void {
+    const added: Uint8Array[] = [];
+    for (const [hash, bytes] of blobs) {
+      if (this.#blobs.has(hash)) continue;
+      this.#blobs.set(hash, bytes);
+      added.push(bytes);
+    }
+    if (added.length > 0) noteBlobs(this, this.#blobs.values(), added);
   }
 
   /**
@@ -486,7 +497,7 @@ export class Program {
       this.#filePaths.add(remote);
       this.#instructions.push(Object.freeze(instruction) as Instruction);
     }
-    for (const [hash, bytes] of blobs) if (!this.#blobs.has(hash)) this.#blobs.set(hash, bytes);
+    this.#addBlobs(blobs);
   }
 
   #reference(value: unknown, message: string): Ref {

@@ -548,16 +548,30 @@ export interface MultipartChunks {
 
 /**
  * Like {@linkcode encodeMultipart} but without joining: the body is `chunks` in order, so a
- * large body can be streamed without a second copy of its payloads.
+ * large body can be streamed without a second copy of its payloads. A given `boundary` is
+ * checked against every payload except those in `scanned` (payloads the caller already knows
+ * it does not occur in).
+ *
+ * @example
+ * ```ts
+ * import { encodeMultipartChunks } from "./mod.ts";
+ *
+ * const big = new Uint8Array(1 << 20); // checked once, when it was made
+ * const parts = [{ name: "blob", contentType: "application/octet-stream", body: big }];
+ * const encoded = encodeMultipartChunks(parts, "B", { scanned: new Set([big]) });
+ * if (encoded.chunks[1] !== big || !encoded.contentType.endsWith("boundary=B")) throw new Error();
+ * ```
  */
 export function encodeMultipartChunks(
   parts: readonly MultipartInput[],
   boundary?: string,
+  options: { scanned?: ReadonlySet<Uint8Array> } = {},
 ): MultipartChunks {
   if (parts.length === 0) throw new MultipartError("at least one multipart part is required");
   if (boundary !== undefined) {
     const finder = _delimiterFinder(boundary);
-    if (parts.some((part) => finder.find(part.body, 0) >= 0)) {
+    const scanned = options.scanned;
+    if (parts.some((part) => !scanned?.has(part.body) && finder.find(part.body, 0) >= 0)) {
       throw new MultipartError("the boundary occurs in a part payload");
     }
   } else {

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { blobBoundary } from "../client/_blob_boundary.ts";
 import {
   Client,
   KCoralError,
@@ -100,7 +101,8 @@ Deno.test("client: CACHE_MISS twice, then attempt 3 sends every blob; X-KCoral-N
   });
   try {
     await using client = new Client(server.url);
-    const result = await client.execute(bytesProgram("alpha", "beta", "gamma"));
+    const program = bytesProgram("alpha", "beta", "gamma");
+    const result = await client.execute(program);
     assert.equal(result.requestId, "r3");
     assert.equal(result.get("n"), 3);
     const blobs = server.received.map((r) => [...r.execute!.blobs.keys()]);
@@ -111,6 +113,12 @@ Deno.test("client: CACHE_MISS twice, then attempt 3 sends every blob; X-KCoral-N
       "node-2",
     ]);
     assert.ok(server.received.every((r) => r.programText === server.received[0].programText));
+    // Every attempt uses the boundary checked against the blobs when they were added.
+    assert.ok(
+      server.received.every((r) =>
+        r.headers.get("content-type") === `multipart/form-data; boundary=${blobBoundary(program)}`
+      ),
+    );
   } finally {
     await server.close();
   }
