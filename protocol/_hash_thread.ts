@@ -1,6 +1,7 @@
-// SHA-256 on a worker thread for large response payloads: the reading thread copies each new
-// stretch into one of a few reused 4 MiB buffers (a copy costs a fraction of hashing) and goes
-// on reading while the worker hashes. Used by client/_part_digests.ts for big bodies.
+// SHA-256 on worker threads for large bodies: the reading thread copies each new stretch into
+// one of a few reused 4 MiB buffers (a copy costs a fraction of hashing) and goes on reading
+// while the worker hashes; or, for bytes it mirrors in a SharedArrayBuffer, only says which
+// range to hash, so reading never waits for hashing. Used by protocol/_part_digests.ts.
 
 const _PIECE = 4 * 1024 * 1024;
 const _BUFFERS = 6;
@@ -9,7 +10,10 @@ const _BUFFERS = 6;
 export interface HashSink {
   /** A new incremental hash. */
   open(): number;
-  /** Appends `bytes` to hash `id` (copied; `bytes` may change afterwards). */
+  /**
+   * Appends `bytes` to hash `id`: copied from ordinary memory; read in place from a
+   * `SharedArrayBuffer` (which must then stay unchanged until the digest resolves).
+   */
   update(id: number, bytes: Uint8Array): Promise<void>;
   /** The hex digest of everything given to `id`. */
   digest(id: number): Promise<string>;
@@ -94,8 +98,24 @@ export class HashThread implements HashSink {
     return ++this.#nextId;
   }
 
-  /** Appends `bytes` to hash `id` (copied; `bytes` may change afterwards). */
+  /**
+   * Appends `bytes` to hash `id`. Bytes in ordinary memory are copied (they may change
+   * afterwards; when all transfer buffers are in flight this waits for one). Bytes in a
+   * `SharedArrayBuffer` are read there by the thread, without a copy and without waiting: they
+   * must stay unchanged until {@linkcode digest} of `id` resolves.
+   */
   async update(id: number, bytes: Uint8Array): Promise<void> {
+    if (bytes.buffer instanceof SharedArrayBuffer) {
+      if (this.#failure) throw this.#failure;
+      this.#start().postMessage({
+        t: "shared",
+        id,
+        buffer: bytes.buffer,
+        offset: bytes.byteOffset,
+        length: bytes.length,
+      });
+      return;
+    }
     for (let offset = 0; offset < bytes.length; offset += _PIECE) {
       const piece = bytes.subarray(offset, Math.min(bytes.length, offset + _PIECE));
       const buffer = await this.#buffer();

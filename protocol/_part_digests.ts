@@ -38,30 +38,47 @@ export class PartDigests {
    */
   #hash: Hash | number | null = null;
   readonly #thread: HashSink | undefined;
+  /** Shared copy of the body the thread hashes from (reading then never waits for it). */
+  readonly #mirror: SharedArrayBuffer | undefined;
+  /** Bytes copied into the mirror so far. */
+  #mirrored = 0;
   #threadFailed = false;
   readonly #digests = new Map<string, string>();
   readonly #pending: Promise<void>[] = [];
 
-  private constructor(boundary: string, thread: HashSink | undefined) {
+  private constructor(
+    boundary: string,
+    thread: HashSink | undefined,
+    mirror: SharedArrayBuffer | undefined,
+  ) {
     this.#delimiter = new DelimiterFinder(new TextEncoder().encode(`\r\n--${boundary}`));
     this.#markFinder = new DelimiterFinder(delimiterMarkPattern(boundary));
     this.#thread = thread;
+    this.#mirror = mirror;
   }
 
   /**
    * An observer for a multipart body (request or response), or `undefined` for anything else.
-   * With `thread`,
-   * payloads are hashed there while this thread keeps reading.
+   * With `thread`, payloads are hashed there while this thread keeps reading. With `mirror`
+   * (called once, for a buffer at least as long as the body), the bytes are also copied into
+   * shared memory and hashed there, so reading never waits for a hashing thread; the buffer
+   * must not be reused before {@linkcode settle} resolves.
    */
-  static forMultipart(headers: Headers, thread?: HashSink): PartDigests | undefined {
+  static forMultipart(
+    headers: Headers,
+    thread?: HashSink,
+    mirror?: () => SharedArrayBuffer,
+  ): PartDigests | undefined {
     const contentType = headers.get("content-type");
     const mediaType = (contentType ?? "").split(";", 1)[0].trim().toLowerCase();
     if (mediaType !== "multipart/form-data") return undefined;
+    let boundary;
     try {
-      return new PartDigests(boundaryFromContentType(contentType), thread);
+      boundary = boundaryFromContentType(contentType);
     } catch {
       return undefined;
     }
+    return new PartDigests(boundary, thread, thread ? mirror?.() : undefined);
   }
 
   /** Resolves once every digest begun has been computed (call before {@linkcode lookup}). */
@@ -83,8 +100,16 @@ export class PartDigests {
   async update(body: Uint8Array, received: number): Promise<void> {
     // The same bytes may come in a new view each time (a BYOB reader transfers its buffer).
     this.#body = body;
-    const view = body.subarray(0, Math.min(received, body.length));
+    let view = body.subarray(0, Math.min(received, body.length));
     this.#received = view.length;
+    if (this.#mirror && view.length <= this.#mirror.byteLength) {
+      const mirror = new Uint8Array(this.#mirror, 0, view.length);
+      if (view.length > this.#mirrored) {
+        mirror.set(view.subarray(this.#mirrored), this.#mirrored);
+        this.#mirrored = view.length;
+      }
+      view = mirror; // the same bytes at the same positions: hashed where the thread reads them
+    }
     // One scan of every new byte for `LF--boundary`.
     const markLength = this.#markFinder.pattern.length;
     for (let at = this.#markFinder.find(view, this.#markedTo); at >= 0;) {

@@ -151,6 +151,8 @@ class _Server implements App {
     Math.max(1, Math.min(4, (navigator.hardwareConcurrency ?? 2) - 1)),
   );
   readonly #bodies = new BodyBuffers(2, 256 * 1024 * 1024);
+  /** Shared copies of large bodies that the hashing threads read (reading never waits). */
+  readonly #mirrors = new BodyBuffers(2, 256 * 1024 * 1024, (size) => new SharedArrayBuffer(size));
   #disk: DiskFileCache;
   #leases: GpuLeases | null = null;
   #devices = new Map<number, GpuDevice>();
@@ -346,6 +348,7 @@ class _Server implements App {
     this.#store?.close();
     this.#hashes.close();
     this.#bodies.clear();
+    this.#mirrors.clear();
     if (this.#runtimeDir) await Deno.remove(this.#runtimeDir, { recursive: true }).catch(() => {});
   }
 
@@ -437,11 +440,24 @@ class _Server implements App {
       this.#hashes.warm();
     }
     const receiveStart = performance.now();
-    const received = await readRequestBody(request, config.maxRequestBytes, {
-      take: (size) => this.#bodies.take(size),
-      observer: () => PartDigests.forMultipart(request.headers, this.#hashes),
-    });
+    let mirror: SharedArrayBuffer | undefined;
+    let received;
+    try {
+      received = await readRequestBody(request, config.maxRequestBytes, {
+        take: (size) => this.#bodies.take(size),
+        observer: () =>
+          PartDigests.forMultipart(
+            request.headers,
+            this.#hashes,
+            () => mirror = this.#mirrors.take(Number(contentLength)),
+          ),
+      });
+    } catch (error) {
+      this.#giveMirror(mirror, undefined);
+      throw error;
+    }
     if (received === null) {
+      this.#giveMirror(mirror, undefined);
       return respondError(413, "request_too_large", ERROR_MESSAGES.requestTooLarge, "rejected");
     }
     const { body, digests } = received;
@@ -460,7 +476,16 @@ class _Server implements App {
         if (disk.write === null) this.#bodies.give(buffer);
         else disk.write.finally(() => this.#bodies.give(buffer));
       }
+      this.#giveMirror(mirror, digests);
     }
+  }
+
+  /** Returns a body mirror to its pool once no hashing thread can still read it. */
+  #giveMirror(mirror: SharedArrayBuffer | undefined, digests: PartDigests | undefined): void {
+    if (!mirror) return;
+    if (digests) digests.settle().finally(() => this.#mirrors.give(mirror));
+    // A body given up while arriving: updates already sent may still be read; they only feed
+    // digests nobody asks for, so the buffer is dropped rather than reused.
   }
 
   async #executeBody(

@@ -8,16 +8,26 @@
  * @module
  */
 
-/** A pool keeping up to `keep` buffers of at most `maxBytes` each (the largest are kept). */
-export class BodyBuffers {
+/**
+ * A pool keeping up to `keep` buffers of at most `maxBytes` each (the largest are kept); plain
+ * `ArrayBuffer`s unless `create` makes another kind (e.g. `SharedArrayBuffer` mirrors that
+ * hashing threads read).
+ */
+export class BodyBuffers<B extends ArrayBufferLike = ArrayBuffer> {
   readonly #keep: number;
   readonly #maxBytes: number;
-  #free: ArrayBuffer[] = [];
+  readonly #create: (size: number) => B;
+  #free: B[] = [];
 
   /** Keeps at most `keep` idle buffers of at most `maxBytes` bytes each. */
-  constructor(keep: number, maxBytes: number) {
+  constructor(
+    keep: number,
+    maxBytes: number,
+    create: (size: number) => B = (size) => new ArrayBuffer(size) as B,
+  ) {
     this.#keep = keep;
     this.#maxBytes = maxBytes;
+    this.#create = create;
   }
 
   /** Idle buffers held (for tests and diagnostics). */
@@ -26,18 +36,18 @@ export class BodyBuffers {
   }
 
   /** A buffer of at least `size` bytes; its contents are whatever was there before. */
-  take(size: number): ArrayBuffer {
+  take(size: number): B {
     let best = -1;
     for (let i = 0; i < this.#free.length; i++) {
       const length = this.#free[i].byteLength;
       if (length >= size && (best < 0 || length < this.#free[best].byteLength)) best = i;
     }
-    return best >= 0 ? this.#free.splice(best, 1)[0] : new ArrayBuffer(size);
+    return best >= 0 ? this.#free.splice(best, 1)[0] : this.#create(size);
   }
 
   /** Returns `buffer` (taken from here) for reuse; detached or oversized ones are dropped. */
-  give(buffer: ArrayBuffer): void {
-    if (buffer.detached || buffer.byteLength > this.#maxBytes) return;
+  give(buffer: B): void {
+    if ((buffer as { detached?: boolean }).detached || buffer.byteLength > this.#maxBytes) return;
     if (this.#free.includes(buffer)) return;
     this.#free.push(buffer);
     this.#free.sort((a, b) => b.byteLength - a.byteLength);

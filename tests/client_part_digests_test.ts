@@ -293,6 +293,44 @@ Deno.test("client: a large response is read without --allow-read (the thread can
   }
 });
 
+Deno.test("part digests: with a shared mirror the thread hashes there, never from copies", async () => {
+  const payloads = [randomBytes(9_000_001), randomBytes(5 << 20), new Uint8Array(0)];
+  const encoded = body(payloads);
+  const thread = new HashThread();
+  const seen: boolean[] = [];
+  const recording = {
+    open: () => thread.open(),
+    update: (id: number, bytes: Uint8Array) => {
+      seen.push(bytes.buffer instanceof SharedArrayBuffer);
+      return thread.update(id, bytes);
+    },
+    digest: (id: number) => thread.digest(id),
+  };
+  let mirror: SharedArrayBuffer | undefined;
+  try {
+    const digests = PartDigests.forMultipart(
+      new Headers({ "content-type": encoded.contentType }),
+      recording,
+      () => mirror = new SharedArrayBuffer(encoded.body.length + 100),
+    )!;
+    const buffer = new Uint8Array(encoded.body.length);
+    for (let received = 0; received < buffer.length;) {
+      const next = Math.min(buffer.length, received + 3_000_017);
+      buffer.set(encoded.body.subarray(received, next), received);
+      received = next;
+      await digests.update(buffer, received);
+    }
+    await digests.settle();
+    assert.ok(seen.length > 2 && seen.every(Boolean));
+    assert.deepEqual(new Uint8Array(mirror!, 0, buffer.length), buffer);
+    const boundary = encoded.contentType.split("boundary=")[1];
+    const parts = parseMultipart(buffer, boundary).slice(1);
+    assert.deepEqual(parts.map((p) => digests.lookup(p.body)), payloads.map(sha256Hex));
+  } finally {
+    thread.close();
+  }
+});
+
 Deno.test("hash threads: digests match; a failed thread is replaced by a new one", async () => {
   const { HashThreads } = await import("../protocol/_hash_thread.ts");
   const threads = new HashThreads(2);
@@ -302,6 +340,14 @@ Deno.test("hash threads: digests match; a failed thread is replaced by a new one
     await Promise.all(ids.map((id, i) => threads.update(id, data[i])));
     const digests = await Promise.all(ids.map((id) => threads.digest(id)));
     assert.deepEqual(digests, data.map(sha256Hex));
+    // Bytes in shared memory are hashed in place, in any number of ranges.
+    const shared = new Uint8Array(new SharedArrayBuffer(data[0].length + 8), 8);
+    shared.set(data[0]);
+    const id = threads.open();
+    for (let at = 0; at < shared.length; at += 3 << 20) {
+      await threads.update(id, shared.subarray(at, Math.min(shared.length, at + (3 << 20))));
+    }
+    assert.equal(await threads.digest(id), sha256Hex(data[0]));
     threads.close(); // every thread now counts as failed
     const again = threads.open(); // ...and is replaced when the next hash opens
     await threads.update(again, data[1]);
