@@ -106,6 +106,26 @@ async function _events(logDir: string): Promise<Record<string, unknown>[]> {
   return text.trim().split("\n").map((line) => JSON.parse(line));
 }
 
+/**
+ * Splits timed requests at the server's `request_finished` event (the response is built; its
+ * body streams after): call → ready, and ready → the client's result (ms resolution).
+ */
+function _responsePhases(
+  events: Record<string, unknown>[],
+  sent: Map<string, { at: number; ms: number }>,
+): { ready: number[]; after: number[] } {
+  const ready: number[] = [];
+  const after: number[] = [];
+  for (const e of events) {
+    const call = sent.get(e.request_id as string);
+    if (e.event !== "request_finished" || !call) continue;
+    const ms = Date.parse(e.timestamp as string) - call.at;
+    ready.push(ms);
+    after.push(call.ms - ms);
+  }
+  return { ready, after };
+}
+
 function _trivialProgram(): Program {
   const program = new Program();
   const mod = program.upload({ kind: "module", source: "def f(x):\n    return x + 1\n" });
@@ -193,12 +213,16 @@ export async function runServerBench(options: ServerBenchOptions): Promise<Bench
         if (!first.completed) throw new Error(JSON.stringify(first.error));
         const cached: number[] = [];
         const cachedWorker: number[] = [];
+        const cachedSent = new Map<string, { at: number; ms: number }>();
         for (let i = 0; i < (quick ? 3 : 11); i++) {
+          const at = Date.now();
           const start = performance.now();
           const result = await client.execute(add);
-          cached.push(performance.now() - start);
+          const ms = performance.now() - start;
+          cached.push(ms);
           if (!result.completed) throw new Error(JSON.stringify(result.error));
           cachedWorker.push(result.elapsedMs);
+          cachedSent.set(result.requestId, { at, ms });
         }
         rows.push(
           row(
@@ -210,8 +234,12 @@ export async function runServerBench(options: ServerBenchOptions): Promise<Bench
           ),
         );
         rows.push(row(`  of which on the worker (elapsed_ms)`, "ms", cachedWorker));
+        const phases = _responsePhases(await _events(server.logDir), cachedSent);
+        rows.push(row(`  call → response ready (server's request_finished)`, "ms", phases.ready));
+        rows.push(row(`  response ready → result verified (stream, client)`, "ms", phases.after));
         const perMiB: number[] = [];
         const cachedMedian = summarize(cached).median;
+        const resendIds = new Set<string>();
         for (let i = 0; i < (quick ? 1 : 3); i++) {
           const fresh = _addProgram(_random(n), _random(n)); // hashing happens here, not timed
           const start = performance.now();
@@ -219,8 +247,22 @@ export async function runServerBench(options: ServerBenchOptions): Promise<Bench
           const ms = performance.now() - start;
           if (!result.completed) throw new Error(JSON.stringify(result.error));
           perMiB.push((ms - cachedMedian) / 128);
+          resendIds.add(result.requestId);
         }
         rows.push(row(`cache-miss resend cost (${tag})`, "ms/MiB", perMiB, "3", "≤ 0.5"));
+        const accepted = (await _events(server.logDir)).filter((e) =>
+          e.event === "request_accepted" && resendIds.has(e.request_id as string) &&
+          (e.receive_ms as number) > 5
+        );
+        for (const key of ["receive_ms", "parse_ms", "store_ms"]) {
+          rows.push(
+            row(
+              `  resend: server ${key.replace("_ms", "")}`,
+              "ms",
+              accepted.map((e) => e[key] as number),
+            ),
+          );
+        }
       }
     } finally {
       await server.stop();
