@@ -21,6 +21,12 @@ path = "/dev/shm/kc-probe-a"
 with open(path, "wb") as f: f.write(os.urandom(N))
 sync = torch.cuda.synchronize
 t("load_tensor reused (pinned staging, cached after the first)", lambda: (b.load_tensor(path, "float32", [N // 4]), sync()))
+fresh = []
+def new_blob():
+    fresh.append(f"/dev/shm/kc-probe-new-{len(fresh)}")
+    with open(fresh[-1], "wb") as f: f.write(os.urandom(N))
+t("load_tensor reused, a new blob each time (staging miss)", lambda: (b.load_tensor(fresh[-1], "float32", [N // 4]), sync()), setup=new_blob)
+for p in fresh: os.unlink(p)
 b.reused = False
 t("load_tensor mmap path", lambda: (b.load_tensor(path, "float32", [N // 4]), sync()))
 pin = torch.empty(N, dtype=torch.uint8, pin_memory=True)
