@@ -1,22 +1,33 @@
 // SHA-256 on worker threads for large bodies: the reading thread copies each new stretch into
 // one of a few reused 4 MiB buffers (a copy costs a fraction of hashing) and goes on reading
 // while the worker hashes; or, for bytes it mirrors in a SharedArrayBuffer, only says which
-// range to hash, so reading never waits for hashing. Used by protocol/_part_digests.ts.
+// range to hash, so reading never waits for hashing. A thread can also write shared bytes to a
+// new file ("spool" them) while another one hashes them. Used by protocol/_part_digests.ts.
 
 const _PIECE = 4 * 1024 * 1024;
 const _BUFFERS = 6;
 
-/** Incremental SHA-256 digests computed elsewhere (one thread or several). */
+/** Incremental SHA-256 digests and spool files computed and written elsewhere. */
 export interface HashSink {
-  /** A new incremental hash. */
+  /** A new incremental hash; end it with {@linkcode digest} (or {@linkcode drop}). */
   open(): number;
   /**
-   * Appends `bytes` to hash `id`: copied from ordinary memory; read in place from a
-   * `SharedArrayBuffer` (which must then stay unchanged until the digest resolves).
+   * A new spool: the bytes given to it are written to the new file `path` instead of hashed
+   * (only bytes in shared memory; any other update leaves it without file). End it with
+   * {@linkcode written} (or {@linkcode drop}).
+   */
+  spool(path: string): number;
+  /**
+   * Appends `bytes` to hash or spool `id`: copied from ordinary memory; read in place from a
+   * `SharedArrayBuffer` (which must then stay unchanged until the digest or written resolves).
    */
   update(id: number, bytes: Uint8Array): Promise<void>;
-  /** The hex digest of everything given to `id`. */
+  /** The hex digest of everything given to hash `id`. */
   digest(id: number): Promise<string>;
+  /** Once spool `id`'s writes are done: the bytes its file got, or `null` when it has none. */
+  written(id: number): Promise<number | null>;
+  /** Forgets hash or spool `id` without an end; a spool's file is deleted. */
+  drop(id: number): void;
 }
 
 /** Several hashing threads: each hash runs on the thread with the fewest open hashes. */
@@ -33,10 +44,60 @@ export class HashThreads implements HashSink {
 
   /** A new incremental hash on the least busy thread (a failed thread is replaced first). */
   open(): number {
+    const thread = this.#leastBusy();
+    const id = ++this.#nextId;
+    thread.adopt(id);
+    this.#own(id, thread);
+    return id;
+  }
+
+  /** A new spool on the least busy thread (so not the one hashing the same bytes, if any other). */
+  spool(path: string): number {
+    const thread = this.#leastBusy();
+    const id = ++this.#nextId;
+    thread.adoptSpool(id, path);
+    this.#own(id, thread);
+    return id;
+  }
+
+  /** Appends `bytes` to `id`. */
+  update(id: number, bytes: Uint8Array): Promise<void> {
+    return this.#thread(id).update(id, bytes);
+  }
+
+  /** The hex digest of hash `id`. */
+  async digest(id: number): Promise<string> {
+    const thread = this.#thread(id);
+    try {
+      return await thread.digest(id);
+    } finally {
+      this.#forget(id, thread);
+    }
+  }
+
+  /** The bytes spool `id` wrote (`null`: no file). */
+  async written(id: number): Promise<number | null> {
+    const thread = this.#thread(id);
+    try {
+      return await thread.written(id);
+    } finally {
+      this.#forget(id, thread);
+    }
+  }
+
+  /** Forgets `id` (a spool's file is deleted). */
+  drop(id: number): void {
+    const thread = this.#owner.get(id);
+    if (!thread) return;
+    thread.drop(id);
+    this.#forget(id, thread);
+  }
+
+  #leastBusy(): HashThread {
     for (let i = 0; i < this.#threads.length; i++) {
       const thread = this.#threads[i];
       if (thread.failed) {
-        this.#open.delete(thread); // hashes still owned by it fail on their own
+        this.#open.delete(thread); // ids still owned by it fail on their own
         this.#threads[i] = new HashThread();
       }
     }
@@ -44,26 +105,17 @@ export class HashThreads implements HashSink {
     for (const thread of this.#threads) {
       if ((this.#open.get(thread) ?? 0) < (this.#open.get(best) ?? 0)) best = thread;
     }
-    const id = ++this.#nextId;
-    this.#owner.set(id, best);
-    this.#open.set(best, (this.#open.get(best) ?? 0) + 1);
-    return id;
+    return best;
   }
 
-  /** Appends `bytes` to hash `id`. */
-  update(id: number, bytes: Uint8Array): Promise<void> {
-    return this.#thread(id).update(id, bytes);
+  #own(id: number, thread: HashThread): void {
+    this.#owner.set(id, thread);
+    this.#open.set(thread, (this.#open.get(thread) ?? 0) + 1);
   }
 
-  /** The hex digest of `id`. */
-  async digest(id: number): Promise<string> {
-    const thread = this.#thread(id);
-    try {
-      return await thread.digest(id);
-    } finally {
-      this.#owner.delete(id);
-      this.#open.set(thread, (this.#open.get(thread) ?? 1) - 1);
-    }
+  #forget(id: number, thread: HashThread): void {
+    this.#owner.delete(id);
+    this.#open.set(thread, (this.#open.get(thread) ?? 1) - 1);
   }
 
   /** Starts every thread now (their start-up then overlaps what comes before the hashing). */
@@ -78,7 +130,7 @@ export class HashThreads implements HashSink {
 
   #thread(id: number): HashThread {
     const thread = this.#owner.get(id);
-    if (!thread) throw new Error(`unknown hash ${id}`);
+    if (!thread) throw new Error(`unknown hash or spool ${id}`);
     return thread;
   }
 }
@@ -90,19 +142,42 @@ export class HashThread implements HashSink {
   #created = 0;
   #waiting: (() => void)[] = [];
   #nextId = 0;
-  #digests = new Map<number, { resolve: (hex: string) => void; reject: (e: Error) => void }>();
+  #replies = new Map<
+    number,
+    { resolve: (value: string | number | null) => void; reject: (e: Error) => void }
+  >();
   #failure: Error | null = null;
 
   /** A new incremental hash; feed it with {@linkcode update}, end it with {@linkcode digest}. */
   open(): number {
-    return ++this.#nextId;
+    const id = ++this.#nextId;
+    this.adopt(id);
+    return id;
+  }
+
+  /** A new spool writing to the new file `path`; end it with {@linkcode written}. */
+  spool(path: string): number {
+    const id = ++this.#nextId;
+    this.adoptSpool(id, path);
+    return id;
+  }
+
+  /** Starts hash `id` (numbered by the caller: {@linkcode HashThreads}). */
+  adopt(id: number): void {
+    this.#nextId = Math.max(this.#nextId, id);
+  }
+
+  /** Starts spool `id` (numbered by the caller) writing to `path`. */
+  adoptSpool(id: number, path: string): void {
+    this.adopt(id);
+    if (!this.#failure) this.#start().postMessage({ t: "spool", id, path });
   }
 
   /**
-   * Appends `bytes` to hash `id`. Bytes in ordinary memory are copied (they may change
-   * afterwards; when all transfer buffers are in flight this waits for one). Bytes in a
+   * Appends `bytes` to `id`. Bytes in ordinary memory are copied (they may change afterwards;
+   * when all transfer buffers are in flight this waits for one). Bytes in a
    * `SharedArrayBuffer` are read there by the thread, without a copy and without waiting: they
-   * must stay unchanged until {@linkcode digest} of `id` resolves.
+   * must stay unchanged until the digest or written of `id` resolves.
    */
   async update(id: number, bytes: Uint8Array): Promise<void> {
     if (bytes.buffer instanceof SharedArrayBuffer) {
@@ -124,13 +199,19 @@ export class HashThread implements HashSink {
     }
   }
 
-  /** The hex digest of everything given to `id`. */
+  /** Forgets `id` without an end; a spool's file is deleted there. */
+  drop(id: number): void {
+    if (!this.#failure) this.#start().postMessage({ t: "drop", id });
+  }
+
+  /** The hex digest of everything given to hash `id`. */
   digest(id: number): Promise<string> {
-    if (this.#failure) return Promise.reject(this.#failure);
-    return new Promise((resolve, reject) => {
-      this.#digests.set(id, { resolve, reject });
-      this.#start().postMessage({ t: "digest", id });
-    });
+    return this.#ask("digest", id) as Promise<string>;
+  }
+
+  /** Once spool `id`'s writes are done: the bytes its file got (`null`: none). */
+  written(id: number): Promise<number | null> {
+    return this.#ask("written", id) as Promise<number | null>;
   }
 
   /** Whether the thread failed or was closed (it hashes nothing any more). */
@@ -148,6 +229,14 @@ export class HashThread implements HashSink {
     this.#worker?.terminate();
     this.#worker = null;
     this.#fail(new Error("the hashing thread was closed"));
+  }
+
+  #ask(t: "digest" | "written", id: number): Promise<string | number | null> {
+    if (this.#failure) return Promise.reject(this.#failure);
+    return new Promise((resolve, reject) => {
+      this.#replies.set(id, { resolve, reject });
+      this.#start().postMessage({ t, id });
+    });
   }
 
   async #buffer(): Promise<ArrayBuffer> {
@@ -173,10 +262,10 @@ export class HashThread implements HashSink {
       if (message.t === "buffer") {
         this.#free.push(message.buffer);
         this.#waiting.shift()?.();
-      } else if (message.t === "digest") {
-        const pending = this.#digests.get(message.id);
-        this.#digests.delete(message.id);
-        pending?.resolve(message.hex);
+      } else if (message.t === "reply") {
+        const pending = this.#replies.get(message.id);
+        this.#replies.delete(message.id);
+        pending?.resolve(message.value);
       }
     };
     worker.onerror = (event) => {
@@ -190,8 +279,8 @@ export class HashThread implements HashSink {
 
   #fail(error: Error): void {
     this.#failure = error;
-    for (const pending of this.#digests.values()) pending.reject(error);
-    this.#digests.clear();
+    for (const pending of this.#replies.values()) pending.reject(error);
+    this.#replies.clear();
     for (const wake of this.#waiting.splice(0)) wake();
   }
 }

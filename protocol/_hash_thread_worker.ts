@@ -1,22 +1,70 @@
 // Worker side of protocol/_hash_thread.ts: incremental SHA-256 per id over transferred buffers
-// (each sent back for reuse) or over ranges of shared memory.
+// (each sent back for reuse) or over ranges of shared memory; and spools, which write ranges of
+// shared memory to a new file instead.
 import { createHash, type Hash } from "node:crypto";
 
+interface _Spool {
+  path: string;
+  file: Deno.FsFile | null;
+  written: number;
+  /** Writes run in order, off this thread (the runtime's I/O threads). */
+  chain: Promise<void>;
+}
+
 const hashes = new Map<number, Hash>();
+const spools = new Map<number, _Spool>();
 const scope = self as unknown as Worker;
 
 scope.onmessage = (event: MessageEvent) => {
   const message = event.data;
-  if (message.t === "update") {
-    _hash(message.id).update(new Uint8Array(message.buffer, 0, message.length));
+  const id: number = message.id;
+  if (message.t === "spool") {
+    let file: Deno.FsFile | null = null;
+    try {
+      file = Deno.openSync(message.path, { write: true, createNew: true, mode: 0o644 });
+    } catch {
+      // no file: the spool reports that nothing was written
+    }
+    spools.set(id, { path: message.path, file, written: 0, chain: Promise.resolve() });
+  } else if (message.t === "update") {
+    const spool = spools.get(id);
+    // Copied bytes are not written: a spool given any loses its file.
+    if (spool) spool.chain = spool.chain.then(() => _close(spool));
+    else _hash(id).update(new Uint8Array(message.buffer, 0, message.length));
     scope.postMessage({ t: "buffer", buffer: message.buffer }, [message.buffer]);
   } else if (message.t === "shared") {
-    // Bytes the sender keeps unchanged in shared memory until it asks for the digest.
-    _hash(message.id).update(new Uint8Array(message.buffer, message.offset, message.length));
+    // Bytes the sender keeps unchanged in shared memory until the end of this id.
+    const bytes = new Uint8Array(message.buffer, message.offset, message.length);
+    const spool = spools.get(id);
+    if (spool) spool.chain = spool.chain.then(() => _write(spool, bytes));
+    else _hash(id).update(bytes);
   } else if (message.t === "digest") {
-    const hash = hashes.get(message.id) ?? createHash("sha256");
-    hashes.delete(message.id);
-    scope.postMessage({ t: "digest", id: message.id, hex: hash.digest("hex") });
+    const value = (hashes.get(id) ?? createHash("sha256")).digest("hex");
+    hashes.delete(id);
+    scope.postMessage({ t: "reply", id, value });
+  } else if (message.t === "written") {
+    const spool = spools.get(id);
+    spools.delete(id);
+    if (!spool) {
+      scope.postMessage({ t: "reply", id, value: null });
+      return;
+    }
+    spool.chain.then(() => {
+      const value = spool.file ? spool.written : null;
+      _close(spool);
+      scope.postMessage({ t: "reply", id, value });
+    });
+  } else if (message.t === "drop") {
+    // A body given up before this payload ended: no end, and a spool's file goes.
+    hashes.delete(id);
+    const spool = spools.get(id);
+    spools.delete(id);
+    if (spool) {
+      spool.chain = spool.chain.then(async () => {
+        _close(spool);
+        await Deno.remove(spool.path).catch(() => {});
+      });
+    }
   }
 };
 
@@ -24,4 +72,24 @@ function _hash(id: number): Hash {
   let hash = hashes.get(id);
   if (!hash) hashes.set(id, hash = createHash("sha256"));
   return hash;
+}
+
+async function _write(spool: _Spool, bytes: Uint8Array): Promise<void> {
+  if (!spool.file) return;
+  try {
+    let rest = bytes;
+    while (rest.length > 0) rest = rest.subarray(await spool.file.write(rest));
+    spool.written += bytes.length;
+  } catch {
+    _close(spool); // the file is then unusable: the spool reports no file
+  }
+}
+
+function _close(spool: _Spool): void {
+  try {
+    spool.file?.close();
+  } catch {
+    // already closed
+  }
+  spool.file = null;
 }

@@ -14,6 +14,7 @@ import type { HashSink } from "./_hash_thread.ts";
 const _ALIGN = 8;
 /** The id of a thread hash that was lost with its thread (ids start at 1). */
 const _LOST = -1;
+const _latin1 = new TextDecoder("latin1");
 const _HEADER_END = new DelimiterFinder(new Uint8Array([13, 10, 13, 10]));
 
 /** Digests of part payloads by exact position, filled in as the body arrives. */
@@ -42,6 +43,13 @@ export class PartDigests {
   readonly #mirror: SharedArrayBuffer | undefined;
   /** Bytes copied into the mirror so far. */
   #mirrored = 0;
+  readonly #spool: ((partHeader: string) => string | undefined) | undefined;
+  /** The payload being spooled: its spool on the threads, and the file. */
+  #spooling: { id: number; path: string } | null = null;
+  /** Payload key → its spool file and how many bytes it got. */
+  readonly #spooled = new Map<string, { path: string; written: number }>();
+  /** Spool files not taken over yet (deleted by discardSpooled). */
+  readonly #unclaimed = new Set<string>();
   #threadFailed = false;
   readonly #digests = new Map<string, string>();
   readonly #pending: Promise<void>[] = [];
@@ -49,25 +57,33 @@ export class PartDigests {
   private constructor(
     boundary: string,
     thread: HashSink | undefined,
-    mirror: SharedArrayBuffer | undefined,
+    shared:
+      | { mirror: SharedArrayBuffer; spool?: (partHeader: string) => string | undefined }
+      | undefined,
   ) {
     this.#delimiter = new DelimiterFinder(new TextEncoder().encode(`\r\n--${boundary}`));
     this.#markFinder = new DelimiterFinder(delimiterMarkPattern(boundary));
     this.#thread = thread;
-    this.#mirror = mirror;
+    this.#mirror = shared?.mirror;
+    this.#spool = shared?.spool;
   }
 
   /**
    * An observer for a multipart body (request or response), or `undefined` for anything else.
-   * With `thread`, payloads are hashed there while this thread keeps reading. With `mirror`
-   * (called once, for a buffer at least as long as the body), the bytes are also copied into
-   * shared memory and hashed there, so reading never waits for a hashing thread; the buffer
-   * must not be reused before {@linkcode settle} resolves.
+   * With `thread`, payloads are hashed there while this thread keeps reading. With
+   * `shared.mirror` (called once, for a buffer at least as long as the body), the bytes are also
+   * copied into shared memory and hashed there, so reading never waits for a hashing thread (the
+   * buffer must not be reused before {@linkcode settle} resolves); then `shared.spool` may name,
+   * from a part's header text, a new file the thread writes that payload to while hashing it
+   * (see {@linkcode spooled} and {@linkcode discardSpooled}).
    */
   static forMultipart(
     headers: Headers,
     thread?: HashSink,
-    mirror?: () => SharedArrayBuffer,
+    shared?: {
+      mirror: () => SharedArrayBuffer;
+      spool?: (partHeader: string) => string | undefined;
+    },
   ): PartDigests | undefined {
     const contentType = headers.get("content-type");
     const mediaType = (contentType ?? "").split(";", 1)[0].trim().toLowerCase();
@@ -78,7 +94,11 @@ export class PartDigests {
     } catch {
       return undefined;
     }
-    return new PartDigests(boundary, thread, thread ? mirror?.() : undefined);
+    return new PartDigests(
+      boundary,
+      thread,
+      thread && shared ? { mirror: shared.mirror(), spool: shared.spool } : undefined,
+    );
   }
 
   /** Resolves once every digest begun has been computed (call before {@linkcode lookup}). */
@@ -126,10 +146,19 @@ export class PartDigests {
           this.#pos = Math.max(this.#pos, view.length - 3);
           return;
         }
+        const headerStart = this.#pos;
         this.#contentStart = this.#hashedTo = this.#pos = at + 4;
-        this.#hash = this.#thread && !this.#threadFailed
-          ? this.#thread.open()
-          : createHash("sha256");
+        if (this.#thread && !this.#threadFailed) {
+          this.#hash = this.#thread.open();
+          // Spooled on another thread than the hash's, so writing never slows the hashing.
+          const path = this.#spool?.(_latin1.decode(view.subarray(headerStart, at)));
+          if (path !== undefined) {
+            this.#spooling = { id: this.#thread.spool(path), path };
+            this.#unclaimed.add(path);
+          }
+        } else {
+          this.#hash = createHash("sha256");
+        }
         continue;
       }
       // The payload ends at the first CRLF--boundary, i.e. a mark preceded by CR.
@@ -175,6 +204,11 @@ export class PartDigests {
   }
 
   async #feed(bytes: Uint8Array): Promise<void> {
+    const spooling = this.#spooling;
+    if (spooling) {
+      // Shared bytes: posted, never waited for. A failure only loses the file.
+      await this.#thread!.update(spooling.id, bytes).catch(() => this.#spooling = null);
+    }
     const hash = this.#hash!;
     if (hash === _LOST) return;
     if (typeof hash !== "number") {
@@ -192,6 +226,15 @@ export class PartDigests {
   }
 
   #finish(key: string): void {
+    const spooling = this.#spooling;
+    this.#spooling = null;
+    if (spooling) {
+      this.#pending.push(
+        this.#thread!.written(spooling.id).then((written) => {
+          if (written !== null) this.#spooled.set(key, { path: spooling.path, written });
+        }, () => {}),
+      );
+    }
     const hash = this.#hash!;
     this.#hash = null;
     if (hash === _LOST) return;
@@ -205,11 +248,51 @@ export class PartDigests {
     );
   }
 
-  /** The digest of `part` if it is exactly a payload seen here (else `undefined`). */
-  lookup(part: Uint8Array): string | undefined {
+  /**
+   * The file the hashing thread wrote with exactly the bytes of `part` (if it asked for one and
+   * the part is exactly a payload seen here); the caller takes it over (after
+   * {@linkcode settle}).
+   */
+  spooled(part: Uint8Array): string | undefined {
+    const key = this.#key(part);
+    const file = key === undefined ? undefined : this.#spooled.get(key);
+    if (!file || file.written !== part.length || !this.#unclaimed.has(file.path)) return undefined;
+    this.#unclaimed.delete(file.path);
+    return file.path;
+  }
+
+  /**
+   * Deletes every spool file nobody took (call when the body is done with; a payload still
+   * being hashed, of a body given up while arriving, is dropped with its file).
+   */
+  async discardSpooled(): Promise<void> {
+    const open = this.#hash;
+    if (typeof open === "number" && open !== _LOST) {
+      this.#hash = _LOST;
+      this.#thread!.drop(open);
+    }
+    const spooling = this.#spooling;
+    if (spooling) {
+      this.#spooling = null;
+      this.#thread!.drop(spooling.id); // its file is deleted there, after its last write
+      this.#unclaimed.delete(spooling.path);
+    }
+    await this.settle();
+    const paths = [...this.#unclaimed];
+    this.#unclaimed.clear();
+    await Promise.all(paths.map((path) => Deno.remove(path).catch(() => {})));
+  }
+
+  #key(part: Uint8Array): string | undefined {
     const body = this.#body;
     if (body === null || part.buffer !== body.buffer) return undefined;
     const start = part.byteOffset - body.byteOffset;
-    return this.#digests.get(`${start}:${start + part.byteLength}`);
+    return `${start}:${start + part.byteLength}`;
+  }
+
+  /** The digest of `part` if it is exactly a payload seen here (else `undefined`). */
+  lookup(part: Uint8Array): string | undefined {
+    const key = this.#key(part);
+    return key === undefined ? undefined : this.#digests.get(key);
   }
 }

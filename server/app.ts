@@ -440,24 +440,28 @@ class _Server implements App {
       this.#hashes.warm();
     }
     const receiveStart = performance.now();
+    let observed: PartDigests | undefined;
     let mirror: SharedArrayBuffer | undefined;
     let received;
     try {
       received = await readRequestBody(request, config.maxRequestBytes, {
         take: (size) => this.#bodies.take(size),
         observer: () =>
-          PartDigests.forMultipart(
-            request.headers,
-            this.#hashes,
-            () => mirror = this.#mirrors.take(Number(contentLength)),
-          ),
+          observed = PartDigests.forMultipart(request.headers, this.#hashes, {
+            mirror: () => mirror = this.#mirrors.take(Number(contentLength)),
+            // Blob payloads are also written to the memory cache's directory as they arrive.
+            spool: (partHeader) =>
+              this.#store && _BLOB_PART.test(partHeader)
+                ? `${this.#store.dir}/.spool-${crypto.randomUUID()}`
+                : undefined,
+          }),
       });
     } catch (error) {
-      this.#giveMirror(mirror, undefined);
+      this.#endBody(observed, mirror, false);
       throw error;
     }
     if (received === null) {
-      this.#giveMirror(mirror, undefined);
+      this.#endBody(observed, mirror, false);
       return respondError(413, "request_too_large", ERROR_MESSAGES.requestTooLarge, "rejected");
     }
     const { body, digests } = received;
@@ -476,16 +480,23 @@ class _Server implements App {
         if (disk.write === null) this.#bodies.give(buffer);
         else disk.write.finally(() => this.#bodies.give(buffer));
       }
-      this.#giveMirror(mirror, digests);
+      this.#endBody(digests, mirror, true);
     }
   }
 
-  /** Returns a body mirror to its pool once no hashing thread can still read it. */
-  #giveMirror(mirror: SharedArrayBuffer | undefined, digests: PartDigests | undefined): void {
-    if (!mirror) return;
-    if (digests) digests.settle().finally(() => this.#mirrors.give(mirror));
-    // A body given up while arriving: updates already sent may still be read; they only feed
-    // digests nobody asks for, so the buffer is dropped rather than reused.
+  /**
+   * After a large body: spool files no blob took over are deleted, and the shared mirror goes
+   * back to its pool once no hashing thread can read it (a body given up while arriving may
+   * still have updates queued: its mirror is dropped instead).
+   */
+  #endBody(
+    digests: PartDigests | undefined,
+    mirror: SharedArrayBuffer | undefined,
+    complete: boolean,
+  ): void {
+    if (!digests) return;
+    this.#trackBackground(digests.discardSpooled());
+    if (mirror && complete) digests.settle().finally(() => this.#mirrors.give(mirror));
   }
 
   async #executeBody(
@@ -527,6 +538,7 @@ class _Server implements App {
       blobs = await resolveBlobs(program, parsed.blobs, {
         store: this.#store!,
         disk: this.#disk,
+        spooled: (bytes) => digests?.spooled(bytes),
         track: (write) => {
           context.onDiskWrite(write);
           this.#background.add(write);
@@ -578,6 +590,7 @@ class _Server implements App {
         ops: program.ops,
         uploads: program.uploads,
         blob_bytes: blobs.bytes,
+        spooled_blobs: blobs.spooled,
         receive_ms: parseStart - receiveStart,
         parse_ms: storeStart - parseStart,
         store_ms: performance.now() - storeStart,
@@ -1055,6 +1068,8 @@ async function _blobDir(runtimeDir: string): Promise<string> {
   }
   return `${runtimeDir}/blobs`;
 }
+
+const _BLOB_PART = /name="blob:[0-9a-f]{64}"/;
 
 function _json(status: number, body: string, requestId?: string): Response {
   const headers: Record<string, string> = { "content-type": "application/json" };

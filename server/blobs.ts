@@ -28,6 +28,8 @@ export type BlobResolution =
     paths: Record<string, string>;
     /** Total bytes of all resolved blobs. */
     bytes: number;
+    /** Supplied blobs whose files were written while the request arrived (taken over). */
+    spooled: number;
     /** Unpins every blob (call once, when the request is done with them). */
     release: () => void;
   };
@@ -40,6 +42,11 @@ export interface BlobCaches {
   disk: DiskFileCache;
   /** Pending disk writes are registered here so shutdown can wait for them. */
   track?: (write: Promise<void>) => void;
+  /**
+   * A file in the memory cache's directory already holding exactly these supplied bytes
+   * (written while the request arrived), taken over instead of writing them again.
+   */
+  spooled?: (bytes: Uint8Array) => string | undefined;
 }
 
 /**
@@ -67,6 +74,7 @@ export async function resolveBlobs(
   const sizes = new Map<string, number>();
   const missing: string[] = [];
   const diskWrites: [string, Uint8Array][] = [];
+  let spooled = 0;
   try {
     // Supplied blobs are written to the store concurrently (each write runs off the event loop).
     const writes: Promise<void>[] = [];
@@ -76,7 +84,15 @@ export async function resolveBlobs(
       const otherUse = ref.uses.has("tensor") || ref.uses.has("bytes") || ref.uses.has("library");
       pinned.push(ref.sha256);
       sizes.set(ref.sha256, bytes.length);
-      writes.push(store.putPinned(ref.sha256, bytes, otherUse));
+      const spoolFile = caches.spooled?.(bytes);
+      writes.push(
+        spoolFile === undefined
+          ? store.putPinned(ref.sha256, bytes, otherUse)
+          : store.adoptPinned(ref.sha256, spoolFile, bytes.length, otherUse).then(
+            () => void spooled++,
+            () => store.putPinned(ref.sha256, bytes, otherUse),
+          ),
+      );
       if (ref.uses.has("file") && disk.enabled) diskWrites.push([ref.sha256, bytes]);
     }
     const settled = await Promise.allSettled(writes);
@@ -138,6 +154,7 @@ export async function resolveBlobs(
     kind: "ready",
     paths,
     bytes: total,
+    spooled,
     release: () => {
       if (!released) {
         released = true;

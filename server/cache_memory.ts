@@ -56,7 +56,32 @@ export class BlobStore {
    * the LRU; objects over a quarter of the capacity are kept only while pinned.
    */
   async putPinned(sha256: string, bytes: Uint8Array, retain: boolean): Promise<void> {
-    const keep = retain && bytes.length <= this.capacityBytes / 4;
+    await this.#put(sha256, bytes.length, retain, () => this.#write(sha256, bytes), null);
+  }
+
+  /**
+   * Like {@linkcode putPinned} for bytes already in the file `path` (in this directory, e.g. one
+   * written while the request arrived): the file is renamed into place, or deleted when the
+   * blob is already stored.
+   */
+  async adoptPinned(sha256: string, path: string, size: number, retain: boolean): Promise<void> {
+    await this.#put(
+      sha256,
+      size,
+      retain,
+      () => Deno.rename(path, this.path(sha256)),
+      () => Deno.remove(path).catch(() => {}),
+    );
+  }
+
+  async #put(
+    sha256: string,
+    size: number,
+    retain: boolean,
+    write: () => Promise<void>,
+    discard: (() => Promise<void>) | null,
+  ): Promise<void> {
+    const keep = retain && size <= this.capacityBytes / 4;
     let entry = this.#entries.get(sha256);
     if (entry) {
       entry.pins++;
@@ -66,15 +91,16 @@ export class BlobStore {
       }
       this.#entries.delete(sha256);
       this.#entries.set(sha256, entry);
+      await discard?.();
       await this.#writes.get(sha256);
     } else {
-      entry = { size: bytes.length, pins: 1, retained: keep };
+      entry = { size, pins: 1, retained: keep };
       this.#entries.set(sha256, entry);
       if (keep) this.#retainedBytes += entry.size;
-      const write = this.#write(sha256, bytes);
-      this.#writes.set(sha256, write);
+      const written = write();
+      this.#writes.set(sha256, written);
       try {
-        await write;
+        await written;
       } catch (error) {
         this.#drop(sha256);
         throw error;

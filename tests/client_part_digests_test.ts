@@ -293,66 +293,132 @@ Deno.test("client: a large response is read without --allow-read (the thread can
   }
 });
 
-Deno.test("part digests: with a shared mirror the thread hashes there, never from copies", async () => {
+Deno.test("part digests: with a shared mirror the thread hashes there and spools payloads", async () => {
   const payloads = [randomBytes(9_000_001), randomBytes(5 << 20), new Uint8Array(0)];
   const encoded = body(payloads);
+  const boundary = encoded.contentType.split("boundary=")[1];
   const thread = new HashThread();
+  const dir = await Deno.makeTempDir();
   const seen: boolean[] = [];
   const recording = {
     open: () => thread.open(),
+    spool: (path: string) => thread.spool(path),
     update: (id: number, bytes: Uint8Array) => {
       seen.push(bytes.buffer instanceof SharedArrayBuffer);
       return thread.update(id, bytes);
     },
     digest: (id: number) => thread.digest(id),
+    written: (id: number) => thread.written(id),
+    drop: (id: number) => thread.drop(id),
   };
-  let mirror: SharedArrayBuffer | undefined;
-  try {
-    const digests = PartDigests.forMultipart(
-      new Headers({ "content-type": encoded.contentType }),
-      recording,
-      () => mirror = new SharedArrayBuffer(encoded.body.length + 100),
-    )!;
-    const buffer = new Uint8Array(encoded.body.length);
-    for (let received = 0; received < buffer.length;) {
-      const next = Math.min(buffer.length, received + 3_000_017);
+  let files = 0;
+  const observe = (mirror?: (m: SharedArrayBuffer) => void) =>
+    PartDigests.forMultipart(new Headers({ "content-type": encoded.contentType }), recording, {
+      mirror: () => {
+        const buffer = new SharedArrayBuffer(encoded.body.length + 100);
+        mirror?.(buffer);
+        return buffer;
+      },
+      spool: (header) => header.includes('name="return:') ? `${dir}/spool-${files++}` : undefined,
+    })!;
+  const feed = async (digests: PartDigests, buffer: Uint8Array, until: number) => {
+    for (let received = 0; received < until;) {
+      const next = Math.min(until, received + 3_000_017);
       buffer.set(encoded.body.subarray(received, next), received);
       received = next;
       await digests.update(buffer, received);
     }
+  };
+  try {
+    let mirror: SharedArrayBuffer | undefined;
+    const digests = observe((m) => mirror = m);
+    const buffer = new Uint8Array(encoded.body.length);
+    await feed(digests, buffer, buffer.length);
     await digests.settle();
-    assert.ok(seen.length > 2 && seen.every(Boolean));
+    assert.ok(seen.length > 2 && seen.every(Boolean)); // never from copies
     assert.deepEqual(new Uint8Array(mirror!, 0, buffer.length), buffer);
-    const boundary = encoded.contentType.split("boundary=")[1];
     const parts = parseMultipart(buffer, boundary).slice(1);
     assert.deepEqual(parts.map((p) => digests.lookup(p.body)), payloads.map(sha256Hex));
+    // Each payload's file holds exactly its bytes; one taken stays, the others are deleted.
+    const taken = digests.spooled(parts[0].body)!;
+    assert.deepEqual(await Deno.readFile(taken), payloads[0]);
+    assert.equal(digests.spooled(parts[0].body), undefined); // taken once
+    assert.deepEqual(await Deno.readFile(digests.spooled(parts[1].body)!), payloads[1]);
+    await digests.discardSpooled();
+    assert.deepEqual([...Deno.readDirSync(dir)].map((e) => e.name).sort(), ["spool-0", "spool-1"]);
+    await Deno.remove(taken);
+    // A body given up half-way leaves no file behind: the payload being hashed is dropped.
+    for (const entry of Deno.readDirSync(dir)) Deno.removeSync(`${dir}/${entry.name}`);
+    const given = observe();
+    await feed(given, new Uint8Array(encoded.body.length), 7_000_000);
+    await given.discardSpooled();
+    await thread.digest(thread.open()); // the thread has taken the drop (its file was created)
+    for (let i = 0; i < 200 && [...Deno.readDirSync(dir)].length > 0; i++) {
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    assert.deepEqual([...Deno.readDirSync(dir)], []);
   } finally {
     thread.close();
+    await Deno.remove(dir, { recursive: true });
   }
 });
 
-Deno.test("hash threads: digests match; a failed thread is replaced by a new one", async () => {
+Deno.test("hash threads: digests, in-place hashing of shared bytes, spool files, drop", async () => {
   const { HashThreads } = await import("../protocol/_hash_thread.ts");
   const threads = new HashThreads(2);
+  const dir = await Deno.makeTempDir();
   try {
     const data = [randomBytes(9 << 20), randomBytes(1000)];
     const ids = data.map(() => threads.open());
     await Promise.all(ids.map((id, i) => threads.update(id, data[i])));
-    const digests = await Promise.all(ids.map((id) => threads.digest(id)));
-    assert.deepEqual(digests, data.map(sha256Hex));
-    // Bytes in shared memory are hashed in place, in any number of ranges.
+    assert.deepEqual(await Promise.all(ids.map((id) => threads.digest(id))), data.map(sha256Hex));
+    // Shared bytes are hashed in place, in any number of ranges, and spooled by another thread;
+    // copied bytes are not spooled; a file that cannot be created only loses the spool.
     const shared = new Uint8Array(new SharedArrayBuffer(data[0].length + 8), 8);
     shared.set(data[0]);
-    const id = threads.open();
+    const hash = threads.open();
+    const spools = [`${dir}/spool-0`, `${dir}/spool-1`, `${dir}/missing/spool-2`].map((path) =>
+      threads.spool(path)
+    );
     for (let at = 0; at < shared.length; at += 3 << 20) {
-      await threads.update(id, shared.subarray(at, Math.min(shared.length, at + (3 << 20))));
+      const range = shared.subarray(at, Math.min(shared.length, at + (3 << 20)));
+      await threads.update(hash, range);
+      await threads.update(spools[0], range);
     }
-    assert.equal(await threads.digest(id), sha256Hex(data[0]));
+    await threads.update(spools[1], data[1]);
+    await threads.update(spools[2], shared);
+    assert.equal(await threads.digest(hash), sha256Hex(data[0]));
+    assert.deepEqual(await Promise.all(spools.map((id) => threads.written(id))), [
+      data[0].length,
+      null,
+      null,
+    ]);
+    assert.deepEqual(await Deno.readFile(`${dir}/spool-0`), data[0]);
     threads.close(); // every thread now counts as failed
     const again = threads.open(); // ...and is replaced when the next hash opens
     await threads.update(again, data[1]);
     assert.equal(await threads.digest(again), sha256Hex(data[1]));
+    // A dropped spool's file is deleted (after the writes it had).
+    const one = new HashThread();
+    try {
+      const dropped = one.spool(`${dir}/spool-3`);
+      await one.update(dropped, shared.subarray(0, 1 << 20));
+      one.drop(dropped);
+      // Answered after the thread took the drop (so the file was created by then).
+      assert.equal(await one.digest(one.open()), sha256Hex(new Uint8Array(0)));
+      for (let i = 0; i < 200 && (await _exists(`${dir}/spool-3`)); i++) {
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      assert.equal(await _exists(`${dir}/spool-3`), false);
+    } finally {
+      one.close();
+    }
   } finally {
     threads.close();
+    await Deno.remove(dir, { recursive: true });
   }
 });
+
+function _exists(path: string): Promise<boolean> {
+  return Deno.lstat(path).then(() => true, () => false);
+}

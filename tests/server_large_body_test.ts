@@ -4,6 +4,7 @@
 import assert from "node:assert/strict";
 import { sha256Hex } from "../protocol/hash.ts";
 import { Client, Program } from "../mod.ts";
+import { appInternals } from "../server/app.ts";
 import { postProgram, startServer } from "./_server.ts";
 import { randomBytes } from "./_bytes.ts";
 
@@ -45,6 +46,21 @@ Deno.test("server: large bodies are hashed off-thread with the same results and 
     for (const key of ["receive_ms", "parse_ms", "store_ms"]) {
       assert.equal(typeof accepted[key], "number", key);
     }
+    // Both blobs were written by the hashing threads while they arrived, and taken over.
+    assert.equal(accepted.spooled_blobs, 2);
+    const blobDir = appInternals(server.app).blobDir!;
+    assert.deepEqual(await Deno.readFile(`${blobDir}/${ha}`), a);
+    assert.deepEqual(await Deno.readFile(`${blobDir}/${hb}`), b);
+    // Spool files nobody took are deleted just after the response (waited for here).
+    const leftovers = async () => {
+      const list = () =>
+        [...Deno.readDirSync(blobDir)].map((e) => e.name).filter((n) => n.startsWith("."));
+      for (let i = 0; i < 100 && list().length > 0; i++) {
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      return list();
+    };
+    assert.deepEqual(await leftovers(), []);
 
     // A corrupted blob: upstream's message, naming the declared and the computed digest.
     const bad = b.slice();
@@ -59,6 +75,10 @@ Deno.test("server: large bodies are hashed off-thread with the same results and 
       error.message,
       `blob hash mismatch: declared ${hb}, computed ${sha256Hex(bad)}`,
     );
+    // Nothing of the corrupted upload is kept: no blob under the declared digest (b is cached
+    // already, so look for the corrupted bytes' own digest), no spool file left behind.
+    assert.equal(await Deno.stat(`${blobDir}/${sha256Hex(bad)}`).catch(() => null), null);
+    assert.deepEqual(await leftovers(), []);
     // The hash check still wins over a malformed program, as in upstream's order.
     const both = await postProgram(server.url, "{not json", { blobs: { [ha]: a, [hb]: bad } });
     assert.equal(both.status, 400);

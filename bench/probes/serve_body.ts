@@ -1,9 +1,9 @@
 /**
  * Receiving a 128 MiB request body through `Deno.serve` with a BYOB reader into one reused buffer
- * (nothing else: no scanning, no hashing), the client a raw socket in the same process; compare
- * with `loopback.ts` (the same bytes over a bare socket).
+ * (nothing else: no scanning, no hashing), or with `request.bytes()` (`bytes`), the client a raw
+ * socket in the same process; compare with `loopback.ts` (the same bytes over a bare socket).
  *
- *   deno run -A bench/probes/serve_body.ts
+ *   deno run -A bench/probes/serve_body.ts [bytes]
  *
  * @module
  */
@@ -14,6 +14,12 @@ let target = new ArrayBuffer(N); // BYOB reads hand back a new ArrayBuffer over 
 let stats = { reads: 0, ms: 0 };
 const server = Deno.serve({ port: 0, hostname: "127.0.0.1", onListen() {} }, async (req) => {
   const t0 = performance.now();
+  if (Deno.args.includes("bytes")) {
+    const body = await req.bytes();
+    stats = { reads: 1, ms: performance.now() - t0 };
+    if (body.length !== N) throw new Error(`got ${body.length} bytes`);
+    return new Response("ok");
+  }
   let buffer = target;
   let offset = 0;
   let reads = 0;
