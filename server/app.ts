@@ -147,8 +147,9 @@ class _Server implements App {
   #options: AppOptions;
   #runtimeDir = "";
   #store: BlobStore | null = null;
+  /** Threads hashing and spooling large bodies: two per blob payload, for up to four at once. */
   readonly #hashes = new HashThreads(
-    Math.max(1, Math.min(4, (navigator.hardwareConcurrency ?? 2) - 1)),
+    Math.max(1, Math.min(8, (navigator.hardwareConcurrency ?? 2) - 1)),
   );
   readonly #bodies = new BodyBuffers(2, 256 * 1024 * 1024);
   /** Shared copies of large bodies that the hashing threads read (reading never waits). */
