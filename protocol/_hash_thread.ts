@@ -26,8 +26,11 @@ export interface HashSink {
   digest(id: number): Promise<string>;
   /** Once spool `id`'s writes are done: the bytes its file got, or `null` when it has none. */
   written(id: number): Promise<number | null>;
-  /** Forgets hash or spool `id` without an end; a spool's file is deleted. */
-  drop(id: number): void;
+  /**
+   * Forgets hash or spool `id` without an end; a spool's file is deleted by its thread.
+   * `false` when its thread is gone (nothing of `id` runs any more, and its file is left).
+   */
+  drop(id: number): boolean;
 }
 
 /** Several hashing threads: each hash runs on the thread with the fewest open hashes. */
@@ -85,12 +88,12 @@ export class HashThreads implements HashSink {
     }
   }
 
-  /** Forgets `id` (a spool's file is deleted). */
-  drop(id: number): void {
+  /** Forgets `id` (a spool's file is deleted); `false` when its thread is gone. */
+  drop(id: number): boolean {
     const thread = this.#owner.get(id);
-    if (!thread) return;
-    thread.drop(id);
+    if (!thread) return false;
     this.#forget(id, thread);
+    return thread.drop(id);
   }
 
   #leastBusy(): HashThread {
@@ -199,9 +202,11 @@ export class HashThread implements HashSink {
     }
   }
 
-  /** Forgets `id` without an end; a spool's file is deleted there. */
-  drop(id: number): void {
-    if (!this.#failure) this.#start().postMessage({ t: "drop", id });
+  /** Forgets `id` without an end; a spool's file is deleted there. `false`: the thread is gone. */
+  drop(id: number): boolean {
+    if (this.#failure) return false;
+    this.#start().postMessage({ t: "drop", id });
+    return true;
   }
 
   /** The hex digest of everything given to hash `id`. */

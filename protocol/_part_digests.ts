@@ -206,8 +206,12 @@ export class PartDigests {
   async #feed(bytes: Uint8Array): Promise<void> {
     const spooling = this.#spooling;
     if (spooling) {
-      // Shared bytes: posted, never waited for. A failure only loses the file.
-      await this.#thread!.update(spooling.id, bytes).catch(() => this.#spooling = null);
+      // Shared bytes: posted, never waited for. A failure (the thread is gone) only loses the
+      // file, which stays unclaimed and is deleted here later.
+      await this.#thread!.update(spooling.id, bytes).catch(() => {
+        this.#thread!.drop(spooling.id);
+        this.#spooling = null;
+      });
     }
     const hash = this.#hash!;
     if (hash === _LOST) return;
@@ -263,24 +267,32 @@ export class PartDigests {
 
   /**
    * Deletes every spool file nobody took (call when the body is done with; a payload still
-   * being hashed, of a body given up while arriving, is dropped with its file).
+   * being hashed or spooled — of a body given up while arriving, or one whose last part never
+   * ended — is dropped, with its file). Resolves `true` when no thread can still read the body
+   * (nothing was dropped on a live thread): only then may a shared mirror be reused.
    */
-  async discardSpooled(): Promise<void> {
+  async discardSpooled(): Promise<boolean> {
+    let idle = true;
     const open = this.#hash;
     if (typeof open === "number" && open !== _LOST) {
       this.#hash = _LOST;
-      this.#thread!.drop(open);
+      if (this.#thread!.drop(open)) idle = false;
     }
     const spooling = this.#spooling;
     if (spooling) {
       this.#spooling = null;
-      this.#thread!.drop(spooling.id); // its file is deleted there, after its last write
-      this.#unclaimed.delete(spooling.path);
+      // A live thread deletes the file itself, after its last write; a dead one writes no more,
+      // so the file is deleted here with the other unclaimed ones.
+      if (this.#thread!.drop(spooling.id)) {
+        idle = false;
+        this.#unclaimed.delete(spooling.path);
+      }
     }
     await this.settle();
     const paths = [...this.#unclaimed];
     this.#unclaimed.clear();
     await Promise.all(paths.map((path) => Deno.remove(path).catch(() => {})));
+    return idle;
   }
 
   #key(part: Uint8Array): string | undefined {

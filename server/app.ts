@@ -151,7 +151,7 @@ class _Server implements App {
   readonly #hashes = new HashThreads(
     Math.max(1, Math.min(8, (navigator.hardwareConcurrency ?? 2) - 1)),
   );
-  readonly #bodies = new BodyBuffers(2, 256 * 1024 * 1024);
+  readonly #bodies = new BodyBuffers(2, 256 * 1024 * 1024, (size) => new ArrayBuffer(size));
   /** Shared copies of large bodies that the hashing threads read (reading never waits). */
   readonly #mirrors = new BodyBuffers(2, 256 * 1024 * 1024, (size) => new SharedArrayBuffer(size));
   #disk: DiskFileCache;
@@ -458,21 +458,27 @@ class _Server implements App {
           }),
       });
     } catch (error) {
-      this.#endBody(observed, mirror, false);
+      this.#endBody(observed, mirror);
       throw error;
     }
     if (received === null) {
-      this.#endBody(observed, mirror, false);
+      this.#endBody(observed, mirror);
       return respondError(413, "request_too_large", ERROR_MESSAGES.requestTooLarge, "rejected");
     }
     const { body, digests } = received;
     const disk: { write: Promise<void> | null } = { write: null };
+    let bodyEnded = false;
+    const endBody = () => {
+      if (!bodyEnded) this.#endBody(digests, mirror);
+      bodyEnded = true;
+    };
     try {
       return await this.#executeBody(body, digests, request, {
         requestId,
         respondError,
         receiveStart,
         onDiskWrite: (write) => disk.write = write,
+        onBlobsResolved: endBody,
       });
     } finally {
       // A reused body buffer goes back once nothing of this request can read it.
@@ -481,23 +487,22 @@ class _Server implements App {
         if (disk.write === null) this.#bodies.give(buffer);
         else disk.write.finally(() => this.#bodies.give(buffer));
       }
-      this.#endBody(digests, mirror, true);
+      endBody();
     }
   }
 
   /**
-   * After a large body: spool files no blob took over are deleted, and the shared mirror goes
-   * back to its pool once no hashing thread can read it (a body given up while arriving may
-   * still have updates queued: its mirror is dropped instead).
+   * Once a large body's blobs are resolved (or it was given up): spool files no blob took over
+   * are deleted, and the shared mirror goes back to its pool if no thread can still read it (a
+   * payload dropped half-way may still have updates queued: its mirror is not reused).
    */
-  #endBody(
-    digests: PartDigests | undefined,
-    mirror: SharedArrayBuffer | undefined,
-    complete: boolean,
-  ): void {
+  #endBody(digests: PartDigests | undefined, mirror: SharedArrayBuffer | undefined): void {
     if (!digests) return;
-    this.#trackBackground(digests.discardSpooled());
-    if (mirror && complete) digests.settle().finally(() => this.#mirrors.give(mirror));
+    this.#trackBackground(
+      digests.discardSpooled().then((idle) => {
+        if (mirror && idle) this.#mirrors.give(mirror);
+      }),
+    );
   }
 
   async #executeBody(
@@ -509,6 +514,8 @@ class _Server implements App {
       respondError: (status: number, kind: string, message: string, reason: string) => Response;
       receiveStart: number;
       onDiskWrite: (write: Promise<void>) => void;
+      /** The body's blobs are in the store (or refused): its spools and mirror can go. */
+      onBlobsResolved: () => void;
     },
   ): Promise<Response> {
     const config = this.config;
@@ -551,6 +558,8 @@ class _Server implements App {
         return respondError(400, "parse", error.message, "rejected");
       }
       throw error;
+    } finally {
+      context.onBlobsResolved();
     }
     if (blobs.kind === "missing") {
       this.events.emit("INFO", "request_finished", {

@@ -28,7 +28,7 @@ export type BlobResolution =
     paths: Record<string, string>;
     /** Total bytes of all resolved blobs. */
     bytes: number;
-    /** Supplied blobs whose files were written while the request arrived (taken over). */
+    /** Supplied blobs whose files were written while the request arrived and renamed into place. */
     spooled: number;
     /** Unpins every blob (call once, when the request is done with them). */
     release: () => void;
@@ -89,8 +89,12 @@ export async function resolveBlobs(
         spoolFile === undefined
           ? store.putPinned(ref.sha256, bytes, otherUse)
           : store.adoptPinned(ref.sha256, spoolFile, bytes.length, otherUse).then(
-            () => void spooled++,
-            () => store.putPinned(ref.sha256, bytes, otherUse),
+            (renamed) => void (renamed && spooled++),
+            async () => {
+              // Not taken over (the rename failed): the bytes are written anew, the file goes.
+              await Deno.remove(spoolFile).catch(() => {});
+              await store.putPinned(ref.sha256, bytes, otherUse);
+            },
           ),
       );
       if (ref.uses.has("file") && disk.enabled) diskWrites.push([ref.sha256, bytes]);

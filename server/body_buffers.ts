@@ -9,22 +9,18 @@
  */
 
 /**
- * A pool keeping up to `keep` buffers of at most `maxBytes` each (the largest are kept); plain
- * `ArrayBuffer`s unless `create` makes another kind (e.g. `SharedArrayBuffer` mirrors that
- * hashing threads read).
+ * A pool keeping up to `keep` buffers of at most `maxBytes` each (the largest are kept), made by
+ * `create`: plain `ArrayBuffer`s for bodies, `SharedArrayBuffer` mirrors that hashing threads
+ * read.
  */
-export class BodyBuffers<B extends ArrayBufferLike = ArrayBuffer> {
+export class BodyBuffers<B extends ArrayBufferLike> {
   readonly #keep: number;
   readonly #maxBytes: number;
   readonly #create: (size: number) => B;
   #free: B[] = [];
 
-  /** Keeps at most `keep` idle buffers of at most `maxBytes` bytes each. */
-  constructor(
-    keep: number,
-    maxBytes: number,
-    create: (size: number) => B = (size) => new ArrayBuffer(size) as B,
-  ) {
+  /** Keeps at most `keep` idle buffers of at most `maxBytes` bytes each, new ones from `create`. */
+  constructor(keep: number, maxBytes: number, create: (size: number) => B) {
     this.#keep = keep;
     this.#maxBytes = maxBytes;
     this.#create = create;

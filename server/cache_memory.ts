@@ -61,17 +61,23 @@ export class BlobStore {
 
   /**
    * Like {@linkcode putPinned} for bytes already in the file `path` (in this directory, e.g. one
-   * written while the request arrived): the file is renamed into place, or deleted when the
-   * blob is already stored.
+   * written while the request arrived): the file is renamed into place (resolves `true`), or
+   * deleted when the blob is already stored (`false`). On failure nothing is stored and the
+   * file is left to the caller.
    */
-  async adoptPinned(sha256: string, path: string, size: number, retain: boolean): Promise<void> {
+  async adoptPinned(sha256: string, path: string, size: number, retain: boolean): Promise<boolean> {
+    let renamed = false;
     await this.#put(
       sha256,
       size,
       retain,
-      () => Deno.rename(path, this.path(sha256)),
+      async () => {
+        await Deno.rename(path, this.path(sha256));
+        renamed = true;
+      },
       () => Deno.remove(path).catch(() => {}),
     );
+    return renamed;
   }
 
   async #put(

@@ -61,6 +61,31 @@ Deno.test("memory cache: pinned blobs are never evicted; oversized ones serve on
   await Deno.remove(dir, { recursive: true });
 });
 
+Deno.test("memory cache: a file written elsewhere is adopted by rename, or dropped if stored", async () => {
+  const dir = await Deno.makeTempDir();
+  const store = new BlobStore(`${dir}/blobs`, 400);
+  const blob = bytesOf(100, 3);
+  const spool = (name: string) => {
+    Deno.writeFileSync(`${store.dir}/${name}`, blob);
+    return `${store.dir}/${name}`;
+  };
+  assert.equal(await store.adoptPinned(sha(blob), spool(".spool-1"), 100, true), true);
+  assert.deepEqual(await Deno.readFile(store.path(sha(blob))), blob);
+  assert.equal(exists(`${store.dir}/.spool-1`), false);
+  // Already stored: the second file is deleted, the blob pinned once more.
+  assert.equal(await store.adoptPinned(sha(blob), spool(".spool-2"), 100, true), false);
+  assert.equal(exists(`${store.dir}/.spool-2`), false);
+  store.unpin([sha(blob)]);
+  store.unpin([sha(blob)]);
+  assert.ok(store.has(sha(blob)));
+  // A failed rename stores nothing and leaves the file to the caller.
+  const other = bytesOf(50, 4);
+  await assert.rejects(store.adoptPinned(sha(other), `${store.dir}/.missing`, 50, true));
+  assert.equal(store.has(sha(other)), false);
+  store.close();
+  await Deno.remove(dir, { recursive: true });
+});
+
 Deno.test("disk cache: layout v1/<2 hex>/<sha256>, hash re-verified, corrupt = miss", async () => {
   const dir = await Deno.makeTempDir();
   const cache = new DiskFileCache(dir, 1 << 20);

@@ -363,6 +363,44 @@ Deno.test("part digests: with a shared mirror the thread hashes there and spools
   }
 });
 
+Deno.test("part digests: a spool file short of its payload is never handed out", async () => {
+  const payload = randomBytes(3 << 20);
+  const encoded = body([payload]);
+  const thread = new HashThread();
+  const dir = await Deno.makeTempDir();
+  try {
+    // A sink whose spools report one byte fewer than they were given (a short write).
+    const short = {
+      open: () => thread.open(),
+      spool: (path: string) => thread.spool(path),
+      update: (id: number, bytes: Uint8Array) => thread.update(id, bytes),
+      digest: (id: number) => thread.digest(id),
+      written: async (id: number) => ((await thread.written(id)) ?? 1) - 1,
+      drop: (id: number) => thread.drop(id),
+    };
+    const digests = PartDigests.forMultipart(
+      new Headers({ "content-type": encoded.contentType }),
+      short,
+      {
+        mirror: () => new SharedArrayBuffer(encoded.body.length),
+        spool: (header) => header.includes("return:0") ? `${dir}/spool` : undefined,
+      },
+    )!;
+    const buffer = encoded.body.slice();
+    await digests.update(buffer, buffer.length);
+    await digests.settle();
+    const boundary = encoded.contentType.split("boundary=")[1];
+    const part = parseMultipart(buffer, boundary)[1];
+    assert.equal(digests.lookup(part.body), sha256Hex(payload));
+    assert.equal(digests.spooled(part.body), undefined);
+    assert.equal(await digests.discardSpooled(), true); // nothing dropped: the mirror may go back
+    assert.deepEqual([...Deno.readDirSync(dir)], []); // the unclaimed file is deleted
+  } finally {
+    thread.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("hash threads: digests, in-place hashing of shared bytes, spool files, drop", async () => {
   const { HashThreads } = await import("../protocol/_hash_thread.ts");
   const threads = new HashThreads(2);

@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { BodyBuffers } from "../server/body_buffers.ts";
 
 Deno.test("body buffers: reused smallest-fit, largest kept, oversized and detached ones dropped", () => {
-  const pool = new BodyBuffers(2, 1000);
+  const pool = new BodyBuffers(2, 1000, (size) => new ArrayBuffer(size));
   const a = pool.take(100);
   assert.equal(a.byteLength, 100);
   new Uint8Array(a)[0] = 7;
