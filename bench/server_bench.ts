@@ -8,7 +8,8 @@
  *   deno run -A bench/server_bench.ts --mode gpu     # real GPU 0
  *   deno run -A bench/server_bench.ts --mode cpu
  */
-import { Client, type ClientOptions, Program, type Register } from "../mod.ts";
+import { Client, type ClientOptions, Program } from "../mod.ts";
+import { addProgram, randomFloats } from "./_programs.ts";
 import { type BenchRow, row, summarize, table } from "./_stats.ts";
 
 /** Which server to measure. */
@@ -150,26 +151,6 @@ async function _closedLoop(url: string, clients: number, seconds: number): Promi
   return done / ((performance.now() - start) / 1000);
 }
 
-function _addProgram(a: Float32Array, b: Float32Array): Program {
-  const program = new Program();
-  const mod = program.upload({ kind: "module", source: "def add(a, b):\n    return a + b\n" });
-  const fn = program.getFunction({ module: mod, name: "add" });
-  const ra: Register = program.upload({ kind: "tensor", value: a, shape: [a.length] });
-  const rb: Register = program.upload({ kind: "tensor", value: b, shape: [b.length] });
-  program.return_({ key: "c", value: program.run({ fn, args: [ra, rb] }) });
-  return program;
-}
-
-function _random(n: number): Float32Array {
-  const out = new Float32Array(n);
-  const bytes = new Uint8Array(out.buffer);
-  for (let i = 0; i < bytes.length; i += 65536) {
-    crypto.getRandomValues(bytes.subarray(i, Math.min(bytes.length, i + 65536)));
-  }
-  for (let i = 0; i < n; i++) if (!Number.isFinite(out[i])) out[i] = 0;
-  return out;
-}
-
 /** Runs every server benchmark; returns the rows. */
 export async function runServerBench(options: ServerBenchOptions): Promise<BenchRow[]> {
   const { mode, quick = false } = options;
@@ -206,9 +187,9 @@ export async function runServerBench(options: ServerBenchOptions): Promise<Bench
 
       if (mode !== "cpu") {
         const n = 16 * 1024 * 1024; // 64 MiB of float32
-        const a = _random(n);
-        const b = _random(n);
-        const add = _addProgram(a, b);
+        const a = randomFloats(n);
+        const b = randomFloats(n);
+        const add = addProgram(a, b);
         const first = await client.execute(add);
         if (!first.completed) throw new Error(JSON.stringify(first.error));
         const cached: number[] = [];
@@ -241,7 +222,7 @@ export async function runServerBench(options: ServerBenchOptions): Promise<Bench
         const cachedMedian = summarize(cached).median;
         const resendIds = new Set<string>();
         for (let i = 0; i < (quick ? 1 : 3); i++) {
-          const fresh = _addProgram(_random(n), _random(n)); // hashing happens here, not timed
+          const fresh = addProgram(randomFloats(n), randomFloats(n)); // hashing happens here, not timed
           const start = performance.now();
           const result = await client.execute(fresh);
           const ms = performance.now() - start;

@@ -5,6 +5,7 @@
  * @module
  */
 import { Program } from "../../mod.ts";
+import { addProgram, randomFloats } from "../_programs.ts";
 
 const _CLI = new URL("../../cli.ts", import.meta.url).pathname;
 
@@ -83,27 +84,30 @@ export async function startServerProcess(
   };
 }
 
-/** `n` random float32 values (finite). */
-export function randomFloats(n: number): Float32Array {
-  const out = new Float32Array(n);
-  const bytes = new Uint8Array(out.buffer);
-  for (let i = 0; i < bytes.length; i += 65536) {
-    crypto.getRandomValues(bytes.subarray(i, Math.min(bytes.length, i + 65536)));
-  }
-  for (let i = 0; i < n; i++) if (!Number.isFinite(out[i])) out[i] = 0;
-  return out;
+/**
+ * A server with `workers` reused workers per GPU (`--max-requests-per-worker 0`), no disk cache,
+ * its event log in `logDir` (none by default), and `extra` flags after those.
+ */
+export function startReusedServer(
+  workers: number | string,
+  options: { gpu?: boolean; denoFlags?: string[]; logDir?: string; extra?: string[] } = {},
+): Promise<ServerProcess> {
+  return startServerProcess([
+    "--log-dir",
+    options.logDir ?? "",
+    "--max-requests-per-worker",
+    "0",
+    "--disk-cache-dir",
+    "",
+    "--workers-per-gpu",
+    String(workers),
+    ...(options.extra ?? []),
+  ], { gpu: options.gpu, denoFlags: options.denoFlags });
 }
 
-/** The server bench's `c = a + b` over two tensors of `n` float32 values (new random ones). */
-export function addProgram(n = 16 << 20): Program {
-  const program = new Program();
-  const mod = program.upload({ kind: "module", source: "def add(a, b):\n    return a + b\n" });
-  const fn = program.getFunction({ module: mod, name: "add" });
-  const args = [randomFloats(n), randomFloats(n)].map((value) =>
-    program.upload({ kind: "tensor", value, shape: [n] })
-  );
-  program.return_({ key: "c", value: program.run({ fn, args }) });
-  return program;
+/** The server bench's `c = a + b` over two new tensors of `n` random float32 values. */
+export function randomAddProgram(n = 16 << 20): Program {
+  return addProgram(randomFloats(n), randomFloats(n));
 }
 
 /** A program returning 1 (a trivial request). */

@@ -9,21 +9,13 @@
  * @module
  */
 import { Client, Program } from "../../mod.ts";
-import { startServerProcess, trivialProgram } from "./_probe.ts";
+import { startReusedServer, trivialProgram } from "./_probe.ts";
 
 const INSPECT = "127.0.0.1:9333";
-const server = await startServerProcess([
-  "--log-dir",
-  "",
-  "--max-requests-per-worker",
-  "0",
-  "--disk-cache-dir",
-  "",
-  "--workers-per-gpu",
-  "4",
-  "--cache-capacity-bytes",
-  String(64 << 20),
-], { denoFlags: [`--inspect=${INSPECT}`] });
+const server = await startReusedServer(4, {
+  extra: ["--cache-capacity-bytes", String(64 << 20)],
+  denoFlags: [`--inspect=${INSPECT}`],
+});
 const trivial = trivialProgram();
 
 function largeProgram(): Program {

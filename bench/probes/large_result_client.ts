@@ -13,19 +13,10 @@ import { PartDigests } from "../../protocol/_part_digests.ts";
 import { HashThread } from "../../protocol/_hash_thread.ts";
 import { encodeMultipartChunks } from "../../protocol/multipart.ts";
 import { decodeProgramResult, decodeResponseBody } from "../../protocol/response.ts";
-import { addProgram, median, startServerProcess } from "./_probe.ts";
+import { median, randomAddProgram, startReusedServer } from "./_probe.ts";
 
-const server = await startServerProcess([
-  "--log-dir",
-  "",
-  "--max-requests-per-worker",
-  "0",
-  "--disk-cache-dir",
-  "",
-  "--workers-per-gpu",
-  "8",
-], { gpu: Deno.args.includes("gpu") });
-const program = addProgram();
+const server = await startReusedServer(8, { gpu: Deno.args.includes("gpu") });
+const program = randomAddProgram();
 const client = new Client(server.url);
 await client.execute(program);
 const { port } = new URL(server.url);

@@ -9,24 +9,15 @@
  * @module
  */
 import { Client } from "../../mod.ts";
-import { addProgram, requestEvents, startServerProcess } from "./_probe.ts";
+import { randomAddProgram, requestEvents, startReusedServer } from "./_probe.ts";
 
 const gpu = Deno.args.includes("gpu");
 const workers = Deno.args.includes("--workers")
   ? Deno.args[Deno.args.indexOf("--workers") + 1]
   : "2";
 const logDir = await Deno.makeTempDir();
-const server = await startServerProcess([
-  "--log-dir",
-  logDir,
-  "--max-requests-per-worker",
-  "0",
-  "--disk-cache-dir",
-  "",
-  "--workers-per-gpu",
-  workers,
-], { gpu });
-const program = addProgram();
+const server = await startReusedServer(workers, { gpu, logDir });
+const program = randomAddProgram();
 const starts: number[] = [];
 const totals: number[] = [];
 const elapsed: number[] = [];

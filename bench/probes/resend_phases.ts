@@ -10,24 +10,15 @@
  * @module
  */
 import { Client } from "../../mod.ts";
-import { addProgram, requestEvents, startServerProcess } from "./_probe.ts";
+import { randomAddProgram, requestEvents, startReusedServer } from "./_probe.ts";
 
 const logDir = await Deno.makeTempDir();
-const server = await startServerProcess([
-  "--log-dir",
-  logDir,
-  "--max-requests-per-worker",
-  "0",
-  "--disk-cache-dir",
-  "",
-  "--workers-per-gpu",
-  "2",
-], { gpu: Deno.args.includes("gpu") });
+const server = await startReusedServer(2, { gpu: Deno.args.includes("gpu"), logDir });
 const misses: { at: number; ms: number; elapsed: number; requestId: string }[] = [];
 {
   await using client = new Client(server.url);
   for (let k = 0; k < 5; k++) {
-    const program = addProgram();
+    const program = randomAddProgram();
     const at = Date.now();
     let start = performance.now();
     const result = await client.execute(program);

@@ -9,19 +9,10 @@
  * @module
  */
 import { Client } from "../../mod.ts";
-import { addProgram, startServerProcess, trivialProgram } from "./_probe.ts";
+import { randomAddProgram, startReusedServer, trivialProgram } from "./_probe.ts";
 
-const server = await startServerProcess([
-  "--log-dir",
-  "",
-  "--max-requests-per-worker",
-  "0",
-  "--disk-cache-dir",
-  "",
-  "--workers-per-gpu",
-  "8",
-], { denoFlags: ["--v8-flags=--trace-gc"] });
-const program = addProgram();
+const server = await startReusedServer(8, { denoFlags: ["--v8-flags=--trace-gc"] });
+const program = randomAddProgram();
 const trivial = trivialProgram();
 const phases: { label: string; from: number; to: number; times: number[] }[] = [];
 

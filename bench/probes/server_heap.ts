@@ -10,19 +10,12 @@
  * @module
  */
 import { Client } from "../../mod.ts";
-import { startServerProcess, trivialProgram } from "./_probe.ts";
+import { startReusedServer, trivialProgram } from "./_probe.ts";
 
-const server = await startServerProcess([
-  "--log-dir",
-  "",
-  "--max-requests-per-worker",
-  "0",
-  "--disk-cache-dir",
-  "",
-  "--workers-per-gpu",
-  "4",
-  ...Deno.args,
-], { denoFlags: ["--v8-flags=--trace-gc"] });
+const server = await startReusedServer(4, {
+  extra: Deno.args,
+  denoFlags: ["--v8-flags=--trace-gc"],
+});
 const trivial = trivialProgram();
 const health = Deno.env.get("HEALTH") !== undefined;
 const marks: { requests: number; at: number }[] = [];
