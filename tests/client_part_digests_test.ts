@@ -257,41 +257,33 @@ const result = await pending;`
 console.log("bytes", (result.get("t") as Uint8Array).length);
 `;
 
-Deno.test("client: an unclosed client's hashing thread does not keep the process alive", async () => {
-  const server = largeResultServer();
-  try {
-    const run = await runScript(_script(server.url, false), ["--allow-net", "--allow-read"]);
-    assert.equal(run.signal, null, `the script never exited: ${run.stdout}${run.stderr}`);
-    assert.equal(run.code, 0, run.stderr);
-    assert.equal(run.stdout.trim(), `bytes ${9 << 20}`);
-  } finally {
-    await server.close();
-  }
-});
-
-Deno.test("client: closing during a large response starts no thread that outlives it", async () => {
-  const server = largeResultServer();
-  try {
-    const run = await runScript(_script(server.url, true), ["--allow-net", "--allow-read"]);
-    assert.equal(run.signal, null, `the script never exited: ${run.stdout}${run.stderr}`);
-    assert.equal(run.code, 0, run.stderr);
-    assert.equal(run.stdout.trim(), `bytes ${9 << 20}`);
-  } finally {
-    await server.close();
-  }
-});
-
-Deno.test("client: a large response is read without --allow-read (the thread cannot start)", async () => {
-  const server = largeResultServer();
-  try {
-    const run = await runScript(_script(server.url, false), ["--allow-net"]);
-    assert.equal(run.signal, null, `the script never exited: ${run.stdout}${run.stderr}`);
-    assert.equal(run.code, 0, run.stderr);
-    assert.equal(run.stdout.trim(), `bytes ${9 << 20}`);
-  } finally {
-    await server.close();
-  }
-});
+for (
+  const [name, close, permissions] of [
+    ["an unclosed client's hashing thread does not keep the process alive", false, [
+      "--allow-net",
+      "--allow-read",
+    ]],
+    ["closing during a large response starts no thread that outlives it", true, [
+      "--allow-net",
+      "--allow-read",
+    ]],
+    ["a large response is read without --allow-read (the thread cannot start)", false, [
+      "--allow-net",
+    ]],
+  ] as const
+) {
+  Deno.test(`client: ${name}`, async () => {
+    const server = largeResultServer();
+    try {
+      const run = await runScript(_script(server.url, close), [...permissions]);
+      assert.equal(run.signal, null, `the script never exited: ${run.stdout}${run.stderr}`);
+      assert.equal(run.code, 0, run.stderr);
+      assert.equal(run.stdout.trim(), `bytes ${9 << 20}`);
+    } finally {
+      await server.close();
+    }
+  });
+}
 
 Deno.test("part digests: with a shared mirror the thread hashes there and spools payloads", async () => {
   const payloads = [randomBytes(9_000_001), randomBytes(5 << 20), new Uint8Array(0)];
