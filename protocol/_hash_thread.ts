@@ -49,7 +49,6 @@ export class HashThreads implements HashSink {
   open(): number {
     const thread = this.#leastBusy();
     const id = ++this.#nextId;
-    thread.adopt(id);
     this.#own(id, thread);
     return id;
   }
@@ -58,7 +57,7 @@ export class HashThreads implements HashSink {
   spool(path: string): number {
     const thread = this.#leastBusy();
     const id = ++this.#nextId;
-    thread.adoptSpool(id, path);
+    thread.startSpool(id, path);
     this.#own(id, thread);
     return id;
   }
@@ -153,26 +152,21 @@ export class HashThread implements HashSink {
 
   /** A new incremental hash; feed it with {@linkcode update}, end it with {@linkcode digest}. */
   open(): number {
-    const id = ++this.#nextId;
-    this.adopt(id);
-    return id;
+    return ++this.#nextId;
   }
 
   /** A new spool writing to the new file `path`; end it with {@linkcode written}. */
   spool(path: string): number {
     const id = ++this.#nextId;
-    this.adoptSpool(id, path);
+    this.startSpool(id, path);
     return id;
   }
 
-  /** Starts hash `id` (numbered by the caller: {@linkcode HashThreads}). */
-  adopt(id: number): void {
-    this.#nextId = Math.max(this.#nextId, id);
-  }
-
-  /** Starts spool `id` (numbered by the caller) writing to `path`. */
-  adoptSpool(id: number, path: string): void {
-    this.adopt(id);
+  /**
+   * Starts spool `id` writing to `path`, numbered by the caller ({@linkcode HashThreads}, whose
+   * ids never meet this thread's own).
+   */
+  startSpool(id: number, path: string): void {
     if (!this.#failure) this.#start().postMessage({ t: "spool", id, path });
   }
 

@@ -1,7 +1,8 @@
-// SHA-256 of a multipart response's parts computed while the body arrives, so verifying a large
-// returned tensor overlaps the transfer instead of following it; and the padding that puts the
-// first binary payload at an 8-byte aligned address, so a typed array can view it in place
-// (no 64 MiB copy).
+// SHA-256 of a multipart body's parts computed while the body arrives, so verifying a large
+// returned tensor (client) or uploaded blob (server) overlaps the transfer instead of following
+// it; on the server, blob payloads also written to spool files meanwhile; and the padding that
+// puts the first binary payload at an 8-byte aligned address, so a typed array can view it in
+// place (no 64 MiB copy).
 //
 // This is only an accelerator. The strict parser (protocol/multipart.ts) still decides what the
 // parts are; a digest computed here is used only for a part whose exact byte range it covers,
@@ -74,8 +75,8 @@ export class PartDigests {
    * `shared.mirror` (called once, for a buffer at least as long as the body), the bytes are also
    * copied into shared memory and hashed there, so reading never waits for a hashing thread (the
    * buffer must not be reused before {@linkcode settle} resolves); then `shared.spool` may name,
-   * from a part's header text, a new file the thread writes that payload to while hashing it
-   * (see {@linkcode spooled} and {@linkcode discardSpooled}).
+   * from a part's header text, a new file another thread writes that payload to while it is
+   * hashed (see {@linkcode spooled} and {@linkcode discardSpooled}).
    */
   static forMultipart(
     headers: Headers,
