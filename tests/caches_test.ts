@@ -3,6 +3,8 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { DiskFileCache } from "../server/cache_disk.ts";
 import { BlobStore } from "../server/cache_memory.ts";
+import { resolveBlobs } from "../server/blobs.ts";
+import { parseProgram } from "../protocol/program.ts";
 
 const sha = (bytes: Uint8Array) => createHash("sha256").update(bytes).digest("hex");
 const bytesOf = (n: number, fill: number) => new Uint8Array(n).fill(fill);
@@ -82,6 +84,29 @@ Deno.test("memory cache: a file written elsewhere is adopted by rename, or dropp
   const other = bytesOf(50, 4);
   await assert.rejects(store.adoptPinned(sha(other), `${store.dir}/.missing`, 50, true));
   assert.equal(store.has(sha(other)), false);
+  store.close();
+  await Deno.remove(dir, { recursive: true });
+});
+
+Deno.test("blob resolution: a spool file that cannot be taken over is deleted, the blob written", async () => {
+  const dir = await Deno.makeTempDir();
+  const store = new BlobStore(`${dir}/blobs`, 400);
+  const blob = bytesOf(100, 6);
+  const program = parseProgram(JSON.stringify({
+    instructions: [{ op: "upload", id: "u", kind: "bytes", blob: sha(blob) }],
+  }));
+  const spool = `${store.dir}/.spool-x`;
+  Deno.writeFileSync(spool, blob);
+  // A directory in the blob's place makes the rename fail (the failed write then clears it).
+  Deno.mkdirSync(store.path(sha(blob)));
+  const resolved = await resolveBlobs(program, new Map([[sha(blob), blob]]), {
+    store,
+    disk: new DiskFileCache(null, 0),
+    spooled: () => spool,
+  });
+  assert.equal(resolved.kind, "ready");
+  assert.deepEqual(await Deno.readFile(store.path(sha(blob))), blob); // written anew
+  assert.equal(exists(spool), false);
   store.close();
   await Deno.remove(dir, { recursive: true });
 });
