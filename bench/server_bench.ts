@@ -10,6 +10,13 @@
  */
 import { Client, type ClientOptions, Program } from "../mod.ts";
 import { addProgram, randomFloats } from "./_programs.ts";
+import {
+  FLOOR_BYTES,
+  loopbackTransfers,
+  randomBytes,
+  serveBodyTransfers,
+  sha256Times,
+} from "./_floors.ts";
 import { type BenchRow, row, summarize, table } from "./_stats.ts";
 
 /** Which server to measure. */
@@ -125,6 +132,33 @@ function _responsePhases(
     after.push(call.ms - ms);
   }
   return { ready, after };
+}
+
+/**
+ * The host's floor under the resend row, per MiB of the 128 MiB it moves (first rounds are
+ * warm-up, not counted): a bare loopback socket, a body read behind `Deno.serve`, one SHA-256
+ * stream; and the bound they give with every digest checked before the run: the second 64 MiB
+ * blob starts arriving halfway and cannot be verified sooner than one hash after that.
+ */
+async function _resendFloors(): Promise<BenchRow[]> {
+  const data = randomBytes(FLOOR_BYTES);
+  const perMiB = (ms: number[], bytes: number) => ms.slice(1).map((t) => t / (bytes / (1 << 20)));
+  const socket = perMiB(await loopbackTransfers(data, 4), FLOOR_BYTES);
+  const serve = perMiB((await serveBodyTransfers(data, 4)).ms, FLOOR_BYTES);
+  const blob = data.subarray(0, FLOOR_BYTES / 2);
+  const hash = perMiB(sha256Times(blob, 4), blob.length);
+  const bound = (transfer: number[]) => {
+    const t = summarize(transfer).median;
+    const h = summarize(hash).median;
+    return [Math.max(t, t / 2 + h / 2)]; // per MiB: half the body, then one blob's hash (64 MiB)
+  };
+  return [
+    row(`  floor: 128 MiB over a bare loopback socket`, "ms/MiB", socket),
+    row(`  floor: 128 MiB body read behind Deno.serve`, "ms/MiB", serve),
+    row(`  floor: SHA-256, one stream`, "ms/MiB", hash),
+    row(`  bound, verified before the run: bare socket`, "ms/MiB", bound(socket)),
+    row(`  bound, verified before the run: Deno.serve`, "ms/MiB", bound(serve)),
+  ];
 }
 
 function _trivialProgram(): Program {
@@ -244,6 +278,7 @@ export async function runServerBench(options: ServerBenchOptions): Promise<Bench
             ),
           );
         }
+        rows.push(...await _resendFloors());
       }
     } finally {
       await server.stop();
