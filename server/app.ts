@@ -105,6 +105,10 @@ const _NO_MULTICAST = {
   TORCH_SYMM_MEM_DISABLE_MULTICAST: "1",
   NVSHMEM_DISABLE_NVLS: "1",
 };
+/** Large-body receive buffers and mirrors up to this size are pooled (two of each). */
+const _POOLED_BODY_BYTES = 256 * 1024 * 1024;
+/** Pooled ones are freed after this long without a large body (up to 1 GiB idle otherwise). */
+const _IDLE_BODY_BUFFERS_MS = 60_000;
 const _UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 /**
@@ -151,9 +155,19 @@ class _Server implements App {
   readonly #hashes = new HashThreads(
     Math.max(1, Math.min(8, (navigator.hardwareConcurrency ?? 2) - 1)),
   );
-  readonly #bodies = new BodyBuffers(2, 256 * 1024 * 1024, (size) => new ArrayBuffer(size));
+  readonly #bodies = new BodyBuffers(
+    2,
+    _POOLED_BODY_BYTES,
+    (size) => new ArrayBuffer(size),
+    { releaseAfterMs: _IDLE_BODY_BUFFERS_MS },
+  );
   /** Shared copies of large bodies that the hashing threads read (reading never waits). */
-  readonly #mirrors = new BodyBuffers(2, 256 * 1024 * 1024, (size) => new SharedArrayBuffer(size));
+  readonly #mirrors = new BodyBuffers(
+    2,
+    _POOLED_BODY_BYTES,
+    (size) => new SharedArrayBuffer(size),
+    { releaseAfterMs: _IDLE_BODY_BUFFERS_MS },
+  );
   #disk: DiskFileCache;
   #leases: GpuLeases | null = null;
   #devices = new Map<number, GpuDevice>();
