@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { sha256Hex } from "../protocol/hash.ts";
 import { Client, Program } from "../mod.ts";
 import { appInternals } from "../server/app.ts";
-import { postProgram, startServer } from "./_server.ts";
+import { multipartBody, postProgram, startServer } from "./_server.ts";
 import { randomBytes } from "./_bytes.ts";
 
 const _LENGTH_SOURCE =
@@ -104,6 +104,55 @@ Deno.test("server: a large result streams from its part file in several reads, b
     const data = result.get<Uint8Array>("b");
     assert.equal(data.length, 256 * (9 * 4096 + 7)); // over 9 MiB: three 4 MiB file reads
     for (let i = 0; i < data.length; i += 4093) assert.equal(data[i], i % 256);
+  } finally {
+    await server.stop();
+  }
+});
+
+Deno.test("server: a client hanging up halfway through a large upload leaves no spool, the server serves on", async () => {
+  const server = await startServer();
+  try {
+    const a = randomBytes(6 << 20);
+    const b = randomBytes(6 << 20);
+    const program = lengthProgram(a, b);
+    const { body, contentType } = multipartBody([
+      { name: "program", contentType: "application/json", body: program },
+      { name: `blob:${sha256Hex(a)}`, contentType: "application/octet-stream", body: a },
+      { name: `blob:${sha256Hex(b)}`, contentType: "application/octet-stream", body: b },
+    ]);
+    const blobDir = appInternals(server.app).blobDir!;
+    const spools = () =>
+      [...Deno.readDirSync(blobDir)].map((e) => e.name).filter((n) => n.startsWith(".spool-"));
+    const { hostname, port } = new URL(server.url);
+    for (const cut of [body.length >> 1, body.length - 100]) { // b just begun; b nearly done
+      const conn = await Deno.connect({ hostname, port: Number(port) });
+      const head = `POST /execute HTTP/1.1\r\nhost: x\r\ncontent-type: ${contentType}\r\n` +
+        `content-length: ${body.length}\r\n\r\n`;
+      await conn.write(new TextEncoder().encode(head));
+      for (let at = 0; at < cut;) at += await conn.write(body.subarray(at, cut));
+      // Wait until the server has begun spooling this body, then hang up.
+      for (let i = 0; i < 200 && spools().length === 0; i++) {
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      assert.notEqual(spools().length, 0, "the upload was never spooled");
+      conn.close();
+      for (let i = 0; i < 200 && spools().length > 0; i++) {
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      assert.deepEqual(spools(), [], `spool files left after a hang-up at byte ${cut}`);
+      // Nothing of the unfinished upload went into the store.
+      assert.equal(await Deno.stat(`${blobDir}/${sha256Hex(b)}`).catch(() => null), null);
+    }
+    // The server serves on, with the same blobs, in full.
+    const ok = await postProgram(server.url, program, {
+      blobs: { [sha256Hex(a)]: a, [sha256Hex(b)]: b },
+    });
+    assert.equal(ok.status, 200, JSON.stringify(ok.json));
+    assert.equal(
+      server.events.filter((e) => e.event === "request_accepted").length,
+      1,
+      "a cut upload was accepted",
+    );
   } finally {
     await server.stop();
   }
