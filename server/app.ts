@@ -209,7 +209,7 @@ class _Server implements App {
       this.#runtimeDir = await Deno.makeTempDir({ prefix: "kcoral-" });
       this.#store = new BlobStore(await _blobDir(this.#runtimeDir), config.cacheCapacityBytes);
       await this.#disk.prepare();
-      this.#python = await pythonInfo(config.python);
+      this.#python = await pythonInfo(config.python, this.#options.env);
       const runtimePath = await runtimePythonPath(this.#runtimeDir);
       const gpuMode = config.device === "gpu";
       const devices = !gpuMode

@@ -136,9 +136,13 @@ export function workerPaths(
 /**
  * Reads the worker interpreter's executable, prefixes, module path and user site. The
  * executable is `sys.executable` as the interpreter reports it: a shim or a name on `PATH`
- * becomes the real interpreter, and a virtual environment keeps its own `bin/python`.
+ * becomes the real interpreter, and a virtual environment keeps its own `bin/python`. `env` is
+ * the environment the workers get (default: this process's), since it decides the user site.
  */
-export async function pythonInfo(python: string): Promise<PythonInfo> {
+export async function pythonInfo(
+  python: string,
+  env?: Record<string, string>,
+): Promise<PythonInfo> {
   const code = [
     "import json,sys,os,site",
     "u=site.getusersitepackages() if site.ENABLE_USER_SITE else None",
@@ -152,6 +156,7 @@ export async function pythonInfo(python: string): Promise<PythonInfo> {
     args: ["-c", code],
     stdout: "piped",
     stderr: "piped",
+    ...(env ? { env, clearEnv: true } : {}),
   }).output().catch((error) => {
     throw new Error(`cannot run the worker interpreter ${python}: ${error.message}`);
   });

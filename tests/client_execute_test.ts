@@ -12,6 +12,8 @@ import {
 import { encodeExecuteResponse, errorBody, sha256Hex } from "../protocol/mod.ts";
 import { cacheMiss, completed, fakeServer, json } from "./fixtures/protocol/fake_server.ts";
 
+const _HEALTH_PROBE = new URL("./fixtures/client/health_probe.ts", import.meta.url).pathname;
+
 const SPEC_PROGRAM =
   '{"instructions":[{"op":"upload","kind":"module","source":"def add_one(x):\\n    return x + 1\\n","id":"upload_0"},{"op":"get_function","id":"get_function_1","module":{"$ref":"upload_0"},"name":"add_one"},{"op":"upload","kind":"tensor","blob":"ad73b9acd6e4a74b2f5bb5386658ce3bb146cd040a1867646ab3b973fb6632b1","dtype":"float32","shape":[4],"id":"upload_2"},{"op":"run","id":"run_3","fn":{"$ref":"get_function_1"},"args":[{"$ref":"upload_2"}]},{"op":"return","key":"y","value":{"$ref":"run_3"}}],"options":{"timeout_seconds":30}}';
 const TENSOR_HASH = "ad73b9acd6e4a74b2f5bb5386658ce3bb146cd040a1867646ab3b973fb6632b1";
@@ -389,20 +391,33 @@ Deno.test("client: with HTTP_PROXY set, the connect probe targets the proxy fetc
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const closedPort = (listener.addr as Deno.NetAddr).port;
   listener.close();
-  Deno.env.set("HTTP_PROXY", proxy.url);
+  // Each client runs in a child process with its own proxy variables: setting them here would
+  // reach every test running in parallel in this process (and the programs they start).
+  const probe = async (proxyEnv: Record<string, string>) => {
+    const env = Deno.env.toObject();
+    for (const name of Object.keys(env)) {
+      if (/^(https?|all|no)_proxy$/i.test(name)) delete env[name];
+    }
+    const { stdout, success } = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", _HEALTH_PROBE, `http://127.0.0.1:${closedPort}`],
+      env: { ...env, ...proxyEnv },
+      clearEnv: true,
+      stderr: "inherit",
+    }).output();
+    assert.ok(success);
+    return JSON.parse(new TextDecoder().decode(stdout));
+  };
   try {
     // The origin is down, but every request goes through the (live) proxy.
-    await using client = new Client(`http://127.0.0.1:${closedPort}`);
-    assert.equal((await client.health()).via, "proxy");
+    assert.deepEqual(await probe({ HTTP_PROXY: proxy.url }), { via: "proxy" });
     assert.equal(proxy.received.length, 1);
     // NO_PROXY exempts the host: the probe goes to the origin, which refuses.
-    Deno.env.set("NO_PROXY", "localhost,127.0.0.1");
-    await using direct = new Client(`http://127.0.0.1:${closedPort}`);
-    await assert.rejects(direct.health(), TransportError);
+    assert.deepEqual(
+      await probe({ HTTP_PROXY: proxy.url, NO_PROXY: "localhost,127.0.0.1" }),
+      { error: "TransportError" },
+    );
     assert.equal(proxy.received.length, 1);
   } finally {
-    Deno.env.delete("HTTP_PROXY");
-    Deno.env.delete("NO_PROXY");
     await proxy.close();
   }
 });

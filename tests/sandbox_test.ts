@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { createApp } from "../server/app.ts";
+import { type AppOptions, createApp } from "../server/app.ts";
 import { ConfigError, type ServerConfig } from "../server/config.ts";
 import { pythonInfo, SandboxConfigError } from "../server/sandbox.ts";
 import { callProgram, postProgram, startServer, type TestServer } from "./_server.ts";
@@ -26,8 +26,11 @@ const KCORAL_DIRS = [
 ];
 
 /** Starts a server that must really be sandboxed; fails with the probe's reason otherwise. */
-async function sandboxed(config: Partial<ServerConfig>): Promise<TestServer> {
-  const server = await startServer({ ...config, sandbox: "bubblewrap" });
+async function sandboxed(
+  config: Partial<ServerConfig>,
+  options: AppOptions = {},
+): Promise<TestServer> {
+  const server = await startServer({ ...config, sandbox: "bubblewrap" }, options);
   if (server.app.sandbox !== "bubblewrap") {
     const reason = server.events.find((e) => e.event === "sandbox_disabled")?.error;
     await server.stop();
@@ -905,15 +908,8 @@ Deno.test("sandbox: --sandbox-readonly-path adds a readable, importable director
         env,
         stderr: "null",
       }).output()).success;
-      const saved = Deno.env.get("PYTHONUSERBASE");
-      Deno.env.set("PYTHONUSERBASE", base);
-      let server: TestServer;
-      try {
-        server = await sandboxed({ diskCacheDir: null });
-      } finally {
-        if (saved === undefined) Deno.env.delete("PYTHONUSERBASE");
-        else Deno.env.set("PYTHONUSERBASE", saved);
-      }
+      // The workers' environment only: tests run in parallel share this process's environment.
+      const server = await sandboxed({ diskCacheDir: null }, { env });
       try {
         const inside = await probe<{ value: string | null; write: string }>(
           server,
