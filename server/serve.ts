@@ -1,11 +1,17 @@
 /**
  * Runs a server application over HTTP with `Deno.serve`: starts the workers first, then
  * listens and prints `Application startup complete.`; SIGTERM/SIGINT drain requests in flight
- * (new ones get 503), stop every worker, and end the process with status 0.
+ * (new ones get 503), stop every worker, and end the process with status 0. A listener that
+ * fails (`Deno.serve` stops accepting for good when the process runs out of file descriptors)
+ * is opened again on the same address, while connections already accepted go on.
  *
  * @module
  */
-import type { App } from "./app.ts";
+import { type App, appInternals } from "./app.ts";
+
+/** Waits before listening again after the listener failed: doubling from the first, capped. */
+const _RELISTEN_FIRST_MS = 50;
+const _RELISTEN_MAX_MS = 1000;
 
 /** Where and how to listen. */
 export interface ServeOptions {
@@ -52,13 +58,11 @@ export async function serve(app: App, options: ServeOptions = {}): Promise<Runni
   await app.start();
   let resolveAddr!: (addr: Deno.NetAddr) => void;
   const listening = new Promise<Deno.NetAddr>((resolve) => (resolveAddr = resolve));
+  const listen = (port: number, onListen: (addr: Deno.NetAddr) => void) =>
+    Deno.serve({ hostname: options.host ?? "127.0.0.1", port, onListen }, app.fetch);
   let server: Deno.HttpServer<Deno.NetAddr>;
   try {
-    server = Deno.serve({
-      hostname: options.host ?? "127.0.0.1",
-      port: options.port ?? 8000,
-      onListen: (addr) => resolveAddr(addr),
-    }, app.fetch);
+    server = listen(options.port ?? 8000, resolveAddr);
   } catch (error) {
     await app.shutdown();
     throw error;
@@ -77,7 +81,7 @@ export async function serve(app: App, options: ServeOptions = {}): Promise<Runni
       const remaining = app.health().load.requests_in_progress;
       if (remaining > 0) log(`Finishing remaining benchmarks: ${remaining} left.`);
       await app.shutdown();
-      await server.shutdown();
+      await server.shutdown().catch(() => {}); // a failed listener has nothing left to stop
       for (const [signal, handler] of signalHandlers) {
         try {
           Deno.removeSignalListener(signal, handler);
@@ -101,6 +105,54 @@ export async function serve(app: App, options: ServeOptions = {}): Promise<Runni
       signalHandlers.push([signal, handler]);
     }
   }
-  const finished = server.finished.then(() => stopping ?? undefined);
+  const finished = (async () => {
+    for (;;) {
+      try {
+        await server.finished;
+      } catch (error) {
+        const again = stopping ? null : await _listenAgain(
+          error,
+          () => stopping !== null,
+          () => listen(addr.port, () => {}),
+          (fields) => {
+            appInternals(app).events.emit("WARNING", "listener_restarted", fields);
+            log(`kcoral server: listening again after: ${fields.error}`);
+          },
+        );
+        if (again) {
+          server = again;
+          // A shutdown that began meanwhile may have stopped the failed listener only.
+          if (stopping) await server.shutdown().catch(() => {});
+          else continue;
+        }
+      }
+      await stopping;
+      return;
+    }
+  })();
   return { addr, url, finished, shutdown };
+}
+
+/**
+ * Opens the listener again after it failed with `error`, retrying (doubling waits, capped)
+ * while that fails too (no descriptor free yet); `null` once the server is stopping.
+ */
+async function _listenAgain(
+  error: unknown,
+  stopping: () => boolean,
+  listen: () => Deno.HttpServer<Deno.NetAddr>,
+  report: (fields: { error: string; attempts: number }) => void,
+): Promise<Deno.HttpServer<Deno.NetAddr> | null> {
+  let delay = _RELISTEN_FIRST_MS;
+  for (let attempts = 1;; attempts++) {
+    await new Promise((resolve) => setTimeout(resolve, delay));
+    if (stopping()) return null;
+    try {
+      const server = listen();
+      report({ error: error instanceof Error ? error.message : String(error), attempts });
+      return server;
+    } catch {
+      delay = Math.min(2 * delay, _RELISTEN_MAX_MS);
+    }
+  }
 }

@@ -268,3 +268,60 @@ Deno.test("kcoral server: the process prints 'Application startup complete.' and
   await child.stdout.cancel();
   assert.equal(status.code, 0);
 });
+
+Deno.test("kcoral server: running out of file descriptors does not end it: it listens again", async () => {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (listener.addr as Deno.NetAddr).port;
+  listener.close();
+  const cli = new URL("../cli.ts", import.meta.url).pathname;
+  // A low descriptor limit for the server alone (bash's ulimit), so a few hundred idle
+  // connections exhaust it: Deno.serve then stops accepting for good.
+  const command =
+    `ulimit -n 256 && exec "${Deno.execPath()}" run -A "${cli}" server --device cpu ` +
+    `--num-workers 1 --sandbox none --port ${port} --log-dir '' --disk-cache-dir ''`;
+  const child = new Deno.Command("bash", {
+    args: ["-c", command],
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
+  let seen = "";
+  const conns: Deno.TcpConn[] = [];
+  try {
+    while (!seen.includes("Application startup complete.")) {
+      const { value, done } = await reader.read();
+      if (done) throw new Error(`server exited:\n${seen}`);
+      seen += value;
+    }
+    for (let i = 0; i < 400; i++) {
+      try {
+        conns.push(await Deno.connect({ hostname: "127.0.0.1", port }));
+      } catch {
+        break; // the listener is gone (refused) once the limit was hit
+      }
+    }
+    assert.ok(conns.length > 0);
+    for (const conn of conns.splice(0)) conn.close();
+    // Served again within a few seconds, by the same process.
+    let health: { status?: string } = {};
+    for (let i = 0; i < 100 && health.status !== "ok"; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      health = await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.json(), () => ({}));
+    }
+    assert.equal(health.status, "ok", `not served again:\n${seen}`);
+    // Read what it said meanwhile (without waiting for more than is there).
+    const said = await Promise.race([
+      reader.read().then(({ value }) => value ?? ""),
+      new Promise<string>((r) => setTimeout(() => r(""), 500)),
+    ]);
+    assert.match(seen + said, /listening again after: .*(Too many open files|os error 24)/);
+  } finally {
+    for (const conn of conns) conn.close();
+    child.kill("SIGTERM");
+    const drain = (async () => {
+      while (!(await reader.read()).done) { /* drain */ }
+    })();
+    await child.status;
+    await drain;
+  }
+});
