@@ -107,6 +107,8 @@ const _NO_MULTICAST = {
 };
 /** Large-body receive buffers and mirrors up to this size are pooled (two of each). */
 const _POOLED_BODY_BYTES = 256 * 1024 * 1024;
+/** Large bodies read at once into buffers sized before their bytes arrive (as upstream's 4). */
+const _MAX_LARGE_RECEIVES = 4;
 /** Pooled ones are freed after this long without a large body (up to 1 GiB idle otherwise). */
 const _IDLE_BODY_BUFFERS_MS = 60_000;
 const _UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -174,6 +176,8 @@ class _Server implements App {
   #python: PythonInfo | null = null;
   #launchBase: Omit<SlotLaunch, "workDir" | "resultsDir" | "devices"> | null = null;
   #closing = false;
+  /** Large bodies being read into buffers sized by their Content-Length. */
+  #largeReceives = 0;
   #started = false;
   #inFlight = 0;
   #idle: (() => void) | null = null;
@@ -451,29 +455,40 @@ class _Server implements App {
       await request.body?.cancel().catch(() => {});
       return respondError(413, "request_too_large", ERROR_MESSAGES.requestTooLarge, "rejected");
     }
-    if (contentLength !== null && Number(contentLength) >= LARGE_BODY_BYTES) {
+    // At most a few large bodies at once get buffers sized by their Content-Length before their
+    // bytes arrive (a declared length costs a client nothing); any others are held as they come.
+    const inPlace = contentLength !== null && Number(contentLength) >= LARGE_BODY_BYTES &&
+      this.#largeReceives < _MAX_LARGE_RECEIVES;
+    if (inPlace) {
       this.#hashes.warm();
+      this.#largeReceives++;
     }
     const receiveStart = performance.now();
     let observed: PartDigests | undefined;
     let mirror: SharedArrayBuffer | undefined;
     let received;
     try {
-      received = await readRequestBody(request, config.maxRequestBytes, {
-        take: (size) => this.#bodies.take(size),
-        observer: () =>
-          observed = PartDigests.forMultipart(request.headers, this.#hashes, {
-            mirror: () => mirror = this.#mirrors.take(Number(contentLength)),
-            // Blob payloads are also written to the memory cache's directory as they arrive.
-            spool: (partHeader) =>
-              this.#store && _BLOB_PART.test(partHeader)
-                ? `${this.#store.dir}/.spool-${crypto.randomUUID()}`
-                : undefined,
-          }),
-      });
+      received = await readRequestBody(
+        request,
+        config.maxRequestBytes,
+        !inPlace ? undefined : {
+          take: (size) => this.#bodies.take(size),
+          observer: () =>
+            observed = PartDigests.forMultipart(request.headers, this.#hashes, {
+              mirror: () => mirror = this.#mirrors.take(Number(contentLength)),
+              // Blob payloads are also written to the memory cache's directory as they arrive.
+              spool: (partHeader) =>
+                this.#store && _BLOB_PART.test(partHeader)
+                  ? `${this.#store.dir}/.spool-${crypto.randomUUID()}`
+                  : undefined,
+            }),
+        },
+      );
     } catch (error) {
       this.#endBody(observed, mirror);
       throw error;
+    } finally {
+      if (inPlace) this.#largeReceives--;
     }
     if (received === null) {
       this.#endBody(observed, mirror);

@@ -21,19 +21,23 @@ export interface ReceivedBody {
 }
 
 /**
- * Reads a request body of at most `limit` bytes (`null` when it is larger). A body with a
- * Content-Length of {@linkcode LARGE_BODY_BYTES} or more is read in place by a BYOB reader into
- * a buffer from `large.take` (give it back once nothing of the request can read it), and the
- * `large.observer` sees it arrive (delimiter marks, part digests on hashing threads).
+ * Reads a request body of at most `limit` bytes (`null` when it is larger). With `large`, a body
+ * with a Content-Length of {@linkcode LARGE_BODY_BYTES} or more is read in place by a BYOB reader
+ * into a buffer from `large.take` (give it back once nothing of the request can read it), and
+ * the `large.observer` sees it arrive (delimiter marks, part digests on hashing threads). Without
+ * it, such a body is held as it arrives: memory only for bytes received, never for bytes merely
+ * declared.
  */
 export async function readRequestBody(
   request: Request,
   limit: number,
-  large: { take: (size: number) => ArrayBuffer; observer: () => PartDigests | undefined },
+  large?: { take: (size: number) => ArrayBuffer; observer: () => PartDigests | undefined },
 ): Promise<ReceivedBody | null> {
   if (!request.body) return { body: new Uint8Array(0), pooled: false };
   const declared = Number(request.headers.get("content-length") ?? NaN);
-  if (Number.isSafeInteger(declared) && declared >= LARGE_BODY_BYTES && declared <= limit) {
+  if (
+    large && Number.isSafeInteger(declared) && declared >= LARGE_BODY_BYTES && declared <= limit
+  ) {
     // Read in place into a reused buffer (a BYOB reader moves the bytes straight there, about
     // twice as fast as copying 64 KiB chunks), scanned and hashed on other threads meanwhile.
     const digests = large.observer();
@@ -72,7 +76,10 @@ export async function readRequestBody(
     }
     return { body: new Uint8Array(buffer, 0, offset), digests, pooled: true };
   }
-  if (Number.isSafeInteger(declared) && declared >= 0 && declared <= limit) {
+  if (
+    Number.isSafeInteger(declared) && declared >= 0 && declared <= limit &&
+    declared < LARGE_BODY_BYTES
+  ) {
     // One allocation, filled in place (no chunk list, no final copy).
     const body = new Uint8Array(declared);
     let offset = 0;

@@ -157,3 +157,44 @@ Deno.test("server: a client hanging up halfway through a large upload leaves no 
     await server.stop();
   }
 });
+
+Deno.test("server: bodies only declared large get no buffers: past four at once, a body is held as it arrives", async () => {
+  const server = await startServer();
+  const stalled: Deno.TcpConn[] = [];
+  try {
+    const { hostname, port } = new URL(server.url);
+    const received = () => server.events.filter((e) => e.event === "request_received").length;
+    // Four uploads that declare 64 MiB and send nothing: each holds a place in the in-place path.
+    for (let i = 0; i < 4; i++) {
+      const conn = await Deno.connect({ hostname, port: Number(port) });
+      await conn.write(new TextEncoder().encode(
+        `POST /execute HTTP/1.1\r\nhost: x\r\ncontent-type: multipart/form-data; boundary=b\r\n` +
+          `content-length: ${64 << 20}\r\n\r\n`,
+      ));
+      stalled.push(conn);
+    }
+    for (let i = 0; i < 300 && received() < 4; i++) await new Promise((r) => setTimeout(r, 10));
+    assert.equal(received(), 4);
+    const upload = async () => {
+      const a = randomBytes(6 << 20);
+      const b = randomBytes(5 << 20);
+      const ok = await postProgram(server.url, lengthProgram(a, b), {
+        blobs: { [sha256Hex(a)]: a, [sha256Hex(b)]: b },
+      });
+      assert.equal(ok.status, 200, JSON.stringify(ok.json));
+      const n = (ok.json.results as Record<string, { value: { value: unknown }[] }>).n.value;
+      assert.deepEqual(n.slice(0, 2).map((v) => v.value), [a.length, b.length]);
+      const accepted = server.events.filter((e) => e.event === "request_accepted").at(-1)!;
+      return accepted.spooled_blobs;
+    };
+    // A fifth large body is held as it arrives (nothing spooled on the way), with the same result.
+    assert.equal(await upload(), 0);
+    // Once the declared-only uploads are gone, large bodies are read in place again.
+    for (const conn of stalled.splice(0)) conn.close();
+    await new Promise((r) => setTimeout(r, 100));
+    assert.equal(await upload(), 2);
+  } finally {
+    for (const conn of stalled) conn.close();
+    await server.stop();
+  }
+});
