@@ -55,6 +55,8 @@ export class JsonParseError extends Error {
 
 /** Deepest nesting accepted (CPython's scanner stops near its recursion limit of 1000). */
 const _MAX_DEPTH = 1000;
+/** Python's default `sys.get_int_max_str_digits()`: longer integer literals are refused. */
+const _MAX_INT_DIGITS = 4300;
 
 const _decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
@@ -292,6 +294,15 @@ class _Parser {
     if (text.length <= 15) {
       const value = Number(text);
       return [value === 0 ? 0 : value, i]; // Python ints have no -0
+    }
+    const digits = text.length - (text.charCodeAt(0) === 0x2d ? 1 : 0);
+    if (digits > _MAX_INT_DIGITS) {
+      // Python refuses to convert longer integers (and a worker would fail on them).
+      throw new JsonParseError(
+        `malformed JSON: Exceeds the limit (${_MAX_INT_DIGITS} digits) for integer string ` +
+          `conversion: value has ${digits} digits; use sys.set_int_max_str_digits() to ` +
+          "increase the limit",
+      );
     }
     const value = Number(text);
     return [Number.isSafeInteger(value) ? value : BigInt(text), i];

@@ -87,6 +87,21 @@ Deno.test("strict JSON: nesting deeper than 1000 levels is rejected, not a stack
   );
 });
 
+Deno.test("strict JSON: integers of more than 4300 digits are refused as Python refuses them", () => {
+  const longest = "7".repeat(4300);
+  assert.deepEqual(parseJson(`[-${longest}]`), [BigInt(`-${longest}`)]);
+  for (const [text, digits] of [[`[${longest}7]`, 4301], [`-${"1".repeat(5000)}`, 5000]] as const) {
+    assert.throws(
+      () => parseJson(text),
+      new RegExp(
+        `^JsonParseError: malformed JSON: Exceeds the limit \\(4300 digits\\) for integer ` +
+          `string conversion: value has ${digits} digits; use sys\\.set_int_max_str_digits\\(\\) ` +
+          "to increase the limit$",
+      ),
+    );
+  }
+});
+
 Deno.test("strict JSON: lone surrogate escapes are accepted, pairs are joined", () => {
   assert.equal(parseJson('"\\ud800"'), "\ud800");
   assert.equal(parseJson('"\\ud83d\\ude00"'), "\u{1f600}");

@@ -337,6 +337,29 @@ Deno.test("server: malformed requests get 400/413 with the spec's kind, and serv
   }
 });
 
+Deno.test("server: an integer longer than Python converts is a 400, and the worker lives on", async () => {
+  const server = await startServer({ maxRequestsPerWorker: 0 });
+  try {
+    const pid = async () => {
+      const source = "import os\ndef f():\n    return os.getpid()\n";
+      const r = await postProgram(server.url, callProgram(source, "f"));
+      assert.equal(r.status, 200, JSON.stringify(r.json));
+      return (r.json.results as { out: { value: number } }).out.value;
+    };
+    const before = await pid();
+    const program = JSON.stringify(callProgram("def f(x):\n    return 1\n", "f", [0]))
+      .replace("[0]", `[${"7".repeat(4301)}]`);
+    const r = await postProgram(server.url, program);
+    assert.equal(r.status, 400, JSON.stringify(r.json));
+    const error = r.json.error as { kind: string; message: string };
+    assert.equal(error.kind, "parse");
+    assert.match(error.message, /^malformed JSON: Exceeds the limit \(4300 digits\)/);
+    assert.equal(await pid(), before);
+  } finally {
+    await server.stop();
+  }
+});
+
 Deno.test("server: 503 busy when no worker frees up in time", async () => {
   const server = await startServer({ workerWaitTimeoutSeconds: 0.3 });
   try {
