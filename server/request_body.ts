@@ -12,6 +12,11 @@ import type { PartDigests } from "../protocol/_part_digests.ts";
 export const LARGE_BODY_BYTES = 8 * 1024 * 1024;
 const _READ_STEP = 4 * 1024 * 1024;
 
+/** A body that goes on past its Content-Length. */
+export class BodyLengthError extends RangeError {
+  override name = "BodyLengthError";
+}
+
 /** A request body; `digests` when it was scanned and hashed while it arrived. */
 export interface ReceivedBody {
   body: Uint8Array;
@@ -67,7 +72,7 @@ export async function readRequestBody(
       for await (const chunk of request.body) {
         if (offset + chunk.length > declared) {
           await request.body.cancel().catch(() => {});
-          throw new RangeError("the request body is longer than its Content-Length");
+          throw new BodyLengthError("the request body is longer than its Content-Length");
         }
         target.set(chunk, offset);
         offset += chunk.length;

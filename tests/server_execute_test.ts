@@ -360,6 +360,72 @@ Deno.test("server: an integer longer than Python converts is a 400, and the work
   }
 });
 
+Deno.test("server: a body cut short is a 400 parse with its request id, not an unhandled error", async () => {
+  const server = await startServer();
+  try {
+    const { hostname, port } = new URL(server.url);
+    const { body, contentType } = multipartBody([{
+      name: "program",
+      contentType: "application/json",
+      body: JSON.stringify(callProgram("def f():\n    return 1\n", "f")),
+    }]);
+    const conn = await Deno.connect({ hostname, port: Number(port) });
+    await conn.write(new TextEncoder().encode(
+      `POST /execute HTTP/1.1\r\nhost: x\r\ncontent-type: ${contentType}\r\n` +
+        `content-length: ${body.length + 10}\r\n\r\n`,
+    ));
+    await conn.write(body);
+    await conn.closeWrite(); // ten bytes short, and no more to come
+    const answer = new Uint8Array(4096);
+    let text = "";
+    for (;;) {
+      const n = await conn.read(answer);
+      if (n === null) break;
+      text += new TextDecoder().decode(answer.subarray(0, n));
+    }
+    conn.close();
+    assert.match(text, /^HTTP\/1\.1 400 /);
+    const json = JSON.parse(text.slice(text.indexOf("\r\n\r\n") + 4));
+    assert.equal(json.error.kind, "parse");
+    assert.match(json.error.message, /^the request body could not be read: /);
+    assert.match(json.request_id, /^[0-9a-f-]{36}$/);
+    const finished = server.events.find((e) => e.event === "request_finished")!;
+    assert.equal(finished.level, "WARNING");
+    assert.equal(finished.request_id, json.request_id);
+    assert.equal(finished.http_status, 400);
+    assert.equal(server.events.some((e) => e.error_kind === "unhandled"), false);
+  } finally {
+    await server.stop();
+  }
+});
+
+Deno.test("server: /internal/worker-status answers GET from loopback, 405 to other methods", async () => {
+  const server = await startServer({ numWorkers: 2 });
+  try {
+    const response = await fetch(`${server.url}/internal/worker-status`);
+    assert.equal(response.status, 200);
+    const status = await response.json();
+    assert.deepEqual(Object.keys(status), [
+      "status",
+      "instance_id",
+      "target",
+      "versions",
+      "worker_count",
+      "busy_workers",
+    ]);
+    assert.equal(status.worker_count, 2);
+    assert.equal(status.busy_workers, 0);
+    for (const method of ["POST", "PUT", "DELETE"]) {
+      const other = await fetch(`${server.url}/internal/worker-status`, { method });
+      assert.equal(other.status, 405, method);
+      assert.equal(other.headers.get("allow"), "GET");
+      await other.body?.cancel();
+    }
+  } finally {
+    await server.stop();
+  }
+});
+
 Deno.test("server: 503 busy when no worker frees up in time", async () => {
   const server = await startServer({ workerWaitTimeoutSeconds: 0.3 });
   try {
