@@ -64,6 +64,14 @@ export async function readRequestBody(
           offset += value.length;
           await digests?.update(new Uint8Array(buffer, 0, declared), offset);
         }
+        if (offset === declared) {
+          // Read on to the end of the stream: a body never seen to end keeps its connection
+          // from being reused (closed after the answer, and only seconds later).
+          const { done, value } = await byob.read(new Uint8Array(1));
+          if (!done || (value && value.length > 0)) {
+            throw new BodyLengthError("the request body is longer than its Content-Length");
+          }
+        }
       } finally {
         byob.releaseLock();
       }

@@ -198,3 +198,60 @@ Deno.test("server: bodies only declared large get no buffers: past four at once,
     await server.stop();
   }
 });
+
+Deno.test("server: the connection of a large upload is kept for the next request", async () => {
+  const server = await startServer();
+  try {
+    const a = randomBytes(6 << 20);
+    const b = randomBytes(5 << 20);
+    const { body, contentType } = multipartBody([
+      { name: "program", contentType: "application/json", body: lengthProgram(a, b) },
+      { name: `blob:${sha256Hex(a)}`, contentType: "application/octet-stream", body: a },
+      { name: `blob:${sha256Hex(b)}`, contentType: "application/octet-stream", body: b },
+    ]);
+    const { hostname, port } = new URL(server.url);
+    const conn = await Deno.connect({ hostname, port: Number(port) });
+    try {
+      let pending = new Uint8Array(0);
+      // One response: its head, then exactly content-length bytes.
+      const response = async () => {
+        const chunk = new Uint8Array(65536);
+        for (;;) {
+          const text = new TextDecoder().decode(pending);
+          const end = text.indexOf("\r\n\r\n");
+          if (end >= 0) {
+            const head = text.slice(0, end);
+            const length = Number(/content-length: (\d+)/i.exec(head)?.[1] ?? 0);
+            if (pending.length >= end + 4 + length) {
+              pending = pending.slice(end + 4 + length);
+              return head;
+            }
+          }
+          const n = await conn.read(chunk);
+          if (n === null) throw new Error("the server closed the connection");
+          const joined = new Uint8Array(pending.length + n);
+          joined.set(pending);
+          joined.set(chunk.subarray(0, n), pending.length);
+          pending = joined;
+        }
+      };
+      const write = async (bytes: Uint8Array) => {
+        for (let at = 0; at < bytes.length;) at += await conn.write(bytes.subarray(at));
+      };
+      await write(new TextEncoder().encode(
+        `POST /execute HTTP/1.1\r\nhost: x\r\ncontent-type: ${contentType}\r\n` +
+          `content-length: ${body.length}\r\n\r\n`,
+      ));
+      await write(body);
+      const first = await response();
+      assert.match(first, /^HTTP\/1\.1 200 /);
+      assert.doesNotMatch(first, /connection: close/i);
+      await write(new TextEncoder().encode("GET /health HTTP/1.1\r\nhost: x\r\n\r\n"));
+      assert.match(await response(), /^HTTP\/1\.1 200 /);
+    } finally {
+      conn.close();
+    }
+  } finally {
+    await server.stop();
+  }
+});
