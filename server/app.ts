@@ -107,6 +107,8 @@ const _NO_MULTICAST = {
 };
 /** Large-body receive buffers and mirrors up to this size are pooled (two of each). */
 const _POOLED_BODY_BYTES = 256 * 1024 * 1024;
+/** Why a body still arriving at shutdown stopped being read. */
+const _SHUTTING_DOWN = new Error("the server is shutting down");
 /** Large bodies read at once into buffers sized before their bytes arrive (as upstream's 4). */
 const _MAX_LARGE_RECEIVES = 4;
 /** Pooled ones are freed after this long without a large body (up to 1 GiB idle otherwise). */
@@ -178,6 +180,8 @@ class _Server implements App {
   #closing = false;
   /** Large bodies being read into buffers sized by their Content-Length. */
   #largeReceives = 0;
+  /** Requests whose bodies are still arriving. */
+  readonly #receiving = new Set<AbortController>();
   #started = false;
   #inFlight = 0;
   #idle: (() => void) | null = null;
@@ -346,6 +350,7 @@ class _Server implements App {
   async shutdown(): Promise<void> {
     if (this.#closing) return;
     this.#closing = true;
+    for (const receiving of this.#receiving) receiving.abort(_SHUTTING_DOWN);
     this.pool?.beginShutdown();
     this.events.emit("INFO", "shutdown_started", { remaining: this.#inFlight });
     if (this.#inFlight > 0) {
@@ -468,6 +473,9 @@ class _Server implements App {
     let observed: PartDigests | undefined;
     let mirror: SharedArrayBuffer | undefined;
     let received;
+    // A shutdown stops bodies still arriving (an upload that stalls would hold it forever).
+    const receiving = new AbortController();
+    this.#receiving.add(receiving);
     try {
       received = await readRequestBody(
         request,
@@ -484,9 +492,13 @@ class _Server implements App {
                   : undefined,
             }),
         },
+        receiving.signal,
       );
     } catch (error) {
       this.#endBody(observed, mirror);
+      if (error === _SHUTTING_DOWN) {
+        return respondError(503, "busy", ERROR_MESSAGES.busy, "no_worker");
+      }
       // A body cut short (the client hung up) or framed wrongly is the request's fault: 400,
       // logged with its id, not an unhandled server error.
       if (!_isBodyReadError(error)) throw error;
@@ -497,6 +509,7 @@ class _Server implements App {
         "rejected",
       );
     } finally {
+      this.#receiving.delete(receiving);
       if (inPlace) this.#largeReceives--;
     }
     if (received === null) {

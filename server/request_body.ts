@@ -31,14 +31,17 @@ export interface ReceivedBody {
  * into a buffer from `large.take` (give it back once nothing of the request can read it), and
  * the `large.observer` sees it arrive (delimiter marks, part digests on hashing threads). Without
  * it, such a body is held as it arrives: memory only for bytes received, never for bytes merely
- * declared.
+ * declared. Aborting `signal` stops the reading: the rest of the body is cancelled and the call
+ * rejects with the signal's reason.
  */
 export async function readRequestBody(
   request: Request,
   limit: number,
   large?: { take: (size: number) => ArrayBuffer; observer: () => PartDigests | undefined },
+  signal?: AbortSignal,
 ): Promise<ReceivedBody | null> {
   if (!request.body) return { body: new Uint8Array(0), pooled: false };
+  signal?.throwIfAborted();
   const declared = Number(request.headers.get("content-length") ?? NaN);
   if (
     large && Number.isSafeInteger(declared) && declared >= LARGE_BODY_BYTES && declared <= limit
@@ -55,10 +58,14 @@ export async function readRequestBody(
       // not a byte stream (a Request built in code): copy its chunks into the buffer instead
     }
     if (byob) {
+      const reader = byob;
+      const abort = () => void reader.cancel(signal?.reason).catch(() => {});
+      signal?.addEventListener("abort", abort, { once: true });
       try {
         while (offset < declared) {
           const want = Math.min(declared - offset, _READ_STEP);
-          const { value, done } = await byob.read(new Uint8Array(buffer, offset, want));
+          const { value, done } = await reader.read(new Uint8Array(buffer, offset, want));
+          signal?.throwIfAborted();
           if (value) buffer = value.buffer as ArrayBuffer; // the same memory, a new owner
           if (done || !value) break;
           offset += value.length;
@@ -67,19 +74,20 @@ export async function readRequestBody(
         if (offset === declared) {
           // Read on to the end of the stream: a body never seen to end keeps its connection
           // from being reused (closed after the answer, and only seconds later).
-          const { done, value } = await byob.read(new Uint8Array(1));
+          const { done, value } = await reader.read(new Uint8Array(1));
+          signal?.throwIfAborted();
           if (!done || (value && value.length > 0)) {
             throw new BodyLengthError("the request body is longer than its Content-Length");
           }
         }
       } finally {
-        byob.releaseLock();
+        signal?.removeEventListener("abort", abort);
+        reader.releaseLock();
       }
     } else {
       const target = new Uint8Array(buffer, 0, declared);
-      for await (const chunk of request.body) {
+      for await (const chunk of _chunks(request.body, signal)) {
         if (offset + chunk.length > declared) {
-          await request.body.cancel().catch(() => {});
           throw new BodyLengthError("the request body is longer than its Content-Length");
         }
         target.set(chunk, offset);
@@ -96,9 +104,8 @@ export async function readRequestBody(
     // One allocation, filled in place (no chunk list, no final copy).
     const body = new Uint8Array(declared);
     let offset = 0;
-    for await (const chunk of request.body) {
+    for await (const chunk of _chunks(request.body, signal)) {
       if (offset + chunk.length > declared) {
-        await request.body.cancel().catch(() => {});
         return offset + chunk.length > limit
           ? null
           : { body: concatBytes([body.subarray(0, offset), chunk]), pooled: false };
@@ -110,13 +117,39 @@ export async function readRequestBody(
   }
   const chunks: Uint8Array[] = [];
   let total = 0;
-  for await (const chunk of request.body) {
+  for await (const chunk of _chunks(request.body, signal)) {
     total += chunk.length;
-    if (total > limit) {
-      await request.body.cancel().catch(() => {});
-      return null;
-    }
+    if (total > limit) return null;
     chunks.push(chunk);
   }
   return { body: chunks.length === 1 ? chunks[0] : concatBytes(chunks), pooled: false };
+}
+
+/**
+ * The chunks of `body`; leaving early (or `signal` aborting, which rejects with its reason)
+ * cancels the rest of it.
+ */
+async function* _chunks(
+  body: ReadableStream<Uint8Array>,
+  signal?: AbortSignal,
+): AsyncGenerator<Uint8Array> {
+  const reader = body.getReader();
+  const abort = () => void reader.cancel(signal?.reason).catch(() => {});
+  signal?.addEventListener("abort", abort, { once: true });
+  let ended = false;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      signal?.throwIfAborted();
+      if (done) {
+        ended = true;
+        return;
+      }
+      yield value;
+    }
+  } finally {
+    signal?.removeEventListener("abort", abort);
+    if (!ended) await reader.cancel().catch(() => {});
+    reader.releaseLock();
+  }
 }

@@ -9,6 +9,8 @@
  */
 import { type App, appInternals } from "./app.ts";
 
+/** How long a stop waits for connections to close once the application is down. */
+const _CLOSE_GRACE_MS = 1000;
 /** Waits before listening again after the listener failed: doubling from the first, capped. */
 const _RELISTEN_FIRST_MS = 50;
 const _RELISTEN_MAX_MS = 1000;
@@ -33,9 +35,12 @@ export interface RunningServer {
   readonly addr: Deno.NetAddr;
   /** Base URL, e.g. `http://127.0.0.1:8000`. */
   readonly url: string;
-  /** Resolves when the server has fully stopped. */
+  /** Resolves when the server has fully stopped, its last connection closed. */
   readonly finished: Promise<void>;
-  /** Graceful stop (idempotent). */
+  /**
+   * Graceful stop (idempotent): requests in flight finish, bodies still arriving are answered
+   * 503, workers stop; resolves at most ~1 s after that even if a client keeps a connection.
+   */
   shutdown(): Promise<void>;
 }
 
@@ -81,7 +86,15 @@ export async function serve(app: App, options: ServeOptions = {}): Promise<Runni
       const remaining = app.health().load.requests_in_progress;
       if (remaining > 0) log(`Finishing remaining benchmarks: ${remaining} left.`);
       await app.shutdown();
-      await server.shutdown().catch(() => {}); // a failed listener has nothing left to stop
+      // A connection still owed the rest of a body it will never get (its upload stalled and
+      // was answered 503) would hold a graceful stop for as long as its client waits: after a
+      // moment, stopping goes on without it (`finished` still waits for it).
+      let grace: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([
+        server.shutdown().catch(() => {}), // a failed listener has nothing left to stop
+        new Promise((resolve) => grace = setTimeout(resolve, _CLOSE_GRACE_MS)),
+      ]);
+      clearTimeout(grace);
       for (const [signal, handler] of signalHandlers) {
         try {
           Deno.removeSignalListener(signal, handler);

@@ -582,6 +582,34 @@ Deno.test("server: graceful shutdown finishes the request in flight and leaves n
   for (const pid of zygotes) assert.equal(_alive(pid), false, `zygote ${pid} still alive`);
 });
 
+Deno.test("server: shutdown does not wait for an upload that stalls: it gets 503 busy", async () => {
+  for (const length of [1000, 12 << 20]) { // held as it arrives; read in place
+    const server = await startServer();
+    const { hostname, port } = new URL(server.url);
+    const conn = await Deno.connect({ hostname, port: Number(port) });
+    try {
+      await conn.write(new TextEncoder().encode(
+        `POST /execute HTTP/1.1\r\nhost: x\r\ncontent-type: multipart/form-data; boundary=b\r\n` +
+          `content-length: ${length}\r\n\r\n--b\r\n`,
+      ));
+      await _waitFor(() => server.events.some((e) => e.event === "request_received"));
+      const stopped = await Promise.race([
+        server.stop().then(() => true),
+        new Promise<false>((r) => setTimeout(() => r(false), 10_000)),
+      ]);
+      assert.equal(stopped, true, `a stalled upload of ${length} bytes held the shutdown`);
+      const answer = new Uint8Array(4096);
+      const n = await conn.read(answer);
+      const text = new TextDecoder().decode(answer.subarray(0, n ?? 0));
+      assert.match(text, /^HTTP\/1\.1 503 /);
+      assert.match(text, /"kind":"busy","message":"server saturated"/);
+    } finally {
+      conn.close();
+      await server.server.finished; // the connection it still waited on is gone now
+    }
+  }
+});
+
 function _sha256(bytes: Uint8Array): string {
   return createHash("sha256").update(bytes).digest("hex");
 }
