@@ -23,6 +23,15 @@ function lengthProgram(a: Uint8Array, b: Uint8Array): string {
   return program.toJson();
 }
 
+/** The whole `/execute` body of {@linkcode lengthProgram} with both blobs. */
+function lengthBody(a: Uint8Array, b: Uint8Array) {
+  return multipartBody([
+    { name: "program", contentType: "application/json", body: lengthProgram(a, b) },
+    { name: `blob:${sha256Hex(a)}`, contentType: "application/octet-stream", body: a },
+    { name: `blob:${sha256Hex(b)}`, contentType: "application/octet-stream", body: b },
+  ]);
+}
+
 Deno.test("server: large bodies are hashed off-thread with the same results and errors", async () => {
   const server = await startServer();
   try {
@@ -115,11 +124,7 @@ Deno.test("server: a client hanging up halfway through a large upload leaves no 
     const a = randomBytes(6 << 20);
     const b = randomBytes(6 << 20);
     const program = lengthProgram(a, b);
-    const { body, contentType } = multipartBody([
-      { name: "program", contentType: "application/json", body: program },
-      { name: `blob:${sha256Hex(a)}`, contentType: "application/octet-stream", body: a },
-      { name: `blob:${sha256Hex(b)}`, contentType: "application/octet-stream", body: b },
-    ]);
+    const { body, contentType } = lengthBody(a, b);
     const blobDir = appInternals(server.app).blobDir!;
     const spools = () =>
       [...Deno.readDirSync(blobDir)].map((e) => e.name).filter((n) => n.startsWith(".spool-"));
@@ -204,11 +209,7 @@ Deno.test("server: the connection of a large upload is kept for the next request
   try {
     const a = randomBytes(6 << 20);
     const b = randomBytes(5 << 20);
-    const { body, contentType } = multipartBody([
-      { name: "program", contentType: "application/json", body: lengthProgram(a, b) },
-      { name: `blob:${sha256Hex(a)}`, contentType: "application/octet-stream", body: a },
-      { name: `blob:${sha256Hex(b)}`, contentType: "application/octet-stream", body: b },
-    ]);
+    const { body, contentType } = lengthBody(a, b);
     const { hostname, port } = new URL(server.url);
     const conn = await Deno.connect({ hostname, port: Number(port) });
     try {
