@@ -27,6 +27,8 @@ export interface Http1Target {
   host: string;
   /** `null`: no limit. */
   connectTimeoutMs: number | null;
+  /** Idle connections older than this are not reused (default 4000 ms; see `_IDLE_REUSE_MS`). */
+  idleReuseMs?: number;
 }
 
 /**
@@ -49,8 +51,14 @@ export class Http1ConnectError extends Error {
   }
 }
 
-/** Nothing of a response arrived: on a reused idle connection the request is retried once. */
-class _NothingReceived extends Error {}
+/**
+ * Nothing of a response arrived. On a reused idle connection the request is retried once if it
+ * cannot have run: it is idempotent (GET, HEAD), or it was not all sent (`sent` false).
+ */
+class _NothingReceived extends Error {
+  /** The whole request had been written when the connection ended. */
+  sent = false;
+}
 
 const _HEAD_LIMIT = 64 * 1024;
 const _PREFIX_BYTES = 16 * 1024;
@@ -69,6 +77,12 @@ const _PREFAULT_SLACK = 64 * 1024;
 const _PREFAULT_SLICE = 256 * 1024;
 /** Responses that are not large before the expectation of a large one is dropped. */
 const _PREFAULT_KEEP = 2;
+/**
+ * Idle connections older than this are closed, not reused: below the keep-alive timeout of
+ * common servers (uvicorn's 5 s), so a request never races the server closing its connection
+ * (which a POST, fully sent, could not be retried after).
+ */
+const _IDLE_REUSE_MS = 4000;
 const _encoder = new TextEncoder();
 const _decoder = new TextDecoder("latin1");
 
@@ -82,6 +96,8 @@ interface _Idle {
   conn: Deno.TcpConn;
   buffer: Uint8Array;
   read: Promise<number | null | Error>;
+  /** When it was parked (`performance.now()`). */
+  since: number;
 }
 
 /** A pool of keep-alive connections to one server. */
@@ -118,7 +134,7 @@ export class Http1Agent {
     const buffer = new Uint8Array(_FIRST_READ);
     conn.unref();
     const read = conn.read(buffer).catch((error: Error) => error);
-    const idle: _Idle = { conn, buffer, read };
+    const idle: _Idle = { conn, buffer, read, since: performance.now() };
     this.#idle.push(idle);
     read.then(() => {
       // Anything while idle (the server closing it, an error, stray bytes) ends it.
@@ -130,9 +146,17 @@ export class Http1Agent {
   }
 
   #take(): _Idle | undefined {
-    const idle = this.#idle.pop();
-    idle?.conn.ref();
-    return idle;
+    const now = performance.now();
+    for (;;) {
+      const idle = this.#idle.pop();
+      if (!idle) return undefined;
+      if (now - idle.since > (this.#target.idleReuseMs ?? _IDLE_REUSE_MS)) {
+        _closeQuietly(idle.conn); // its server may be closing it right now
+        continue;
+      }
+      idle.conn.ref();
+      return idle;
+    }
   }
 
   /** Sends one request and reads its whole response. */
@@ -187,9 +211,13 @@ export class Http1Agent {
       } catch (error) {
         _closeQuietly(conn);
         // A server may close an idle keep-alive connection just as a request is sent on it
-        // (closings noticed earlier never get here); then nothing was processed and the
-        // request goes again on a new connection.
-        if (pooled && attempt === 0 && error instanceof _NothingReceived) continue;
+        // (closings noticed earlier never get here): the request goes again on a new connection
+        // if it cannot have run. A POST that was all sent may have (the server can take it,
+        // run it and drop the connection): that is the caller's TransportError, never a rerun.
+        if (
+          pooled && attempt === 0 && error instanceof _NothingReceived &&
+          (method === "GET" || method === "HEAD" || !error.sent)
+        ) continue;
         throw error instanceof _NothingReceived
           ? new Error("the server closed the connection without answering", { cause: error.cause })
           : error;
@@ -257,6 +285,7 @@ async function _exchange(
   } catch (error) {
     _closeQuietly(conn);
     await writing;
+    if (error instanceof _NothingReceived) error.sent = written && !writeFailed;
     throw error;
   } finally {
     (spare as _Prefault | null)?.stop();

@@ -158,13 +158,19 @@ export class Client implements AsyncDisposable {
   readonly baseUrl: string;
   readonly #headers: Headers;
   readonly #connectTimeoutMs: number | null;
+  /** `fetch`'s client for GET: pooled connections. */
   readonly #http: Deno.HttpClient;
+  /**
+   * `fetch`'s client for POST: a new connection each time, because `fetch` sends a request
+   * again when a reused connection ends without an answer, and a program that was all sent may
+   * have run (it must fail with `TransportError`, never run twice).
+   */
+  readonly #httpOnce: Deno.HttpClient;
   readonly #probe: _Endpoint;
   /** Plain HTTP without a proxy goes through this faster transport; else `fetch`. */
   readonly #direct: Http1Agent | null;
   readonly #pathPrefix: string;
   #closed = false;
-  #reached = false;
   #hashes: HashThread | null = null;
   /** Requests reading a response hashed on {@linkcode #hashes}. */
   #hashUsers = 0;
@@ -189,6 +195,7 @@ export class Client implements AsyncDisposable {
     const proxy = _proxyFor(url);
     this.#probe = proxy ?? _endpoint(url);
     this.#http = Deno.createHttpClient({});
+    this.#httpOnce = Deno.createHttpClient({ poolMaxIdlePerHost: 0 });
     this.#pathPrefix = url.pathname.replace(/\/+$/, "");
     if (options.transport !== undefined && !["auto", "fetch"].includes(options.transport)) {
       throw new ValidationError('transport must be "auto" or "fetch"');
@@ -203,6 +210,7 @@ export class Client implements AsyncDisposable {
     if (this.#closed) return;
     this.#closed = true;
     this.#http.close();
+    this.#httpOnce.close();
     this.#direct?.close();
     clearTimeout(this.#hashIdle);
     this.#hashes?.close();
@@ -237,9 +245,10 @@ export class Client implements AsyncDisposable {
   }
 
   async #connectProbe(): Promise<void> {
-    // The probe bounds the time to reach the server. Once a request has reached it, later
-    // requests reuse pooled connections, so probe again only after a transport failure.
-    if (this.#connectTimeoutMs === null || this.#reached) return;
+    // The probe bounds the time to reach the server, before every request: `fetch` has no
+    // connect timeout of its own, and a pooled connection may be gone by now (POSTs never use
+    // one).
+    if (this.#connectTimeoutMs === null) return;
     const { hostname, port } = this.#probe;
     const signal = AbortSignal.timeout(this.#connectTimeoutMs);
     try {
@@ -307,13 +316,11 @@ export class Client implements AsyncDisposable {
         headers,
         body: requestBody,
         redirect: "manual", // like upstream (httpx): a redirect is a non-200 answer
-        client: this.#http,
+        client: method === "GET" || method === "HEAD" ? this.#http : this.#httpOnce,
       });
       const body = new Uint8Array(await response.arrayBuffer());
-      this.#reached = true;
       return { status: response.status, headers: response.headers, body };
     } catch (error) {
-      this.#reached = false;
       throw new TransportError(`${method} ${path} failed: ${(error as Error).message}`, {
         cause: error,
       });

@@ -422,6 +422,63 @@ Deno.test("client: with HTTP_PROXY set, the connect probe targets the proxy fetc
   }
 });
 
+Deno.test("client: a program sent whole on a kept connection that ends unanswered is never sent again", async () => {
+  // The server answers /health on a kept connection, then takes the POST /execute, "runs" it
+  // and drops the connection: whether it ran is unknown, so it is a TransportError, not a rerun.
+  for (const transport of ["auto", "fetch"] as const) {
+    const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    const posts: string[] = [];
+    const serving = (async () => {
+      for await (const conn of listener) {
+        (async () => {
+          const buf = new Uint8Array(1 << 16);
+          let data = "";
+          try {
+            for (;;) {
+              const n = await conn.read(buf);
+              if (n === null) return;
+              data += new TextDecoder().decode(buf.subarray(0, n));
+              const end = data.indexOf("\r\n\r\n");
+              if (end < 0) continue;
+              const length = Number(/content-length: (\d+)/i.exec(data.slice(0, end))?.[1] ?? 0);
+              if (data.length < end + 4 + length) continue;
+              if (data.startsWith("GET /health")) {
+                const body = '{"status":"ok"}';
+                await conn.write(new TextEncoder().encode(
+                  `HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`,
+                ));
+                data = data.slice(end + 4 + length);
+                continue;
+              }
+              posts.push(data.split("\r\n")[0]);
+              await new Promise((r) => setTimeout(r, 50)); // it "runs", then the line drops
+              return;
+            }
+          } finally {
+            conn.close();
+          }
+        })();
+      }
+    })();
+    try {
+      await using client = new Client(`http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}`, {
+        transport,
+      });
+      await client.health(); // a kept connection
+      const program = new Program();
+      program.return_({
+        key: "x",
+        value: program.upload({ kind: "bytes", value: new Uint8Array(1) }),
+      });
+      await assert.rejects(client.execute(program), TransportError, transport);
+      assert.deepEqual(posts, ["POST /execute HTTP/1.1"], transport);
+    } finally {
+      listener.close();
+      await serving.catch(() => {});
+    }
+  }
+});
+
 Deno.test("client: a connection that never opens is cut by connectTimeoutSeconds", async () => {
   // Simulate a silent network: connect attempts hang until aborted.
   const original = Deno.connect;
