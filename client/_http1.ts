@@ -106,6 +106,8 @@ export class Http1Agent {
   #idle: _Idle[] = [];
   #closed = false;
   #lastLargeBody = 0;
+  /** A request is preparing a buffer for an answer as large as the last large one. */
+  #preparing = false;
   #smallSinceLarge = 0;
   #prefaultHits = 0;
 
@@ -187,16 +189,21 @@ export class Http1Agent {
       // The retry always opens a new connection: another pooled one may be just as stale.
       const pooled = attempt === 0 ? this.#take() : undefined;
       const conn = pooled?.conn ?? await this.#connect();
+      // After a large response the next one is likely as large (the same program again): one
+      // request at a time prepares a buffer for it (each of many concurrent ones would hold one).
+      const prepare = this.#preparing ? 0 : this.#lastLargeBody;
+      if (prepare > 0) this.#preparing = true;
       try {
-        // After a large response the next one is likely as large (the same program again).
         const { response, reusable, allocated } = await _exchange(
           conn,
           pieces,
           method,
           observe,
           pooled,
-          this.#lastLargeBody,
-        );
+          prepare,
+        ).finally(() => {
+          if (prepare > 0) this.#preparing = false;
+        });
         if (allocated.prefaulted) this.#prefaultHits++;
         if (allocated.bytes >= _PREFAULT_MIN) {
           this.#lastLargeBody = allocated.bytes;

@@ -452,6 +452,25 @@ Deno.test("http1: after a large response the next one is read into a buffer touc
   }
 });
 
+Deno.test("http1: of concurrent requests after a large answer, one at a time prepares a buffer", async () => {
+  const payload = randomBytes(12 << 20);
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async () => {
+    await new Promise((r) => setTimeout(r, 50)); // all three are waiting at once
+    return new Response(payload);
+  });
+  const agent = loopbackAgent((server.addr as Deno.NetAddr).port, null);
+  try {
+    await agent.request("GET", "/", new Headers());
+    // Each waiting request holding a buffer as large as the last answer would multiply memory
+    // by the number of requests in flight (12 of them after a 128 MiB result: 1.4 GiB).
+    await Promise.all([1, 2, 3].map(() => agent.request("GET", "/", new Headers())));
+    assert.equal(agent.prefaultedResponses, 1);
+  } finally {
+    agent.close();
+    await server.shutdown();
+  }
+});
+
 Deno.test("http1: preparing a buffer for a large answer never holds a small answer back", async () => {
   const { _Prefault } = await import("../client/_http1.ts");
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
