@@ -170,6 +170,8 @@ export class Client implements AsyncDisposable {
   /** Plain HTTP without a proxy goes through this faster transport; else `fetch`. */
   readonly #direct: Http1Agent | null;
   readonly #pathPrefix: string;
+  /** Origin and path prefix: where `fetch` sends `/health` and `/execute`. */
+  readonly #fetchBase: string;
   #closed = false;
   #hashes: HashThread | null = null;
   /** Requests reading a response hashed on {@linkcode #hashes}. */
@@ -185,6 +187,13 @@ export class Client implements AsyncDisposable {
     }
     this.baseUrl = String(baseUrl).replace(/\/+$/, "");
     this.#headers = new Headers(options.headers);
+    // Credentials in the URL are Basic authentication (as httpx and fetch take them), on both
+    // transports; a query or fragment in it is not part of the endpoints' paths.
+    if ((url.username || url.password) && !this.#headers.has("authorization")) {
+      const user = `${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`;
+      const bytes = new TextEncoder().encode(user);
+      this.#headers.set("authorization", `Basic ${btoa(String.fromCharCode(...bytes))}`);
+    }
     const timeout = options.connectTimeoutSeconds === undefined
       ? 10
       : options.connectTimeoutSeconds;
@@ -197,6 +206,7 @@ export class Client implements AsyncDisposable {
     this.#http = Deno.createHttpClient({});
     this.#httpOnce = Deno.createHttpClient({ poolMaxIdlePerHost: 0 });
     this.#pathPrefix = url.pathname.replace(/\/+$/, "");
+    this.#fetchBase = url.origin + this.#pathPrefix;
     if (options.transport !== undefined && !["auto", "fetch"].includes(options.transport)) {
       throw new ValidationError('transport must be "auto" or "fetch"');
     }
@@ -311,7 +321,7 @@ export class Client implements AsyncDisposable {
         : concatBytes(init.body);
     }
     try {
-      const response = await fetch(this.baseUrl + path, {
+      const response = await fetch(this.#fetchBase + path, {
         method,
         headers,
         body: requestBody,

@@ -479,6 +479,27 @@ Deno.test("client: a program sent whole on a kept connection that ends unanswere
   }
 });
 
+Deno.test("client: both transports reach the same paths; URL credentials are Basic auth", async () => {
+  const server = fakeServer(() => json('{"status":"ok"}'));
+  try {
+    const { port } = new URL(server.url);
+    const base = `http://u:p%40w@127.0.0.1:${port}/prefix/?token=abc#frag`;
+    for (const transport of ["auto", "fetch"] as const) {
+      await using client = new Client(base, { transport });
+      await client.health();
+      const got = server.received.at(-1)!;
+      assert.equal(got.path, "/prefix/health", transport);
+      assert.equal(got.headers.get("authorization"), `Basic ${btoa("u:p@w")}`, transport);
+    }
+    // An explicit authorization header wins over the URL's credentials.
+    await using explicit = new Client(base, { headers: { authorization: "Bearer t" } });
+    await explicit.health();
+    assert.equal(server.received.at(-1)!.headers.get("authorization"), "Bearer t");
+  } finally {
+    await server.close();
+  }
+});
+
 Deno.test("client: a connection that never opens is cut by connectTimeoutSeconds", async () => {
   // Simulate a silent network: connect attempts hang until aborted.
   const original = Deno.connect;
