@@ -159,16 +159,17 @@ export class ValueDecoder<T> {
         const shape = encoded.get("shape");
         if (
           !isDType(dtype) || !Array.isArray(shape) ||
-          !shape.every((d) => (typeof d === "number" || typeof d === "bigint") && d >= 0)
+          // A dimension beyond 2^53 (a bigint) makes no array here, even with zero elements.
+          !shape.every((d) => typeof d === "number" && Number.isSafeInteger(d) && d >= 0)
         ) {
           _fail("tensor metadata is invalid");
         }
-        const dims = shape as (number | bigint)[];
+        const dims = shape as number[];
         const data = this.#binaryPart(encoded);
         if (data.length !== tensorByteLength(dtype, dims)) {
           _fail("tensor binary length does not match dtype and shape");
         }
-        return this.#factories.tensor(dtype, dims.map(Number), data);
+        return this.#factories.tensor(dtype, dims, data);
       }
       default:
         _fail(`unknown encoded value type: ${_pyStrRepr(type)}`);

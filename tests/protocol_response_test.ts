@@ -434,6 +434,12 @@ Deno.test("response: every value check of upstream's client (spec §3.2)", () =>
       "tensor metadata is invalid",
     ],
     [
+      // No elements, but a dimension no array here can have (beyond 2^53).
+      binary([], 0, "tensor", ',"dtype":"uint8","shape":[0,1180591620717411303424]'),
+      [new Uint8Array(0)],
+      "tensor metadata is invalid",
+    ],
+    [
       binary(one, 0, "tensor", ',"dtype":"float32","shape":[1]'),
       part,
       "tensor binary length does not match dtype and shape",
