@@ -168,7 +168,9 @@ export class Http1Agent {
     headers: Headers,
     body: readonly Uint8Array[] = [],
     observe?: (headers: Headers) => BodyObserver | undefined,
+    signal?: AbortSignal,
   ): Promise<Http1Response> {
+    signal?.throwIfAborted();
     let length = 0;
     for (const chunk of body) length += chunk.length;
     let head = `${method} ${target} HTTP/1.1\r\nhost: ${this.#target.host}\r\n`;
@@ -188,7 +190,10 @@ export class Http1Agent {
     for (let attempt = 0;; attempt++) {
       // The retry always opens a new connection: another pooled one may be just as stale.
       const pooled = attempt === 0 ? this.#take() : undefined;
-      const conn = pooled?.conn ?? await this.#connect();
+      const conn = pooled?.conn ?? await this.#connect(signal);
+      // Aborting closes the connection: whatever is pending on it fails at once.
+      const abort = () => _closeQuietly(conn);
+      signal?.addEventListener("abort", abort, { once: true });
       // After a large response the next one is likely as large (the same program again): one
       // request at a time prepares a buffer for it (each of many concurrent ones would hold one).
       const prepare = this.#preparing ? 0 : this.#lastLargeBody;
@@ -217,6 +222,7 @@ export class Http1Agent {
         return response;
       } catch (error) {
         _closeQuietly(conn);
+        signal?.throwIfAborted();
         // A server may close an idle keep-alive connection just as a request is sent on it
         // (closings noticed earlier never get here): the request goes again on a new connection
         // if it cannot have run. A POST that was all sent may have (the server can take it,
@@ -228,13 +234,16 @@ export class Http1Agent {
         throw error instanceof _NothingReceived
           ? new Error("the server closed the connection without answering", { cause: error.cause })
           : error;
+      } finally {
+        signal?.removeEventListener("abort", abort);
       }
     }
   }
 
-  async #connect(): Promise<Deno.TcpConn> {
+  async #connect(abort?: AbortSignal): Promise<Deno.TcpConn> {
     const { hostname, port, connectTimeoutMs } = this.#target;
-    const signal = connectTimeoutMs === null ? undefined : AbortSignal.timeout(connectTimeoutMs);
+    const timeout = connectTimeoutMs === null ? undefined : AbortSignal.timeout(connectTimeoutMs);
+    const signal = abort && timeout ? AbortSignal.any([abort, timeout]) : abort ?? timeout;
     try {
       let conn: Deno.TcpConn;
       try {
@@ -248,7 +257,8 @@ export class Http1Agent {
       conn.setNoDelay(true);
       return conn;
     } catch (error) {
-      if (signal?.aborted) {
+      abort?.throwIfAborted();
+      if (timeout?.aborted) {
         throw new Http1ConnectError(
           `timed out connecting to ${hostname}:${port} after ${connectTimeoutMs! / 1000} s`,
           { cause: error },

@@ -287,9 +287,12 @@ export class Client implements AsyncDisposable {
       body?: Uint8Array[];
       headers?: Record<string, string>;
       observe?: (headers: Headers) => BodyObserver | undefined;
+      signal?: AbortSignal;
     } = {},
   ): Promise<_Response> {
     if (this.#closed) throw new TransportError("the client has been closed");
+    const { signal } = init;
+    signal?.throwIfAborted();
     const headers = new Headers(this.#headers);
     for (const [name, value] of Object.entries(init.headers ?? {})) headers.set(name, value);
     if (this.#direct) {
@@ -300,8 +303,10 @@ export class Client implements AsyncDisposable {
           headers,
           init.body,
           init.observe,
+          signal,
         );
       } catch (error) {
+        if (signal?.aborted) throw signal.reason;
         if (error instanceof Http1ConnectError) {
           throw new TransportError(error.message, { cause: error.cause });
         }
@@ -327,10 +332,12 @@ export class Client implements AsyncDisposable {
         body: requestBody,
         redirect: "manual", // like upstream (httpx): a redirect is a non-200 answer
         client: method === "GET" || method === "HEAD" ? this.#http : this.#httpOnce,
+        signal,
       });
       const body = new Uint8Array(await response.arrayBuffer());
       return { status: response.status, headers: response.headers, body };
     } catch (error) {
+      if (signal?.aborted) throw signal.reason;
       throw new TransportError(`${method} ${path} failed: ${(error as Error).message}`, {
         cause: error,
       });
@@ -435,8 +442,9 @@ export class Client implements AsyncDisposable {
       throw new ValidationError("gpu_count must be an integer between 1 and 8");
     }
     const programBytes = new TextEncoder().encode(program.toJson(options));
+    const { signal } = options;
 
-    let attempt = await this.#post(program, programBytes, new Set(), null);
+    let attempt = await this.#post(program, programBytes, new Set(), null, signal);
     if (attempt.body.get("status") === "CACHE_MISS") {
       if (attempt.parts.size > 0) {
         throw new ProtocolError("CACHE_MISS response must not contain binary parts");
@@ -448,10 +456,10 @@ export class Client implements AsyncDisposable {
           `server misses blobs with no local bytes to send: ${_pyListRepr(_pySorted(unavailable))}`,
         );
       }
-      attempt = await this.#post(program, programBytes, missing, attempt.route);
+      attempt = await this.#post(program, programBytes, missing, attempt.route, signal);
       if (attempt.body.get("status") === "CACHE_MISS") {
         const everything = new Set(program.blobs.keys());
-        attempt = await this.#post(program, programBytes, everything, attempt.route);
+        attempt = await this.#post(program, programBytes, everything, attempt.route, signal);
       }
       if (attempt.body.get("status") === "CACHE_MISS") {
         throw new ProtocolError("server still reports CACHE_MISS after a complete blob resend");
@@ -469,6 +477,7 @@ export class Client implements AsyncDisposable {
     programBytes: Uint8Array,
     include: ReadonlySet<string>,
     route: string | null,
+    signal: AbortSignal | undefined,
   ): Promise<ResponseBody & { route: string | null; knownDigest: KnownDigest }> {
     const parts: MultipartInput[] = [
       { name: "program", contentType: "application/json", body: programBytes },
@@ -488,6 +497,7 @@ export class Client implements AsyncDisposable {
       response = await this.#request("POST", "/execute", {
         body: [...encoded.chunks],
         headers,
+        signal,
         observe: (responseHeaders) => {
           const length = Number(responseHeaders.get("content-length") ?? 0);
           const multipart = PartDigests.forMultipart(responseHeaders);

@@ -232,6 +232,12 @@ export interface ExecuteOptions {
   outputLimitBytes?: number;
   /** Run once on 1–8 GPUs of one server. */
   gpuCount?: number;
+  /**
+   * Abandons the call when aborted (e.g. `AbortSignal.timeout(ms)`; the protocol itself has no
+   * response timeout): its connection is closed and the call rejects with the signal's reason.
+   * Whether the program ran is then unknown. Not sent to the server.
+   */
+  signal?: AbortSignal;
 }
 
 function _bytesLike(value: unknown, message: string): Uint8Array {

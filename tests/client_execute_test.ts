@@ -500,6 +500,46 @@ Deno.test("client: both transports reach the same paths; URL credentials are Bas
   }
 });
 
+Deno.test("client: an execute a server never answers is abandoned by its signal", async () => {
+  // Accepts, reads, never answers (the protocol has no response timeout of its own).
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const held: Deno.Conn[] = [];
+  const serving = (async () => {
+    for await (const conn of listener) {
+      held.push(conn);
+      (async () => {
+        const buf = new Uint8Array(65536);
+        while ((await conn.read(buf).catch(() => null)) !== null) { /* swallow */ }
+      })();
+    }
+  })();
+  try {
+    const url = `http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}`;
+    for (const transport of ["auto", "fetch"] as const) {
+      await using client = new Client(url, { transport });
+      const program = new Program();
+      program.return_({
+        key: "x",
+        value: program.upload({ kind: "bytes", value: new Uint8Array(1) }),
+      });
+      const start = performance.now();
+      await assert.rejects(
+        client.execute(program, { signal: AbortSignal.timeout(200) }),
+        (e: unknown) => e instanceof DOMException && e.name === "TimeoutError",
+        transport,
+      );
+      assert.ok(performance.now() - start < 5000, transport);
+      // An aborted signal stops the call before anything is sent.
+      const aborted = AbortSignal.abort(new Error("stop"));
+      await assert.rejects(client.execute(program, { signal: aborted }), /stop/);
+    }
+  } finally {
+    listener.close();
+    for (const conn of held) conn.close();
+    await serving.catch(() => {});
+  }
+});
+
 Deno.test("client: a connection that never opens is cut by connectTimeoutSeconds", async () => {
   // Simulate a silent network: connect attempts hang until aborted.
   const original = Deno.connect;
