@@ -404,7 +404,9 @@ async function _readResponse(
       }
       headers.append(line.slice(0, colon).trim(), line.slice(colon + 1).trim());
     }
-    if (status >= 100 && status < 200) continue; // interim (100 Continue, 103 ...)
+    // Interim answers (100 Continue, 103 Early Hints) come before the real one; 101 Switching
+    // Protocols is final (nothing asked for it): a non-200 answer like any other.
+    if (status >= 100 && status < 200 && status !== 101) continue;
     const connection = (headers.get("connection") ?? "").toLowerCase();
     let keepAlive = minor === "1"
       ? !/\bclose\b/.test(connection)
@@ -412,10 +414,11 @@ async function _readResponse(
     let body: Uint8Array;
     const encoding = (headers.get("transfer-encoding") ?? "").toLowerCase().trim();
     const lengthHeader = headers.get("content-length");
-    if (method === "HEAD" || status === 204 || status === 304) {
+    if (method === "HEAD" || status === 101 || status === 204 || status === 304) {
       body = new Uint8Array(0);
     } else if (encoding !== "") {
-      if (!/(^|,)\s*chunked$/.test(encoding)) {
+      // Only chunked, alone: a coding under it (gzip, chunked) is not decoded here.
+      if (encoding !== "chunked") {
         throw new Error(`unsupported transfer-encoding: ${encoding}`);
       }
       body = await reader.readChunked();

@@ -242,6 +242,10 @@ Deno.test("http1: malformed responses are errors naming the problem", async () =
     ["HTTP/1.1 200 OK\r\nContent-Length: 5, 6\r\n\r\nhello", "malformed content-length"],
     ["HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed chunk size"],
     ["HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", "unsupported transfer-encoding"],
+    [
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+      "unsupported transfer-encoding: gzip, chunked",
+    ],
     ["HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nshort", "before the end of the response body"],
     ["HTTP/1.1 200 OK\r\n bad: folded\r\n\r\n", "malformed HTTP header line"],
   ];
@@ -260,6 +264,25 @@ Deno.test("http1: malformed responses are errors naming the problem", async () =
       agent.close();
       await server.close();
     }
+  }
+});
+
+Deno.test("http1: 101 Switching Protocols is a final answer, not an interim one", async () => {
+  const server = rawServer(async (conn) => {
+    await readRequest(conn);
+    await send(
+      conn,
+      "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n",
+    );
+    await new Promise((resolve) => setTimeout(resolve, 300)); // keeps the connection open a while
+  });
+  const agent = server.agent();
+  try {
+    const response = await agent.request("GET", "/", new Headers());
+    assert.equal(response.status, 101);
+  } finally {
+    agent.close();
+    await server.close();
   }
 });
 
