@@ -83,7 +83,6 @@ const _PREFAULT_KEEP = 2;
  * (which a POST, fully sent, could not be retried after).
  */
 const _IDLE_REUSE_MS = 4000;
-const _encoder = new TextEncoder();
 const _decoder = new TextDecoder("latin1");
 
 /**
@@ -183,7 +182,9 @@ export class Http1Agent {
       head += `content-length: ${length}\r\n`;
     }
     head += "\r\n";
-    const headBytes = _encoder.encode(head);
+    // Header values are byte strings (read as latin1): one byte per character, so a value echoed
+    // from a response (X-KCoral-Node) goes back with the very bytes it came with.
+    const headBytes = Uint8Array.from(head, (char) => char.charCodeAt(0));
     const pieces = length <= _SMALL_BODY
       ? [concatBytes([headBytes, ...body])] // one write, one packet
       : [headBytes, ...body];

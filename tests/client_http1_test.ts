@@ -267,6 +267,32 @@ Deno.test("http1: malformed responses are errors naming the problem", async () =
   }
 });
 
+Deno.test("http1: header bytes go out as they came in (a value echoed from a response)", async () => {
+  let sent: Uint8Array = new Uint8Array(0);
+  const server = rawServer(async (conn) => {
+    const buf = new Uint8Array(4096);
+    const n = await conn.read(buf);
+    sent = buf.slice(0, n ?? 0);
+    // "café" in UTF-8 as a response header: read as the byte string "cafÃ©".
+    const head = _enc.encode("HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-Node: caf\u00e9\r\n\r\n");
+    await conn.write(head);
+  });
+  const agent = server.agent();
+  try {
+    const first = await agent.request("GET", "/", new Headers());
+    const node = first.headers.get("x-node")!;
+    assert.equal(node, "caf\u00c3\u00a9");
+    await agent.request("GET", "/", new Headers({ "x-node": node }));
+    const line = new TextDecoder("latin1").decode(sent).split("\r\n")
+      .find((l) => l.startsWith("x-node"))!;
+    // The same two bytes (C3 A9), not those bytes encoded once more as UTF-8.
+    assert.deepEqual([...line.slice(-2)].map((c) => c.charCodeAt(0)), [0xc3, 0xa9]);
+  } finally {
+    agent.close();
+    await server.close();
+  }
+});
+
 Deno.test("http1: 101 Switching Protocols is a final answer, not an interim one", async () => {
   const server = rawServer(async (conn) => {
     await readRequest(conn);
