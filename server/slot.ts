@@ -363,6 +363,12 @@ export class Slot {
   }
 
   #onFrame(frame: Frame): void {
+    if (frame.child === true) {
+      // From a child, forwarded by the zygote, which tagged it last (its "c" wins over any the
+      // child wrote): only ever that child's, never a zygote frame (hello, forked, exited).
+      this.#children.get(Number(frame.c))?._deliver(frame);
+      return;
+    }
     switch (frame.t) {
       case "hello": {
         const monotonicNs = typeof frame.monotonic_ns === "number" ? frame.monotonic_ns : null;
@@ -397,10 +403,8 @@ export class Slot {
         });
         return;
       }
-      default: {
-        const child = this.#children.get(Number(frame.c));
-        child?._deliver(frame);
-      }
+      default:
+        // nothing else comes from the zygote itself
     }
   }
 }

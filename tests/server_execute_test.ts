@@ -426,6 +426,44 @@ Deno.test("server: /internal/worker-status answers GET from loopback, 405 to oth
   }
 });
 
+Deno.test("server: a program posing as the zygote on its channel cannot fake its own exit", async () => {
+  // The program writes a frame "exited" for its child id straight into its channel to the
+  // zygote. Forwarded frames are tagged by the zygote as the child's, so the server never takes
+  // it for the zygote's own: it is a frame no worker sends (500, invalid worker response, the
+  // worker retired), not a child that seems gone while it still runs.
+  const server = await startServer();
+  try {
+    const source = [
+      "import json, os, stat, struct, time",
+      "def f():",
+      "    for name in os.listdir('/proc/self/fd'):",
+      "        fd = int(name)",
+      "        try:",
+      "            if not stat.S_ISSOCK(os.fstat(fd).st_mode):",
+      "                continue",
+      "        except OSError:",
+      "            continue",
+      "        body = json.dumps({'t': 'exited', 'c': 1, 'code': 0, 'signal': None,",
+      "                           'orphans': False, 'child': False}).encode()",
+      "        try:",
+      "            os.write(fd, struct.pack('>I', len(body)) + body)",
+      "        except OSError:",
+      "            pass",
+      "    time.sleep(0.5)",
+      "    return 7",
+      "",
+    ].join("\n");
+    const r = await postProgram(server.url, callProgram(source, "f"));
+    assert.equal(r.status, 500, JSON.stringify(r.json));
+    assert.deepEqual(r.json.error, { kind: "engine", message: "invalid worker response" });
+    // The seat serves on.
+    const next = await postProgram(server.url, callProgram("def f():\n    return 1\n", "f"));
+    assert.equal(next.status, 200, JSON.stringify(next.json));
+  } finally {
+    await server.stop();
+  }
+});
+
 Deno.test("server: 503 busy when no worker frees up in time", async () => {
   const server = await startServer({ workerWaitTimeoutSeconds: 0.3 });
   try {

@@ -35,12 +35,13 @@ def frame(payload: bytes) -> bytes:
     return HEADER.pack(len(payload)) + payload
 
 
-def frame_with_prefix(prefix: bytes, payload: bytes, skip: int) -> bytes:
-    """``frame(prefix + payload[skip:])`` with a single copy of the payload."""
-    size = len(prefix) + len(payload) - skip
+def frame_with_suffix(payload: bytes, suffix: bytes) -> bytes:
+    """``frame(payload[:-1] + suffix)`` with a single copy of the payload: the payload's closing
+    brace is replaced by ``suffix`` (members added last win over any the payload already has)."""
+    size = len(payload) - 1 + len(suffix)
     if size > MAX_FRAME_BYTES:
         raise ValueError(f"frame of {size} bytes exceeds the 4-byte length prefix")
-    return b"".join((HEADER.pack(size), prefix, memoryview(payload)[skip:]))
+    return b"".join((HEADER.pack(size), memoryview(payload)[:-1], suffix))
 
 
 def encode(obj: Any) -> bytes:

@@ -42,7 +42,7 @@ import warnings  # noqa: E402
 from typing import Any, Dict, List, Optional, Set  # noqa: E402
 
 from . import procs  # noqa: E402
-from .ipc import FrameDecoder, OutQueue, dumps, frame, frame_with_prefix  # noqa: E402
+from .ipc import FrameDecoder, OutQueue, dumps, frame, frame_with_suffix  # noqa: E402
 from .log import log  # noqa: E402
 
 POLL_SECONDS = 0.01
@@ -343,10 +343,13 @@ class Zygote:
             except (KeyError, ValueError):
                 pass
             return
-        prefix = b'{"c":%d,' % rec.c
+        # Tagged at the end: JSON keeps the last of duplicate keys, so a child cannot speak for
+        # another child (its own "c" is overridden) nor as the zygote (every frame it sends is
+        # marked "child").
+        suffix = b',"c":%d,"child":true}' % rec.c
         for payload in rec.decoder.feed(data):
-            if len(payload) > 2 and payload[:1] == b"{":
-                self._send_framed(frame_with_prefix(prefix, payload, 1))  # tag it with "c"
+            if len(payload) > 2 and payload[:1] == b"{" and payload[-1:] == b"}":
+                self._send_framed(frame_with_suffix(payload, suffix))
             else:
                 log(f"dropping a malformed frame from child {rec.c}")
 

@@ -7,7 +7,7 @@ import os
 import socket
 import struct
 
-from kcoral_runtime.ipc import FrameDecoder, FrameSocket, OutQueue, encode
+from kcoral_runtime.ipc import FrameDecoder, FrameSocket, OutQueue, dumps, encode, frame_with_suffix
 
 
 def test_encode_is_compact_utf8_with_big_endian_length() -> None:
@@ -61,3 +61,11 @@ def test_frame_socket_round_trip() -> None:
     a.close()
     assert right.recv() is None
     b.close()
+
+
+def test_frame_with_suffix_overrides_the_payloads_own_members() -> None:
+    # A child's frame naming another child (and posing as the zygote) is tagged last: its own
+    # "c" and "child" lose to the tag (JSON keeps the last of duplicate keys).
+    payload = dumps({"t": "exited", "c": 99, "child": False, "x": [1, {"c": 5}]})
+    out = FrameDecoder().feed(frame_with_suffix(payload, b',"c":3,"child":true}'))
+    assert [json.loads(p) for p in out] == [{"t": "exited", "c": 3, "child": True, "x": [1, {"c": 5}]}]

@@ -124,7 +124,7 @@ def test_exit_mid_run_reports_exited_after_instr(cpu_zygote, make_request, kc) -
     exited = handle.wait_exited(start=start)
     frames = cpu_zygote.frames_of(handle.c, start)
     assert [f["t"] for f in frames] == ["instr", "instr", "instr", "exited"]
-    assert frames[2] == {"c": handle.c, "t": "instr", "i": 2}
+    assert frames[2] == {"c": handle.c, "child": True, "t": "instr", "i": 2}
     assert (exited["code"], exited["signal"], exited["orphans"]) == (7, None, False)
 
 

@@ -28,7 +28,7 @@ def test_hello_and_ready(cpu_zygote, child) -> None:
     assert hello["t"] == "hello" and hello["mode"] == "cpu"
     assert hello["python"] == ".".join(map(str, sys.version_info[:3]))
     assert isinstance(hello["pid"], int) and "torch" not in hello["versions"]
-    assert child.ready == {"c": child.c, "t": "ready", "target": {}, "versions": hello["versions"],
+    assert child.ready == {"c": child.c, "child": True, "t": "ready", "target": {}, "versions": hello["versions"],
                            "device_uuids": []}
 
 
@@ -44,7 +44,7 @@ def test_scalar_program(make_request, child, kc) -> None:
     assert r.outcome["parts"] == [] and r.outcome["gpu_access"] is None
     assert r.retire is None
     assert [f for f in r.frames if f["t"] != "outcome"] == [
-        {"c": child.c, "t": "instr", "i": i} for i in range(4)
+        {"c": child.c, "child": True, "t": "instr", "i": i} for i in range(4)
     ]  # no lease frames at all on a CPU worker
     assert set(r.outcome) == {"status", "results", "error", "parts", "stdout", "stderr",
                               "gpu_access", "boundary"}
