@@ -18,6 +18,7 @@ import { distinctGpuCount, resolveServerConfig, type ServerConfig } from "./conf
 import { detectDevices, type GpuDevice, simulatedDevices } from "./devices.ts";
 import { EventLog } from "./events.ts";
 import { runProgram, type RunResult, type WorkerOutcome } from "./execution.ts";
+import { MAX_FRAME_BYTES } from "./ipc.ts";
 import { GpuLeases, type LeaseHolder } from "./lease.ts";
 import { PoolBusy, type Seat, WorkerPool } from "./pool.ts";
 import { buildResponse, WorkerFileError } from "./response.ts";
@@ -107,6 +108,8 @@ const _NO_MULTICAST = {
 };
 /** Large-body receive buffers and mirrors up to this size are pooled (two of each). */
 const _POOLED_BODY_BYTES = 256 * 1024 * 1024;
+/** Room in a worker frame beyond the answer itself (part and output descriptions). */
+const _FRAME_OVERHEAD_BYTES = 16 * 1024 * 1024;
 /** Why a body still arriving at shutdown stopped being read. */
 const _SHUTTING_DOWN = new Error("the server is shutting down");
 /** Large bodies read at once into buffers sized before their bytes arrive (as upstream's 4). */
@@ -239,6 +242,9 @@ class _Server implements App {
         readonlyPaths: config.sandboxReadonlyPaths,
         gpu: gpuMode,
         env,
+        // An answer as large as the response limit travels in one frame (the worker keeps its
+        // answers within it, or says it did not).
+        maxFrameBytes: Math.max(MAX_FRAME_BYTES, config.maxResponseBytes + _FRAME_OVERHEAD_BYTES),
       };
       if (config.sandbox === "bubblewrap") await this.#probe(devices);
       this.#leases = gpuMode ? new GpuLeases(devices.map((d) => d.index)) : null;
@@ -946,6 +952,22 @@ class _Server implements App {
           location: outcome.error.location ?? outcome.gpu_access?.location ?? null,
           interfered_request_id: interferedRequestId,
         });
+      }
+      if (typeof outcome.too_large === "number") {
+        // The worker kept an answer over the limit to itself (it would only cost a frame).
+        await releaseSeat();
+        finish({
+          http_status: 500,
+          finish_reason: "server_error",
+          error_kind: "response_too_large",
+          response_bytes: outcome.too_large,
+        }, "ERROR");
+        return request.respondError(
+          500,
+          "response_too_large",
+          ERROR_MESSAGES.responseTooLarge,
+          "server_error",
+        );
       }
       const built = await buildResponse(
         outcome,

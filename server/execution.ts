@@ -30,6 +30,8 @@ export interface WorkerOutcome {
   stderr: OutcomeFile | null;
   boundary?: string;
   gpu_access?: { cuda_call: string; location: string; detected_at_ns: number } | null;
+  /** The answer's JSON was this many bytes, over the response limit: it was not sent. */
+  too_large?: number;
 }
 
 /** How a run ended. */

@@ -25,19 +25,21 @@ export function encodeFrame(frame: Frame): Uint8Array {
 
 /**
  * Reads frames from a byte stream until it ends. Throws if a frame is malformed or larger
- * than {@linkcode MAX_FRAME_BYTES}; a stream that ends mid-frame ends the iteration. The chunks
+ * than `maxBytes` (default {@linkcode MAX_FRAME_BYTES}); a stream that ends mid-frame ends the
+ * iteration. The chunks
  * of a frame are joined once, when it is complete (joining them as they come costs the square of
  * the frame's size: a 60 MiB answer held the event loop for ~24 s).
  */
 export async function* readFrames(
   stream: ReadableStream<Uint8Array>,
+  maxBytes: number = MAX_FRAME_BYTES,
 ): AsyncGenerator<Frame, void, void> {
   const pending = new _Chunks();
   for await (const chunk of stream) {
     pending.push(chunk);
     while (pending.length >= 4) {
       const length = new DataView(pending.peek(4).buffer).getUint32(0);
-      if (length > MAX_FRAME_BYTES) throw new Error(`worker frame too large: ${length} bytes`);
+      if (length > maxBytes) throw new Error(`worker frame too large: ${length} bytes`);
       if (pending.length < 4 + length) break;
       const body = pending.take(4 + length).subarray(4);
       const frame = JSON.parse(_decoder.decode(body));

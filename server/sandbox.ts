@@ -59,6 +59,8 @@ export interface SlotLaunch {
   gpu: boolean;
   /** Base environment (the server's own, minus what must not leak). */
   env: Record<string, string>;
+  /** Largest frame taken from the zygote (answers up to the response limit must fit). */
+  maxFrameBytes?: number;
 }
 
 /** Paths as a worker inside the slot sees them. */
@@ -271,6 +273,7 @@ export function slotCommand(launch: SlotLaunch): SlotCommand {
         PYTHONDONTWRITEBYTECODE: "1",
       },
       cwd: launch.workDir,
+      maxFrameBytes: launch.maxFrameBytes,
     };
   }
   const args = bwrapArgs(launch);
@@ -282,6 +285,7 @@ export function slotCommand(launch: SlotLaunch): SlotCommand {
     command: "bwrap",
     args: [...args, "--", ...zygote],
     env: { ...launch.env, PYTHONPATH: pythonPath.join(":") },
+    maxFrameBytes: launch.maxFrameBytes,
   };
 }
 

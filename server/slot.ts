@@ -17,6 +17,8 @@ export interface SlotCommand {
   env: Record<string, string>;
   /** Working directory. */
   cwd?: string;
+  /** Largest frame taken from the zygote (default `MAX_FRAME_BYTES`); a larger one ends it. */
+  maxFrameBytes?: number;
 }
 
 /** What a zygote says once its imports are done. */
@@ -205,13 +207,13 @@ export class Slot {
   #dead = false;
   #fatal: string | null = null;
 
-  private constructor(label: string, process: Deno.ChildProcess) {
+  private constructor(label: string, process: Deno.ChildProcess, maxFrameBytes?: number) {
     this.label = label;
     this.#process = process;
     this.#writer = process.stdin.getWriter();
     this.closed = process.status;
     this.#readStderr(process.stderr);
-    this.#readFrames(process.stdout);
+    this.#readFrames(process.stdout, maxFrameBytes);
   }
 
   /**
@@ -229,7 +231,7 @@ export class Slot {
       stderr: "piped",
       detached: true,
     }).spawn();
-    const slot = new Slot(label, process);
+    const slot = new Slot(label, process, spec.maxFrameBytes);
     let timer: ReturnType<typeof setTimeout> | undefined;
     try {
       await Promise.race([
@@ -325,9 +327,9 @@ export class Slot {
     return `worker slot ${this.label} died${this.#fatal ? `: ${this.#fatal}` : ""}`;
   }
 
-  async #readFrames(stdout: ReadableStream<Uint8Array>): Promise<void> {
+  async #readFrames(stdout: ReadableStream<Uint8Array>, maxBytes?: number): Promise<void> {
     try {
-      for await (const frame of readFrames(stdout)) this.#onFrame(frame);
+      for await (const frame of readFrames(stdout, maxBytes)) this.#onFrame(frame);
     } catch (error) {
       this.#fatal ??= `bad frame from worker: ${error}`;
     }

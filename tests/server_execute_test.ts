@@ -552,6 +552,46 @@ Deno.test("server: results over the response limit -> 500 response_too_large", a
   }
 });
 
+Deno.test("server: answers beyond 64 MiB of JSON: whole under the limit, response_too_large over it", async () => {
+  // One worker frame carries the answer's JSON: it used to be capped at 64 MiB, and a larger
+  // one ended the slot (reported as the worker exiting mid-instruction).
+  const big = "def f():\n    return 'a' * (70 << 20)\n";
+  const within = await startServer(); // limit 256 MiB
+  try {
+    await using client = new Client(within.url);
+    const program = new Program();
+    const mod = program.upload({ kind: "module", source: big });
+    program.return_({
+      key: "s",
+      value: program.run({ fn: program.getFunction({ module: mod, name: "f" }) }),
+    });
+    const result = await client.execute(program);
+    assert.equal(result.status, "COMPLETED", JSON.stringify(result.error));
+    assert.equal(result.get<string>("s").length, 70 << 20);
+  } finally {
+    await within.stop();
+  }
+  const over = await startServer({ maxResponseBytes: 4 << 20, maxRequestsPerWorker: 0 });
+  try {
+    const pid = async () => {
+      const r = await postProgram(
+        over.url,
+        callProgram("import os\ndef f():\n    return os.getpid()\n", "f"),
+      );
+      return (r.json.results as { out: { value: number } }).out.value;
+    };
+    const before = await pid();
+    for (const source of [big, "def f():\n    raise ValueError('e' * (70 << 20))\n"]) {
+      const r = await postProgram(over.url, callProgram(source, "f"));
+      assert.equal(r.status, 500, JSON.stringify(r.json).slice(0, 300));
+      assert.equal((r.json.error as { kind: string }).kind, "response_too_large");
+    }
+    assert.equal(await pid(), before); // the worker was not lost over it
+  } finally {
+    await over.stop();
+  }
+});
+
 Deno.test("server: fresh workers get a new pid per request; reused workers keep theirs", async () => {
   const source = "import os\ndef f():\n    return os.getpid()\n";
   for (const [max, same] of [[1, false], [0, true]] as const) {

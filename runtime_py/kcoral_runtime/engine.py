@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from . import cuda_guard, files
 from .capture import OutputCapture
 from .errors import ExecutionError, GPUAccessViolation
+from .ipc import dumps
 from .hygiene import ProcessState, SandboxState, kill_leftover_processes, warm_thread_pools
 from .log import log
 from .modules import ModuleLoader
@@ -132,6 +133,7 @@ class Engine:
         finally:
             captured = self.capture.stop()
 
+        max_return_bytes = request.max_return_bytes
         request.env.clear()
         del request
         self.backend.libraries.end_request(sandbox)
@@ -154,9 +156,10 @@ class Engine:
             retire, detail = self._reset_and_check(sandbox_state)
 
         stdout, stderr = captured.describe()
+        results_text = results.text()
         outcome = {
             "status": "FAILED" if error is not None else "COMPLETED",
-            "results": results.text(),
+            "results": results_text,
             "error": error,
             "parts": [part.wire() for part in results.store.parts],
             "stdout": stdout,
@@ -164,6 +167,11 @@ class Engine:
             "gpu_access": gpu_access,
             "boundary": results.store.final_boundary(),
         }
+        # An answer whose JSON alone exceeds the response limit is not sent (the server answers
+        # response_too_large): it would only cost a frame as large as it is.
+        json_bytes = _utf8_length(results_text) + (len(dumps(error)) if error is not None else 0)
+        if json_bytes > max_return_bytes:
+            outcome.update(results="{}", error=None, parts=[], too_large=json_bytes)
         return outcome, retire, detail
 
     def _run_instructions(
@@ -349,6 +357,11 @@ class Engine:
             raise ExecutionError(
                 "serialization", f"cannot return {kind}: {type(exc).__name__}: {exc}"
             ) from exc
+
+
+def _utf8_length(text: str) -> int:
+    """Bytes of ``text`` in UTF-8 (without encoding it when it is ASCII)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def _open_cwd() -> int:
