@@ -15,7 +15,7 @@ import {
 import { boundaryOccursIn } from "../protocol/multipart.ts";
 import { concatBytes } from "../protocol/bytes.ts";
 import { ERROR_FIELDS, GPU_ACCESS_FIELDS, resultJson } from "../protocol/response.ts";
-import type { OutcomeFile, WorkerOutcome } from "./execution.ts";
+import type { OutcomeFile, OutcomePart, WorkerOutcome } from "./execution.ts";
 
 /** Timings and identity that go into the result JSON. */
 export interface ResponseMeta {
@@ -44,8 +44,10 @@ const _encoder = new TextEncoder();
 const _IN_MEMORY_LIMIT = 1 << 20;
 
 /**
- * Assembles the response for `outcome`. Part files are moved into `stagingDir` (created here)
- * and deleted once the body has been sent or cancelled.
+ * Assembles the response for `outcome`. Every file of it (captured output, parts) is first
+ * moved into `stagingDir` (created here), out of the worker's reach: there the worker can no
+ * longer swap a file for a FIFO between the check and the open (an open that would block for
+ * good). The directory is deleted once the body has been sent or cancelled.
  */
 export async function buildResponse(
   outcome: WorkerOutcome,
@@ -54,9 +56,51 @@ export async function buildResponse(
   maxResponseBytes: number,
   stagingDir: string,
 ): Promise<BuiltResponse> {
+  await Deno.mkdir(stagingDir, { recursive: true, mode: 0o700 });
+  const cleanup = () => Deno.remove(stagingDir, { recursive: true }).catch(() => {});
+  let streaming = false;
+  try {
+    const built = await _build(
+      outcome,
+      meta,
+      outputLimitBytes,
+      maxResponseBytes,
+      stagingDir,
+      () => {
+        streaming = true;
+        return cleanup;
+      },
+    );
+    return built;
+  } finally {
+    if (!streaming) await cleanup();
+  }
+}
+
+/** Moves a worker's file into the staging directory (a missing one is the worker's fault). */
+async function _claim<F extends { path: string }>(file: F, stagingDir: string, name: string) {
+  const target = `${stagingDir}/${name}`;
+  try {
+    await Deno.rename(file.path, target); // a planted symlink moves as a symlink, refused later
+  } catch (error) {
+    throw new WorkerFileError(`worker result ${file.path} cannot be taken: ${error}`);
+  }
+  return { ...file, path: target };
+}
+
+async function _build(
+  outcome: WorkerOutcome,
+  meta: ResponseMeta,
+  outputLimitBytes: number,
+  maxResponseBytes: number,
+  stagingDir: string,
+  stream: () => () => Promise<void>,
+): Promise<BuiltResponse> {
+  const claim = async (file: OutcomeFile | null, name: string) =>
+    file && file.size > 0 && outputLimitBytes > 0 ? await _claim(file, stagingDir, name) : file;
   const [stdout, stderr] = await Promise.all([
-    readCaptured(outcome.stdout, outputLimitBytes),
-    readCaptured(outcome.stderr, outputLimitBytes),
+    claim(outcome.stdout, "stdout").then((file) => readCaptured(file, outputLimitBytes)),
+    claim(outcome.stderr, "stderr").then((file) => readCaptured(file, outputLimitBytes)),
   ]);
   const json = resultJson({
     status: outcome.status,
@@ -101,6 +145,10 @@ export async function buildResponse(
   if (total > maxResponseBytes) return { kind: "too_large", bytes: total };
 
   const contentType = `multipart/form-data; boundary=${boundary}`;
+  const claimed: OutcomePart[] = [];
+  for (const [i, part] of parts.entries()) {
+    claimed.push(await _claim(part, stagingDir, `part-${i}`));
+  }
   if (total <= _IN_MEMORY_LIMIT) {
     const body = new Uint8Array(total);
     let offset = 0;
@@ -111,7 +159,7 @@ export async function buildResponse(
     put(headers[0]);
     put(jsonBytes);
     put(PART_SEPARATOR);
-    for (const [i, part] of parts.entries()) {
+    for (const [i, part] of claimed.entries()) {
       put(headers[i + 1]);
       const data = await readWorkerFile(part.path, part.size);
       put(data);
@@ -121,21 +169,22 @@ export async function buildResponse(
     return { kind: "ok", status: outcome.status, body, contentType, bytes: total };
   }
 
-  await Deno.mkdir(stagingDir, { recursive: true, mode: 0o700 });
-  const cleanup = () => Deno.remove(stagingDir, { recursive: true }).catch(() => {});
-  const files: Deno.FsFile[] = [];
+  // Large parts stream from their open files; small ones are read now (a file kept open for
+  // each of thousands of small parts ran the process out of descriptors).
+  const sources: (Deno.FsFile | Uint8Array)[] = [];
   try {
-    for (const [i, part] of parts.entries()) {
-      const target = `${stagingDir}/part-${i}`;
-      await Deno.rename(part.path, target); // a planted symlink moves as a symlink...
-      files.push(await openWorkerFile(target, part.size)); // ...and is refused here
+    for (const part of claimed) {
+      sources.push(
+        part.size <= _IN_MEMORY_LIMIT
+          ? await readWorkerFile(part.path, part.size) // refuses anything but the regular file
+          : await openWorkerFile(part.path, part.size),
+      );
     }
   } catch (error) {
-    for (const file of files) file.close();
-    await cleanup();
+    for (const source of sources) if (!(source instanceof Uint8Array)) source.close();
     throw error;
   }
-  const body = _streamBody(headers, jsonBytes, files, closing, cleanup);
+  const body = _streamBody(headers, jsonBytes, sources, closing, stream());
   return { kind: "ok", status: outcome.status, body, contentType, bytes: total };
 }
 
@@ -270,7 +319,7 @@ async function* _fileChunks(file: Deno.FsFile): AsyncGenerator<Uint8Array> {
 function _streamBody(
   headers: Uint8Array[],
   json: Uint8Array,
-  files: Deno.FsFile[],
+  sources: (Deno.FsFile | Uint8Array)[],
   closing: Uint8Array,
   cleanup: () => Promise<void>,
 ): ReadableStream<Uint8Array> {
@@ -278,16 +327,20 @@ function _streamBody(
     let index = 0;
     try {
       yield concatBytes([headers[0], json, PART_SEPARATOR]);
-      for (; index < files.length; index++) {
+      for (; index < sources.length; index++) {
+        const source = sources[index];
         yield headers[index + 1];
-        yield* _fileChunks(files[index]); // closes the file
+        if (source instanceof Uint8Array) yield source;
+        else yield* _fileChunks(source); // closes the file
         yield PART_SEPARATOR;
       }
       yield closing;
     } finally {
-      for (let i = index + 1; i < files.length; i++) {
+      for (let i = index + 1; i < sources.length; i++) {
+        const source = sources[i];
+        if (source instanceof Uint8Array) continue;
         try {
-          files[i].close();
+          source.close();
         } catch {
           // already closed
         }

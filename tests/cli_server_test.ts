@@ -269,16 +269,18 @@ Deno.test("kcoral server: the process prints 'Application startup complete.' and
   assert.equal(status.code, 0);
 });
 
-Deno.test("kcoral server: running out of file descriptors does not end it: it listens again", async () => {
+/**
+ * A `kcoral server` process (CPU, one worker) under a low descriptor limit (bash's ulimit), so a
+ * few hundred descriptors exhaust it; `said()` is its stderr so far (plus what comes within
+ * 500 ms).
+ */
+async function _limitedServer(nofile: number) {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = (listener.addr as Deno.NetAddr).port;
   listener.close();
   const cli = new URL("../cli.ts", import.meta.url).pathname;
-  // A low descriptor limit for the server alone (bash's ulimit), so a few hundred idle
-  // connections exhaust it: Deno.serve then stops accepting for good.
-  const command =
-    `ulimit -n 256 && exec "${Deno.execPath()}" run -A "${cli}" server --device cpu ` +
-    `--num-workers 1 --sandbox none --port ${port} --log-dir '' --disk-cache-dir ''`;
+  const command = `ulimit -n ${nofile} && exec "${Deno.execPath()}" run -A "${cli}" server ` +
+    `--device cpu --num-workers 1 --sandbox none --port ${port} --log-dir '' --disk-cache-dir ''`;
   const child = new Deno.Command("bash", {
     args: ["-c", command],
     stdout: "null",
@@ -286,13 +288,42 @@ Deno.test("kcoral server: running out of file descriptors does not end it: it li
   }).spawn();
   const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
   let seen = "";
+  const stop = async () => {
+    child.kill("SIGTERM");
+    const drain = (async () => {
+      while (!(await reader.read()).done) { /* drain */ }
+    })();
+    await child.status;
+    await drain;
+  };
+  while (!seen.includes("Application startup complete.")) {
+    const { value, done } = await reader.read();
+    if (done) {
+      await stop();
+      throw new Error(`server exited:\n${seen}`);
+    }
+    seen += value;
+  }
+  return {
+    port,
+    url: `http://127.0.0.1:${port}`,
+    async said() {
+      seen += await Promise.race([
+        reader.read().then(({ value }) => value ?? ""),
+        new Promise<string>((r) => setTimeout(() => r(""), 500)),
+      ]);
+      return seen;
+    },
+    stop,
+  };
+}
+
+Deno.test("kcoral server: running out of file descriptors does not end it: it listens again", async () => {
+  // A few hundred idle connections exhaust the limit: Deno.serve then stops accepting for good.
+  const server = await _limitedServer(256);
+  const port = server.port;
   const conns: Deno.TcpConn[] = [];
   try {
-    while (!seen.includes("Application startup complete.")) {
-      const { value, done } = await reader.read();
-      if (done) throw new Error(`server exited:\n${seen}`);
-      seen += value;
-    }
     for (let i = 0; i < 400; i++) {
       try {
         conns.push(await Deno.connect({ hostname: "127.0.0.1", port }));
@@ -308,20 +339,41 @@ Deno.test("kcoral server: running out of file descriptors does not end it: it li
       await new Promise((r) => setTimeout(r, 100));
       health = await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.json(), () => ({}));
     }
-    assert.equal(health.status, "ok", `not served again:\n${seen}`);
-    // Read what it said meanwhile (without waiting for more than is there).
-    const said = await Promise.race([
-      reader.read().then(({ value }) => value ?? ""),
-      new Promise<string>((r) => setTimeout(() => r(""), 500)),
-    ]);
-    assert.match(seen + said, /listening again after: .*(Too many open files|os error 24)/);
+    const said = await server.said();
+    assert.equal(health.status, "ok", `not served again:\n${said}`);
+    assert.match(said, /listening again after: .*(Too many open files|os error 24)/);
   } finally {
     for (const conn of conns) conn.close();
-    child.kill("SIGTERM");
-    const drain = (async () => {
-      while (!(await reader.read()).done) { /* drain */ }
-    })();
-    await child.status;
-    await drain;
+    await server.stop();
+  }
+});
+
+Deno.test("kcoral server: an answer of more parts than descriptors is sent whole", async () => {
+  // 400 binary parts of 4 KiB (1.6 MB: streamed) under a limit of 256 descriptors: each part
+  // kept open until sent ran the process out of them (500).
+  const server = await _limitedServer(256);
+  try {
+    const { Client, Program } = await import("../mod.ts");
+    const program = new Program();
+    const mod = program.upload({
+      kind: "module",
+      source: "def f():\n    return [bytes([i % 256]) * 4096 for i in range(400)]\n",
+    });
+    program.return_({
+      key: "parts",
+      value: program.run({ fn: program.getFunction({ module: mod, name: "f" }) }),
+    });
+    await using client = new Client(server.url);
+    const result = await client.execute(program);
+    assert.equal(
+      result.status,
+      "COMPLETED",
+      `${JSON.stringify(result.error)}\n${await server.said()}`,
+    );
+    const parts = result.get<Uint8Array[]>("parts");
+    assert.equal(parts.length, 400);
+    assert.ok(parts.every((p, i) => p.length === 4096 && p[0] === i % 256 && p[4095] === i % 256));
+  } finally {
+    await server.stop();
   }
 });
