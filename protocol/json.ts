@@ -55,8 +55,28 @@ export class JsonParseError extends Error {
 
 /** Deepest nesting accepted (CPython's scanner stops near its recursion limit of 1000). */
 const _MAX_DEPTH = 1000;
-/** Python's default `sys.get_int_max_str_digits()`: longer integer literals are refused. */
-const _MAX_INT_DIGITS = 4300;
+/** Options of {@linkcode parseJson} and {@linkcode parseJsonTyped}. */
+export interface ParseJsonOptions {
+  /**
+   * Integer literals with more digits are refused with Python's message (Python's own limit,
+   * `sys.get_int_max_str_digits()`, is 4300: a program is parsed with it, as upstream does).
+   * Default: no limit.
+   *
+   * @example
+   * ```ts
+   * import { parseJson } from "./mod.ts";
+   *
+   * let refused = false;
+   * try {
+   *   parseJson("1".repeat(4301), { maxIntDigits: 4300 });
+   * } catch {
+   *   refused = true;
+   * }
+   * if (!refused) throw new Error("not refused");
+   * ```
+   */
+  maxIntDigits?: number;
+}
 
 const _decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
@@ -77,8 +97,8 @@ const _decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
  * if (value.get("2") !== 12345678901234567890n) throw new Error("bigint");
  * ```
  */
-export function parseJson(text: string | Uint8Array): JsonValue {
-  return new _Parser(_text(text), false).parseDocument() as JsonValue;
+export function parseJson(text: string | Uint8Array, options: ParseJsonOptions = {}): JsonValue {
+  return new _Parser(_text(text), false, options.maxIntDigits).parseDocument() as JsonValue;
 }
 
 /**
@@ -93,8 +113,11 @@ export function parseJson(text: string | Uint8Array): JsonValue {
  * if (a !== 5 || !(b instanceof JsonFloat)) throw new Error();
  * ```
  */
-export function parseJsonTyped(text: string | Uint8Array): TypedJsonValue {
-  return new _Parser(_text(text), true).parseDocument();
+export function parseJsonTyped(
+  text: string | Uint8Array,
+  options: ParseJsonOptions = {},
+): TypedJsonValue {
+  return new _Parser(_text(text), true, options.maxIntDigits).parseDocument();
 }
 
 function _text(text: string | Uint8Array): string {
@@ -171,11 +194,13 @@ class _StopIteration {
 class _Parser {
   readonly #s: string;
   readonly #typed: boolean;
+  readonly #maxIntDigits: number;
   #depth = 0;
 
-  constructor(s: string, typed: boolean) {
+  constructor(s: string, typed: boolean, maxIntDigits = Infinity) {
     this.#s = s;
     this.#typed = typed;
+    this.#maxIntDigits = maxIntDigits;
   }
 
   parseDocument(): TypedJsonValue {
@@ -296,10 +321,10 @@ class _Parser {
       return [value === 0 ? 0 : value, i]; // Python ints have no -0
     }
     const digits = text.length - (text.charCodeAt(0) === 0x2d ? 1 : 0);
-    if (digits > _MAX_INT_DIGITS) {
+    if (digits > this.#maxIntDigits) {
       // Python refuses to convert longer integers (and a worker would fail on them).
       throw new JsonParseError(
-        `malformed JSON: Exceeds the limit (${_MAX_INT_DIGITS} digits) for integer string ` +
+        `malformed JSON: Exceeds the limit (${this.#maxIntDigits} digits) for integer string ` +
           `conversion: value has ${digits} digits; use sys.set_int_max_str_digits() to ` +
           "increase the limit",
       );

@@ -3,6 +3,12 @@
 
 import { JsonFloat } from "./json_float.ts";
 import { JsonParseError, parseJsonTyped, type TypedJsonValue } from "./json.ts";
+
+/**
+ * Python's default `sys.get_int_max_str_digits()`: a program with a longer integer is refused
+ * as upstream's parser refuses it (a worker could not read it either).
+ */
+const PYTHON_INT_DIGITS = 4300;
 import { _pyRepr, _pySorted, _pyStrRepr } from "./_python.ts";
 import { checkPathConflicts, normalizeFilePath, PathError } from "./paths.ts";
 import { type DType, isDType, tensorByteLength } from "./dtypes.ts";
@@ -190,7 +196,7 @@ export function isBlobHash(value: unknown): value is string {
 export function parseProgram(text: string | Uint8Array): ParsedProgram {
   let body: TypedJsonValue;
   try {
-    body = parseJsonTyped(text);
+    body = parseJsonTyped(text, { maxIntDigits: PYTHON_INT_DIGITS });
   } catch (error) {
     if (error instanceof JsonParseError) throw new ProgramError(error.message, { cause: error });
     throw error;
