@@ -434,7 +434,17 @@ class Results:
         self.nodes[key] = node
 
     def return_value(self, key: str, value: Any) -> None:
-        self.add(key, lambda: self.encoder.encode(value))
+        def produce() -> Dict[str, Any]:
+            try:
+                return self.encoder.encode(value)
+            except ExecutionError:
+                raise
+            except Exception as exc:  # a cycle, or a value whose own methods fail
+                raise ExecutionError(
+                    "serialization", f"cannot return value: {type(exc).__name__}: {exc}"
+                ) from exc
+
+        self.add(key, produce)
 
     def text(self) -> str:
         """The results JSON text exactly as it goes on the wire."""

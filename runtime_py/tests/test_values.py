@@ -258,3 +258,19 @@ def test_large_tensor_return_round_trips(results: Results) -> None:
     data = part_bytes(results, 0)
     assert node["sha256"] == sha(data) and node["shape"] == [tensor.numel()]
     assert numpy.frombuffer(data, dtype=numpy.float32).tolist() == tensor.tolist()
+
+
+class _BadStr(str):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+def test_values_that_fail_while_encoded_are_serialization_errors(results: Results) -> None:
+    cycle: list = [1]
+    cycle.append(cycle)
+    for value, name in [(cycle, "RecursionError"), (_BadStr("x"), "RuntimeError")]:
+        with pytest.raises(ExecutionError) as info:
+            results.return_value("x", value)
+        assert info.value.kind == "serialization"
+        assert info.value.message.startswith(f"cannot return value: {name}: ")
+    assert results.text() == "{}"
