@@ -953,14 +953,12 @@ class _Server implements App {
           interfered_request_id: interferedRequestId,
         });
       }
-      if (typeof outcome.too_large === "number") {
-        // The worker kept an answer over the limit to itself (it would only cost a frame).
-        await releaseSeat();
+      const tooLarge = (bytes: number) => {
         finish({
           http_status: 500,
           finish_reason: "server_error",
           error_kind: "response_too_large",
-          response_bytes: outcome.too_large,
+          response_bytes: bytes,
         }, "ERROR");
         return request.respondError(
           500,
@@ -968,6 +966,11 @@ class _Server implements App {
           ERROR_MESSAGES.responseTooLarge,
           "server_error",
         );
+      };
+      if (typeof outcome.too_large === "number") {
+        // The worker kept an answer over the limit to itself (it would only cost a frame).
+        await releaseSeat();
+        return tooLarge(outcome.too_large);
       }
       const built = await buildResponse(
         outcome,
@@ -985,20 +988,7 @@ class _Server implements App {
         `${this.#runtimeDir}/responses/${requestId}-${this.#responseSeq++}`,
       );
       await releaseSeat();
-      if (built.kind === "too_large") {
-        finish({
-          http_status: 500,
-          finish_reason: "server_error",
-          error_kind: "response_too_large",
-          response_bytes: built.bytes,
-        }, "ERROR");
-        return request.respondError(
-          500,
-          "response_too_large",
-          ERROR_MESSAGES.responseTooLarge,
-          "server_error",
-        );
-      }
+      if (built.kind === "too_large") return tooLarge(built.bytes);
       const error = outcome.error ?? {};
       finish({
         http_status: 200,
