@@ -184,7 +184,8 @@ export class Http1Agent {
     head += "\r\n";
     // Header values are byte strings (read as latin1): one byte per character, so a value echoed
     // from a response (X-KCoral-Node) goes back with the very bytes it came with.
-    const headBytes = Uint8Array.from(head, (char) => char.charCodeAt(0));
+    const headBytes = new Uint8Array(head.length);
+    for (let i = 0; i < head.length; i++) headBytes[i] = head.charCodeAt(i);
     const pieces = length <= _SMALL_BODY
       ? [concatBytes([headBytes, ...body])] // one write, one packet
       : [headBytes, ...body];
