@@ -56,36 +56,46 @@ export async function buildResponse(
   maxResponseBytes: number,
   stagingDir: string,
 ): Promise<BuiltResponse> {
-  await Deno.mkdir(stagingDir, { recursive: true, mode: 0o700 });
-  const cleanup = () => Deno.remove(stagingDir, { recursive: true }).catch(() => {});
+  // Created on the first file to take: most answers have none (a trivial one pays nothing).
+  const staging = new _Staging(stagingDir);
   let streaming = false;
   try {
-    const built = await _build(
-      outcome,
-      meta,
-      outputLimitBytes,
-      maxResponseBytes,
-      stagingDir,
-      () => {
-        streaming = true;
-        return cleanup;
-      },
-    );
-    return built;
+    return await _build(outcome, meta, outputLimitBytes, maxResponseBytes, staging, () => {
+      streaming = true;
+      return () => staging.remove();
+    });
   } finally {
-    if (!streaming) await cleanup();
+    if (!streaming) await staging.remove();
   }
 }
 
-/** Moves a worker's file into the staging directory (a missing one is the worker's fault). */
-async function _claim<F extends { path: string }>(file: F, stagingDir: string, name: string) {
-  const target = `${stagingDir}/${name}`;
-  try {
-    await Deno.rename(file.path, target); // a planted symlink moves as a symlink, refused later
-  } catch (error) {
-    throw new WorkerFileError(`worker result ${file.path} cannot be taken: ${error}`);
+/** The directory a response's files are moved to, made when the first one comes. */
+class _Staging {
+  readonly #dir: string;
+  #made: Promise<void> | null = null;
+
+  constructor(dir: string) {
+    this.#dir = dir;
   }
-  return { ...file, path: target };
+
+  /** Moves a worker's file here (a missing one is the worker's fault). */
+  async claim<F extends { path: string }>(file: F, name: string): Promise<F> {
+    this.#made ??= Deno.mkdir(this.#dir, { recursive: true, mode: 0o700 });
+    await this.#made;
+    const target = `${this.#dir}/${name}`;
+    try {
+      await Deno.rename(file.path, target); // a planted symlink moves as a symlink, refused later
+    } catch (error) {
+      throw new WorkerFileError(`worker result ${file.path} cannot be taken: ${error}`);
+    }
+    return { ...file, path: target };
+  }
+
+  async remove(): Promise<void> {
+    if (this.#made === null) return;
+    await this.#made.catch(() => {});
+    await Deno.remove(this.#dir, { recursive: true }).catch(() => {});
+  }
 }
 
 async function _build(
@@ -93,11 +103,11 @@ async function _build(
   meta: ResponseMeta,
   outputLimitBytes: number,
   maxResponseBytes: number,
-  stagingDir: string,
+  staging: _Staging,
   stream: () => () => Promise<void>,
 ): Promise<BuiltResponse> {
   const claim = async (file: OutcomeFile | null, name: string) =>
-    file && file.size > 0 && outputLimitBytes > 0 ? await _claim(file, stagingDir, name) : file;
+    file && file.size > 0 && outputLimitBytes > 0 ? await staging.claim(file, name) : file;
   const [stdout, stderr] = await Promise.all([
     claim(outcome.stdout, "stdout").then((file) => readCaptured(file, outputLimitBytes)),
     claim(outcome.stderr, "stderr").then((file) => readCaptured(file, outputLimitBytes)),
@@ -147,7 +157,7 @@ async function _build(
   const contentType = `multipart/form-data; boundary=${boundary}`;
   const claimed: OutcomePart[] = [];
   for (const [i, part] of parts.entries()) {
-    claimed.push(await _claim(part, stagingDir, `part-${i}`));
+    claimed.push(await staging.claim(part, `part-${i}`));
   }
   if (total <= _IN_MEMORY_LIMIT) {
     const body = new Uint8Array(total);
