@@ -533,16 +533,17 @@ Deno.test("http1: preparing a buffer for a large answer never holds a small answ
     hostname: "127.0.0.1",
     port: (listener.addr as Deno.NetAddr).port,
   });
-  const size = 256 << 20;
+  const size = 512 << 20;
   try {
     const prefault = new _Prefault(size);
     await conn.write(new Uint8Array([7]));
     assert.equal(await conn.read(new Uint8Array(1)), 1);
     const touched = prefault.touched;
     prefault.stop();
-    // The answer comes within a few slices of touching (a loop of MessagePort yields touched
-    // all 256 MiB first).
-    assert.ok(touched < size / 2, `${touched} bytes touched before the answer was read`);
+    // The answer comes while the buffer is being touched, usually within a few slices (a loop
+    // of MessagePort yields touched all of it first). Only "before the end" is asserted: under
+    // a loaded CI machine the few slices can be many.
+    assert.ok(touched < size, `all ${touched} bytes were touched before the answer was read`);
   } finally {
     conn.close();
     await echo;
