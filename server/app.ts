@@ -814,6 +814,8 @@ class _Server implements App {
         }
       }
 
+      // This request's own stderr lines (the slot's ring also holds earlier requests').
+      const stderrMark = child.slot.stderrSeen;
       const run: RunResult = await runProgram({
         child,
         leases: this.#leases,
@@ -883,7 +885,7 @@ class _Server implements App {
         finish({
           http_status: 504,
           finish_reason: "timeout",
-          output_tail: child.slot.stderrTail().slice(-4096),
+          output_tail: child.slot.stderrTail(stderrMark).slice(-4096),
         }, "WARNING");
         await releaseSeat();
         return request.respondError(504, "timeout", ERROR_MESSAGES.timeout, "timeout");
@@ -915,7 +917,7 @@ class _Server implements App {
           instruction_op: op,
           instruction_id: id,
           exitcode: end.exit.code ?? (end.exit.signal !== null ? -end.exit.signal : null),
-          output_tail: child.slot.stderrTail().slice(-4096),
+          output_tail: child.slot.stderrTail(stderrMark).slice(-4096),
         }, "ERROR");
         const json = resultJson({
           status: "FAILED",

@@ -203,6 +203,7 @@ export class Slot {
   #forks = new Map<number, (pid: number) => void>();
   #nextChild = 1;
   #stderr = new Uint8Array(0);
+  #stderrSeen = 0;
   #helloWaiter: { resolve: (h: ZygoteHello) => void; reject: (e: Error) => void } | null = null;
   #dead = false;
   #fatal: string | null = null;
@@ -262,9 +263,21 @@ export class Slot {
     return this.#dead;
   }
 
-  /** The last bytes the zygote wrote to stderr (diagnostics). */
-  stderrTail(): string {
-    return new TextDecoder().decode(this.#stderr);
+  /** Bytes the zygote (and its children) wrote to stderr so far (a mark for {@linkcode stderrTail}). */
+  get stderrSeen(): number {
+    return this.#stderrSeen;
+  }
+
+  /**
+   * The last bytes the zygote wrote to stderr (diagnostics); with `since` (a
+   * {@linkcode stderrSeen} taken earlier), only what came after it (one request's lines, not an
+   * earlier request's).
+   */
+  stderrTail(since?: number): string {
+    const fresh = since === undefined ? this.#stderr.length : this.#stderrSeen - since;
+    return new TextDecoder().decode(
+      this.#stderr.subarray(Math.max(0, this.#stderr.length - fresh)),
+    );
   }
 
   /** Sends a raw frame to the zygote. */
@@ -354,6 +367,7 @@ export class Slot {
   async #readStderr(stderr: ReadableStream<Uint8Array>): Promise<void> {
     try {
       for await (const chunk of stderr) {
+        this.#stderrSeen += chunk.length;
         const joined = new Uint8Array(this.#stderr.length + chunk.length);
         joined.set(this.#stderr);
         joined.set(chunk, this.#stderr.length);

@@ -464,6 +464,34 @@ Deno.test("server: a program posing as the zygote on its channel cannot fake its
   }
 });
 
+Deno.test("server: a crash's output_tail holds its own request's stderr, not an earlier one's", async () => {
+  const server = await startServer({ maxRequestsPerWorker: 0 });
+  try {
+    // With capture off, a program's stderr goes to the slot's own stderr (the diagnostics ring).
+    const speak = (text: string, exit: boolean) => ({
+      ...callProgram(
+        `import os, sys\ndef f():\n    sys.stderr.write('${text}\\n')\n    sys.stderr.flush()\n` +
+          (exit ? "    os._exit(3)\n" : "    return 1\n"),
+        "f",
+      ),
+      options: { output_limit_bytes: 0 },
+    });
+    assert.equal((await postProgram(server.url, speak("EARLIER-REQUEST-LINE", false))).status, 200);
+    await new Promise((r) => setTimeout(r, 100)); // the line reaches the ring
+    const crashed = await postProgram(server.url, speak("THIS-REQUEST-LINE", true));
+    assert.equal(crashed.status, 200);
+    const id = crashed.json.request_id;
+    const finished = server.events.find((e) =>
+      e.event === "request_finished" && e.request_id === id
+    )!;
+    const tail = String(finished.output_tail);
+    assert.match(tail, /THIS-REQUEST-LINE/);
+    assert.doesNotMatch(tail, /EARLIER-REQUEST-LINE/);
+  } finally {
+    await server.stop();
+  }
+});
+
 Deno.test("server: 503 busy when no worker frees up in time", async () => {
   const server = await startServer({ workerWaitTimeoutSeconds: 0.3 });
   try {
