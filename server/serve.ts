@@ -35,8 +35,13 @@ export interface RunningServer {
   readonly addr: Deno.NetAddr;
   /** Base URL, e.g. `http://127.0.0.1:8000`. */
   readonly url: string;
-  /** Resolves when the server has fully stopped, its last connection closed. */
+  /**
+   * Resolves when the server has stopped (a stop's end: a connection still owed a body it will
+   * never get is not waited for).
+   */
   readonly finished: Promise<void>;
+  /** Resolves when the listener's last connection has closed as well. */
+  readonly closed: Promise<void>;
   /**
    * Graceful stop (idempotent): requests in flight finish, bodies still arriving are answered
    * 503, workers stop; resolves at most ~1 s after that even if a client keeps a connection.
@@ -80,6 +85,8 @@ export async function serve(app: App, options: ServeOptions = {}): Promise<Runni
   log("Application startup complete.");
 
   let stopping: Promise<void> | null = null;
+  let stopDone!: () => void;
+  const stopped = new Promise<void>((resolve) => stopDone = resolve);
   const signalHandlers: [Deno.Signal, () => void][] = [];
   const shutdown = () => {
     stopping ??= (async () => {
@@ -88,7 +95,7 @@ export async function serve(app: App, options: ServeOptions = {}): Promise<Runni
       await app.shutdown();
       // A connection still owed the rest of a body it will never get (its upload stalled and
       // was answered 503) would hold a graceful stop for as long as its client waits: after a
-      // moment, stopping goes on without it (`finished` still waits for it).
+      // moment, stopping goes on without it (`closed` still waits for it).
       let grace: ReturnType<typeof setTimeout> | undefined;
       await Promise.race([
         server.shutdown().catch(() => {}), // a failed listener has nothing left to stop
@@ -102,6 +109,7 @@ export async function serve(app: App, options: ServeOptions = {}): Promise<Runni
           // already removed
         }
       }
+      stopDone();
     })();
     return stopping;
   };
@@ -118,7 +126,7 @@ export async function serve(app: App, options: ServeOptions = {}): Promise<Runni
       signalHandlers.push([signal, handler]);
     }
   }
-  const finished = (async () => {
+  const closed = (async () => {
     for (;;) {
       try {
         await server.finished;
@@ -143,7 +151,10 @@ export async function serve(app: App, options: ServeOptions = {}): Promise<Runni
       return;
     }
   })();
-  return { addr, url, finished, shutdown };
+  // The process may end once the stop is done (`kcoral server` exits then), even while a
+  // stalled client still holds a connection open.
+  const finished = Promise.race([closed, stopped]);
+  return { addr, url, finished, closed, shutdown };
 }
 
 /**

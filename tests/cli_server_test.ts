@@ -288,9 +288,15 @@ async function _limitedServer(nofile: number) {
   }).spawn();
   const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
   let seen = "";
+  let pending: Promise<ReadableStreamReadResult<string>> | null = null;
   const stop = async () => {
-    child.kill("SIGTERM");
+    try {
+      child.kill("SIGTERM");
+    } catch {
+      // it has ended already
+    }
     const drain = (async () => {
+      if (pending && (await pending).done) return;
       while (!(await reader.read()).done) { /* drain */ }
     })();
     await child.status;
@@ -307,12 +313,21 @@ async function _limitedServer(nofile: number) {
   return {
     port,
     url: `http://127.0.0.1:${port}`,
+    /** Sends `signal` to the server process. */
+    kill: (signal: Deno.Signal) => child.kill(signal),
+    status: child.status,
+    /** Everything it said so far: read until it has been quiet for 300 ms. */
     async said() {
-      seen += await Promise.race([
-        reader.read().then(({ value }) => value ?? ""),
-        new Promise<string>((r) => setTimeout(() => r(""), 500)),
-      ]);
-      return seen;
+      for (;;) {
+        let timer: ReturnType<typeof setTimeout> | undefined;
+        const quiet = new Promise<null>((resolve) => timer = setTimeout(() => resolve(null), 300));
+        const more = await Promise.race([pending ??= reader.read(), quiet]);
+        clearTimeout(timer);
+        if (more === null) return seen;
+        pending = null;
+        if (more.done) return seen;
+        seen += more.value;
+      }
     },
     stop,
   };
@@ -374,6 +389,27 @@ Deno.test("kcoral server: an answer of more parts than descriptors is sent whole
     assert.equal(parts.length, 400);
     assert.ok(parts.every((p, i) => p.length === 4096 && p[0] === i % 256 && p[4095] === i % 256));
   } finally {
+    await server.stop();
+  }
+});
+
+Deno.test("kcoral server: SIGTERM ends the process even while an upload stalls", async () => {
+  const server = await _limitedServer(4096);
+  const conn = await Deno.connect({ hostname: "127.0.0.1", port: server.port });
+  try {
+    await conn.write(new TextEncoder().encode(
+      "POST /execute HTTP/1.1\r\nhost: x\r\ncontent-type: multipart/form-data; boundary=b\r\n" +
+        "content-length: 1000\r\n\r\n--b\r\n",
+    ));
+    await new Promise((r) => setTimeout(r, 300));
+    server.kill("SIGTERM");
+    const ended = await Promise.race([
+      server.status.then((status) => status.code),
+      new Promise<string>((r) => setTimeout(() => r("still running after 10 s"), 10_000)),
+    ]);
+    assert.equal(ended, 0, await server.said());
+  } finally {
+    conn.close();
     await server.stop();
   }
 });

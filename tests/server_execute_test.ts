@@ -711,7 +711,7 @@ Deno.test("server: shutdown does not wait for an upload that stalls: it gets 503
       assert.match(text, /"kind":"busy","message":"server saturated"/);
     } finally {
       conn.close();
-      await server.server.finished; // the connection it still waited on is gone now
+      await server.server.closed; // the connection it still waited on is gone now
     }
   }
 });
