@@ -140,9 +140,14 @@ async function _build(
     };
   }
 
+  // Taken out of the worker's reach before anything reads them (a new boundary reads them all).
+  const claimed: OutcomePart[] = [];
+  for (const [i, part] of parts.entries()) {
+    claimed.push(await staging.claim(part, `part-${i}`));
+  }
   let boundary = outcome.boundary ?? "";
   if (!boundary || boundaryOccursIn(jsonBytes, boundary)) {
-    boundary = await _safeBoundary(jsonBytes, parts);
+    boundary = await _safeBoundary(jsonBytes, claimed);
   }
   const headers = [partHeader(boundary, "result", "application/json")];
   for (let i = 0; i < parts.length; i++) {
@@ -155,10 +160,6 @@ async function _build(
   if (total > maxResponseBytes) return { kind: "too_large", bytes: total };
 
   const contentType = `multipart/form-data; boundary=${boundary}`;
-  const claimed: OutcomePart[] = [];
-  for (const [i, part] of parts.entries()) {
-    claimed.push(await staging.claim(part, `part-${i}`));
-  }
   if (total <= _IN_MEMORY_LIMIT) {
     const body = new Uint8Array(total);
     let offset = 0;
@@ -333,12 +334,26 @@ function _streamBody(
   closing: Uint8Array,
   cleanup: () => Promise<void>,
 ): ReadableStream<Uint8Array> {
+  // Every file is closed and the staging directory removed once, however the body ends: sent,
+  // failed, or cancelled at any point (before its first read too, when a generator's own
+  // `finally` would never run).
+  let released: Promise<void> | null = null;
+  const release = () =>
+    released ??= (async () => {
+      for (const source of sources) {
+        if (source instanceof Uint8Array) continue;
+        try {
+          source.close();
+        } catch {
+          // closed after it was sent
+        }
+      }
+      await cleanup();
+    })();
   async function* chunks(): AsyncGenerator<Uint8Array> {
-    let index = 0;
     try {
       yield concatBytes([headers[0], json, PART_SEPARATOR]);
-      for (; index < sources.length; index++) {
-        const source = sources[index];
+      for (const [index, source] of sources.entries()) {
         yield headers[index + 1];
         if (source instanceof Uint8Array) yield source;
         else yield* _fileChunks(source); // closes the file
@@ -346,17 +361,23 @@ function _streamBody(
       }
       yield closing;
     } finally {
-      for (let i = index + 1; i < sources.length; i++) {
-        const source = sources[i];
-        if (source instanceof Uint8Array) continue;
-        try {
-          source.close();
-        } catch {
-          // already closed
-        }
-      }
-      await cleanup();
+      await release();
     }
   }
-  return ReadableStream.from(chunks());
+  const iterator = chunks();
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      try {
+        const { value, done } = await iterator.next();
+        if (done) controller.close();
+        else controller.enqueue(value);
+      } catch (error) {
+        controller.error(error);
+      }
+    },
+    async cancel() {
+      await iterator.return(undefined);
+      await release();
+    },
+  }, { highWaterMark: 0 });
 }

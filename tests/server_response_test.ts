@@ -1,0 +1,70 @@
+// Building a response from a worker's outcome (server/response.ts): the files it uses, and that
+// nothing of them is left however the body ends.
+import assert from "node:assert/strict";
+import { buildResponse } from "../server/response.ts";
+import type { WorkerOutcome } from "../server/execution.ts";
+
+const _META = { requestId: "r", queueMs: 0, elapsedMs: 0, leaseWaitMs: 0, leaseHeldMs: 0 };
+
+function _openFds(): number {
+  return [...Deno.readDirSync("/proc/self/fd")].length;
+}
+
+/** A results directory with `count` parts of `size` bytes, and the outcome naming them. */
+async function _outcome(count: number, size: number, boundary = "kcoral-b") {
+  const dir = await Deno.makeTempDir();
+  const parts = [];
+  for (let i = 0; i < count; i++) {
+    const path = `${dir}/part-${i}`;
+    await Deno.writeFile(path, new Uint8Array(size).fill(i + 1));
+    parts.push({ path, size, sha256: "0".repeat(64) });
+  }
+  const outcome: WorkerOutcome = {
+    status: "COMPLETED",
+    results: "{}",
+    error: null,
+    parts,
+    stdout: null,
+    stderr: null,
+    boundary,
+  };
+  return { dir, outcome };
+}
+
+Deno.test("response: a streamed body cancelled at any point leaves no open file and no staging", async () => {
+  for (const reads of [0, 1, 3]) { // before its first read; inside the first part; later
+    const { dir, outcome } = await _outcome(3, 3 << 20);
+    const staging = `${dir}-staging`;
+    try {
+      const before = _openFds();
+      const built = await buildResponse(outcome, _META, 0, 1 << 30, staging);
+      assert.equal(built.kind, "ok");
+      const body = (built as { body: ReadableStream<Uint8Array> }).body;
+      const reader = body.getReader();
+      for (let i = 0; i < reads; i++) await reader.read();
+      await reader.cancel();
+      assert.equal(_openFds(), before, `files left open after ${reads} reads`);
+      assert.equal(await Deno.stat(staging).catch(() => null), null, `staging left (${reads})`);
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  }
+});
+
+Deno.test("response: without a boundary from the worker a new one is chosen; every part is taken", async () => {
+  // No boundary from the worker: the parts are read to pick one, after they were moved.
+  const { dir, outcome } = await _outcome(2, 2 << 20, "");
+  const staging = `${dir}-staging`;
+  try {
+    const built = await buildResponse(outcome, _META, 0, 1 << 30, staging);
+    assert.equal(built.kind, "ok");
+    assert.deepEqual([...Deno.readDirSync(dir)], []); // both parts were taken before any read
+    const bytes = new Uint8Array(
+      await new Response((built as { body: BodyInit }).body).arrayBuffer(),
+    );
+    assert.equal(bytes.length, (built as { bytes: number }).bytes);
+    assert.equal(await Deno.stat(staging).catch(() => null), null);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
