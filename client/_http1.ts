@@ -196,6 +196,7 @@ export class Http1Agent {
       // Aborting closes the connection: whatever is pending on it fails at once.
       const abort = () => _closeQuietly(conn);
       signal?.addEventListener("abort", abort, { once: true });
+      if (signal?.aborted) abort(); // aborted while connecting: the listener came too late
       // After a large response the next one is likely as large (the same program again): one
       // request at a time prepares a buffer for it (each of many concurrent ones would hold one).
       const prepare = this.#preparing ? 0 : this.#lastLargeBody;
@@ -410,9 +411,9 @@ async function _readResponse(
     // Protocols is final (nothing asked for it): a non-200 answer like any other.
     if (status >= 100 && status < 200 && status !== 101) continue;
     const connection = (headers.get("connection") ?? "").toLowerCase();
-    let keepAlive = minor === "1"
-      ? !/\bclose\b/.test(connection)
-      : /\bkeep-alive\b/.test(connection);
+    // A connection that switched protocols (101) is no longer HTTP/1.1: never reused.
+    let keepAlive = status !== 101 &&
+      (minor === "1" ? !/\bclose\b/.test(connection) : /\bkeep-alive\b/.test(connection));
     let body: Uint8Array;
     const encoding = (headers.get("transfer-encoding") ?? "").toLowerCase().trim();
     const lengthHeader = headers.get("content-length");

@@ -254,18 +254,20 @@ export class Client implements AsyncDisposable {
     }, _HASH_THREAD_IDLE_MS);
   }
 
-  async #connectProbe(): Promise<void> {
+  async #connectProbe(abort?: AbortSignal): Promise<void> {
     // The probe bounds the time to reach the server, before every request: `fetch` has no
     // connect timeout of its own, and a pooled connection may be gone by now (POSTs never use
     // one).
     if (this.#connectTimeoutMs === null) return;
     const { hostname, port } = this.#probe;
-    const signal = AbortSignal.timeout(this.#connectTimeoutMs);
+    const timeout = AbortSignal.timeout(this.#connectTimeoutMs);
+    const signal = abort ? AbortSignal.any([abort, timeout]) : timeout;
     try {
       const connection = await Deno.connect({ hostname, port, signal });
       connection.close();
     } catch (error) {
-      if (signal.aborted) {
+      abort?.throwIfAborted(); // the caller gave up: its reason, not a transport error
+      if (timeout.aborted) {
         throw new TransportError(
           `timed out connecting to ${hostname}:${port} after ${this.#connectTimeoutMs / 1000} s`,
           { cause: error },
@@ -315,7 +317,7 @@ export class Client implements AsyncDisposable {
         });
       }
     }
-    await this.#connectProbe();
+    await this.#connectProbe(signal);
     let requestBody: BodyInit | undefined;
     if (init.body) {
       let length = 0;

@@ -306,6 +306,7 @@ Deno.test("http1: 101 Switching Protocols is a final answer, not an interim one"
   try {
     const response = await agent.request("GET", "/", new Headers());
     assert.equal(response.status, 101);
+    assert.equal(agent.idleConnections, 0); // it speaks another protocol now: never reused
   } finally {
     agent.close();
     await server.close();
