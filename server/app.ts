@@ -1104,6 +1104,7 @@ function _hostPaths(outcome: WorkerOutcome, workerDir: string, hostDir: string):
     parts: (outcome.parts ?? []).map(map),
     stdout: outcome.stdout ? map(outcome.stdout) : null,
     stderr: outcome.stderr ? map(outcome.stderr) : null,
+    ...(outcome.results_file ? { results_file: map(outcome.results_file) } : {}),
   };
 }
 

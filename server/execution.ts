@@ -23,7 +23,10 @@ export interface OutcomePart extends OutcomeFile {
 /** What the child reports for a finished program (docs/architecture.md §2.4). */
 export interface WorkerOutcome {
   status: "COMPLETED" | "FAILED";
-  results: string;
+  /** The results JSON, or `null` when it is in {@linkcode results_file} (large results). */
+  results: string | null;
+  /** The results JSON as a file beside the parts (large results: no second escaping). */
+  results_file?: OutcomeFile;
   error: Record<string, unknown> | null;
   parts: OutcomePart[];
   stdout: OutcomeFile | null;

@@ -69,6 +69,16 @@ export async function buildResponse(
   }
 }
 
+/** Large results JSON the worker wrote to a file (UTF-8, exactly its reported size). */
+async function _readResultsFile(file: OutcomeFile): Promise<string> {
+  const bytes = await readWorkerFile(file.path, file.size);
+  try {
+    return new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    throw new WorkerFileError(`worker results ${file.path} are not UTF-8`);
+  }
+}
+
 /** The directory a response's files are moved to, made when the first one comes. */
 class _Staging {
   readonly #dir: string;
@@ -112,6 +122,9 @@ async function _build(
     claim(outcome.stdout, "stdout").then((file) => readCaptured(file, outputLimitBytes)),
     claim(outcome.stderr, "stderr").then((file) => readCaptured(file, outputLimitBytes)),
   ]);
+  const results = outcome.results_file
+    ? await _readResultsFile(await staging.claim(outcome.results_file, "results.json"))
+    : outcome.results ?? "{}";
   const json = resultJson({
     status: outcome.status,
     requestId: meta.requestId,
@@ -124,7 +137,7 @@ async function _build(
     stdoutTruncated: stdout.truncated,
     stderrTruncated: stderr.truncated,
     gpuIds: meta.gpuIds,
-    resultsJson: outcome.results,
+    resultsJson: results,
     errorJson: outcome.status === "FAILED" ? errorJson(outcome, meta) : undefined,
   });
   const jsonBytes = _encoder.encode(json);

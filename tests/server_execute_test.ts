@@ -599,7 +599,7 @@ Deno.test("server: answers beyond 64 MiB of JSON: whole under the limit, respons
   } finally {
     await within.stop();
   }
-  const over = await startServer({ maxResponseBytes: 4 << 20, maxRequestsPerWorker: 0 });
+  const over = await startServer({ maxResponseBytes: 48 << 20, maxRequestsPerWorker: 0 });
   try {
     const pid = async () => {
       const r = await postProgram(
@@ -615,6 +615,15 @@ Deno.test("server: answers beyond 64 MiB of JSON: whole under the limit, respons
       assert.equal((r.json.error as { kind: string }).kind, "response_too_large");
     }
     assert.equal(await pid(), before); // the worker was not lost over it
+    // 40 MB of results JSON (quotes, each escaped), within the limit, but 80 MB once escaped
+    // again inside a frame (over the frame limit of 64 MiB): sent whole, from a file.
+    const quotes = await postProgram(
+      over.url,
+      callProgram("def f():\n    return '\"' * 20_000_000\n", "f"),
+    );
+    assert.equal(quotes.status, 200, JSON.stringify(quotes.json).slice(0, 300));
+    assert.equal((quotes.json.results as { out: { value: string } }).out.value.length, 20_000_000);
+    assert.equal(await pid(), before);
   } finally {
     await over.stop();
   }

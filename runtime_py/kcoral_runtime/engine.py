@@ -134,6 +134,7 @@ class Engine:
             captured = self.capture.stop()
 
         max_return_bytes = request.max_return_bytes
+        results_dir = req["results"]
         request.env.clear()
         del request
         self.backend.libraries.end_request(sandbox)
@@ -172,6 +173,12 @@ class Engine:
         json_bytes = _utf8_length(results_text) + (len(dumps(error)) if error is not None else 0)
         if json_bytes > max_return_bytes:
             outcome.update(results="{}", error=None, parts=[], too_large=json_bytes)
+        elif len(results_text) > RESULTS_INLINE_CHARS:
+            # Large results go beside the parts as a file: inside the frame, a JSON text is
+            # escaped once more (a quote becomes three bytes), and its size is the frame's.
+            written = _write_results(results_dir, results_text)
+            if written is not None:
+                outcome.update(results=None, results_file=written)
         return outcome, retire, detail
 
     def _run_instructions(
@@ -357,6 +364,27 @@ class Engine:
             raise ExecutionError(
                 "serialization", f"cannot return {kind}: {type(exc).__name__}: {exc}"
             ) from exc
+
+
+RESULTS_INLINE_CHARS = 1 << 20
+"""Results JSON longer than this goes to ``results.json`` beside the parts, not in the frame."""
+
+
+def _write_results(results_dir: str, text: str) -> Optional[Dict[str, Any]]:
+    """Writes ``text`` (UTF-8) to ``results.json`` in ``results_dir``: its path and size, or
+    ``None`` when it cannot be written (it then stays in the frame)."""
+    path = os.path.join(results_dir, "results.json")
+    try:
+        data = text.encode("utf-8")
+        with open(path, "wb") as f:
+            f.write(data)
+    except (OSError, UnicodeEncodeError):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return None
+    return {"path": path, "size": len(data)}
 
 
 def _utf8_length(text: str) -> int:

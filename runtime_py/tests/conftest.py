@@ -173,7 +173,7 @@ class ChildHandle:
             frame=frame,
             outcome=frame["outcome"],
             retire=frame["retire"],
-            results=json.loads(frame["outcome"]["results"]),
+            results=json.loads(_results_text(frame["outcome"])),
             frames=self.zygote.frames_of(self.c, start),
         )
 
@@ -341,3 +341,13 @@ def zygote_factory():
     yield make
     for zygote in made:
         zygote.close()
+
+
+def _results_text(outcome: Dict[str, Any]) -> str:
+    """The results JSON of an outcome: in the frame, or (large results) in its file."""
+    if outcome.get("results_file"):
+        with open(outcome["results_file"]["path"], encoding="utf-8") as f:
+            text = f.read()
+        assert len(text.encode("utf-8")) == outcome["results_file"]["size"]
+        return text
+    return outcome["results"]

@@ -314,3 +314,5 @@ def test_results_json_text_order_and_unicode(make_request, child, kc) -> None:
 def test_large_outcome_frame_is_relayed_intact(make_request, child, kc) -> None:
     r = child.run(make_request(kc.call("def main():\n    return 'é' * 3000000\n")))
     assert r.results["r"] == {"type": "string", "value": "é" * 3000000}
+    # Results this large travel as a file beside the parts, not inside the frame.
+    assert r.outcome["results"] is None and r.outcome["results_file"]["size"] > 6_000_000
