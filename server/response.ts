@@ -83,13 +83,23 @@ async function _readResultsFile(file: OutcomeFile): Promise<string> {
 class _Staging {
   readonly #dir: string;
   #made: Promise<void> | null = null;
+  readonly #moving = new Set<Promise<void>>();
 
   constructor(dir: string) {
     this.#dir = dir;
   }
 
   /** Moves a worker's file here (a missing one is the worker's fault). */
-  async claim<F extends { path: string }>(file: F, name: string): Promise<F> {
+  claim<F extends { path: string }>(file: F, name: string): Promise<F> {
+    const claimed = this.#claim(file, name);
+    // Removal waits for every move begun (one still in flight would land after it).
+    const settled = claimed.then(() => {}, () => {});
+    this.#moving.add(settled);
+    settled.finally(() => this.#moving.delete(settled));
+    return claimed;
+  }
+
+  async #claim<F extends { path: string }>(file: F, name: string): Promise<F> {
     this.#made ??= Deno.mkdir(this.#dir, { recursive: true, mode: 0o700 });
     await this.#made;
     const target = `${this.#dir}/${name}`;
@@ -103,6 +113,7 @@ class _Staging {
 
   async remove(): Promise<void> {
     if (this.#made === null) return;
+    await Promise.all([...this.#moving]);
     await this.#made.catch(() => {});
     await Deno.remove(this.#dir, { recursive: true }).catch(() => {});
   }

@@ -68,3 +68,20 @@ Deno.test("response: without a boundary from the worker a new one is chosen; eve
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("response: a file the worker reported but did not leave fails the answer, and no staging stays", async () => {
+  const { dir, outcome } = await _outcome(1, 3 << 20);
+  await Deno.writeTextFile(`${dir}/stderr`, "a line\n");
+  outcome.stdout = { path: `${dir}/stdout`, size: 5 }; // never written
+  outcome.stderr = { path: `${dir}/stderr`, size: 7 };
+  const staging = `${dir}-staging`;
+  try {
+    await assert.rejects(
+      buildResponse(outcome, _META, 1024, 1 << 30, staging),
+      /worker result .*stdout cannot be taken/,
+    );
+    assert.equal(await Deno.stat(staging).catch(() => null), null);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
