@@ -168,15 +168,17 @@ class Engine:
             "gpu_access": gpu_access,
             "boundary": results.store.final_boundary(),
         }
+        # Large results go beside the parts as a file (encoded once, here): inside the frame, a
+        # JSON text is escaped once more (a quote becomes three bytes).
+        encoded = _utf8(results_text) if len(results_text) > RESULTS_INLINE_CHARS else None
+        text_bytes = len(encoded) if encoded is not None else _utf8_length(results_text)
         # An answer whose JSON alone exceeds the response limit is not sent (the server answers
         # response_too_large): it would only cost a frame as large as it is.
-        json_bytes = _utf8_length(results_text) + (len(dumps(error)) if error is not None else 0)
+        json_bytes = text_bytes + (len(dumps(error)) if error is not None else 0)
         if json_bytes > max_return_bytes:
             outcome.update(results="{}", error=None, parts=[], too_large=json_bytes)
-        elif len(results_text) > RESULTS_INLINE_CHARS:
-            # Large results go beside the parts as a file: inside the frame, a JSON text is
-            # escaped once more (a quote becomes three bytes), and its size is the frame's.
-            written = _write_results(results_dir, results_text)
+        elif encoded is not None:
+            written = _write_results(results_dir, encoded)
             if written is not None:
                 outcome.update(results=None, results_file=written)
         return outcome, retire, detail
@@ -370,21 +372,28 @@ RESULTS_INLINE_CHARS = 1 << 20
 """Results JSON longer than this goes to ``results.json`` beside the parts, not in the frame."""
 
 
-def _write_results(results_dir: str, text: str) -> Optional[Dict[str, Any]]:
-    """Writes ``text`` (UTF-8) to ``results.json`` in ``results_dir``: its path and size, or
-    ``None`` when it cannot be written (it then stays in the frame)."""
+def _write_results(results_dir: str, data: bytes) -> Optional[Dict[str, Any]]:
+    """Writes ``data`` to ``results.json`` in ``results_dir``: its path and size, or ``None``
+    when it cannot be written (the results then stay in the frame)."""
     path = os.path.join(results_dir, "results.json")
     try:
-        data = text.encode("utf-8")
         with open(path, "wb") as f:
             f.write(data)
-    except (OSError, UnicodeEncodeError):
+    except OSError:
         try:
             os.unlink(path)
         except OSError:
             pass
         return None
     return {"path": path, "size": len(data)}
+
+
+def _utf8(text: str) -> Optional[bytes]:
+    """``text`` in UTF-8, or ``None`` when it holds lone surrogates (the frame escapes those)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
 
 
 def _utf8_length(text: str) -> int:
