@@ -9,7 +9,7 @@ import { parseExecuteRequest, RequestParseError } from "../protocol/request.ts";
 import { HashThreads } from "../protocol/_hash_thread.ts";
 import { PartDigests } from "../protocol/_part_digests.ts";
 import { BodyBuffers } from "./body_buffers.ts";
-import { BodyLengthError, LARGE_BODY_BYTES, readRequestBody } from "./request_body.ts";
+import { BodyReadError, LARGE_BODY_BYTES, readRequestBody } from "./request_body.ts";
 import { cacheMissJson, resultJson } from "../protocol/response.ts";
 import { BlobRejected, resolveBlobs } from "./blobs.ts";
 import { DiskFileCache } from "./cache_disk.ts";
@@ -507,11 +507,11 @@ class _Server implements App {
       }
       // A body cut short (the client hung up) or framed wrongly is the request's fault: 400,
       // logged with its id, not an unhandled server error.
-      if (!_isBodyReadError(error)) throw error;
+      if (!(error instanceof BodyReadError)) throw error;
       return respondError(
         400,
         "parse",
-        `the request body could not be read: ${(error as Error).message}`,
+        `the request body could not be read: ${error.message}`,
         "rejected",
       );
     } finally {
@@ -1146,14 +1146,6 @@ async function _blobDir(runtimeDir: string): Promise<string> {
 }
 
 const _BLOB_PART = /name="blob:[0-9a-f]{64}"/;
-
-/** Errors of reading a request body off its connection (or of a body longer than declared). */
-function _isBodyReadError(error: unknown): boolean {
-  return error instanceof Deno.errors.BadResource || error instanceof Deno.errors.Http ||
-    error instanceof Deno.errors.ConnectionReset || error instanceof Deno.errors.UnexpectedEof ||
-    error instanceof Deno.errors.BrokenPipe || error instanceof Deno.errors.Interrupted ||
-    error instanceof BodyLengthError;
-}
 
 function _json(status: number, body: string, requestId?: string): Response {
   const headers: Record<string, string> = { "content-type": "application/json" };

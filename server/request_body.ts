@@ -12,9 +12,26 @@ import type { PartDigests } from "../protocol/_part_digests.ts";
 export const LARGE_BODY_BYTES = 8 * 1024 * 1024;
 const _READ_STEP = 4 * 1024 * 1024;
 
+/**
+ * The body could not be read off its connection (cut short, framed wrongly): the request's
+ * fault, not the server's. The message is the reading error's.
+ */
+export class BodyReadError extends Error {
+  override name = "BodyReadError";
+}
+
 /** A body that goes on past its Content-Length. */
-export class BodyLengthError extends RangeError {
+export class BodyLengthError extends BodyReadError {
   override name = "BodyLengthError";
+}
+
+/** A read of the body: its failure is a {@linkcode BodyReadError}. */
+function _read<T>(read: Promise<T>): Promise<T> {
+  return read.catch((error) => {
+    throw new BodyReadError(error instanceof Error ? error.message : String(error), {
+      cause: error,
+    });
+  });
 }
 
 /** A request body; `digests` when it was scanned and hashed while it arrived. */
@@ -64,7 +81,7 @@ export async function readRequestBody(
       try {
         while (offset < declared) {
           const want = Math.min(declared - offset, _READ_STEP);
-          const { value, done } = await reader.read(new Uint8Array(buffer, offset, want));
+          const { value, done } = await _read(reader.read(new Uint8Array(buffer, offset, want)));
           signal?.throwIfAborted();
           if (value) buffer = value.buffer as ArrayBuffer; // the same memory, a new owner
           if (done || !value) break;
@@ -74,7 +91,7 @@ export async function readRequestBody(
         if (offset === declared) {
           // Read on to the end of the stream: a body never seen to end keeps its connection
           // from being reused (closed after the answer, and only seconds later).
-          const { done, value } = await reader.read(new Uint8Array(1));
+          const { done, value } = await _read(reader.read(new Uint8Array(1)));
           signal?.throwIfAborted();
           if (!done || (value && value.length > 0)) {
             throw new BodyLengthError("the request body is longer than its Content-Length");
@@ -139,7 +156,7 @@ async function* _chunks(
   let ended = false;
   try {
     for (;;) {
-      const { done, value } = await reader.read();
+      const { done, value } = await _read(reader.read());
       signal?.throwIfAborted();
       if (done) {
         ended = true;
