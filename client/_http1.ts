@@ -243,35 +243,50 @@ export class Http1Agent {
     }
   }
 
-  async #connect(abort?: AbortSignal): Promise<Deno.TcpConn> {
-    const { hostname, port, connectTimeoutMs } = this.#target;
-    const timeout = connectTimeoutMs === null ? undefined : AbortSignal.timeout(connectTimeoutMs);
-    const signal = abort && timeout ? AbortSignal.any([abort, timeout]) : abort ?? timeout;
+  #connect(abort?: AbortSignal): Promise<Deno.TcpConn> {
+    return connectTcp(this.#target, abort);
+  }
+}
+
+/**
+ * Opens a TCP connection to `target` within its `connectTimeoutMs` (an
+ * {@linkcode Http1ConnectError} naming the host otherwise); a refusal is tried once more after
+ * 100 ms unless `retryRefused` is false. Aborting `abort` rejects with its reason.
+ */
+export async function connectTcp(
+  target: Pick<Http1Target, "hostname" | "port" | "connectTimeoutMs">,
+  abort?: AbortSignal,
+  retryRefused = true,
+): Promise<Deno.TcpConn> {
+  const { hostname, port, connectTimeoutMs } = target;
+  const timeout = connectTimeoutMs === null ? undefined : AbortSignal.timeout(connectTimeoutMs);
+  const signal = abort && timeout ? AbortSignal.any([abort, timeout]) : abort ?? timeout;
+  try {
+    let conn: Deno.TcpConn;
     try {
-      let conn: Deno.TcpConn;
-      try {
-        conn = await Deno.connect({ hostname, port, signal });
-      } catch (error) {
-        // A refusal can be momentary (a loaded or restarting server): one more try shortly.
-        if (!(error instanceof Deno.errors.ConnectionRefused) || signal?.aborted) throw error;
-        await new Promise((resolve) => setTimeout(resolve, _REFUSED_RETRY_MS));
-        conn = await Deno.connect({ hostname, port, signal });
-      }
-      conn.setNoDelay(true);
-      return conn;
+      conn = await Deno.connect({ hostname, port, signal });
     } catch (error) {
-      abort?.throwIfAborted();
-      if (timeout?.aborted) {
-        throw new Http1ConnectError(
-          `timed out connecting to ${hostname}:${port} after ${connectTimeoutMs! / 1000} s`,
-          { cause: error },
-        );
-      }
+      // A refusal can be momentary (a loaded or restarting server): one more try shortly.
+      if (
+        !retryRefused || !(error instanceof Deno.errors.ConnectionRefused) || signal?.aborted
+      ) throw error;
+      await new Promise((resolve) => setTimeout(resolve, _REFUSED_RETRY_MS));
+      conn = await Deno.connect({ hostname, port, signal });
+    }
+    conn.setNoDelay(true);
+    return conn;
+  } catch (error) {
+    abort?.throwIfAborted();
+    if (timeout?.aborted) {
       throw new Http1ConnectError(
-        `cannot connect to ${hostname}:${port}: ${(error as Error).message}`,
+        `timed out connecting to ${hostname}:${port} after ${connectTimeoutMs! / 1000} s`,
         { cause: error },
       );
     }
+    throw new Http1ConnectError(
+      `cannot connect to ${hostname}:${port}: ${(error as Error).message}`,
+      { cause: error },
+    );
   }
 }
 

@@ -12,7 +12,7 @@
 // extra TCP handshake per request.
 
 import { concatBytes } from "../protocol/bytes.ts";
-import { type BodyObserver, Http1Agent, Http1ConnectError } from "./_http1.ts";
+import { type BodyObserver, connectTcp, Http1Agent, Http1ConnectError } from "./_http1.ts";
 import { PartDigests } from "../protocol/_part_digests.ts";
 import { HashThread } from "../protocol/_hash_thread.ts";
 import type { KnownDigest } from "../protocol/values.ts";
@@ -259,26 +259,14 @@ export class Client implements AsyncDisposable {
     // connect timeout of its own, and a pooled connection may be gone by now (POSTs never use
     // one).
     if (this.#connectTimeoutMs === null) return;
-    const { hostname, port } = this.#probe;
-    const timeout = AbortSignal.timeout(this.#connectTimeoutMs);
-    const signal = abort ? AbortSignal.any([abort, timeout]) : timeout;
+    const target = { ...this.#probe, connectTimeoutMs: this.#connectTimeoutMs };
     try {
-      const connection = await Deno.connect({ hostname, port, signal });
-      connection.close();
+      (await connectTcp(target, abort, false)).close();
     } catch (error) {
-      abort?.throwIfAborted(); // the caller gave up: its reason, not a transport error
-      if (timeout.aborted) {
-        throw new TransportError(
-          `timed out connecting to ${hostname}:${port} after ${this.#connectTimeoutMs / 1000} s`,
-          { cause: error },
-        );
+      if (error instanceof Http1ConnectError) {
+        throw new TransportError(error.message, { cause: error.cause });
       }
-      throw new TransportError(
-        `cannot connect to ${hostname}:${port}: ${(error as Error).message}`,
-        {
-          cause: error,
-        },
-      );
+      throw error; // the caller's abort reason
     }
   }
 
