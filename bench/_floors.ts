@@ -12,15 +12,6 @@ import { createHash } from "node:crypto";
 /** 128 MiB, the two 64 MiB inputs of the resend row. */
 export const FLOOR_BYTES = 128 << 20;
 
-/** `bytes` random bytes. */
-export function randomBytes(bytes: number): Uint8Array {
-  const data = new Uint8Array(bytes);
-  for (let i = 0; i < bytes; i += 65536) {
-    crypto.getRandomValues(data.subarray(i, Math.min(bytes, i + 65536)));
-  }
-  return data;
-}
-
 /**
  * Milliseconds per transfer of `data` over a bare loopback socket (both ends in this process;
  * the reader reads straight into one buffer), `rounds` times on one connection.

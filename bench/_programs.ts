@@ -1,13 +1,18 @@
 /** Programs and data shared by the server bench and the diagnostic probes. */
 import { Program } from "../mod.ts";
 
+/** `bytes` random bytes (filled 64 KiB at a time, the most `getRandomValues` takes). */
+export function randomBytes(bytes: number): Uint8Array<ArrayBuffer> {
+  const data = new Uint8Array(bytes);
+  for (let i = 0; i < bytes; i += 65536) {
+    crypto.getRandomValues(data.subarray(i, Math.min(bytes, i + 65536)));
+  }
+  return data;
+}
+
 /** `n` random float32 values (finite). */
 export function randomFloats(n: number): Float32Array {
-  const out = new Float32Array(n);
-  const bytes = new Uint8Array(out.buffer);
-  for (let i = 0; i < bytes.length; i += 65536) {
-    crypto.getRandomValues(bytes.subarray(i, Math.min(bytes.length, i + 65536)));
-  }
+  const out = new Float32Array(randomBytes(4 * n).buffer);
   for (let i = 0; i < n; i++) if (!Number.isFinite(out[i])) out[i] = 0;
   return out;
 }

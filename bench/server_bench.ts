@@ -9,14 +9,8 @@
  *   deno run -A bench/server_bench.ts --mode cpu
  */
 import { Client, type ClientOptions, Program } from "../mod.ts";
-import { addProgram, randomFloats } from "./_programs.ts";
-import {
-  FLOOR_BYTES,
-  loopbackTransfers,
-  randomBytes,
-  serveBodyTransfers,
-  sha256Times,
-} from "./_floors.ts";
+import { addProgram, randomBytes, randomFloats } from "./_programs.ts";
+import { FLOOR_BYTES, loopbackTransfers, serveBodyTransfers, sha256Times } from "./_floors.ts";
 import { type BenchRow, row, summarize, table } from "./_stats.ts";
 
 /** Which server to measure. */

@@ -7,12 +7,9 @@
  * @module
  */
 import { encodeMultipartChunks } from "../../protocol/multipart.ts";
+import { randomBytes } from "../_programs.ts";
 const n = 64 << 20;
-const a = new Uint8Array(n), b = new Uint8Array(n);
-for (let i = 0; i < n; i += 65536) {
-  crypto.getRandomValues(a.subarray(i, i + 65536));
-  crypto.getRandomValues(b.subarray(i, i + 65536));
-}
+const a = randomBytes(n), b = randomBytes(n);
 for (let k = 0; k < 5; k++) {
   const t0 = performance.now();
   encodeMultipartChunks([

@@ -6,9 +6,10 @@
  *
  * @module
  */
+import { randomBytes } from "../_programs.ts";
+
 const N = 64 << 20;
-const data = new Uint8Array(N);
-for (let i = 0; i < N; i += 65536) crypto.getRandomValues(data.subarray(i, i + 65536));
+const data = randomBytes(N);
 async function one(path: string) {
   const f = await Deno.open(path, { write: true, createNew: true, mode: 0o644 });
   let r = data;

@@ -7,7 +7,8 @@
  *
  * @module
  */
-import { FLOOR_BYTES, loopbackTransfers, randomBytes } from "../_floors.ts";
+import { FLOOR_BYTES, loopbackTransfers } from "../_floors.ts";
+import { randomBytes } from "../_programs.ts";
 
 for (const ms of await loopbackTransfers(randomBytes(FLOOR_BYTES), 5)) {
   console.log(

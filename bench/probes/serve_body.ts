@@ -9,13 +9,8 @@
  *
  * @module
  */
-import {
-  type BodyRead,
-  byobRead,
-  FLOOR_BYTES,
-  randomBytes,
-  serveBodyTransfers,
-} from "../_floors.ts";
+import { type BodyRead, byobRead, FLOOR_BYTES, serveBodyTransfers } from "../_floors.ts";
+import { randomBytes } from "../_programs.ts";
 
 const bytesRead: BodyRead = async (request, size) => {
   const body = await request.bytes();
