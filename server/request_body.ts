@@ -76,8 +76,7 @@ export async function readRequestBody(
     }
     if (byob) {
       const reader = byob;
-      const abort = () => void reader.cancel(signal?.reason).catch(() => {});
-      signal?.addEventListener("abort", abort, { once: true });
+      const stopCancelling = _cancelOnAbort(reader, signal);
       try {
         while (offset < declared) {
           const want = Math.min(declared - offset, _READ_STEP);
@@ -98,7 +97,7 @@ export async function readRequestBody(
           }
         }
       } finally {
-        signal?.removeEventListener("abort", abort);
+        stopCancelling();
         reader.releaseLock();
       }
     } else {
@@ -151,8 +150,7 @@ async function* _chunks(
   signal?: AbortSignal,
 ): AsyncGenerator<Uint8Array> {
   const reader = body.getReader();
-  const abort = () => void reader.cancel(signal?.reason).catch(() => {});
-  signal?.addEventListener("abort", abort, { once: true });
+  const stopCancelling = _cancelOnAbort(reader, signal);
   let ended = false;
   try {
     for (;;) {
@@ -165,8 +163,19 @@ async function* _chunks(
       yield value;
     }
   } finally {
-    signal?.removeEventListener("abort", abort);
+    stopCancelling();
     if (!ended) await reader.cancel().catch(() => {});
     reader.releaseLock();
   }
+}
+
+/** Cancels `reader` (its pending read ends) when `signal` aborts; returns the undo. */
+function _cancelOnAbort(
+  reader: ReadableStreamDefaultReader<Uint8Array> | ReadableStreamBYOBReader,
+  signal: AbortSignal | undefined,
+): () => void {
+  if (!signal) return () => {};
+  const abort = () => void reader.cancel(signal.reason).catch(() => {});
+  signal.addEventListener("abort", abort, { once: true });
+  return () => signal.removeEventListener("abort", abort);
 }
