@@ -26,9 +26,8 @@ export function encodeFrame(frame: Frame): Uint8Array {
 /**
  * Reads frames from a byte stream until it ends. Throws if a frame is malformed or larger
  * than `maxBytes` (default {@linkcode MAX_FRAME_BYTES}); a stream that ends mid-frame ends the
- * iteration. The chunks
- * of a frame are joined once, when it is complete (joining them as they come costs the square of
- * the frame's size: a 60 MiB answer held the event loop for ~24 s).
+ * iteration. The chunks of a frame are joined once, when it is complete (joining them as they
+ * come costs the square of the frame's size: a 60 MiB answer held the event loop for ~24 s).
  */
 export async function* readFrames(
   stream: ReadableStream<Uint8Array>,
@@ -81,22 +80,18 @@ class _Chunks {
 
   /** The first `n` bytes (n ≤ length), removed: a view when one chunk holds them, else a copy. */
   take(n: number): Uint8Array {
-    this.#length -= n;
     const first = this.#chunks[0];
-    if (first.length >= n) {
-      if (first.length === n) this.#chunks.shift();
-      else this.#chunks[0] = first.subarray(n);
-      return first.subarray(0, n);
-    }
-    const out = new Uint8Array(n);
-    let filled = 0;
-    while (filled < n) {
+    const out = first.length >= n ? first.subarray(0, n) : this.peek(n);
+    this.#length -= n;
+    for (let left = n; left > 0;) {
       const chunk = this.#chunks[0];
-      const part = chunk.subarray(0, n - filled);
-      out.set(part, filled);
-      filled += part.length;
-      if (part.length === chunk.length) this.#chunks.shift();
-      else this.#chunks[0] = chunk.subarray(part.length);
+      if (chunk.length <= left) {
+        this.#chunks.shift();
+        left -= chunk.length;
+      } else {
+        this.#chunks[0] = chunk.subarray(left);
+        left = 0;
+      }
     }
     return out;
   }
