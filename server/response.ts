@@ -58,14 +58,13 @@ export async function buildResponse(
 ): Promise<BuiltResponse> {
   // Created on the first file to take: most answers have none (a trivial one pays nothing).
   const staging = new _Staging(stagingDir);
-  let streaming = false;
+  let built: BuiltResponse | undefined;
   try {
-    return await _build(outcome, meta, outputLimitBytes, maxResponseBytes, staging, () => {
-      streaming = true;
-      return () => staging.remove();
-    });
+    built = await _build(outcome, meta, outputLimitBytes, maxResponseBytes, staging);
+    return built;
   } finally {
-    if (!streaming) await staging.remove();
+    // A streamed body removes the staging itself, once it has been sent or cancelled.
+    if (!(built?.kind === "ok" && built.body instanceof ReadableStream)) await staging.remove();
   }
 }
 
@@ -125,7 +124,6 @@ async function _build(
   outputLimitBytes: number,
   maxResponseBytes: number,
   staging: _Staging,
-  stream: () => () => Promise<void>,
 ): Promise<BuiltResponse> {
   const claim = async (file: OutcomeFile | null, name: string) =>
     file && file.size > 0 && outputLimitBytes > 0 ? await staging.claim(file, name) : file;
@@ -219,7 +217,7 @@ async function _build(
     for (const source of sources) if (!(source instanceof Uint8Array)) source.close();
     throw error;
   }
-  const body = _streamBody(headers, jsonBytes, sources, closing, stream());
+  const body = _streamBody(headers, jsonBytes, sources, closing, () => staging.remove());
   return { kind: "ok", status: outcome.status, body, contentType, bytes: total };
 }
 
