@@ -192,7 +192,7 @@ export class Http1Agent {
     for (let attempt = 0;; attempt++) {
       // The retry always opens a new connection: another pooled one may be just as stale.
       const pooled = attempt === 0 ? this.#take() : undefined;
-      const conn = pooled?.conn ?? await this.#connect(signal);
+      const conn = pooled?.conn ?? await connectTcp(this.#target, signal);
       // Aborting closes the connection: whatever is pending on it fails at once.
       const abort = () => _closeQuietly(conn);
       signal?.addEventListener("abort", abort, { once: true });
@@ -241,10 +241,6 @@ export class Http1Agent {
         signal?.removeEventListener("abort", abort);
       }
     }
-  }
-
-  #connect(abort?: AbortSignal): Promise<Deno.TcpConn> {
-    return connectTcp(this.#target, abort);
   }
 }
 
