@@ -27,6 +27,7 @@ export const RUNTIME_FILES: readonly string[] = [
   "nvml.py",
   "paths.py",
   "procs.py",
+  "seccomp.py",
   "staging.py",
   "tools/__init__.py",
   "tools/compute_sanitizer.py",

@@ -41,7 +41,7 @@ import traceback  # noqa: E402
 import warnings  # noqa: E402
 from typing import Any, Dict, List, Optional, Set  # noqa: E402
 
-from . import procs  # noqa: E402
+from . import procs, seccomp  # noqa: E402
 from .ipc import FrameDecoder, OutQueue, dumps, frame, frame_with_suffix  # noqa: E402
 from .log import log  # noqa: E402
 
@@ -494,6 +494,11 @@ def main(channel: "tuple[int, int]", argv: Optional[List[str]] = None) -> int:
         if os.getppid() != parent:
             return 1
         procs.set_child_subreaper()
+        # Before anything starts a thread: a filter covers only the thread that installs it and
+        # what that thread starts afterwards.
+        refused = seccomp.install()
+        if refused is not None:
+            log(f"a program can start processes outside its worker's tree: {refused}")
         from . import devices
 
         devices.import_heavy(args.mode)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -64,6 +65,38 @@ def test_leftover_background_process_fails_and_retires(cpu_zygote, make_request,
     exited = handle.wait_exited(start=start)
     assert (exited["code"], exited["orphans"]) == (0, False)
     assert_gone(sleeper, kc)
+
+
+CLONE_PARENT_ESCAPE = (
+    "import ctypes, os, time\n"
+    "def main():\n"
+    "    libc = ctypes.CDLL(None, use_errno=True)\n"
+    "    # clone(CLONE_PARENT | SIGCHLD) with no new stack: a fork whose parent is the zygote\n"
+    "    pid = libc.syscall(ctypes.c_long(56), ctypes.c_ulong(0x8000 | 17), ctypes.c_ulong(0),\n"
+    "                       ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))\n"
+    "    if pid == 0:\n"
+    "        time.sleep(60)\n"
+    "        os._exit(0)\n"
+    "    return [pid, ctypes.get_errno()]\n"
+)
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the program calls x86-64's clone")
+def test_clone_parent_cannot_escape_the_childs_tree(cpu_zygote, make_request, kc) -> None:
+    handle = cpu_zygote.child(max_requests=0)
+    before = _zygote_children(cpu_zygote.proc.pid)
+    r = handle.run(make_request(kc.call(CLONE_PARENT_ESCAPE)))
+    pid, err = (item["value"] for item in r.results["r"]["value"])
+    escaped = _zygote_children(cpu_zygote.proc.pid) - before - {handle.pid}
+    for stray in escaped:  # without the filter: the zygote's child, unseen by the leftover check
+        os.kill(stray, signal.SIGKILL)
+    assert (pid, err, escaped) == (-1, errno.EPERM, set())
+    assert r.outcome["status"] == "COMPLETED" and r.retire is None
+    handle.kill()
+
+
+def _zygote_children(zygote_pid: int) -> set:
+    return {int(p) for p in Path(f"/proc/{zygote_pid}/task/{zygote_pid}/children").read_text().split()}
 
 
 def test_finished_unwaited_subprocess_is_not_a_leftover(cpu_zygote, make_request, kc) -> None:
