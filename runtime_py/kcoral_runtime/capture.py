@@ -3,15 +3,28 @@
 fds 1 and 2 are pointed at ``<results>/stdout`` and ``<results>/stderr``, so C code and
 subprocesses are captured too; ``sys.stdout``/``sys.stderr`` become UTF-8 (errors=replace)
 text streams on those fds. The server reads the head of each file up to its limit.
+
+Only that head is ever returned, so a program printing in a loop must not fill the results disk
+(or, on tmpfs, memory) within its timeout: while a capture runs, a guard thread checks every
+``GUARD_INTERVAL_SECONDS`` how much each file holds and, past ``limit + GUARD_SLACK_BYTES``,
+drops everything after the first ``limit + 1`` bytes through its own descriptor (so a program
+that points fd 1 elsewhere cannot make it cut another file), once more when the capture stops.
+The file keeps its length (the rest is a hole, later output lands past it), so the size still
+says how much was written.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import IO, Any, Dict, Optional, Tuple
+import threading
+import time
+from typing import IO, Any, Dict, List, Optional, Tuple
 
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+
+GUARD_INTERVAL_SECONDS = 0.05
+GUARD_SLACK_BYTES = 8 << 20
 
 
 def _flush(stream: Any) -> None:
@@ -43,6 +56,54 @@ class Captured:
         return self._describe(self.stdout_path), self._describe(self.stderr_path)
 
 
+class _GrowthGuard:
+    """Cuts captured files back to their returned head while a capture runs (module docstring).
+
+    One thread per process, started with it (before any request's thread baseline is taken) and
+    idle between captures.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._fds: List[int] = []
+        self._keep = 0
+        self._active = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="kcoral-capture-guard", daemon=True)
+        self._thread.start()
+
+    def watch(self, fds: List[int], limit_bytes: int) -> None:
+        with self._lock:
+            self._fds, self._keep = fds, limit_bytes + 1
+        self._active.set()
+
+    def unwatch(self) -> List[int]:
+        """Stops watching (after one last cut) and hands back the descriptors to close."""
+        self._active.clear()
+        with self._lock:
+            self._trim()
+            fds, self._fds = self._fds, []
+        return fds
+
+    def _trim(self) -> None:
+        for fd in self._fds:
+            try:
+                info = os.fstat(fd)
+                if info.st_blocks * 512 > self._keep + GUARD_SLACK_BYTES:
+                    os.ftruncate(fd, self._keep)
+                    # The length back (a hole past the head), unless a write has moved it on.
+                    if os.fstat(fd).st_size < info.st_size:
+                        os.ftruncate(fd, info.st_size)
+            except OSError:
+                pass
+
+    def _loop(self) -> None:
+        while True:
+            self._active.wait()
+            with self._lock:
+                self._trim()
+            time.sleep(GUARD_INTERVAL_SECONDS)
+
+
 class OutputCapture:
     """Redirects fds 1/2 between ``start`` and ``stop``. One instance per child process."""
 
@@ -50,6 +111,7 @@ class OutputCapture:
         self._streams: Optional[Tuple[IO[str], IO[str]]] = None
         self._saved: Optional[Tuple[int, int, Any, Any]] = None
         self._captured = Captured(None, None)
+        self._guard = _GrowthGuard()
 
     def _text_streams(self) -> Tuple[IO[str], IO[str]]:
         streams = self._streams
@@ -78,8 +140,7 @@ class OutputCapture:
         saved_out, saved_err = os.dup(1), os.dup(2)
         os.dup2(out_fd, 1)
         os.dup2(err_fd, 2)
-        os.close(out_fd)
-        os.close(err_fd)
+        self._guard.watch([out_fd, err_fd], limit_bytes)  # closed by stop()
         self._saved = (saved_out, saved_err, sys.stdout, sys.stderr)
         sys.stdout, sys.stderr = self._text_streams()
         self._captured = Captured(out_path, err_path)
@@ -98,6 +159,8 @@ class OutputCapture:
             os.dup2(saved_err, 2)
             os.close(saved_out)
             os.close(saved_err)
+            for fd in self._guard.unwatch():
+                os.close(fd)
         captured = self._captured
         self._captured = Captured(None, None)
         return captured

@@ -282,6 +282,33 @@ def test_big_output_is_all_in_the_file(make_request, child, kc) -> None:
     assert r.outcome["stdout"]["size"] == 3000001  # the server keeps the head
 
 
+LOUD = (
+    "import os, time\n"
+    "def main():\n"
+    "    peak = 0\n"
+    "    chunk = b'h' * 1024 + b'x' * ((1 << 20) - 1024)\n"
+    "    for _ in range(256):\n"
+    "        os.write(1, chunk)\n"
+    "        peak = max(peak, os.fstat(1).st_blocks * 512)\n"
+    "        time.sleep(0.004)\n"
+    "    return peak\n"
+)
+
+
+def test_output_far_past_the_limit_does_not_fill_the_disk(make_request, child, kc) -> None:
+    r = child.run(make_request(kc.call(LOUD), output_limit_bytes=4096))
+    assert r.outcome["status"] == "COMPLETED", r.outcome["error"]
+    # While it ran, the file was cut back (without the guard it held all 256 MiB; the bound
+    # leaves room for a loaded machine), and what is left holds no more than the head + slack.
+    peak = r.results["r"]["value"]
+    assert peak < 160 << 20, peak
+    info = r.outcome["stdout"]
+    assert os.stat(info["path"]).st_blocks * 512 <= 4097 + (8 << 20) + (1 << 20)
+    assert info["size"] == 256 << 20  # the length still says how much was written
+    with open(info["path"], "rb") as f:
+        assert f.read(4096) == b"h" * 1024 + b"x" * 3072  # the head the server returns
+
+
 def test_linecache_entry_removed_after_request(make_request, child, kc) -> None:
     source = "import linecache\ndef main():\n    return [k for k in linecache.cache if k.startswith('<uploaded:')]\n"
     r = child.run(make_request(kc.call(source)))
