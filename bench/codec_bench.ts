@@ -1,5 +1,6 @@
 // Codec benchmark: multipart encode + decode of a 256 MiB body (random and
-// all-zero payloads), request parsing with blob verification, and SHA-256.
+// all-zero payloads), request parsing with blob verification, SHA-256, and the
+// strict JSON parse of a program carrying 16 MiB of module source.
 //
 //   deno run -A bench/codec_bench.ts            # table
 //   deno run -A bench/codec_bench.ts --mib 64   # smaller body
@@ -15,6 +16,7 @@ import {
   boundaryFromContentType,
   encodeMultipart,
   parseExecuteRequest,
+  parseJson,
   parseMultipart,
   sha256Hex,
 } from "../protocol/mod.ts";
@@ -104,7 +106,7 @@ function _check(condition: boolean): void {
 }
 
 const _PYTHON = `
-import hashlib, os, secrets, sys, time
+import hashlib, json, os, secrets, sys, time
 size = int(sys.argv[1]); iterations = int(sys.argv[2])
 def rate(seconds): return size / 1e6 / seconds
 def median(xs): xs = sorted(xs); return xs[len(xs) // 2]
@@ -127,8 +129,21 @@ for label, data in (("random", os.urandom(size)), ("zeros", bytes(size))):
         for _ in range(iterations):
             t = time.perf_counter(); hashlib.sha256(data).hexdigest(); rates.append(rate(time.perf_counter() - t))
         out["sha256"] = median(rates)
-print(out["random"], out["zeros"], out["sha256"])
+line = "def main():\\n    x = [1, 2, 3]\\n    return 'hello world ' * 3\\n"
+source = line * ((16 << 20) // len(line))
+text = json.dumps({"instructions": [{"op": "upload", "kind": "module", "id": "m", "source": source}]})
+rates = []
+for _ in range(iterations):
+    t = time.perf_counter(); json.loads(text, object_pairs_hook=dict); rates.append(len(text) / 1e6 / (time.perf_counter() - t))
+print(out["random"], out["zeros"], out["sha256"], median(rates))
 `;
+
+/** The program text of the JSON row: one module of ~16 MiB source (same as the Python anchor). */
+function _bigSourceProgram(): string {
+  const line = "def main():\n    x = [1, 2, 3]\n    return 'hello world ' * 3\n";
+  const source = line.repeat(Math.floor((16 << 20) / line.length));
+  return JSON.stringify({ instructions: [{ op: "upload", kind: "module", id: "m", source }] });
+}
 
 async function _pythonAnchors(size: number, iterations: number): Promise<number[] | undefined> {
   try {
@@ -231,13 +246,24 @@ export async function runCodecBench(options: CodecBenchOptions = {}): Promise<Be
     ),
   );
 
+  const programText = _bigSourceProgram();
+  const programRow = await _measure(
+    "program JSON, strict parse, 16 MiB of module source",
+    programText.length,
+    iterations,
+    () => _check(parseJson(programText) instanceof Map),
+    gc,
+  );
+  rows.push(programRow);
+
   if (options.upstream ?? true) {
     const anchors = await _pythonAnchors(size, Math.min(iterations, 3));
     if (anchors !== undefined) {
-      const [pyRandom, pyZeros, pySha] = anchors;
+      const [pyRandom, pyZeros, pySha, pyJson] = anchors;
       rows[0].upstream = `${pyRandom.toFixed(0)} MB/s (python3 bytes.join + find)`;
       rows[1].upstream = `${pyZeros.toFixed(0)} MB/s (python3 bytes.join + find)`;
       rows[5].upstream = `${pySha.toFixed(0)} MB/s (python3 hashlib)`;
+      programRow.upstream = `${pyJson.toFixed(0)} MB/s (python3 json.loads, pairs hook)`;
     }
   }
   return rows;

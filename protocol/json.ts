@@ -175,6 +175,34 @@ function _decodeError(byte: number, start: number, end: number, reason: string):
 
 // deno-lint-ignore no-control-regex
 const _STRING_SPECIAL = /["\\\u0000-\u001f]/g;
+// deno-lint-ignore no-control-regex
+const _CONTROL = /[\u0000-\u001f]/;
+
+/**
+ * A string whose escapes the engine's own JSON decoder can turn into text (the same text as
+ * CPython's strict `scanstring`), from just after its opening quote: `[text, end]`, or `null`
+ * for an unterminated string, a control character or an invalid escape (the caller's scan then
+ * finds the exact error). Source text is mostly escapes (`\n` on every line), which the scan
+ * joins piece by piece; this finds the end and decodes it at once.
+ */
+function _fastString(s: string, begin: number): [string, number] | null {
+  let close = s.indexOf('"', begin);
+  for (;;) {
+    if (close < 0) return null;
+    let slashes = 0;
+    while (s.charCodeAt(close - 1 - slashes) === 0x5c) slashes++;
+    if (slashes % 2 === 0) break; // not escaped: the end
+    close = s.indexOf('"', close + 1);
+  }
+  const body = s.slice(begin, close);
+  if (body.indexOf("\\") < 0) return _CONTROL.test(body) ? null : [body, close + 1];
+  try { // refuses control characters and invalid escapes, as the scan does
+    return [JSON.parse(`"${body}"`) as string, close + 1];
+  } catch {
+    return null;
+  }
+}
+
 const _ESCAPES: Record<string, string> = {
   '"': '"',
   "\\": "\\",
@@ -335,6 +363,11 @@ class _Parser {
 
   /** CPython `scanstring` (strict): `end` is just after the opening quote. */
   #string(end: number): [string, number] {
+    return _fastString(this.#s, end) ?? this.#scanString(end);
+  }
+
+  /** The string character by character, for escapes `_fastString` left, and exact errors. */
+  #scanString(end: number): [string, number] {
     const s = this.#s;
     const n = s.length;
     const begin = end - 1;

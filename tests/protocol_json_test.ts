@@ -111,6 +111,53 @@ Deno.test("strict JSON: lone surrogate escapes are accepted, pairs are joined", 
   assert.equal(parseJson('"\\ud83d\\u0041"'), "\ud83dA");
 });
 
+Deno.test("strict JSON: strings with escapes decode whole, as the scan decodes them", () => {
+  // Pieces that meet at escapes, escaped quotes and runs of backslashes before a quote.
+  const pieces = [
+    "a",
+    "\n",
+    '"',
+    "\\",
+    "\\\\",
+    "/",
+    "é",
+    "\u{1f600}",
+    "\ud800",
+    "\t",
+    " ",
+    "\u2028",
+  ];
+  let seed = 7;
+  const next = () => (seed = (seed * 1103515245 + 12345) % 2147483648);
+  for (let round = 0; round < 300; round++) {
+    let text = "";
+    for (let i = next() % 40; i > 0; i--) text += pieces[next() % pieces.length];
+    const spelled = JSON.stringify(text);
+    // The same text spelled with \u escapes and "\/" too.
+    const escaped = spelled.replace(
+      /[é\u2028/]/g,
+      (c) => c === "/" ? "\\/" : `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
+    );
+    assert.equal(parseJson(spelled), text, spelled);
+    assert.equal(parseJson(escaped), text, escaped);
+    assert.deepEqual(parseJson(`{${spelled}:[${escaped}]}`), new Map([[text, [text]]]));
+  }
+  // Errors keep CPython's message and position after a long run of escapes (values by CPython).
+  const run = "a\\n".repeat(1000);
+  assert.throws(
+    () => parseJson(`"${run}\\x"`),
+    /^JsonParseError: malformed JSON: Invalid \\escape: line 1 column 3002 \(char 3001\)$/,
+  );
+  assert.throws(
+    () => parseJson(`"${run}\u0001"`),
+    /^JsonParseError: malformed JSON: Invalid control character at: line 1 column 3002 \(char 3001\)$/,
+  );
+  assert.throws(
+    () => parseJson(`["${'a\\"'.repeat(10)}`),
+    /^JsonParseError: malformed JSON: Unterminated string starting at: line 1 column 2 \(char 1\)$/,
+  );
+});
+
 Deno.test("stringifyJson: Python's compact json.dumps(ensure_ascii=False) spelling", () => {
   assert.equal(
     stringifyJson({ a: 'é\u{1f600}\n\t\u0001\u007f"\\/', b: [true, false, null] }),
