@@ -16,7 +16,13 @@ from . import cuda_guard, files
 from .capture import OutputCapture
 from .errors import ExecutionError, GPUAccessViolation
 from .ipc import dumps
-from .hygiene import ProcessState, SandboxState, kill_leftover_processes, warm_thread_pools
+from .hygiene import (
+    ProcessState,
+    SandboxState,
+    StateNotRestored,
+    kill_leftover_processes,
+    warm_thread_pools,
+)
 from .log import log
 from .modules import ModuleLoader
 from .values import Results
@@ -283,6 +289,9 @@ class Engine:
         detail: Optional[str] = None
         try:
             self._reset()
+        except StateNotRestored as exc:
+            retire, detail = "process_state", str(exc)
+            log(f"retiring: {detail}")
         except Exception as exc:
             retire, detail = "poisoned_context", f"reset failed: {type(exc).__name__}: {exc}"
             log(f"retiring: {detail}")

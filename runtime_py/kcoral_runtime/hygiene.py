@@ -1,7 +1,9 @@
 """Reuse hygiene between requests of one child (spec server §2).
 
-* ``ProcessState``: torch knobs and the C-level environment, snapshotted after ``init`` and
-  written back (only what changed) after each request.
+* ``ProcessState``: torch knobs, the C-level environment and the POSIX state of ``PosixState``
+  (umask, resource limits, signal handlers and mask, interval timers), snapshotted after
+  ``init`` and written back (only what changed) after each request; what cannot be written back
+  (a lowered hard limit) raises ``StateNotRestored`` (-> retire).
 * ``SandboxState``: in sandbox mode, ``sys.path``/modules from the workspace are undone and
   threads, fds and mappings that outlive the request are reported (-> retire).
 * leftover child processes: found with one ``waitpid``, killed, and reported (-> retire).
@@ -12,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import os
+import resource
 import signal
 import sys
 import threading
@@ -73,13 +76,71 @@ class CEnviron:
             index += 1
 
 
+class StateNotRestored(Exception):
+    """Process state a request changed that cannot be put back: the worker must retire."""
+
+
+_LIMITS = tuple(getattr(resource, name) for name in dir(resource) if name.startswith("RLIMIT_"))
+_SIGNALS = tuple(s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP))
+_TIMERS = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
+
+
+class PosixState:
+    """Process state beyond the environment that a program can change and the next request of a
+    reused worker would inherit: a pending ``alarm()`` would fire in it, a lowered descriptor
+    limit fail it, a changed umask or signal handler change what it does. ~30 us to check.
+
+    Signal handlers are compared as Python sees them (``signal.getsignal``): a handler a native
+    library installs with ``sigaction`` is not seen.
+    """
+
+    def __init__(self) -> None:
+        self.umask = _read_umask()
+        self.limits = {limit: resource.getrlimit(limit) for limit in _LIMITS}
+        self.handlers = {sig: signal.getsignal(sig) for sig in _SIGNALS}
+        self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        self.timers = {which: signal.getitimer(which) for which in _TIMERS}
+
+    def restore(self, restored: List[str]) -> None:
+        """Writes back what changed (names into ``restored``); raises ``StateNotRestored``."""
+        if _read_umask() != self.umask:
+            os.umask(self.umask)
+            restored.append("umask")
+        for which, timer in self.timers.items():
+            if signal.getitimer(which) != timer:
+                signal.setitimer(which, *timer)
+                restored.append(f"itimer:{which}")
+        for sig, handler in self.handlers.items():
+            current = signal.getsignal(sig)
+            if current is not handler and current != handler and handler is not None:
+                signal.signal(sig, handler)
+                restored.append(f"signal:{signal.Signals(sig).name}")
+        if signal.pthread_sigmask(signal.SIG_BLOCK, []) != self.mask:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
+            restored.append("sigmask")
+        for limit, value in self.limits.items():
+            if resource.getrlimit(limit) != value:
+                try:
+                    resource.setrlimit(limit, value)
+                except (OSError, ValueError) as exc:
+                    raise StateNotRestored(f"resource limit {limit} {value} not restored: {exc}")
+                restored.append(f"rlimit:{limit}")
+
+
+def _read_umask() -> int:
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
 class ProcessState:
-    """Torch knobs and environment as they stood after ``init``."""
+    """Torch knobs, environment and POSIX state as they stood after ``init``."""
 
     def __init__(self, torch: Any) -> None:
         self._torch = torch
         self._cenv = CEnviron()
         self.environ = self._cenv.read()
+        self.posix = PosixState()
         self.knobs: Dict[str, Any] = {}
         if torch is not None:
             for getter, setter in TORCH_CALLS:
@@ -94,9 +155,11 @@ class ProcessState:
                     pass
 
     def restore(self) -> List[str]:
-        """Write back what changed; returns the names of what was restored."""
+        """Write back what changed; returns the names of what was restored. Raises
+        ``StateNotRestored`` for what cannot be written back."""
         restored: List[str] = []
         self._restore_environ(restored)
+        self.posix.restore(restored)
         if self._torch is not None:
             self._restore_torch(restored)
         return restored

@@ -99,6 +99,62 @@ def _zygote_children(zygote_pid: int) -> set:
     return {int(p) for p in Path(f"/proc/{zygote_pid}/task/{zygote_pid}/children").read_text().split()}
 
 
+POSIX_PROBE = (
+    "import os, resource, signal\n"
+    "def main():\n"
+    "    mask = os.umask(0o022)\n"
+    "    os.umask(mask)\n"
+    "    return [mask, list(resource.getrlimit(resource.RLIMIT_NOFILE)),\n"
+    "            list(signal.getitimer(signal.ITIMER_REAL)), signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL,\n"
+    "            sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, []))]\n"
+)
+POSIX_CHANGE = (
+    "import os, resource, signal\n"
+    "def main():\n"
+    "    os.umask(0o077)\n"
+    "    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+    "    resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))\n"
+    "    signal.signal(signal.SIGALRM, lambda *_: os.write(2, b'alarm from an earlier request'))\n"
+    "    signal.setitimer(signal.ITIMER_REAL, 30.0)\n"
+    "    signal.signal(signal.SIGUSR1, signal.SIG_IGN)\n"
+    "    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])\n"
+)
+
+
+def _decoded(value):
+    if isinstance(value, dict) and "type" in value:
+        inner = value["value"]
+        return [_decoded(v) for v in inner] if isinstance(inner, list) else inner
+    return value
+
+
+def test_reused_worker_gets_back_posix_state_a_program_changed(cpu_zygote, make_request, kc) -> None:
+    handle = cpu_zygote.child(max_requests=0)
+    before = _decoded(handle.run(make_request(kc.call(POSIX_PROBE))).results["r"])
+    changed = handle.run(make_request(kc.call(POSIX_CHANGE)))
+    assert changed.outcome["status"] == "COMPLETED" and changed.retire is None
+    after = handle.run(make_request(kc.call(POSIX_PROBE)))
+    assert _decoded(after.results["r"]) == before
+    assert before[2] == [0.0, 0.0] and before[3] is True
+    handle.kill()
+
+
+def test_a_lowered_hard_limit_retires_the_worker(cpu_zygote, make_request, kc) -> None:
+    handle = cpu_zygote.child(max_requests=0)
+    source = (
+        "import resource\n"
+        "def main():\n"
+        "    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)\n"
+        "    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
+        "    return hard\n"
+    )
+    r = handle.run(make_request(kc.call(source)))
+    if r.results["r"]["value"] == 0:
+        pytest.fail("RLIMIT_CORE's hard limit is already 0 here: pick another limit")
+    assert r.outcome["status"] == "COMPLETED" and r.retire == "process_state"
+    handle.wait_exited()
+
+
 def test_finished_unwaited_subprocess_is_not_a_leftover(cpu_zygote, make_request, kc) -> None:
     handle = cpu_zygote.child(max_requests=0)
     source = "import subprocess, time\ndef main():\n    subprocess.Popen(['true'])\n    time.sleep(0.3)\n"
