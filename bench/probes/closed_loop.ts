@@ -1,8 +1,10 @@
 /**
  * Throughput of trivial programs on reused workers, without the rest of the server bench:
  * `clients` (default 8) closed-loop clients for `seconds` (default 5) against 8 reused workers,
- * three rounds, requests per second each. Quick enough to alternate two trees in one VM (an A/B
- * of the per-request cost under load, which the single-client latency probe does not show).
+ * three rounds, requests per second each, and the CPU time per request of the server process
+ * (the front-end) and of its workers (every process below it), from /proc. Quick enough to
+ * alternate two trees in one VM (an A/B of the per-request cost under load, which the
+ * single-client latency probe does not show).
  *
  *   deno run -A bench/probes/closed_loop.ts [gpu] [--clients N] [--seconds S]
  *
@@ -16,13 +18,42 @@ function _flag(name: string, fallback: number): number {
   return at >= 0 ? Number(Deno.args[at + 1]) : fallback;
 }
 
+/** CPU ms (user + system) of `pid` and of all its descendants, from /proc. */
+function _cpuMs(root: number): { own: number; below: number } {
+  const tick = 10; // ms per clock tick (USER_HZ 100)
+  const parents = new Map<number, number>();
+  const cpu = new Map<number, number>();
+  for (const entry of Deno.readDirSync("/proc")) {
+    if (!/^\d+$/.test(entry.name)) continue;
+    try {
+      const stat = Deno.readTextFileSync(`/proc/${entry.name}/stat`);
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      parents.set(Number(entry.name), Number(fields[1]));
+      cpu.set(Number(entry.name), (Number(fields[11]) + Number(fields[12])) * tick);
+    } catch { /* gone */ }
+  }
+  let below = 0;
+  for (const [pid, ms] of cpu) {
+    for (let up = parents.get(pid); up !== undefined && up > 1; up = parents.get(up)) {
+      if (up === root) {
+        below += ms;
+        break;
+      }
+    }
+  }
+  return { own: cpu.get(root) ?? 0, below };
+}
+
 const clients = _flag("--clients", 8);
 const seconds = _flag("--seconds", 5);
 const server = await startReusedServer(8, { gpu: Deno.args.includes("gpu") });
 try {
   const program = trivialProgram();
   const rates: number[] = [];
+  const frontMs: number[] = [];
+  const workerMs: number[] = [];
   for (let round = 0; round < 3; round++) {
+    const before = _cpuMs(server.child.pid);
     const deadline = performance.now() + seconds * 1000;
     let done = 0;
     const start = performance.now();
@@ -35,9 +66,15 @@ try {
       }
     }));
     rates.push(done / ((performance.now() - start) / 1000));
+    const after = _cpuMs(server.child.pid);
+    frontMs.push((after.own - before.own) / done);
+    workerMs.push((after.below - before.below) / done);
   }
+  const list = (xs: number[], digits: number) => xs.map((x) => x.toFixed(digits)).join(" / ");
   console.log(
-    `closed loop, ${clients} clients: ${rates.map((r) => r.toFixed(0)).join(" / ")} req/s`,
+    `closed loop, ${clients} clients: ${list(rates, 0)} req/s; CPU per request: front-end ${
+      list(frontMs, 3)
+    } ms, workers ${list(workerMs, 3)} ms`,
   );
 } finally {
   await server.stop();
