@@ -8,7 +8,9 @@ Only that head is ever returned, so a program printing in a loop must not fill t
 (or, on tmpfs, memory) within its timeout: while a capture runs, a guard thread checks every
 ``GUARD_INTERVAL_SECONDS`` how much each file holds and, past ``limit + GUARD_SLACK_BYTES``,
 drops everything after the first ``limit + 1`` bytes through its own descriptor (so a program
-that points fd 1 elsewhere cannot make it cut another file), once more when the capture stops.
+that points fd 1 elsewhere cannot make it cut another file; the program can see that descriptor
+too, so each cut, and the close at the end, first checks it still names the same file), once more
+when the capture stops.
 The file keeps its length (the rest is a hole, later output lands past it), so the size still
 says how much was written.
 """
@@ -16,6 +18,7 @@ says how much was written.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -56,6 +59,17 @@ class Captured:
         return self._describe(self.stdout_path), self._describe(self.stderr_path)
 
 
+def _identity(info: os.stat_result) -> Tuple[int, int]:
+    return info.st_dev, info.st_ino
+
+
+def _still(fd: int, identity: Tuple[int, int]) -> bool:
+    try:
+        return _identity(os.fstat(fd)) == identity
+    except OSError:
+        return False
+
+
 class _GrowthGuard:
     """Cuts captured files back to their returned head while a capture runs (module docstring).
 
@@ -65,29 +79,33 @@ class _GrowthGuard:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._fds: List[int] = []
+        self._files: List[Tuple[int, Tuple[int, int]]] = []  # (fd, (st_dev, st_ino))
         self._keep = 0
         self._active = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="kcoral-capture-guard", daemon=True)
         self._thread.start()
 
     def watch(self, fds: List[int], limit_bytes: int) -> None:
+        files = [(fd, _identity(os.fstat(fd))) for fd in fds]
         with self._lock:
-            self._fds, self._keep = fds, limit_bytes + 1
+            self._files, self._keep = files, limit_bytes + 1
         self._active.set()
 
     def unwatch(self) -> List[int]:
-        """Stops watching (after one last cut) and hands back the descriptors to close."""
+        """Stops watching (after one last cut) and hands back the descriptors still ours to
+        close (the program can see them: one it closed may now number a file of its own)."""
         self._active.clear()
         with self._lock:
             self._trim()
-            fds, self._fds = self._fds, []
-        return fds
+            files, self._files = self._files, []
+        return [fd for fd, identity in files if _still(fd, identity)]
 
     def _trim(self) -> None:
-        for fd in self._fds:
+        for fd, identity in self._files:
             try:
                 info = os.fstat(fd)
+                if _identity(info) != identity:
+                    continue  # not our file any more
                 if info.st_blocks * 512 > self._keep + GUARD_SLACK_BYTES:
                     os.ftruncate(fd, self._keep)
                     # The length back (a hole past the head), unless a write has moved it on.
@@ -97,6 +115,9 @@ class _GrowthGuard:
                 pass
 
     def _loop(self) -> None:
+        # Never the thread a signal is delivered to: a program that blocks one in its own thread
+        # (to wait for it, or to leave it pending) must not see it acted on here.
+        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
         while True:
             self._active.wait()
             with self._lock:

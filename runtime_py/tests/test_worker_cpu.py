@@ -309,6 +309,30 @@ def test_output_far_past_the_limit_does_not_fill_the_disk(make_request, child, k
         assert f.read(4096) == b"h" * 1024 + b"x" * 3072  # the head the server returns
 
 
+def test_capture_descriptors_the_program_reused_are_left_alone(make_request, child, kc, tmp_path) -> None:
+    data = tmp_path / "mine.bin"
+    source = (
+        "import os\n"
+        "def main():\n"
+        "    results = os.path.dirname(os.path.realpath('/proc/self/fd/1'))\n"
+        "    ours = [int(f) for f in os.listdir('/proc/self/fd') if int(f) > 2 and\n"
+        "            os.path.realpath(f'/proc/self/fd/{f}').startswith(results + '/std')]\n"
+        "    os.close(ours[0])\n"
+        f"    mine = os.open({str(data)!r}, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)\n"
+        "    os.write(mine, b'x' * (10 << 20))\n"
+        "    return [ours[0], mine]\n"
+    )
+    r = child.run(make_request(kc.call(source), output_limit_bytes=1000))
+    assert r.outcome["status"] == "COMPLETED", r.outcome["error"]
+    capture_fd, mine = (item["value"] for item in r.results["r"]["value"])
+    assert mine == capture_fd  # the program's file took the capture descriptor's number
+    # Neither cut (the guard's last cut ran when the capture stopped) nor closed by the runtime.
+    assert data.read_bytes().count(b"x") == 10 << 20
+    check = f"import os\ndef main():\n    os.fstat({mine})\n    os.close({mine})\n"
+    r = child.run(make_request(kc.call(check)))
+    assert r.outcome["status"] == "COMPLETED", r.outcome["error"]
+
+
 def test_linecache_entry_removed_after_request(make_request, child, kc) -> None:
     source = "import linecache\ndef main():\n    return [k for k in linecache.cache if k.startswith('<uploaded:')]\n"
     r = child.run(make_request(kc.call(source)))
