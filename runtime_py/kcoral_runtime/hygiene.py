@@ -115,13 +115,20 @@ class PosixState:
             if signal.getitimer(which) != timer:
                 signal.setitimer(which, *timer)
                 restored.append(f"itimer:{which}")
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        if mask != self.mask:
+            # A signal the program blocked and left pending would be delivered when the mask is
+            # put back, to the handler put back below (the default kills the worker): drop it.
+            for sig in (signal.sigpending() & mask) - self.mask:
+                signal.sigtimedwait([sig], 0)
+                restored.append(f"pending:{signal.Signals(sig).name}")
         handlers = self.handlers
         for sig, current in zip(_SIGNALS, map(_getsignal, _SIGNALS)):
             handler = handlers[sig]
             if current is not handler and current != handler and handler is not None:
                 signal.signal(sig, handler)
                 restored.append(f"signal:{signal.Signals(sig).name}")
-        if signal.pthread_sigmask(signal.SIG_BLOCK, []) != self.mask:
+        if mask != self.mask:
             signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
             restored.append("sigmask")
         for limit, value in self.limits.items():

@@ -139,6 +139,23 @@ def test_reused_worker_gets_back_posix_state_a_program_changed(cpu_zygote, make_
     handle.kill()
 
 
+def test_a_signal_the_program_blocked_and_left_pending_is_dropped(cpu_zygote, make_request, kc) -> None:
+    handle = cpu_zygote.child(max_requests=0)
+    source = (
+        "import os, signal\n"
+        "def main():\n"
+        "    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])\n"
+        "    os.kill(os.getpid(), signal.SIGUSR1)\n"
+        "    return sorted(int(s) for s in signal.sigpending())\n"
+    )
+    r = handle.run(make_request(kc.call(source)))
+    assert r.outcome["status"] == "COMPLETED" and r.retire is None
+    assert _decoded(r.results["r"]) == [signal.SIGUSR1]  # it was pending when the program ended
+    after = handle.run(make_request(kc.call(POSIX_PROBE)))  # the worker lived through the restore
+    assert after.outcome["status"] == "COMPLETED" and _decoded(after.results["r"])[4] == []
+    handle.kill()
+
+
 def test_a_lowered_hard_limit_retires_the_worker(cpu_zygote, make_request, kc) -> None:
     handle = cpu_zygote.child(max_requests=0)
     source = (
