@@ -422,6 +422,23 @@ Deno.test("sandbox (cpu, fresh workers): escapes fail and the server keeps servi
       assert.deepEqual(processesWith(marker), []);
     });
 
+    await t.step("a program cannot ptrace the zygote that forks every later worker", async () => {
+      const [result, errno] = await probe<[number, number]>(
+        server,
+        "import ctypes\n" +
+          "def f():\n" +
+          "    libc = ctypes.CDLL(None, use_errno=True)\n" +
+          "    zygote = os.getppid()\n" +
+          "    seize = libc.ptrace(ctypes.c_long(0x4206), ctypes.c_long(zygote), None, None)\n" +
+          "    errno = ctypes.get_errno()\n" +
+          "    if seize == 0:  # (the fix is missing) let go; our exit would detach too\n" +
+          "        libc.ptrace(ctypes.c_long(0x11), ctypes.c_long(zygote), None, None)\n" +
+          "    return json.dumps([seize, errno])\n",
+      );
+      assert.deepEqual([result, errno], [-1, 1]); // EPERM
+      await assertServing(server);
+    });
+
     await t.step("an upload into .kcoral/ fails: cannot materialize file", async () => {
       const bytes = new TextEncoder().encode(`planted ${tag}`);
       const sha = createHash("sha256").update(bytes).digest("hex");

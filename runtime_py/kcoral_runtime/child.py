@@ -176,6 +176,7 @@ def main(
     procs.set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != zygote_pid:
         os._exit(1)  # the zygote died before we could ask to follow it
+    procs.set_dumpable(True)  # the zygote is not (a program must not trace it); we stay as before
     procs.set_child_subreaper()
     try:
         os.setpgid(0, 0)

@@ -9,6 +9,7 @@ import signal
 from typing import Dict, List, Optional, Set, Tuple
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 
 _libc: Optional[ctypes.CDLL] = None
@@ -31,6 +32,11 @@ def _prctl(option: int, value: int) -> None:
 def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
     """Be sent ``sig`` when the thread that forked us exits."""
     _prctl(PR_SET_PDEATHSIG, int(sig))
+
+
+def set_dumpable(dumpable: bool) -> None:
+    """Whether processes of the same user may ptrace us (and read our /proc files in full)."""
+    _prctl(PR_SET_DUMPABLE, int(dumpable))
 
 
 def set_child_subreaper() -> None:

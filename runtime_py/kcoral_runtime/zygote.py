@@ -494,6 +494,9 @@ def main(channel: "tuple[int, int]", argv: Optional[List[str]] = None) -> int:
         if os.getppid() != parent:
             return 1
         procs.set_child_subreaper()
+        # A program runs as our user, in our sandbox: it must not ptrace us and inject code that
+        # every later child would inherit. Children make themselves dumpable again.
+        procs.set_dumpable(False)
         # Before anything starts a thread: a filter covers only the thread that installs it and
         # what that thread starts afterwards.
         refused = seccomp.install()
