@@ -28,3 +28,12 @@ export function addProgram(a: Float32Array, b: Float32Array): Program {
   program.return_({ key: "c", value: program.run({ fn, args }) });
   return program;
 }
+
+/** A trivial request: `f(41)` returning 42 (the server bench's latency and throughput rows). */
+export function trivialProgram(): Program {
+  const program = new Program();
+  const mod = program.upload({ kind: "module", source: "def f(x):\n    return x + 1\n" });
+  const y = program.run({ fn: program.getFunction({ module: mod, name: "f" }), args: [41] });
+  program.return_({ key: "y", value: y });
+  return program;
+}

@@ -8,8 +8,9 @@
  *   deno run -A bench/server_bench.ts --mode gpu     # real GPU 0
  *   deno run -A bench/server_bench.ts --mode cpu
  */
-import { Client, type ClientOptions, Program } from "../mod.ts";
-import { addProgram, randomBytes, randomFloats } from "./_programs.ts";
+import { Client, type ClientOptions } from "../mod.ts";
+import { addProgram, randomBytes, randomFloats, trivialProgram } from "./_programs.ts";
+import { closedLoop } from "./_load.ts";
 import { FLOOR_BYTES, loopbackTransfers, serveBodyTransfers, sha256Times } from "./_floors.ts";
 import { type BenchRow, row, summarize, table } from "./_stats.ts";
 
@@ -155,30 +156,6 @@ async function _resendFloors(): Promise<BenchRow[]> {
   ];
 }
 
-function _trivialProgram(): Program {
-  const program = new Program();
-  const mod = program.upload({ kind: "module", source: "def f(x):\n    return x + 1\n" });
-  const y = program.run({ fn: program.getFunction({ module: mod, name: "f" }), args: [41] });
-  program.return_({ key: "y", value: y });
-  return program;
-}
-
-async function _closedLoop(url: string, clients: number, seconds: number): Promise<number> {
-  const program = _trivialProgram();
-  const deadline = performance.now() + seconds * 1000;
-  let done = 0;
-  const start = performance.now();
-  await Promise.all(Array.from({ length: clients }, async () => {
-    await using client = new Client(url, _clientOptions);
-    while (performance.now() < deadline) {
-      const result = await client.execute(program);
-      if (!result.completed) throw new Error(`failed: ${JSON.stringify(result.error)}`);
-      done++;
-    }
-  }));
-  return done / ((performance.now() - start) / 1000);
-}
-
 /** Runs every server benchmark; returns the rows. */
 export async function runServerBench(options: ServerBenchOptions): Promise<BenchRow[]> {
   const { mode, quick = false } = options;
@@ -192,7 +169,7 @@ export async function runServerBench(options: ServerBenchOptions): Promise<Bench
     const server = await _startServer(mode, 0, sandbox, options.extraArgs);
     try {
       await using client = new Client(server.url, _clientOptions);
-      const program = _trivialProgram();
+      const program = trivialProgram();
       const samples: number[] = [];
       const worker: number[] = [];
       for (let i = 0; i < (quick ? 50 : 220); i++) {
@@ -209,7 +186,9 @@ export async function runServerBench(options: ServerBenchOptions): Promise<Bench
       rows.push(row(`  of which on the worker (elapsed_ms)`, "ms", worker));
       const rates: number[] = [];
       for (let i = 0; i < (quick ? 1 : 3); i++) {
-        rates.push(await _closedLoop(server.url, 8, quick ? 2 : 5));
+        rates.push(
+          (await closedLoop(server.url, trivialProgram(), 8, quick ? 2 : 5, _clientOptions)).rate,
+        );
       }
       rows.push(row(`reused, 8 concurrent clients (${tag})`, "req/s", rates, "115", "≥ 400"));
 
@@ -286,7 +265,7 @@ export async function runServerBench(options: ServerBenchOptions): Promise<Bench
       // Replacement on an otherwise idle server: one request at a time, 1 s apart.
       {
         await using client = new Client(server.url, _clientOptions);
-        const program = _trivialProgram();
+        const program = trivialProgram();
         for (let i = 0; i < (quick ? 4 : 10); i++) {
           await client.execute(program);
           await new Promise((r) => setTimeout(r, 1000));
@@ -295,7 +274,7 @@ export async function runServerBench(options: ServerBenchOptions): Promise<Bench
       const idleEnd = Date.now();
       {
         await using client = new Client(server.url, _clientOptions);
-        const program = _trivialProgram();
+        const program = trivialProgram();
         const samples: number[] = [];
         for (let i = 0; i < (quick ? 40 : 210); i++) {
           const start = performance.now();
@@ -312,7 +291,9 @@ export async function runServerBench(options: ServerBenchOptions): Promise<Bench
       const loadStart = Date.now();
       const rates: number[] = [];
       for (let i = 0; i < (quick ? 1 : 3); i++) {
-        rates.push(await _closedLoop(server.url, 8, quick ? 3 : 8));
+        rates.push(
+          (await closedLoop(server.url, trivialProgram(), 8, quick ? 3 : 8, _clientOptions)).rate,
+        );
       }
       const events = await _events(server.logDir);
       // The bound uses contexts created and torn down under the same 8-client load: the idle and

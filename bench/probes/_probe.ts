@@ -4,7 +4,7 @@
  *
  * @module
  */
-import { Program } from "../../mod.ts";
+import type { Program } from "../../mod.ts";
 import { addProgram, randomFloats } from "../_programs.ts";
 
 const _CLI = new URL("../../cli.ts", import.meta.url).pathname;
@@ -108,17 +108,6 @@ export function startReusedServer(
 /** The server bench's `c = a + b` over two new tensors of `n` random float32 values. */
 export function randomAddProgram(n = 16 << 20): Program {
   return addProgram(randomFloats(n), randomFloats(n));
-}
-
-/** A program returning 1 (a trivial request). */
-export function trivialProgram(): Program {
-  const program = new Program();
-  const mod = program.upload({ kind: "module", source: "def f():\n    return 1\n" });
-  program.return_({
-    key: "x",
-    value: program.run({ fn: program.getFunction({ module: mod, name: "f" }) }),
-  });
-  return program;
 }
 
 /** Median of `values`. */

@@ -10,8 +10,9 @@
  *
  * @module
  */
-import { Client } from "../../mod.ts";
-import { startReusedServer, trivialProgram } from "./_probe.ts";
+import { closedLoop } from "../_load.ts";
+import { startReusedServer } from "./_probe.ts";
+import { trivialProgram } from "../_programs.ts";
 
 function _flag(name: string, fallback: number): number {
   const at = Deno.args.indexOf(name);
@@ -54,18 +55,8 @@ try {
   const workerMs: number[] = [];
   for (let round = 0; round < 3; round++) {
     const before = _cpuMs(server.child.pid);
-    const deadline = performance.now() + seconds * 1000;
-    let done = 0;
-    const start = performance.now();
-    await Promise.all(Array.from({ length: clients }, async () => {
-      await using client = new Client(server.url);
-      while (performance.now() < deadline) {
-        const result = await client.execute(program);
-        if (!result.completed) throw new Error(JSON.stringify(result.error));
-        done++;
-      }
-    }));
-    rates.push(done / ((performance.now() - start) / 1000));
+    const { rate, done } = await closedLoop(server.url, program, clients, seconds);
+    rates.push(rate);
     const after = _cpuMs(server.child.pid);
     frontMs.push((after.own - before.own) / done);
     workerMs.push((after.below - before.below) / done);

@@ -9,7 +9,8 @@
  * @module
  */
 import { Client, Program } from "../../mod.ts";
-import { startReusedServer, trivialProgram } from "./_probe.ts";
+import { startReusedServer } from "./_probe.ts";
+import { trivialProgram } from "../_programs.ts";
 
 const INSPECT = "127.0.0.1:9333";
 const server = await startReusedServer(4, {

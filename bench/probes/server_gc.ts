@@ -9,7 +9,8 @@
  * @module
  */
 import { Client } from "../../mod.ts";
-import { randomAddProgram, startReusedServer, trivialProgram } from "./_probe.ts";
+import { randomAddProgram, startReusedServer } from "./_probe.ts";
+import { trivialProgram } from "../_programs.ts";
 
 const server = await startReusedServer(8, { denoFlags: ["--v8-flags=--trace-gc"] });
 const program = randomAddProgram();

@@ -10,7 +10,8 @@
  * @module
  */
 import { Client } from "../../mod.ts";
-import { startReusedServer, trivialProgram } from "./_probe.ts";
+import { startReusedServer } from "./_probe.ts";
+import { trivialProgram } from "../_programs.ts";
 
 const server = await startReusedServer(4, {
   extra: Deno.args,

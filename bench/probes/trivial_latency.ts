@@ -8,7 +8,8 @@
  * @module
  */
 import { Client } from "../../mod.ts";
-import { startReusedServer, trivialProgram } from "./_probe.ts";
+import { startReusedServer } from "./_probe.ts";
+import { trivialProgram } from "../_programs.ts";
 
 const server = await startReusedServer(2, { gpu: Deno.args.includes("gpu") });
 try {
