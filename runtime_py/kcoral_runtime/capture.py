@@ -63,13 +63,6 @@ def _identity(info: os.stat_result) -> Tuple[int, int]:
     return info.st_dev, info.st_ino
 
 
-def _still(fd: int, identity: Tuple[int, int]) -> bool:
-    try:
-        return _identity(os.fstat(fd)) == identity
-    except OSError:
-        return False
-
-
 class _GrowthGuard:
     """Cuts captured files back to their returned head while a capture runs (module docstring).
 
@@ -96,16 +89,19 @@ class _GrowthGuard:
         close (the program can see them: one it closed may now number a file of its own)."""
         self._active.clear()
         with self._lock:
-            self._trim()
-            files, self._files = self._files, []
-        return [fd for fd, identity in files if _still(fd, identity)]
+            ours = self._trim()
+            self._files = []
+        return ours
 
-    def _trim(self) -> None:
+    def _trim(self) -> List[int]:
+        """Cuts what is over the limit; returns the descriptors that still name our files."""
+        ours: List[int] = []
         for fd, identity in self._files:
             try:
                 info = os.fstat(fd)
                 if _identity(info) != identity:
                     continue  # not our file any more
+                ours.append(fd)
                 if info.st_blocks * 512 > self._keep + GUARD_SLACK_BYTES:
                     os.ftruncate(fd, self._keep)
                     # The length back (a hole past the head), unless a write has moved it on.
@@ -113,6 +109,7 @@ class _GrowthGuard:
                         os.ftruncate(fd, info.st_size)
             except OSError:
                 pass
+        return ours
 
     def _loop(self) -> None:
         # Never the thread a signal is delivered to: a program that blocks one in its own thread

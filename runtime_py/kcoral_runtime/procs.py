@@ -10,12 +10,14 @@ from typing import Dict, List, Optional, Set, Tuple
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
+PR_SET_NO_NEW_PRIVS = 38
 PR_SET_CHILD_SUBREAPER = 36
 
 _libc: Optional[ctypes.CDLL] = None
 
 
-def _c() -> ctypes.CDLL:
+def libc() -> ctypes.CDLL:
+    """This process's C library, with ``errno`` kept for ``ctypes.get_errno``."""
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
@@ -23,7 +25,7 @@ def _c() -> ctypes.CDLL:
 
 
 def _prctl(option: int, value: int) -> None:
-    if _c().prctl(ctypes.c_int(option), ctypes.c_ulong(value), ctypes.c_ulong(0),
+    if libc().prctl(ctypes.c_int(option), ctypes.c_ulong(value), ctypes.c_ulong(0),
                   ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"prctl({option}) failed: {os.strerror(err)}")
@@ -32,6 +34,11 @@ def _prctl(option: int, value: int) -> None:
 def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
     """Be sent ``sig`` when the thread that forked us exits."""
     _prctl(PR_SET_PDEATHSIG, int(sig))
+
+
+def set_no_new_privs() -> None:
+    """Never gain privileges again (set-user-ID bits and file capabilities stop applying)."""
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)
 
 
 def set_dumpable(dumpable: bool) -> None:

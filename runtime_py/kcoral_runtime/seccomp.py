@@ -25,9 +25,10 @@ import platform
 import struct
 from typing import List, Optional, Tuple
 
+from . import procs
+
 CLONE_PARENT = 0x00008000
 
-_PR_SET_NO_NEW_PRIVS = 38
 _SECCOMP_SET_MODE_FILTER = 1
 _SECCOMP_FILTER_FLAG_SPEC_ALLOW = 1 << 2
 _SECCOMP_NR = {"x86_64": 317, "aarch64": 277}  # the seccomp() system call
@@ -118,18 +119,19 @@ def install() -> Optional[str]:
     program = filter_program()
     if program is None:
         return f"no seccomp filter for machine {platform.machine()!r}"
-    libc = ctypes.CDLL(None, use_errno=True)
     raw = ctypes.create_string_buffer(encode(program))
 
     class _Prog(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
     prog = _Prog(len(program), ctypes.cast(raw, ctypes.c_void_p))
-    zero = ctypes.c_ulong(0)
-    if libc.prctl(_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), zero, zero, zero) != 0:
-        return f"prctl(PR_SET_NO_NEW_PRIVS) failed: errno {ctypes.get_errno()}"
-    if libc.syscall(ctypes.c_long(_SECCOMP_NR[platform.machine()]),
-                    ctypes.c_ulong(_SECCOMP_SET_MODE_FILTER),
-                    ctypes.c_ulong(_SECCOMP_FILTER_FLAG_SPEC_ALLOW), ctypes.byref(prog)) != 0:
+    try:
+        procs.set_no_new_privs()
+    except OSError as exc:
+        return str(exc)
+    if procs.libc().syscall(ctypes.c_long(_SECCOMP_NR[platform.machine()]),
+                            ctypes.c_ulong(_SECCOMP_SET_MODE_FILTER),
+                            ctypes.c_ulong(_SECCOMP_FILTER_FLAG_SPEC_ALLOW),
+                            ctypes.byref(prog)) != 0:
         return f"seccomp(SECCOMP_SET_MODE_FILTER) failed: errno {ctypes.get_errno()}"
     return None
