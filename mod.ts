@@ -34,6 +34,7 @@ export type { DType } from "./protocol/dtypes.ts";
 export {
   type BlobReference,
   type BlobUse,
+  type InstructionSummary,
   type ParsedProgram,
   parseProgram,
   ProgramError,

@@ -75,6 +75,26 @@ export interface ProgramOptions {
 }
 
 /**
+ * One instruction as an error names it (`instruction_op`, `instruction_id`).
+ *
+ * @example
+ * ```ts
+ * import { parseProgram } from "../mod.ts";
+ *
+ * const { instructions } = parseProgram(
+ *   '{"instructions":[{"op":"upload","kind":"module","source":"","id":"m"}]}',
+ * );
+ * if (instructions[0].op !== "upload" || instructions[0].id !== "m") throw new Error();
+ * ```
+ */
+export interface InstructionSummary {
+  /** `upload`, `get_function`, `run` or `return`. */
+  op: string;
+  /** The handle id, `null` for a `return` (its key is not a handle). */
+  id: string | null;
+}
+
+/**
  * What the server needs to know about a valid program.
  *
  * @example
@@ -88,10 +108,15 @@ export interface ProgramOptions {
 export interface ParsedProgram {
   /** Number of instructions. */
   instructionCount: number;
-  /** Instruction count per op (`upload`, `get_function`, `run`, `return`). */
+  /**
+   * Instruction count per op, for the ops the program uses, in first-appearance order (as
+   * upstream's `request_accepted` event counts them).
+   */
   ops: Record<string, number>;
-  /** Upload count per kind (`module`, `tensor`, `bytes`, `library`, `file`). */
+  /** Upload count per kind the program uses (`module`, `tensor`, ...), first-appearance order. */
   uploads: Record<string, number>;
+  /** Each instruction's `op` and `id` (`null` for returns), in program order. */
+  instructions: InstructionSummary[];
   /** The validated options. */
   options: ProgramOptions;
   /** Referenced blobs, de-duplicated, in first-appearance order. */
@@ -242,9 +267,10 @@ function _validate(body: TypedJsonValue): ParsedProgram {
     filePaths: [],
     tensorUploads: [],
     blobs: new Map(),
-    ops: { upload: 0, get_function: 0, run: 0, return: 0 },
-    uploads: { module: 0, tensor: 0, bytes: 0, library: 0, file: 0 },
+    ops: {},
+    uploads: {},
   };
+  const instructions: InstructionSummary[] = [];
   for (let index = 0; index < raw.length; index++) {
     const item = raw[index];
     if (!(item instanceof Map)) _fail(`instruction ${index} must be an object`);
@@ -265,13 +291,15 @@ function _validate(body: TypedJsonValue): ParsedProgram {
     } else {
       _fail(`instruction ${index}: unknown op ${_pyRepr(op)}`);
     }
-    state.ops[op]++;
+    state.ops[op] = (state.ops[op] ?? 0) + 1;
+    instructions.push({ op, id: op === "return" ? null : item.get("id") as string });
   }
   checkPathConflicts(state.filePaths);
   return {
     instructionCount: raw.length,
     ops: state.ops,
     uploads: state.uploads,
+    instructions,
     options,
     blobs: [...state.blobs.values()],
     filePaths: state.filePaths,
@@ -402,7 +430,7 @@ function _parseUpload(item: _Obj, index: number, id: string, state: _State): voi
   } else {
     _fail(`upload ${rid}: unknown kind ${_pyRepr(kind)}`);
   }
-  state.uploads[kind]++;
+  state.uploads[kind] = (state.uploads[kind] ?? 0) + 1;
 }
 
 const _FILE_UPLOAD = ["op", "id", "kind", "blob", "path"];

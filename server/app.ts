@@ -19,16 +19,16 @@ import { detectDevices, type GpuDevice, simulatedDevices } from "./devices.ts";
 import { EventLog } from "./events.ts";
 import { runProgram, type RunResult, type WorkerOutcome } from "./execution.ts";
 import { MAX_FRAME_BYTES } from "./ipc.ts";
+import { outputTail } from "./output_tail.ts";
+import type { InstructionSummary } from "../protocol/program.ts";
 import { GpuLeases, type LeaseHolder } from "./lease.ts";
-import { PoolBusy, type Seat, WorkerPool } from "./pool.ts";
+import { PoolBusy, type Retiring, type Seat, WorkerPool } from "./pool.ts";
 import { buildResponse, WorkerFileError } from "./response.ts";
 import { runtimePythonPath } from "./runtime_files.ts";
 import {
-  emptyDirectory,
   probeSandbox,
   type PythonInfo,
   pythonInfo,
-  resetWorkspace,
   slotCommand,
   type SlotLaunch,
   workerPaths,
@@ -117,6 +117,17 @@ const _MAX_LARGE_RECEIVES = 4;
 /** Pooled ones are freed after this long without a large body (up to 1 GiB idle otherwise). */
 const _IDLE_BODY_BUFFERS_MS = 60_000;
 const _UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+/** `request_finished` levels by `finish_reason` (spec server §8); others are INFO. */
+const _FINISH_LEVEL: Record<string, "INFO" | "WARNING" | "ERROR"> = {
+  completed: "INFO",
+  program_failed: "INFO",
+  timeout: "WARNING",
+  crashed: "ERROR",
+  no_worker: "WARNING",
+  rejected: "WARNING",
+  cache_miss: "INFO",
+  server_error: "ERROR",
+};
 
 /**
  * Builds a server application. Nothing starts until {@linkcode App.start} (or
@@ -179,7 +190,9 @@ class _Server implements App {
   #leases: GpuLeases | null = null;
   #devices = new Map<number, GpuDevice>();
   #python: PythonInfo | null = null;
-  #launchBase: Omit<SlotLaunch, "workDir" | "resultsDir" | "devices"> | null = null;
+  #launchBase:
+    | Omit<SlotLaunch, "workspacesDir" | "workspace" | "resultsDir" | "devices">
+    | null = null;
   #closing = false;
   /** Large bodies being read into buffers sized by their Content-Length. */
   #largeReceives = 0;
@@ -259,6 +272,7 @@ class _Server implements App {
       this.pool = new WorkerPool({
         seats,
         runtimeDir: this.#runtimeDir,
+        sandboxed: this.#sandboxed,
         leases: this.#leases,
         slotCommand: (seat) => slotCommand(this.#launchFor(seat, seat.gpus)),
         childEnv: (seat) => this.#childEnv(seat.gpus),
@@ -266,10 +280,6 @@ class _Server implements App {
         events: this.events,
       });
       await this.pool.start();
-      for (const seat of this.pool.seats) {
-        await resetWorkspace(seat.workDir, this.#sandboxed);
-        seat.clean = true;
-      }
       this.events.emit("INFO", "pool_ready", {
         sandbox: this.sandbox,
         mode: gpuMode ? (config.simulateGpus ? "simulated-gpu" : "gpu") : "cpu",
@@ -320,11 +330,10 @@ class _Server implements App {
       } catch (error) {
         // Anything unexpected is a 500 `engine` with the spec's body; the server keeps serving.
         this.events.emit("ERROR", "request_finished", {
+          request_id: null,
           http_status: 500,
           finish_reason: "server_error",
-          error_kind: "unhandled",
-          error_message: String(error instanceof Error ? error.message : error).slice(0, 2048),
-          traceback: error instanceof Error ? (error.stack ?? "").slice(-8192) : "",
+          ..._unhandledFields(error),
         });
         return new Response(errorBody("", "engine", ERROR_MESSAGES.internal), {
           status: 500,
@@ -332,6 +341,9 @@ class _Server implements App {
         });
       } finally {
         this.#inFlight--;
+        if (this.#closing) {
+          this.events.emit("INFO", "shutdown_waiting", { remaining: this.#inFlight });
+        }
         if (this.#inFlight === 0) this.#idle?.();
       }
     }
@@ -359,10 +371,7 @@ class _Server implements App {
     for (const receiving of this.#receiving) receiving.abort(_SHUTTING_DOWN);
     this.pool?.beginShutdown();
     this.events.emit("INFO", "shutdown_started", { remaining: this.#inFlight });
-    if (this.#inFlight > 0) {
-      this.events.emit("INFO", "shutdown_waiting", { remaining: this.#inFlight });
-      await new Promise<void>((resolve) => (this.#idle = resolve));
-    }
+    if (this.#inFlight > 0) await new Promise<void>((resolve) => (this.#idle = resolve));
     await this.#teardown();
     this.events.emit("INFO", "shutdown_complete");
     this.events.emit("INFO", "server_stopped");
@@ -387,12 +396,13 @@ class _Server implements App {
     const configs = devices.length ? devices.map((d) => [d]) : [[]];
     const probeDir = `${this.#runtimeDir}/probe`;
     for (const deviceSet of configs) {
-      await Deno.mkdir(`${probeDir}/work/.kcoral`, { recursive: true });
+      await Deno.mkdir(`${probeDir}/ws/w0`, { recursive: true });
       await Deno.mkdir(`${probeDir}/results`, { recursive: true });
       const reason = await probeSandbox({
         ...this.#launchBase!,
         sandbox: "bubblewrap",
-        workDir: `${probeDir}/work`,
+        workspacesDir: `${probeDir}/ws`,
+        workspace: "w0",
         resultsDir: `${probeDir}/results`,
         devices: deviceSet,
       });
@@ -413,10 +423,11 @@ class _Server implements App {
     }
   }
 
-  #launchFor(seat: Pick<Seat, "workDir" | "resultsDir">, gpus: readonly number[]): SlotLaunch {
+  #launchFor(seat: Pick<Seat, "workspaces" | "resultsDir">, gpus: readonly number[]): SlotLaunch {
     return {
       ...this.#launchBase!,
-      workDir: seat.workDir,
+      workspacesDir: seat.workspaces.root,
+      workspace: seat.workspaces.current,
       resultsDir: seat.resultsDir,
       devices: gpus.map((g) => this.#devices.get(g)!).filter(Boolean),
     };
@@ -435,13 +446,13 @@ class _Server implements App {
   async #execute(request: Request, info?: Deno.ServeHandlerInfo): Promise<Response> {
     const config = this.config;
     const requestId = _requestId(request.headers);
-    const respondError = (status: number, kind: string, message: string, reason: string) => {
-      this.events.emit(status >= 500 && status !== 503 ? "ERROR" : "WARNING", "request_finished", {
+    /** An ERROR response, with its `request_finished` event (`fields` as upstream logs them). */
+    const respondError: RespondError = (status, kind, message, reason, fields) => {
+      this.events.emit(_FINISH_LEVEL[reason] ?? "INFO", "request_finished", {
         request_id: requestId,
         http_status: status,
         finish_reason: reason,
-        error_kind: kind,
-        error_message: message.slice(0, 2048),
+        ...fields,
       });
       const headers: Record<string, string> = {
         "content-type": "application/json",
@@ -453,19 +464,26 @@ class _Server implements App {
     const contentLength = request.headers.get("content-length");
     this.events.emit("INFO", "request_received", {
       request_id: requestId,
-      client: info ? _peer(info) : null,
-      content_length: contentLength === null ? null : Number(contentLength),
+      client: info ? _peerHost(info) : null,
+      content_length: contentLength,
     });
     if (this.#closing || !this.pool) {
       await request.body?.cancel().catch(() => {});
-      return respondError(503, "busy", ERROR_MESSAGES.busy, "no_worker");
+      return respondError(503, "busy", ERROR_MESSAGES.busy, "no_worker", { queue_ms: 0 });
     }
+    const tooLarge = { error_kind: "request_too_large" };
     if (
       contentLength !== null && /^\d+$/.test(contentLength) &&
       Number(contentLength) > config.maxRequestBytes
     ) {
       await request.body?.cancel().catch(() => {});
-      return respondError(413, "request_too_large", ERROR_MESSAGES.requestTooLarge, "rejected");
+      return respondError(
+        413,
+        "request_too_large",
+        ERROR_MESSAGES.requestTooLarge,
+        "rejected",
+        tooLarge,
+      );
     }
     // At most a few large bodies at once get buffers sized by their Content-Length before their
     // bytes arrive (a declared length costs a client nothing); any others are held as they come.
@@ -503,24 +521,26 @@ class _Server implements App {
     } catch (error) {
       this.#endBody(observed, mirror);
       if (error === _SHUTTING_DOWN) {
-        return respondError(503, "busy", ERROR_MESSAGES.busy, "no_worker");
+        return respondError(503, "busy", ERROR_MESSAGES.busy, "no_worker", { queue_ms: 0 });
       }
       // A body cut short (the client hung up) or framed wrongly is the request's fault: 400,
       // logged with its id, not an unhandled server error.
       if (!(error instanceof BodyReadError)) throw error;
-      return respondError(
-        400,
-        "parse",
-        `the request body could not be read: ${error.message}`,
-        "rejected",
-      );
+      const message = `the request body could not be read: ${error.message}`;
+      return respondError(400, "parse", message, "rejected", _invalid(message));
     } finally {
       this.#receiving.delete(receiving);
       if (inPlace) this.#largeReceives--;
     }
     if (received === null) {
       this.#endBody(observed, mirror);
-      return respondError(413, "request_too_large", ERROR_MESSAGES.requestTooLarge, "rejected");
+      return respondError(
+        413,
+        "request_too_large",
+        ERROR_MESSAGES.requestTooLarge,
+        "rejected",
+        tooLarge,
+      );
     }
     const { body, digests } = received;
     const disk: { write: Promise<void> | null } = { write: null };
@@ -568,7 +588,7 @@ class _Server implements App {
     request: Request,
     context: {
       requestId: string;
-      respondError: (status: number, kind: string, message: string, reason: string) => Response;
+      respondError: RespondError;
       receiveStart: number;
       onDiskWrite: (write: Promise<void>) => void;
       /** The body's blobs are in the store (or refused): its spools and mirror can go. */
@@ -591,7 +611,7 @@ class _Server implements App {
       );
     } catch (error) {
       if (error instanceof RequestParseError) {
-        return respondError(400, "parse", error.message, "rejected");
+        return respondError(400, "parse", error.message, "rejected", _invalid(error.message));
       }
       throw error;
     }
@@ -612,7 +632,7 @@ class _Server implements App {
       });
     } catch (error) {
       if (error instanceof BlobRejected) {
-        return respondError(400, "parse", error.message, "rejected");
+        return respondError(400, "parse", error.message, "rejected", _invalid(error.message));
       }
       throw error;
     } finally {
@@ -637,6 +657,7 @@ class _Server implements App {
           "parse",
           "gpu_count exceeds this GPU server's configured capacity",
           "invalid_request",
+          { error_kind: "parse" },
         );
       }
       const timeoutSeconds = Math.min(
@@ -655,8 +676,9 @@ class _Server implements App {
         program: programFile,
         instructions: program.instructionCount,
         ops: program.ops,
-        uploads: program.uploads,
-        blob_bytes: blobs.bytes,
+        // As upstream: only the kinds present, and null (not {} or 0) when there are none.
+        uploads: Object.keys(program.uploads).length > 0 ? program.uploads : null,
+        blob_bytes: blobs.bytes || null,
         spooled_blobs: blobs.spooled,
         receive_ms: parseStart - receiveStart,
         parse_ms: storeStart - parseStart,
@@ -669,7 +691,9 @@ class _Server implements App {
         seat = await this.pool!.acquire(config.workerWaitTimeoutSeconds * 1000);
       } catch (error) {
         if (error instanceof PoolBusy) {
-          return respondError(503, "busy", ERROR_MESSAGES.busy, "no_worker");
+          return respondError(503, "busy", ERROR_MESSAGES.busy, "no_worker", {
+            queue_ms: performance.now() - queueStart,
+          });
         }
         throw error;
       }
@@ -677,6 +701,7 @@ class _Server implements App {
       return await this.#runOnSeat(seat, {
         requestId,
         programText: parsed.programText,
+        instructions: program.instructions,
         blobPaths: blobs.paths,
         timeoutSeconds,
         outputLimit,
@@ -695,84 +720,66 @@ class _Server implements App {
     request: {
       requestId: string;
       programText: Uint8Array;
+      instructions: InstructionSummary[];
       blobPaths: Record<string, string>;
       timeoutSeconds: number;
       outputLimit: number;
       gpuCount: number | undefined;
       leaseFirst: boolean;
       queueMs: number;
-      respondError: (status: number, kind: string, message: string, reason: string) => Response;
+      respondError: RespondError;
     },
   ): Promise<Response> {
     const config = this.config;
     const { requestId } = request;
     const holder: LeaseHolder = { id: requestId };
-    let retiring: { oldExit: Promise<unknown>; reason: string; since?: number } | null = null;
+    let retiring: Retiring | null = null;
     let released = false;
     // The worker's reuse hygiene when it answered first (see runProgram).
     let workerCleanup: Promise<string | null> | null = null;
-    const releaseSeat = async () => {
+    // The workspace this request runs in (its own: nothing else ever runs there).
+    let workspace: string | null = null;
+    const releaseSeat = () => {
       if (released) return;
       released = true;
-      // Request files are removed when the request ends (not when the next one starts).
-      let clean = true;
-      try {
-        await resetWorkspace(seat.workDir, this.#sandboxed);
-      } catch {
-        clean = false; // retried before the next request
-      }
+      // The request's workspace stops existing before its answer goes out (one rename; what it
+      // held is removed in the background). The pool readies the seat for its next request.
+      if (workspace !== null) this.#trackBackground(seat.workspaces.retire(workspace));
       const pending = workerCleanup;
       if (pending === null) {
-        try {
-          if (clean) await emptyDirectory(seat.resultsDir);
-        } catch {
-          clean = false;
-        }
-        seat.clean = clean;
         this.pool!.release(seat, retiring);
         return;
       }
-      // The worker answered before its reuse hygiene: what is left here waits with it, after
-      // the response; the seat stays busy until both are done.
+      // The worker answered before its reuse hygiene: the seat stays busy until it is done.
       this.pool!.releaseAfter(
         seat,
-        (async () => {
-          const reason = await pending;
+        pending.then((reason) => {
           if (reason !== null && !retiring) retiring = { oldExit: Promise.resolve(), reason };
-          try {
-            if (clean) await emptyDirectory(seat.resultsDir);
-          } catch {
-            clean = false;
-          }
-          seat.clean = clean;
           return retiring;
-        })(),
+        }),
       );
     };
     // The worker answered something that cannot be trusted: 500 engine.
-    const answerInvalid = async () => {
-      await releaseSeat();
+    const answerInvalid = () => {
+      releaseSeat();
       return request.respondError(
         500,
         "engine",
         ERROR_MESSAGES.invalidWorkerResponse,
         "server_error",
+        {
+          error_kind: "invalid_worker_response",
+          worker_id: seat.label,
+          gpu_id: seat.gpus[0] ?? null,
+        },
       );
     };
     try {
-      const paths = workerPaths({
-        ...this.#launchBase!,
-        workDir: seat.workDir,
-        resultsDir: seat.resultsDir,
-      });
+      const paths = workerPaths({ ...this.#launchBase!, resultsDir: seat.resultsDir });
       const blobDir = paths.blobDir;
       const blobMap: Record<string, string> = {};
       for (const sha of Object.keys(request.blobPaths)) blobMap[sha] = `${blobDir}/${sha}`;
-      if (!seat.clean) {
-        await resetWorkspace(seat.workDir, this.#sandboxed);
-        await emptyDirectory(seat.resultsDir);
-      }
-      seat.clean = false;
+      workspace = seat.workspaces.current;
 
       let child: WorkerChild = seat.child!;
       let gpus: readonly number[] = seat.gpus;
@@ -810,11 +817,18 @@ class _Server implements App {
         if (timeoutMs <= 0) {
           this.#leases.release(holder);
           await this.#disposeTransient(transient, gpus, holder);
-          return request.respondError(504, "timeout", ERROR_MESSAGES.timeout, "timeout");
+          return request.respondError(504, "timeout", ERROR_MESSAGES.timeout, "timeout", {
+            worker_id: seat.label,
+            gpu_id: gpus[0] ?? null,
+            queue_ms: request.queueMs,
+            elapsed_ms: performance.now() - started,
+            timeout_seconds: request.timeoutSeconds,
+            output_tail: null,
+          });
         }
       }
 
-      // This request's own stderr lines (the slot's ring also holds earlier requests').
+      // This request's own lines on the slot's stderr (where output goes when capture is off).
       const stderrMark = child.slot.stderrSeen;
       const run: RunResult = await runProgram({
         child,
@@ -829,7 +843,7 @@ class _Server implements App {
           request_id: requestId,
           program: new TextDecoder().decode(request.programText),
           blobs: blobMap,
-          workspace: paths.work,
+          workspace: seat.workspaces.workerPath,
           results: paths.results,
           output_limit_bytes: request.outputLimit,
           max_return_bytes: config.maxResponseBytes,
@@ -865,40 +879,38 @@ class _Server implements App {
         };
       }
 
-      const finish = (
-        fields: Record<string, unknown>,
-        level: "INFO" | "WARNING" | "ERROR" = "INFO",
-      ) =>
-        this.events.emit(level, "request_finished", {
-          request_id: requestId,
-          worker_id: seat.label,
-          gpu_id: gpus[0] ?? null,
-          queue_ms: request.queueMs,
-          elapsed_ms: elapsedMs,
-          lease_wait_ms: leaseWaitMs,
-          lease_held_ms: leaseHeldMs,
-          timeout_seconds: request.timeoutSeconds,
-          ...fields,
-        });
+      const worker = { worker_id: seat.label, gpu_id: gpus[0] ?? null };
 
       if (end.kind === "timeout") {
-        finish({
-          http_status: 504,
-          finish_reason: "timeout",
-          output_tail: child.slot.stderrTail(stderrMark).slice(-4096),
-        }, "WARNING");
-        await releaseSeat();
-        return request.respondError(504, "timeout", ERROR_MESSAGES.timeout, "timeout");
+        // Its last output, read before the results directory is emptied (for the log only).
+        const timeoutTail = await outputTail(seat.resultsDir, child.slot.stderrTail(stderrMark));
+        releaseSeat();
+        return request.respondError(504, "timeout", ERROR_MESSAGES.timeout, "timeout", {
+          ...worker,
+          queue_ms: request.queueMs,
+          elapsed_ms: elapsedMs,
+          timeout_seconds: request.timeoutSeconds,
+          output_tail: timeoutTail || null,
+        });
       }
       if (end.kind === "invalid") {
-        return await answerInvalid();
+        return answerInvalid();
       }
       if (end.kind === "crashed") {
-        await releaseSeat();
-        if (end.instructionIndex === null || end.instructionIndex < 0) {
-          return request.respondError(500, "engine", ERROR_MESSAGES.workerCrashed, "crashed");
+        const crashTail = await outputTail(seat.resultsDir, child.slot.stderrTail(stderrMark));
+        releaseSeat();
+        const exitcode = end.exit.code ?? (end.exit.signal !== null ? -end.exit.signal : null);
+        const index = end.instructionIndex;
+        if (index === null || index < 0 || index >= request.instructions.length) {
+          return request.respondError(500, "engine", ERROR_MESSAGES.workerCrashed, "crashed", {
+            ...worker,
+            exitcode,
+            queue_ms: request.queueMs,
+            elapsed_ms: elapsedMs,
+            output_tail: crashTail || null,
+          });
         }
-        const { op, id } = _instructionAt(request.programText, end.instructionIndex);
+        const { op, id } = request.instructions[index];
         const error = {
           kind: "runtime",
           message: "worker exited while executing the instruction",
@@ -907,18 +919,6 @@ class _Server implements App {
           instruction_id: id,
           traceback: "",
         };
-        finish({
-          http_status: 200,
-          finish_reason: "crashed",
-          status: "FAILED",
-          error_kind: "runtime",
-          error_message: error.message,
-          instruction_index: end.instructionIndex,
-          instruction_op: op,
-          instruction_id: id,
-          exitcode: end.exit.code ?? (end.exit.signal !== null ? -end.exit.signal : null),
-          output_tail: child.slot.stderrTail(stderrMark).slice(-4096),
-        }, "ERROR");
         const json = resultJson({
           status: "FAILED",
           requestId,
@@ -933,6 +933,25 @@ class _Server implements App {
           gpuIds,
           resultsJson: "{}",
           errorJson: JSON.stringify(error),
+        });
+        this.events.emit("ERROR", "request_finished", {
+          request_id: requestId,
+          http_status: 200,
+          finish_reason: "crashed",
+          exitcode,
+          output_tail: crashTail || null,
+          status: "FAILED",
+          ...worker,
+          error_kind: "runtime",
+          error_message: error.message,
+          instruction_index: index,
+          instruction_op: op,
+          instruction_id: id,
+          queue_ms: request.queueMs,
+          elapsed_ms: elapsedMs,
+          lease_wait_ms: leaseWaitMs,
+          lease_held_ms: leaseHeldMs,
+          response_bytes: _encoder.encode(json).length,
         });
         return _json(200, json, requestId);
       }
@@ -955,23 +974,24 @@ class _Server implements App {
           interfered_request_id: interferedRequestId,
         });
       }
-      const tooLarge = (bytes: number) => {
-        finish({
-          http_status: 500,
-          finish_reason: "server_error",
-          error_kind: "response_too_large",
-          response_bytes: bytes,
-        }, "ERROR");
-        return request.respondError(
+      const tooLarge = (bytes: number) =>
+        request.respondError(
           500,
           "response_too_large",
           ERROR_MESSAGES.responseTooLarge,
           "server_error",
+          {
+            error_kind: "response_too_large",
+            response_bytes: bytes,
+            ...worker,
+            queue_ms: request.queueMs,
+            elapsed_ms: elapsedMs,
+            lease_held_ms: leaseHeldMs,
+          },
         );
-      };
       if (typeof outcome.too_large === "number") {
         // The worker kept an answer over the limit to itself (it would only cost a frame).
-        await releaseSeat();
+        releaseSeat();
         return tooLarge(outcome.too_large);
       }
       const built = await buildResponse(
@@ -989,18 +1009,28 @@ class _Server implements App {
         config.maxResponseBytes,
         `${this.#runtimeDir}/responses/${requestId}-${this.#responseSeq++}`,
       );
-      await releaseSeat();
+      releaseSeat();
       if (built.kind === "too_large") return tooLarge(built.bytes);
       const error = outcome.error ?? {};
-      finish({
+      this.events.emit("INFO", "request_finished", {
+        request_id: requestId,
         http_status: 200,
         finish_reason: outcome.status === "COMPLETED" ? "completed" : "program_failed",
+        exitcode: null,
+        output_tail: null,
         status: outcome.status,
+        ...worker,
         error_kind: error.kind ?? null,
-        error_message: typeof error.message === "string" ? error.message.slice(0, 2048) : null,
+        error_message: typeof error.message === "string" && error.message !== ""
+          ? error.message.slice(0, 2048)
+          : null,
         instruction_index: error.instruction_index ?? null,
         instruction_op: error.instruction_op ?? null,
         instruction_id: error.instruction_id ?? null,
+        queue_ms: request.queueMs,
+        elapsed_ms: elapsedMs,
+        lease_wait_ms: leaseWaitMs,
+        lease_held_ms: leaseHeldMs,
         response_bytes: built.bytes,
       });
       return new Response(built.body, {
@@ -1020,7 +1050,7 @@ class _Server implements App {
             reason: "invalid_response",
           };
         }
-        return await answerInvalid();
+        return answerInvalid();
       }
       if (!released && seat.child && !retiring) {
         retiring = {
@@ -1028,20 +1058,16 @@ class _Server implements App {
           reason: "crashed",
         };
       }
-      await releaseSeat();
-      this.events.emit("ERROR", "request_finished", {
-        request_id: requestId,
-        http_status: 500,
-        finish_reason: "server_error",
-        error_kind: "unhandled",
-        error_message: String(error instanceof Error ? error.message : error).slice(0, 2048),
-      });
-      return new Response(errorBody(requestId, "engine", ERROR_MESSAGES.internal), {
-        status: 500,
-        headers: { "content-type": "application/json", "x-request-id": requestId },
-      });
+      releaseSeat();
+      return request.respondError(
+        500,
+        "engine",
+        ERROR_MESSAGES.internal,
+        "server_error",
+        _unhandledFields(error),
+      );
     } finally {
-      await releaseSeat();
+      releaseSeat();
     }
   }
 
@@ -1108,21 +1134,31 @@ function _hostPaths(outcome: WorkerOutcome, workerDir: string, hostDir: string):
   };
 }
 
-function _instructionAt(
-  programText: Uint8Array,
-  index: number,
-): { op: string | null; id: string | null } {
-  try {
-    const program = JSON.parse(new TextDecoder().decode(programText));
-    const instruction = program.instructions[index];
-    return {
-      op: typeof instruction?.op === "string" ? instruction.op : null,
-      id: typeof instruction?.id === "string" ? instruction.id : null,
-    };
-  } catch {
-    return { op: null, id: null };
-  }
+/** How an ERROR response is made: the body's kind and message, the event's reason and fields. */
+type RespondError = (
+  status: number,
+  kind: string,
+  message: string,
+  reason: string,
+  fields: Record<string, unknown>,
+) => Response;
+
+/** The event fields of a request rejected as invalid (400): upstream's `invalid_request`. */
+function _invalid(message: string): Record<string, unknown> {
+  return { error_kind: "invalid_request", error_message: message.slice(0, 2048) };
 }
+
+/** The event fields of an unexpected front-end error (500 `engine` on the wire). */
+function _unhandledFields(error: unknown): Record<string, unknown> {
+  const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+  return {
+    error_kind: "unhandled",
+    error_message: message.slice(0, 2048),
+    traceback: error instanceof Error ? (error.stack ?? "").slice(-8192) : "",
+  };
+}
+
+const _encoder = new TextEncoder();
 
 function _requestId(headers: Headers): string {
   // Headers joins repeated values with ", ", so a single canonical UUID means one header.
@@ -1160,9 +1196,10 @@ function _methodNotAllowed(allow: string): Response {
   });
 }
 
-function _peer(info: Deno.ServeHandlerInfo): string | null {
+/** The client's host (upstream logs `request.client.host`, without the port). */
+function _peerHost(info: Deno.ServeHandlerInfo): string | null {
   const addr = info.remoteAddr as Deno.NetAddr;
-  return addr && "hostname" in addr ? `${addr.hostname}:${addr.port}` : null;
+  return addr && "hostname" in addr ? addr.hostname : null;
 }
 
 function _isLoopback(info?: Deno.ServeHandlerInfo): boolean {

@@ -7,6 +7,7 @@
  * @module
  */
 import type { ParsedProgram } from "../protocol/program.ts";
+import { tensorLengthError, unreferencedBlobsError } from "../protocol/request.ts";
 import type { BlobStore } from "./cache_memory.ts";
 import type { DiskFileCache } from "./cache_disk.ts";
 
@@ -60,11 +61,8 @@ export async function resolveBlobs(
   caches: BlobCaches,
 ): Promise<BlobResolution> {
   const { store, disk } = caches;
-  const referenced = new Map(program.blobs.map((ref) => [ref.sha256, ref]));
-  const unreferenced = [...supplied.keys()].filter((sha) => !referenced.has(sha)).sort();
-  if (unreferenced.length > 0) {
-    throw new BlobRejected(`unreferenced blob part(s): ${unreferenced.join(", ")}`);
-  }
+  const unreferenced = unreferencedBlobsError(program, supplied.keys());
+  if (unreferenced !== undefined) throw new BlobRejected(unreferenced);
 
   const pinned: string[] = [];
   const release = () => {
@@ -128,17 +126,9 @@ export async function resolveBlobs(
       const write = disk.putBatch(diskWrites);
       caches.track?.(write);
     }
-    for (const ref of program.blobs) {
-      const size = sizes.get(ref.sha256);
-      if (size === undefined) continue;
-      for (const expected of ref.tensorByteLengths) {
-        if (expected !== size) {
-          throw new BlobRejected(
-            `tensor blob ${ref.sha256} has ${size} bytes but its dtype and shape need ${expected}`,
-          );
-        }
-      }
-    }
+    // Upstream's wording ("tensor upload 'x' expects 4 bytes, got 3"), before CACHE_MISS.
+    const wrongLength = tensorLengthError(program, (sha) => sizes.get(sha));
+    if (wrongLength !== undefined) throw new BlobRejected(wrongLength);
   } catch (error) {
     release();
     throw error;

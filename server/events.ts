@@ -52,6 +52,10 @@ export class EventLog {
           append: true,
         });
         if (this.#programs) Deno.mkdirSync(`${this.runDir}/programs`, { recursive: true });
+        // Upstream keeps workers' capture files here while requests run; ours live in the
+        // server's results directories, and a crash's last output goes into `output_tail`.
+        // The folder exists (empty) for tools that look for it.
+        Deno.mkdirSync(`${this.runDir}/output`, { recursive: true });
       } catch (error) {
         this.#console?.(`kcoral: cannot open the event log in ${options.logDir}: ${error}`);
         this.runDir = null;

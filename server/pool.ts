@@ -1,13 +1,17 @@
 /**
  * The worker pool (spec server §2): one seat per worker (`gpu<N>/w<i>` or `cpu/w<i>`), each
  * backed by a slot (zygote) and its current ready child. Requests take a seat on the
- * least-loaded GPU or wait in one FIFO with direct hand-off. A retiring child is replaced in
- * the background: the next child is forked at once, and its device context is created under
- * the per-GPU initialization gate and the lease, after the old child is gone.
+ * least-loaded GPU or wait in one FIFO with direct hand-off. A seat given back is idle at once
+ * (so the next request finds the same warm worker) while it is readied in the background: a new
+ * workspace (bound at `/work` by a sandboxed slot) and an empty results directory; a request
+ * that takes it waits for the rest of that. A retiring child is replaced in the background: the next
+ * child is forked at once, and its device context is created under the per-GPU initialization
+ * gate and the lease, after the old child is gone.
  *
  * @module
  */
 import type { EventLog } from "./events.ts";
+import { emptyDirectory, SeatWorkspaces } from "./workspace.ts";
 import type { GpuLeases, LeaseHolder } from "./lease.ts";
 import { type ChildReady, Slot, type SlotCommand, type WorkerChild } from "./slot.ts";
 
@@ -22,8 +26,8 @@ export interface Seat {
   readonly index: number;
   /** Physical GPU ids the seat's workers use (empty on CPU). */
   readonly gpus: readonly number[];
-  /** Workspace directory on the host. */
-  readonly workDir: string;
+  /** The seat's per-request workspaces (the current one is where its next request runs). */
+  readonly workspaces: SeatWorkspaces;
   /** Results directory on the host. */
   readonly resultsDir: string;
   /** Current state. */
@@ -34,8 +38,11 @@ export interface Seat {
   child: WorkerChild | null;
   /** Generation counter (increments per child). */
   generation: number;
-  /** The workspace and results directories are known to be empty. */
-  clean: boolean;
+  /**
+   * Settles once the seat is readied for its next request (its workspace and results directory
+   * are fresh): `true`, or `false` when that failed (the seat must then be replaced).
+   */
+  ready: Promise<boolean>;
 }
 
 /** Everything the pool needs from its server. */
@@ -44,6 +51,8 @@ export interface PoolOptions {
   seats: { label: string; gpus: number[] }[];
   /** Per-seat directories live under `<runtimeDir>/slots/<index>`. */
   runtimeDir: string;
+  /** Workers run in a sandbox (workspaces are bound at `/work`, with reserved directories). */
+  sandboxed: boolean;
   /** The lease arbiter (`null` on CPU servers). */
   leases: GpuLeases | null;
   /** How to start a seat's zygote. */
@@ -95,20 +104,24 @@ export class WorkerPool {
       label: spec.label,
       index,
       gpus: spec.gpus,
-      workDir: `${options.runtimeDir}/slots/${index}/work`,
+      workspaces: new SeatWorkspaces(
+        `${options.runtimeDir}/slots/${index}/ws`,
+        `${options.runtimeDir}/trash`,
+        options.sandboxed,
+      ),
       resultsDir: `${options.runtimeDir}/slots/${index}/results`,
       state: "starting" as SeatState,
       slot: null,
       child: null,
       generation: 0,
-      clean: false,
+      ready: Promise.resolve(true),
     }));
   }
 
   /** Starts every seat (zygotes in parallel, then contexts), checks all share one target. */
   async start(): Promise<void> {
     for (const seat of this.seats) {
-      Deno.mkdirSync(seat.workDir, { recursive: true, mode: 0o700 });
+      await seat.workspaces.create();
       Deno.mkdirSync(seat.resultsDir, { recursive: true, mode: 0o700 });
     }
     await Promise.all(this.seats.map((seat) => this.#startSlot(seat)));
@@ -151,9 +164,23 @@ export class WorkerPool {
 
   /**
    * Takes a seat: an idle one on the least-loaded GPU, else waits in the FIFO up to
-   * `timeoutMs`. Throws {@linkcode PoolBusy} on timeout or shutdown.
+   * `timeoutMs`; then waits until the seat is readied (see the module doc). Throws
+   * {@linkcode PoolBusy} on timeout or shutdown.
    */
-  acquire(timeoutMs: number): Promise<Seat> {
+  async acquire(timeoutMs: number): Promise<Seat> {
+    const deadline = performance.now() + timeoutMs;
+    for (;;) {
+      const seat = await this.#take(Math.max(0, deadline - performance.now()));
+      if (await seat.ready) return seat;
+      // It could not be readied: it is replaced, and another seat taken.
+      this.release(seat, {
+        oldExit: seat.child?.exited ?? Promise.resolve(),
+        reason: "sandbox_cleanup",
+      });
+    }
+  }
+
+  #take(timeoutMs: number): Promise<Seat> {
     if (this.#closing) return Promise.reject(new PoolBusy());
     const seat = this.#takeIdle();
     if (seat) return Promise.resolve(this.#assign(seat));
@@ -177,22 +204,27 @@ export class WorkerPool {
   }
 
   /**
-   * Gives a seat back after a request. With `retiring` (the child is exiting or was killed),
-   * the seat is replaced in the background: `oldExit` resolves once the old child is gone and
-   * its lease released; only then is the new child's context created. `since` is when the
-   * retirement began (default: now); `worker_exited`'s `teardown_ms` counts from it.
+   * Gives a seat back after a request (its workspace already retired by the caller). The seat
+   * is readied for its next request in the background (see the module doc). With
+   * `retiring` (the child is exiting or was killed), the seat is replaced in the background:
+   * `oldExit` resolves once the old child is gone and its lease released; only then is the new
+   * child's context created. `since` is when the retirement began (default: now);
+   * `worker_exited`'s `teardown_ms` counts from it.
    */
-  release(
-    seat: Seat,
-    retiring: { oldExit: Promise<unknown>; reason: string; since?: number } | null,
-  ): void {
+  release(seat: Seat, retiring: Retiring | null): void {
     this.#inProgress--;
     const key = _key(seat);
     this.#assigned.set(key, (this.#assigned.get(key) ?? 1) - 1);
     if (!retiring && seat.child && !seat.child.exit && seat.slot && !seat.slot.dead) {
+      seat.ready = this.#readied(seat);
       this.#makeIdle(seat);
       return;
     }
+    this.#retire(seat, retiring);
+  }
+
+  /** Marks `seat` as replacing (`worker_retired` now) and replaces it in the background. */
+  #retire(seat: Seat, retiring: Retiring | null): void {
     seat.state = "replacing";
     const child = seat.child;
     seat.child = null;
@@ -221,10 +253,7 @@ export class WorkerPool {
    * worker's reuse hygiene, emptying the results directory); the seat stays busy until then.
    * `after` resolves with the `retiring` argument of `release`.
    */
-  releaseAfter(
-    seat: Seat,
-    after: Promise<{ oldExit: Promise<unknown>; reason: string } | null>,
-  ): void {
+  releaseAfter(seat: Seat, after: Promise<Retiring | null>): void {
     this.#runBackground(after.then(
       (retiring) => this.release(seat, retiring),
       () => this.release(seat, { oldExit: Promise.resolve(), reason: "crashed" }),
@@ -294,6 +323,38 @@ export class WorkerPool {
     this.#idle.get(key)!.push(seat);
   }
 
+  /**
+   * Readies `seat` for its next request: a new workspace (bound at `/work` by a sandboxed slot
+   * that is running; a slot started later binds it as it starts) and an empty results
+   * directory. Throws when that fails.
+   */
+  async #refresh(seat: Seat): Promise<void> {
+    const name = await seat.workspaces.create();
+    await emptyDirectory(seat.resultsDir);
+    if (seat.workspaces.sandboxed && seat.slot && !seat.slot.dead) seat.slot.switchWorkspace(name);
+  }
+
+  /**
+   * {@linkcode Seat.ready} after a request on a kept child: the refresh, in the background. A
+   * seat that cannot be readied has its slot ended (its sandbox may still show the last
+   * request's files); whoever takes it replaces it (see {@linkcode acquire}).
+   */
+  #readied(seat: Seat): Promise<boolean> {
+    const ready = this.#refresh(seat).then(() => true, (error) => {
+      this.#options.events.emit("ERROR", "worker_failed", {
+        worker_id: seat.label,
+        gpu_id: seat.gpus[0] ?? null,
+        generation: seat.generation,
+        phase: "sandbox_cleanup",
+        error: String(error instanceof Error ? error.message : error),
+      });
+      seat.slot?.destroy();
+      return false;
+    });
+    this.#runBackground(ready.then(() => {}));
+    return ready;
+  }
+
   #runBackground(task: Promise<void>): void {
     const tracked = task.finally(() => this.#background.delete(tracked));
     this.#background.add(tracked);
@@ -342,6 +403,8 @@ export class WorkerPool {
       ready = await init();
     }
     seat.child = child;
+    // Nothing becomes ready once shutdown has begun (the slot's stop takes this child too).
+    if (this.#closing && !startup) return ready;
     this.#options.events.emit("INFO", "worker_ready", {
       worker_id: seat.label,
       gpu_id: seat.gpus[0] ?? null,
@@ -361,7 +424,11 @@ export class WorkerPool {
         if (!seat.slot || seat.slot.dead) {
           seat.slot?.destroy();
           await oldExit;
+          await this.#refresh(seat); // a fresh workspace for the new slot to bind as it starts
           await this.#startSlot(seat);
+        } else {
+          // While the old child tears down (it never touches its workspace again).
+          await this.#refresh(seat);
         }
         // Pre-fork now; the context is created only after the old child is gone.
         const forked = seat.slot!.fork({
@@ -370,7 +437,9 @@ export class WorkerPool {
         });
         forked.catch(() => {});
         await oldExit;
+        if (this.#closing) return;
         await this.#newChild(seat, false, forked);
+        seat.ready = Promise.resolve(true); // refreshed above
         this.#makeIdle(seat);
         return;
       } catch (error) {
@@ -390,6 +459,16 @@ export class WorkerPool {
       }
     }
   }
+}
+
+/** A child leaving its seat: resolves once it is gone (and its lease released), and why. */
+export interface Retiring {
+  /** Resolves once the old child is gone. */
+  oldExit: Promise<unknown>;
+  /** `worker_retired`'s reason (`request_limit`, `timeout`, `crashed`, ...). */
+  reason: string;
+  /** When the retirement began (`performance.now()`; default: when the seat was given back). */
+  since?: number;
 }
 
 function _key(seat: Seat): string {

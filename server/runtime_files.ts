@@ -13,6 +13,9 @@ export const RUNTIME_FILES: readonly string[] = [
   "cabi.py",
   "capture.py",
   "child.py",
+  "compat/kcoral/__init__.py",
+  "compat/kcoral/builtins.py",
+  "compat/kcoral/errors.py",
   "cuda_guard.py",
   "devices.py",
   "engine.py",
@@ -37,6 +40,7 @@ export const RUNTIME_FILES: readonly string[] = [
   "tools/runner.py",
   "tools/shell.py",
   "values.py",
+  "workspace.py",
   "zygote.py",
 ];
 

@@ -4,9 +4,11 @@
  * the startup probe that decides whether isolation is available.
  *
  * Inside a sandbox a slot sees: the runtime read-only (`/usr`, `/lib*`, the Python prefixes
- * and module paths, the runtime package, `--sandbox-readonly-path` entries), its own writable
- * `/work`, its results directory at `/kcoral/results`, the blob directory read-only at
- * `/kcoral/blobs`, only its own GPU device nodes, and no network.
+ * and module paths, the runtime package, `--sandbox-readonly-path` entries), the current
+ * request's workspace at `/work` (the zygote binds each request's own there: `workspace.ts`),
+ * its results directory at `/kcoral/results`, the blob directory read-only at `/kcoral/blobs`,
+ * only its own GPU device nodes, and no network. The zygote alone keeps `CAP_SYS_ADMIN`, in the
+ * sandbox's user namespace, to switch `/work`; every child drops all capabilities.
  *
  * @module
  */
@@ -42,8 +44,10 @@ export interface SlotLaunch {
   runtimePath: string;
   /** Zygote arguments after `-m kcoral_runtime.zygote`. */
   zygoteArgs: string[];
-  /** Host directory of the slot's workspace (`/work` inside). */
-  workDir: string;
+  /** Host directory of the seat's per-request workspaces (`/kcoral/ws` inside, hidden). */
+  workspacesDir: string;
+  /** Name of the workspace the zygote binds at `/work` when it starts (sandbox only). */
+  workspace: string;
   /** Host directory of the slot's results (`/kcoral/results` inside). */
   resultsDir: string;
   /** Host blob directory, shared by all slots (`/kcoral/blobs` inside, read-only). */
@@ -63,10 +67,8 @@ export interface SlotLaunch {
   maxFrameBytes?: number;
 }
 
-/** Paths as a worker inside the slot sees them. */
+/** Paths as a worker inside the slot sees them (its workspace: `SeatWorkspaces.workerPath`). */
 export interface WorkerPaths {
-  /** The request working directory. */
-  work: string;
   /** Where the child writes result parts and capture files. */
   results: string;
   /** Where input blobs are. */
@@ -85,19 +87,6 @@ export class SandboxConfigError extends Error {
     this.name = "SandboxConfigError";
   }
 }
-
-/** The reserved directory inside `/work` (uploads into it fail). */
-export const RESERVED_DIR = ".kcoral";
-const _RESERVED_SUBDIRS = [
-  "tmp",
-  "home",
-  "cache",
-  "cuda",
-  "triton",
-  "extensions",
-  "libraries",
-  "shm",
-];
 
 const _RUNTIME_RO = [
   "/usr",
@@ -119,6 +108,8 @@ const _RUNTIME_RO = [
   "/etc/nsswitch.conf",
 ];
 const _SANDBOX_RUNTIME = "/kcoral/runtime";
+/** Where the seat's workspaces are bound (the zygote hides them once it holds a handle). */
+const _SANDBOX_WORKSPACES = "/kcoral/ws";
 /**
  * Directories the sandbox builds itself: a host path bound at or below one of them would be
  * hidden by (or break) the sandbox's own mount or symlink; one above them would hide those.
@@ -128,11 +119,11 @@ const _DEV_NODES = ["/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/d
 
 /** Paths a worker of a slot launched with `launch` sees. */
 export function workerPaths(
-  launch: Pick<SlotLaunch, "sandbox" | "workDir" | "resultsDir" | "blobDir">,
+  launch: Pick<SlotLaunch, "sandbox" | "resultsDir" | "blobDir">,
 ): WorkerPaths {
   return launch.sandbox === "bubblewrap"
-    ? { work: "/work", results: "/kcoral/results", blobDir: "/kcoral/blobs" }
-    : { work: launch.workDir, results: launch.resultsDir, blobDir: launch.blobDir };
+    ? { results: "/kcoral/results", blobDir: "/kcoral/blobs" }
+    : { results: launch.resultsDir, blobDir: launch.blobDir };
 }
 
 /**
@@ -173,91 +164,6 @@ export async function pythonInfo(
 }
 
 /**
- * Empties a slot's workspace in place (the directory stays: it is a sandbox's bind mount) and,
- * for a sandbox, leaves exactly the empty reserved directories `.kcoral/{tmp,home,...}`. Modes
- * a program changed (a read-only `/work`, `/tmp` or `$HOME`) are reset to `0700`, so one
- * request cannot break the next. Reserved directories are emptied in place rather than
- * recreated (fewer metadata writes on the per-request path).
- */
-export async function resetWorkspace(workDir: string, sandboxed: boolean): Promise<void> {
-  _ownerOnly(workDir);
-  if (!sandboxed) return await _empty(workDir);
-  for (const entry of [...Deno.readDirSync(workDir)]) {
-    if (entry.name === RESERVED_DIR && entry.isDirectory) continue;
-    await _remove(`${workDir}/${entry.name}`);
-  }
-  const reserved = `${workDir}/${RESERVED_DIR}`;
-  try {
-    Deno.mkdirSync(reserved, { mode: 0o700 });
-  } catch (error) {
-    if (!(error instanceof Deno.errors.AlreadyExists)) throw error;
-  }
-  _ownerOnly(reserved);
-  const kept = new Set<string>();
-  for (const entry of [...Deno.readDirSync(reserved)]) {
-    // Only real directories are kept: a symlink or file in their place is removed.
-    if (entry.isDirectory && _RESERVED_SUBDIRS.includes(entry.name)) kept.add(entry.name);
-    else await _remove(`${reserved}/${entry.name}`);
-  }
-  for (const sub of _RESERVED_SUBDIRS) {
-    const path = `${reserved}/${sub}`;
-    if (kept.has(sub)) {
-      _ownerOnly(path);
-      await _empty(path);
-    } else {
-      Deno.mkdirSync(path, { mode: 0o700 });
-    }
-  }
-}
-
-/**
- * Empties a directory in place (the results directory between requests) and resets its mode
- * to `0700`. Read-only directories a program left behind are made writable first; throws if
- * an entry stays.
- */
-export async function emptyDirectory(dir: string): Promise<void> {
-  _ownerOnly(dir);
-  await _empty(dir);
-}
-
-// The fixed per-request checks below are synchronous on purpose: each is one cheap syscall on
-// a directory the server owns, and an async op costs far more than the syscall. Removing what
-// a program left (any size) stays asynchronous.
-
-/** Resets a directory's mode to `0700` when a program changed it. */
-function _ownerOnly(dir: string): void {
-  if (((Deno.lstatSync(dir).mode ?? 0) & 0o7777) !== 0o700) Deno.chmodSync(dir, 0o700);
-}
-
-async function _empty(dir: string): Promise<void> {
-  for (const entry of [...Deno.readDirSync(dir)]) await _remove(`${dir}/${entry.name}`);
-}
-
-/** Removes a file or tree (never following symlinks); read-only directories are opened up. */
-async function _remove(path: string): Promise<void> {
-  await Deno.remove(path, { recursive: true }).catch(async (error) => {
-    if (error instanceof Deno.errors.NotFound) return;
-    // A read-only directory left by a program: make it writable, then retry.
-    await _makeWritable(path);
-    await Deno.remove(path, { recursive: true }).catch((error) => {
-      if (!(error instanceof Deno.errors.NotFound)) throw error;
-    });
-  });
-}
-
-async function _makeWritable(path: string): Promise<void> {
-  try {
-    const info = await Deno.lstat(path);
-    if (info.isDirectory) {
-      await Deno.chmod(path, 0o700);
-      for await (const entry of Deno.readDir(path)) await _makeWritable(`${path}/${entry.name}`);
-    }
-  } catch {
-    // best effort
-  }
-}
-
-/**
  * The command that starts a slot's zygote. Throws {@linkcode SandboxConfigError} for a refused
  * read-only path (see {@linkcode checkReadonlyPaths}).
  */
@@ -272,18 +178,19 @@ export function slotCommand(launch: SlotLaunch): SlotCommand {
         PYTHONPATH: [launch.runtimePath, launch.env.PYTHONPATH].filter(Boolean).join(":"),
         PYTHONDONTWRITEBYTECODE: "1",
       },
-      cwd: launch.workDir,
+      // Each request's workspace is put on sys.path by the worker itself (not this cwd).
+      cwd: launch.workspacesDir,
       maxFrameBytes: launch.maxFrameBytes,
     };
   }
   const args = bwrapArgs(launch);
   const pythonPath = [
     _SANDBOX_RUNTIME,
-    ...checkReadonlyPaths(launch.readonlyPaths, launch.workDir).filter(_isDir),
+    ...checkReadonlyPaths(launch.readonlyPaths, launch.workspacesDir).filter(_isDir),
   ];
   return {
     command: "bwrap",
-    args: [...args, "--", ...zygote],
+    args: [...args, "--", ...zygote, "--workspace", launch.workspace],
     env: { ...launch.env, PYTHONPATH: pythonPath.join(":") },
     maxFrameBytes: launch.maxFrameBytes,
   };
@@ -295,8 +202,8 @@ export function slotCommand(launch: SlotLaunch): SlotCommand {
  * worker interpreter lies where the sandbox puts its own directories (it could not start).
  */
 export function bwrapArgs(launch: SlotLaunch): string[] {
-  const readonlyPaths = checkReadonlyPaths(launch.readonlyPaths, launch.workDir);
-  const root = _realpath(launch.workDir);
+  const readonlyPaths = checkReadonlyPaths(launch.readonlyPaths, launch.workspacesDir);
+  const root = _realpath(launch.workspacesDir);
   const args = [
     "--unshare-all",
     "--unshare-user",
@@ -304,6 +211,10 @@ export function bwrapArgs(launch: SlotLaunch): string[] {
     "--new-session",
     "--cap-drop",
     "ALL",
+    // In the sandbox's user namespace only: the zygote binds each request's workspace at /work
+    // (runtime_py/kcoral_runtime/workspace.py); children drop it before running any program.
+    "--cap-add",
+    "CAP_SYS_ADMIN",
     "--disable-userns",
   ];
   const bound = new Set<string>();
@@ -351,7 +262,7 @@ export function bwrapArgs(launch: SlotLaunch): string[] {
     }
   }
   for (const path of readonlyPaths) roBind(path);
-  args.push("--bind", launch.workDir, "/work");
+  args.push("--bind", launch.workspacesDir, _SANDBOX_WORKSPACES, "--dir", "/work");
   args.push("--bind", launch.resultsDir, "/kcoral/results");
   args.push("--ro-bind", launch.blobDir, "/kcoral/blobs");
   args.push("--ro-bind", launch.runtimePath, _SANDBOX_RUNTIME);
@@ -454,7 +365,7 @@ export function checkReadonlyPaths(paths: readonly string[], sandboxRoot: string
  * it throws {@linkcode SandboxConfigError} so the server refuses to start.
  */
 export async function probeSandbox(launch: SlotLaunch, timeoutMs = 10_000): Promise<string | null> {
-  checkReadonlyPaths(launch.readonlyPaths, launch.workDir);
+  checkReadonlyPaths(launch.readonlyPaths, launch.workspacesDir);
   if (Deno.build.os !== "linux") return "bubblewrap isolation requires Linux";
   const missing = launch.readonlyPaths.find((path) => !_exists(path));
   if (missing !== undefined) return `--sandbox-readonly-path does not exist: ${missing}`;
@@ -465,8 +376,18 @@ export async function probeSandbox(launch: SlotLaunch, timeoutMs = 10_000): Prom
     if (error instanceof SandboxConfigError) throw error;
     return error instanceof Error ? error.message : String(error);
   }
-  const code = "import os;assert os.getcwd()=='/work', os.getcwd();" +
-    "os.makedirs('/work/.kcoral/probe', exist_ok=True);print('kcoral-sandbox-ready')";
+  // As the zygote will (workspace.py): a mount namespace of its own, the workspace bound at /work.
+  const code = "import ctypes,os\n" +
+    "assert os.getcwd()=='/work', os.getcwd()\n" +
+    "c=ctypes.CDLL(None,use_errno=True)\n" +
+    "def ok(r,what):\n" +
+    " assert r==0, what+': '+os.strerror(ctypes.get_errno())\n" +
+    "ok(c.unshare(0x20000),'unshare(CLONE_NEWNS)')\n" +
+    "ok(c.mount(None,b'/',None,16384|(1<<18),None),'mount --make-rprivate /')\n" +
+    `ok(c.mount(b'${_SANDBOX_WORKSPACES}/${launch.workspace}',b'/work',None,4096,None),` +
+    "'bind the workspace at /work')\n" +
+    "os.chdir('/work');os.makedirs('.kcoral/probe', exist_ok=True)\n" +
+    "print('kcoral-sandbox-ready')";
   let child: Deno.ChildProcess;
   try {
     child = new Deno.Command("bwrap", {

@@ -1,7 +1,10 @@
 /**
  * Runs a server application over HTTP with `Deno.serve`: starts the workers first, then
  * listens and prints `Application startup complete.`; SIGTERM/SIGINT drain requests in flight
- * (new ones get 503), stop every worker, and end the process with status 0. A listener that
+ * (new ones get 503), stop every worker, and end the process with status 0. Repeated signals
+ * never cut the drain short (an operator pressing Ctrl+C twice must not lose benchmarks): each
+ * one reports how many requests are left, as every request that finishes meanwhile does. A
+ * listener that
  * fails (`Deno.serve` stops accepting for good when the process runs out of file descriptors)
  * is opened again on the same address, while connections already accepted go on.
  *
@@ -88,11 +91,19 @@ export async function serve(app: App, options: ServeOptions = {}): Promise<Runni
   let stopDone!: () => void;
   const stopped = new Promise<void>((resolve) => stopDone = resolve);
   const signalHandlers: [Deno.Signal, () => void][] = [];
+  // The drain's progress, as the application reports it (upstream's console lines).
+  let remaining = 0;
+  const unsubscribe = app.subscribe((event) => {
+    if (event.event === "shutdown_started" || event.event === "shutdown_waiting") {
+      remaining = Number(event.remaining);
+      const lead = event.event === "shutdown_started" ? "Shutdown requested. " : "";
+      log(`${lead}Finishing remaining benchmarks: ${remaining} left.`);
+    }
+  });
   const shutdown = () => {
     stopping ??= (async () => {
-      const remaining = app.health().load.requests_in_progress;
-      if (remaining > 0) log(`Finishing remaining benchmarks: ${remaining} left.`);
       await app.shutdown();
+      unsubscribe();
       // A connection still owed the rest of a body it will never get (its upload stalled and
       // was answered 503) would hold a graceful stop for as long as its client waits: after a
       // moment, stopping goes on without it (`closed` still waits for it).
@@ -116,11 +127,8 @@ export async function serve(app: App, options: ServeOptions = {}): Promise<Runni
   if (options.handleSignals ?? true) {
     for (const signal of ["SIGTERM", "SIGINT"] as const) {
       const handler = () => {
-        if (stopping) {
-          log("Forced exit.");
-          Deno.exit(1);
-        }
-        shutdown();
+        if (stopping) log(`Shutdown requested. Finishing remaining benchmarks: ${remaining} left.`);
+        else shutdown();
       };
       Deno.addSignalListener(signal, handler);
       signalHandlers.push([signal, handler]);

@@ -27,7 +27,10 @@ export interface ZygoteHello {
   python: string;
   versions: Record<string, string>;
   mode: string;
-  /** `performance.now()` minus the zygote's monotonic clock, in ms (clock alignment). */
+  /**
+   * `performance.now()` minus the zygote's monotonic clock, in ms (clock alignment): from the
+   * fork round trip that took least time (its midpoint), at first from `hello`'s arrival.
+   */
   clockOffsetMs: number;
 }
 
@@ -201,6 +204,10 @@ export class Slot {
   #writer: WritableStreamDefaultWriter<Uint8Array>;
   #children = new Map<number, WorkerChild>();
   #forks = new Map<number, (pid: number) => void>();
+  /** When each pending fork was asked for (`performance.now()`), for the clock alignment. */
+  #forkAsked = new Map<number, number>();
+  /** The shortest fork round trip so far (ms): its midpoint aligns the clocks best. */
+  #bestRoundTripMs = Infinity;
   #nextChild = 1;
   #stderr = new Uint8Array(0);
   #stderrSeen = 0;
@@ -271,7 +278,7 @@ export class Slot {
   /**
    * The last bytes the zygote wrote to stderr (diagnostics); with `since` (a
    * {@linkcode stderrSeen} taken earlier), only what came after it (one request's lines, not an
-   * earlier request's).
+   * earlier request's: a program's output reaches it when capture is off).
    */
   stderrTail(since?: number): string {
     const fresh = since === undefined ? this.#stderr.length : this.#stderrSeen - since;
@@ -295,6 +302,7 @@ export class Slot {
     const child = new WorkerChild(this, id);
     this.#children.set(id, child);
     const forked = new Promise<number>((resolve) => this.#forks.set(id, resolve));
+    this.#forkAsked.set(id, performance.now());
     this.send({
       t: "fork",
       c: id,
@@ -304,9 +312,19 @@ export class Slot {
     });
     const pid = await Promise.race([forked, child.exited.then(() => -1)]);
     this.#forks.delete(id);
+    this.#forkAsked.delete(id);
     if (pid < 0) throw new ChildExited(child.exit!);
     child.pid = pid;
     return child;
+  }
+
+  /**
+   * Has a sandboxed zygote bind workspace `name` at `/work` for the next request. Nothing comes
+   * back: the zygote handles frames in order, so a `run` sent afterwards finds it in place; a
+   * zygote that cannot switch exits (the slot dies) rather than run a program elsewhere.
+   */
+  switchWorkspace(name: string): void {
+    this.send({ t: "workspace", name });
   }
 
   /** Asks the zygote to kill every child and exit; kills the process group after `graceMs`. */
@@ -403,6 +421,14 @@ export class Slot {
         this.#fatal = String(frame.message ?? "unknown error");
         return;
       case "forked": {
+        const asked = this.#forkAsked.get(Number(frame.c));
+        if (asked !== undefined && this.hello && typeof frame.monotonic_ns === "number") {
+          const now = performance.now();
+          if (now - asked < this.#bestRoundTripMs) {
+            this.#bestRoundTripMs = now - asked;
+            this.hello.clockOffsetMs = (asked + now) / 2 - frame.monotonic_ns / 1e6;
+          }
+        }
         this.#forks.get(Number(frame.c))?.(Number(frame.pid));
         return;
       }

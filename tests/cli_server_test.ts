@@ -2,6 +2,7 @@
 import assert from "node:assert/strict";
 import { parseServerArgs, ServerArgsError, ServerHelp } from "../cli/server.ts";
 import { resolveServerConfig } from "../server/config.ts";
+import { callProgram, postProgram } from "./_server.ts";
 
 const ENV = { HOME: "/home/u" };
 
@@ -411,5 +412,95 @@ Deno.test("kcoral server: SIGTERM ends the process even while an upload stalls",
   } finally {
     conn.close();
     await server.stop();
+  }
+});
+
+Deno.test("kcoral server: repeated SIGINT/SIGTERM keep draining; both requests finish, exit 0", async () => {
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    const logDir = await Deno.makeTempDir({ prefix: "kcoral-drain-" });
+    const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    const port = (listener.addr as Deno.NetAddr).port;
+    listener.close();
+    const child = new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "-A",
+        new URL("../cli.ts", import.meta.url).pathname,
+        "server",
+        "--device",
+        "cpu",
+        "--num-workers",
+        "2",
+        "--sandbox",
+        "none",
+        "--port",
+        String(port),
+        "--log-dir",
+        logDir,
+        "--no-log-console",
+        "--disk-cache-dir",
+        "",
+      ],
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+    const output = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
+    let said = "";
+    while (!said.includes("Application startup complete.")) {
+      const { value, done } = await output.read();
+      if (done) throw new Error(`server exited:\n${said}`);
+      said += value;
+    }
+    const drained = (async () => {
+      for (;;) {
+        const { value, done } = await output.read();
+        if (done) return;
+        said += value;
+      }
+    })();
+    const url = `http://127.0.0.1:${port}`;
+    const sleep = (seconds: number) =>
+      postProgram(
+        url,
+        callProgram("import time\ndef f(s):\n    time.sleep(s)\n    return s\n", "f", [seconds]),
+      );
+    const requests = [sleep(0.8), sleep(1.6)];
+    for (;;) {
+      const health = await (await fetch(`${url}/health`)).json();
+      if (health.load.requests_in_progress === 2) break;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    child.kill(signal);
+    for (let i = 0; i < 3; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 30));
+      child.kill(signal);
+    }
+    const responses = await Promise.all(requests);
+    const status = await child.status;
+    await drained;
+    await child.stdout.cancel();
+    try {
+      for (const response of responses) {
+        assert.equal(response.status, 200, said);
+        assert.equal(response.json.status, "COMPLETED", said);
+      }
+      assert.equal(status.code, 0, said);
+      assert.ok(said.includes("Shutdown requested. Finishing remaining benchmarks: 2 left."), said);
+      assert.ok(said.includes("Finishing remaining benchmarks: 1 left."), said);
+      assert.equal(said.includes("Forced exit"), false, said);
+      const run = [...Deno.readDirSync(`${logDir}/runs`)][0].name;
+      const events = Deno.readTextFileSync(`${logDir}/runs/${run}/events.jsonl`).trim().split("\n")
+        .map((line) => JSON.parse(line));
+      const started = events.findIndex((e) => e.event === "shutdown_started");
+      assert.ok(started > 0);
+      assert.equal(events.slice(started).some((e) => e.event === "worker_ready"), false);
+      assert.ok(events.some((e) => e.event === "shutdown_complete"));
+      assert.deepEqual(
+        events.filter((e) => e.event === "shutdown_waiting").map((e) => e.remaining),
+        [1, 0],
+      );
+    } finally {
+      await Deno.remove(logDir, { recursive: true });
+    }
   }
 });

@@ -82,7 +82,10 @@ Deno.test("events: --no-log-programs and --no-log-console; no log dir writes not
   log.close();
   assert.deepEqual(console, []);
   const runDir = log.runDir!;
-  assert.deepEqual([...Deno.readDirSync(runDir)].map((e) => e.name), ["events.jsonl"]);
+  assert.deepEqual([...Deno.readDirSync(runDir)].map((e) => e.name).sort(), [
+    "events.jsonl",
+    "output",
+  ]);
   const off = new EventLog({ logDir: null, console: false, programs: true });
   off.emit("INFO", "nothing");
   assert.equal(off.runDir, null);

@@ -291,7 +291,10 @@ Deno.test("server: malformed requests get 400/413 with the spec's kind, and serv
         }],
       }, { blobs: { [sha]: bytes } });
       assert.equal(r.status, 400);
-      assert.match(String((r.json.error as { message: string }).message), /12 bytes/);
+      assert.equal(
+        (r.json.error as { message: string }).message,
+        "tensor upload 't' expects 16 bytes, got 12",
+      );
     });
     await t.step("gpu_count on a CPU server", async () => {
       const r = await postProgram(server.url, {

@@ -338,7 +338,7 @@ def _format_stack(stack: List[traceback.FrameSummary]) -> str:
 
 
 def _violation_line(cuda_call: str, location: str, thread: str, count: int, calls: List[str]) -> str:
-    line = f"GPUAccessViolation: cpu_only function called CUDA API {cuda_call} at {location} (thread {thread})"
+    line = f"GPUAccessViolation: cpu_only function called {cuda_call} at {location} (thread {thread})"
     if count > 1:
         more = ", ".join(calls) + (", ..." if count > len(calls) else "")
         line += f"; {count} CUDA API entries while watched: {more}"

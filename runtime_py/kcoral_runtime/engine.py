@@ -14,12 +14,13 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from . import cuda_guard, files
 from .capture import OutputCapture
-from .errors import ExecutionError, GPUAccessViolation
+from .errors import ExecutionError, GPUAccessViolation, foreign_execution_error_kind
 from .ipc import dumps
 from .hygiene import (
     ProcessState,
     SandboxState,
     StateNotRestored,
+    forget_workspace_imports,
     kill_leftover_processes,
     warm_thread_pools,
 )
@@ -201,9 +202,14 @@ class Engine:
         index = 0
         ins = instructions[0]
         saved_cwd: Optional[int] = None
+        # Unsandboxed, the workspace is a new host directory per request: uploaded modules import
+        # from it as they do from /work in a sandbox (the zygote's path starts there).
+        on_path = not request.sandbox and request.workspace not in sys.path
         try:
             saved_cwd = _open_cwd()
             os.chdir(request.workspace)
+            if on_path:
+                sys.path.insert(0, request.workspace)
             for index, ins in enumerate(instructions):
                 self.notify_instr(index)
                 self._place(ins, request.cpu_only)
@@ -219,8 +225,14 @@ class Engine:
         except ExecutionError as exc:
             error = instruction_error(exc.kind, exc.message, index, ins)
         except BaseException as exc:  # uploaded code: any exception, SystemExit included
-            error = instruction_error("engine", f"{type(exc).__name__}: {exc}", index, ins)
+            kind = foreign_execution_error_kind(exc)
+            if kind is not None:  # raised with a real ``kcoral`` installation's class
+                error = instruction_error(kind, str(getattr(exc, "message", exc)), index, ins)
+            else:
+                error = instruction_error("engine", f"{type(exc).__name__}: {exc}", index, ins)
         finally:
+            if on_path:
+                forget_workspace_imports(request.workspace)
             if saved_cwd is not None:
                 os.fchdir(saved_cwd)
                 os.close(saved_cwd)

@@ -275,6 +275,33 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root + "/")
 
 
+def forget_workspace_imports(workspace: str) -> None:
+    """Undo what a request's imports from its (unsandboxed) workspace left in this process.
+
+    Without a sandbox each request's workspace is a new host directory, put first on
+    ``sys.path`` for the request (so uploaded modules import as they do at ``/work``). Afterwards
+    the directory is gone: its path entry, its cached finder (one per request would pile up in
+    a reused worker) and the modules loaded from it (a later request may upload another version
+    of the same module) are dropped. The module scan runs only when an import looked there.
+    """
+    while workspace in sys.path:
+        sys.path.remove(workspace)
+    finders = [k for k in sys.path_importer_cache if isinstance(k, str) and _under(k, workspace)]
+    if not finders:
+        return
+    for key in finders:
+        del sys.path_importer_cache[key]
+    for name, module in list(sys.modules.items()):
+        try:
+            names = [getattr(module, "__file__", None)]
+            names.extend(getattr(module, "__path__", None) or ())
+        except Exception:
+            continue
+        if any(isinstance(n, str) and _under(n, workspace) for n in names):
+            sys.modules.pop(name, None)
+    importlib.invalidate_caches()
+
+
 class SandboxState:
     """Per-request state of a sandboxed, reused child."""
 

@@ -42,6 +42,7 @@ import warnings  # noqa: E402
 from typing import Any, Dict, List, Optional, Set  # noqa: E402
 
 from . import procs, seccomp  # noqa: E402
+from .workspace import WorkspaceMounts, drop_capabilities  # noqa: E402
 from .ipc import FrameDecoder, OutQueue, dumps, frame, frame_with_suffix  # noqa: E402
 from .log import log  # noqa: E402
 
@@ -67,9 +68,16 @@ class ChildRecord:
 
 class Zygote:
     def __init__(
-        self, read_fd: int, write_fd: int, mode: str, versions: Dict[str, str], sim_devices: int
+        self,
+        read_fd: int,
+        write_fd: int,
+        mode: str,
+        versions: Dict[str, str],
+        sim_devices: int,
+        mounts: Optional[WorkspaceMounts] = None,
     ) -> None:
         self.mode = mode
+        self.mounts = mounts  # sandboxed: switches /work between requests
         self.versions = versions
         self.sim_devices = sim_devices
         self.pid = os.getpid()
@@ -257,6 +265,8 @@ class Zygote:
             self._kill(msg)
         elif kind == "shutdown":
             self._stop(report=True)
+        elif kind == "workspace":
+            self._switch_workspace(msg)
         elif "c" in msg:
             rec = self.children.get(msg["c"])
             if rec is None or rec.status is not None:
@@ -265,6 +275,20 @@ class Zygote:
             self._send_child(rec, payload)
         else:
             log(f"dropping an unknown {kind!r} frame")
+
+    def _switch_workspace(self, msg: Dict[str, Any]) -> None:
+        """Bind the named workspace at /work for the next request (no answer: frames are handled
+        in order, so the next ``run`` finds it there). Failing closed: a zygote that cannot
+        switch exits at once, with every child (the server starts the slot anew), rather than let
+        a program run in the last request's workspace."""
+        name = msg.get("name")
+        try:
+            if self.mounts is None:
+                raise RuntimeError("this zygote does not manage workspaces (no sandbox)")
+            self.mounts.switch(str(name))
+        except (OSError, ValueError, RuntimeError) as exc:
+            log(f"cannot switch the workspace to {name!r}: {type(exc).__name__}: {exc}; exiting")
+            os._exit(70)
 
     # ------------------------------------------------------------------ children
 
@@ -311,7 +335,8 @@ class Zygote:
         self.children[c] = rec
         self.by_pid[pid] = rec
         self.selector.register(ours, selectors.EVENT_READ, rec)
-        self.send({"t": "forked", "c": c, "pid": pid})
+        # Our clock as we answer: the server times the round trip to align its clock with ours.
+        self.send({"t": "forked", "c": c, "pid": pid, "monotonic_ns": time.monotonic_ns()})
 
     def _become_child(self, ours: socket.socket) -> None:
         """In the forked child: drop every fd and handler that belongs to the zygote."""
@@ -328,6 +353,10 @@ class Zygote:
         ours.close()  # our copies only: the zygote keeps its own
         for rec in self.children.values():
             rec.sock.close()
+        if self.mounts is not None:
+            # Before any program runs: no handle on other workspaces, no capability at all.
+            self.mounts.close()
+            drop_capabilities()
 
     def _read_child(self, rec: ChildRecord) -> None:
         try:
@@ -466,6 +495,8 @@ def _parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--mode", choices=("gpu", "sim", "cpu"), required=True)
     parser.add_argument("--sim-devices", type=int, default=1,
                         help="number of simulated GPUs (sim mode): sim-0 .. sim-<N-1>")
+    parser.add_argument("--workspace", default=None,
+                        help="(sandbox) the first workspace to bind at /work (workspace.py)")
     args = parser.parse_args(argv)
     if args.sim_devices < 1:
         parser.error("--sim-devices must be at least 1")
@@ -494,6 +525,15 @@ def main(channel: "tuple[int, int]", argv: Optional[List[str]] = None) -> int:
         if os.getppid() != parent:
             return 1
         procs.set_child_subreaper()
+        mounts: Optional[WorkspaceMounts] = None
+        if args.workspace is not None:
+            # Before any thread starts (a mount namespace of our own needs a single thread).
+            mounts = WorkspaceMounts()
+            mounts.setup(args.workspace)
+        elif sys.path and sys.path[0] == os.getcwd():
+            # Unsandboxed, each request puts its own workspace first on the path (engine.py);
+            # the directory we were started in is not one.
+            del sys.path[0]
         # A program runs as our user, in our sandbox: it must not ptrace us and inject code that
         # every later child would inherit. Children make themselves dumpable again.
         procs.set_dumpable(False)
@@ -505,6 +545,9 @@ def main(channel: "tuple[int, int]", argv: Optional[List[str]] = None) -> int:
         from . import devices
 
         devices.import_heavy(args.mode)
+        # Upstream's worker-side names (``kcoral.errors``, ``kcoral.builtins``) for uploaded
+        # code, last on the path: a real ``kcoral`` installation comes first and wins.
+        sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "compat"))
         versions = devices.collect_versions(args.mode)
         from . import child, engine  # noqa: F401  (imported once, here, not per child)
     except BaseException as exc:
@@ -512,7 +555,7 @@ def main(channel: "tuple[int, int]", argv: Optional[List[str]] = None) -> int:
                                 + traceback.format_exc())
     gc.collect()
     gc.freeze()  # imported objects stay shared copy-on-write and out of later collections
-    return Zygote(read_fd, write_fd, args.mode, versions, args.sim_devices).serve()
+    return Zygote(read_fd, write_fd, args.mode, versions, args.sim_devices, mounts).serve()
 
 
 if __name__ == "__main__":

@@ -139,7 +139,7 @@ def test_gpu_access_violation_fields(setup) -> None:
                           "instruction_id", "traceback"}
     assert error["kind"] == "gpu_access"
     assert error["message"] == (
-        "cpu_only function called CUDA API cudaMalloc at <uploaded:abc>:3 in f; "
+        "cpu_only function called cudaMalloc at <uploaded:abc>:3 in f; "
         "CUDA also reports CUDA error cudaErrorMemoryAllocation (2): out of memory")
     assert error["traceback"] == "  File \"<uploaded:abc>\", line 3\n"
     assert (error["instruction_index"], error["instruction_id"]) == (2, "r")

@@ -506,7 +506,7 @@ def test_gpu_cpu_only_violation_through_the_engine(gpu_engine, fake_cupti) -> No
     assert outcome["status"] == "FAILED"
     error = outcome["error"]
     assert error["kind"] == "gpu_access"
-    assert error["message"].startswith("cpu_only function called CUDA API cudaStreamSynchronize at <uploaded:")
+    assert error["message"].startswith("cpu_only function called cudaStreamSynchronize at <uploaded:")
     assert (error["instruction_index"], error["instruction_op"], error["instruction_id"]) == (2, "run", "r")
     access = outcome["gpu_access"]
     assert set(access) == {"cuda_call", "location", "detected_at_ns"}

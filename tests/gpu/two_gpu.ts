@@ -260,7 +260,8 @@ async function setChecks(server: TestServer, client: Client): Promise<void> {
     ], 2);
     let setDone = false;
     set.finally(() => (setDone = true)).catch(() => {});
-    const marker = () => server.pool.seats.some((seat) => stat(`${seat.workDir}/${MARKER}`));
+    const marker = () =>
+      server.pool.seats.some((seat) => stat(`${seat.workspaces.hostPath}/${MARKER}`));
     await waitFor("the cpu_only phase", () => marker() || setDone);
     const single = await execute(client, [{ key: "s", fn: "step", args: [4] }]);
     const { result, out } = await set;
