@@ -289,7 +289,7 @@ class _Server implements App {
       });
     } catch (error) {
       this.events.emit("ERROR", "server_start_failed", {
-        error: error instanceof Error ? error.message : String(error),
+        error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
         traceback: error instanceof Error ? (error.stack ?? "").slice(-8192) : "",
       });
       await this.#teardown();
@@ -410,13 +410,9 @@ class _Server implements App {
       if (reason !== null) {
         this.sandbox = "none";
         this.#launchBase = { ...this.#launchBase!, sandbox: "none", readonlyPaths: [] };
-        const message = `bubblewrap isolation is unavailable; running workers WITHOUT isolation ` +
-          `(restart to re-check): ${reason}`;
-        this.events.emit("WARNING", "sandbox_disabled", {
-          sandbox: "bubblewrap",
-          error: reason,
-          message,
-        });
+        const message = `bubblewrap could not start; filesystem isolation is disabled for this ` +
+          `server run (workers run WITHOUT isolation; restart to check again): ${reason}`;
+        this.events.emit("WARNING", "sandbox_disabled", { sandbox: "none", error: reason, message });
         if (!this.config.logConsole) console.error(`kcoral: warning: ${message}`);
         return;
       }

@@ -124,9 +124,32 @@ export class WorkerPool {
       await seat.workspaces.create();
       Deno.mkdirSync(seat.resultsDir, { recursive: true, mode: 0o700 });
     }
-    await Promise.all(this.seats.map((seat) => this.#startSlot(seat)));
     const readies: ChildReady[] = [];
-    for (const seat of this.seats) readies.push(await this.#newChild(seat, true));
+    let phaseSeat: Seat | null = null;
+    try {
+      await Promise.all(this.seats.map(async (seat) => {
+        try {
+          await this.#startSlot(seat);
+        } catch (error) {
+          phaseSeat ??= seat;
+          throw error;
+        }
+      }));
+      for (const seat of this.seats) {
+        phaseSeat = seat;
+        readies.push(await this.#newChild(seat, true));
+      }
+    } catch (error) {
+      const seat = phaseSeat ?? this.seats[0];
+      this.#options.events.emit("ERROR", "worker_failed", {
+        worker_id: seat?.label ?? null,
+        gpu_id: seat?.gpus[0] ?? null,
+        generation: seat?.generation ?? 0,
+        phase: "startup",
+        error: _errorText(error),
+      });
+      throw error;
+    }
     const first = readies[0];
     this.target = first?.target ?? {};
     this.versions = first?.versions ?? {};
@@ -245,7 +268,7 @@ export class WorkerPool {
         teardown_ms: performance.now() - retiredAt,
       });
     });
-    this.#runBackground(this.#replace(seat, oldExit));
+    this.#runBackground(this.#replace(seat, oldExit, retiring?.reason ?? "crashed"));
   }
 
   /**
@@ -346,7 +369,7 @@ export class WorkerPool {
         gpu_id: seat.gpus[0] ?? null,
         generation: seat.generation,
         phase: "sandbox_cleanup",
-        error: String(error instanceof Error ? error.message : error),
+        error: _errorText(error),
       });
       seat.slot?.destroy();
       return false;
@@ -417,7 +440,7 @@ export class WorkerPool {
     return ready;
   }
 
-  async #replace(seat: Seat, oldExit: Promise<unknown>): Promise<void> {
+  async #replace(seat: Seat, oldExit: Promise<unknown>, reason: string): Promise<void> {
     for (let attempt = 0;; attempt++) {
       if (this.#closing) return;
       try {
@@ -443,11 +466,18 @@ export class WorkerPool {
         this.#makeIdle(seat);
         return;
       } catch (error) {
+        this.#options.events.emit("ERROR", "worker_failed", {
+          worker_id: seat.label,
+          gpu_id: seat.gpus[0] ?? null,
+          generation: seat.generation,
+          phase: "respawn",
+          error: _errorText(error),
+        });
         this.#options.events.emit("ERROR", "worker_replace_failed", {
           worker_id: seat.label,
           gpu_id: seat.gpus[0] ?? null,
-          reason: "replacement",
-          error: String(error instanceof Error ? error.message : error),
+          reason,
+          error: _errorText(error),
         });
         if (seat.slot && !seat.slot.dead) {
           seat.slot.destroy();
@@ -469,6 +499,11 @@ export interface Retiring {
   reason: string;
   /** When the retirement began (`performance.now()`; default: when the seat was given back). */
   since?: number;
+}
+
+/** `"Type: message"`, as upstream's events name an error. */
+function _errorText(error: unknown): string {
+  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 }
 
 function _key(seat: Seat): string {

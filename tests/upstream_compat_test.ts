@@ -273,3 +273,31 @@ Deno.test("upstream worker modules: a real kcoral installation on the worker win
     await Deno.remove(site, { recursive: true });
   }
 });
+
+Deno.test("upstream events: a worker that cannot start: worker_failed (startup), server_start_failed", async () => {
+  const scratch = await Deno.makeTempDir({ prefix: "kcoral-badsite-" });
+  // Every worker interpreter fails as it starts (the server's own questions still get answers).
+  await Deno.writeTextFile(
+    `${scratch}/sitecustomize.py`,
+    "import sys\nif '-m' in sys.orig_argv:\n" +
+      "    sys.stderr.write('simulated runtime init failure\\n')\n    sys.exit(3)\n",
+  );
+  const logDir = `${scratch}/logs`;
+  try {
+    await assert.rejects(() =>
+      startServer({ logDir }, { env: { ...Deno.env.toObject(), PYTHONPATH: scratch } })
+    );
+    const events = runEvents(logDir);
+    assert.ok(events.some((e) => e.event === "server_started"));
+    const failed = events.find((e) => e.event === "worker_failed")!;
+    assert.equal(failed.level, "ERROR");
+    assert.equal(failed.phase, "startup");
+    assert.equal(failed.worker_id, "cpu/w0");
+    const startFailed = events.find((e) => e.event === "server_start_failed")!;
+    assert.equal(startFailed.level, "ERROR");
+    assert.match(String(startFailed.error), /^\w+: /);
+    assert.match(`${startFailed.error}${startFailed.traceback}`, /simulated runtime init failure/);
+  } finally {
+    await Deno.remove(scratch, { recursive: true });
+  }
+});
