@@ -27,6 +27,7 @@ export const ERROR_MESSAGES: {
   readonly requestTooLarge: "request exceeds the configured size limit";
   readonly busy: "server saturated";
   readonly timeout: "execution timed out";
+  readonly initTimeout: "worker initialization exceeded the execution timeout";
   readonly workerCrashed: "worker crashed";
   readonly invalidWorkerResponse: "invalid worker response";
   readonly cleanupUnconfirmed: "worker cleanup was not confirmed; affected devices unavailable";
@@ -37,6 +38,7 @@ export const ERROR_MESSAGES: {
     requestTooLarge: "request exceeds the configured size limit",
     busy: "server saturated",
     timeout: "execution timed out",
+    initTimeout: "worker initialization exceeded the execution timeout",
     workerCrashed: "worker crashed",
     invalidWorkerResponse: "invalid worker response",
     cleanupUnconfirmed: "worker cleanup was not confirmed; affected devices unavailable",

@@ -813,7 +813,7 @@ class _Server implements App {
         if (timeoutMs <= 0) {
           this.#leases.release(holder);
           await this.#disposeTransient(transient, gpus, holder);
-          return request.respondError(504, "timeout", ERROR_MESSAGES.timeout, "timeout", {
+          return request.respondError(504, "timeout", ERROR_MESSAGES.initTimeout, "timeout", {
             worker_id: seat.label,
             gpu_id: gpus[0] ?? null,
             queue_ms: request.queueMs,

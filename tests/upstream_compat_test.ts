@@ -301,3 +301,31 @@ Deno.test("upstream events: a worker that cannot start: worker_failed (startup),
     await Deno.remove(scratch, { recursive: true });
   }
 });
+
+Deno.test("upstream messages: a GPU set whose worker start outlasts the timeout: 504", async () => {
+  const server = await startServer({
+    device: "gpu",
+    simulateGpus: true,
+    gpus: [0, 1],
+    workersPerGpu: 1,
+  });
+  try {
+    const { status, json } = await postProgram(server.url, {
+      ...callProgram("def f():\n    return 1\n", "f"),
+      options: { gpu_count: 2, timeout_seconds: 0.001 },
+    });
+    assert.equal(status, 504);
+    assert.deepEqual(json.error, {
+      kind: "timeout",
+      message: "worker initialization exceeded the execution timeout",
+    });
+    // The set is given back: a request after it runs.
+    const next = await postProgram(server.url, {
+      ...callProgram("def f():\n    return 1\n", "f"),
+      options: { gpu_count: 2 },
+    });
+    assert.equal(next.json.status, "COMPLETED", JSON.stringify(next.json));
+  } finally {
+    await server.stop();
+  }
+});
