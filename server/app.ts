@@ -412,7 +412,11 @@ class _Server implements App {
         this.#launchBase = { ...this.#launchBase!, sandbox: "none", readonlyPaths: [] };
         const message = `bubblewrap could not start; filesystem isolation is disabled for this ` +
           `server run (workers run WITHOUT isolation; restart to check again): ${reason}`;
-        this.events.emit("WARNING", "sandbox_disabled", { sandbox: "none", error: reason, message });
+        this.events.emit("WARNING", "sandbox_disabled", {
+          sandbox: "none",
+          error: reason,
+          message,
+        });
         if (!this.config.logConsole) console.error(`kcoral: warning: ${message}`);
         return;
       }
