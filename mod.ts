@@ -41,12 +41,27 @@ export {
   type ProgramOptions,
   type TensorUpload,
 } from "./protocol/program.ts";
-export type { DecodedResult, ExecutionErrorInfo } from "./protocol/response.ts";
+export type {
+  CommonResultFields,
+  DecodedResult,
+  ExecutionErrorInfo,
+  ResultMeta,
+} from "./protocol/result_fields.ts";
 export type { DecodedValue } from "./protocol/values.ts";
 
-export { type App, type AppOptions, createApp, type HealthBody } from "./server/app.ts";
+export { type App, type AppOptions, createApp } from "./server/app.ts";
+export type { HealthBody, HealthLoad } from "./protocol/health.ts";
 export { ConfigError, resolveServerConfig, type ServerConfig } from "./server/config.ts";
-export { type RunningServer, serve, type ServeOptions } from "./server/serve.ts";
+export {
+  defaultDiskCacheDir,
+  serverConfigOptions,
+  serverConfigRules,
+  serverListenOptions,
+} from "./server/config_options.ts";
+export type * from "./options/spec.ts";
+export type { OptionRule } from "./options/schema.ts";
+export { type HttpApp, type RunningServer, serve, type ServeOptions } from "./http/serve.ts";
+export type { EventLevel, EventLog, EventLogOptions } from "./http/events.ts";
 
 // `deno run -A jsr:@kcoral/cli …` runs the command line; importing stays side-effect free.
 if (import.meta.main) {

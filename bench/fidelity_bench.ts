@@ -9,7 +9,7 @@
  */
 import { Client, Program } from "../mod.ts";
 import { createApp } from "../server/app.ts";
-import { serve } from "../server/serve.ts";
+import { serve } from "../http/serve.ts";
 import { type BenchRow, row, summarize, table } from "./_stats.ts";
 
 const _HARNESS = `

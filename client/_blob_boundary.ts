@@ -1,7 +1,11 @@
-// A multipart boundary per program that occurs in none of its blobs, kept up to date as blobs
-// are added: each blob is scanned once, when it joins the program (next to its hash), instead of
-// on every send. A resend of two 64 MiB blobs otherwise scans 128 MiB between the CACHE_MISS
-// answer and the first byte sent (~10 ms on the H200 host).
+/**
+ * A multipart boundary per program that occurs in none of its blobs, kept up to date as blobs
+ * are added: each blob is scanned once, when it joins the program (next to its hash), instead of
+ * on every send. A resend of two 64 MiB blobs otherwise scans 128 MiB between the CACHE_MISS
+ * answer and the first byte sent (~10 ms on the H200 host).
+ *
+ * @module
+ */
 
 import { boundaryOccursIn, newBoundary } from "../protocol/multipart.ts";
 

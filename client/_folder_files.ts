@@ -1,20 +1,15 @@
-// Snapshot a local directory for Program.uploadFolder (spec protocol §5.2):
-// regular files only, hidden files included, symbolic links and special files
-// rejected, a directory seen twice rejected, files changing while read
-// rejected. Deno has no openat/O_NOFOLLOW, so links are detected with lstat
-// and every opened file is checked to be the entry that was lstat'ed.
+/**
+ * Snapshot a local directory for Program.uploadFolder (spec protocol §5.2):
+ * regular files only, hidden files included, symbolic links and special files
+ * rejected, a directory seen twice rejected, files changing while read
+ * rejected. Deno has no openat/O_NOFOLLOW, so links are detected with lstat
+ * and every opened file is checked to be the entry that was lstat'ed.
+ *
+ * @module
+ */
 
-import { normalizeFilePath, PathError } from "../protocol/paths.ts";
 import { ValidationError } from "./errors.ts";
-
-function _remotePath(path: string): string {
-  try {
-    return normalizeFilePath(path);
-  } catch (error) {
-    if (error instanceof PathError) throw new ValidationError(error.message, { cause: error });
-    throw error;
-  }
-}
+import { workspacePath } from "./uploads.ts";
 
 function _sameFile(a: Deno.FileInfo, b: Deno.FileInfo): boolean {
   return a.dev === b.dev && a.ino === b.ino;
@@ -52,7 +47,7 @@ function _readSnapshot(local: string, remote: string, info: Deno.FileInfo): Uint
  * Regular files under `folder` as `[remote path, bytes]`, remote paths being
  * `destination/<relative path>` (normalized). Order is unspecified.
  */
-export function _folderFiles(folder: string, destination: string): [string, Uint8Array][] {
+export function folderFiles(folder: string, destination: string): [string, Uint8Array][] {
   const root = Deno.lstatSync(folder);
   if (root.isSymlink) throw new ValidationError(`upload_folder rejects symbolic links: ${folder}`);
   if (!root.isDirectory) throw new Deno.errors.NotADirectory(`not a directory: ${folder}`);
@@ -68,7 +63,7 @@ export function _folderFiles(folder: string, destination: string): [string, Uint
     seen.add(identity);
     for (const entry of Deno.readDirSync(local)) {
       const childLocal = `${local}/${entry.name}`;
-      const childRemote = _remotePath(`${remote}/${entry.name}`);
+      const childRemote = workspacePath(`${remote}/${entry.name}`);
       const childInfo = Deno.lstatSync(childLocal);
       if (childInfo.isDirectory) stack.push([childLocal, childRemote, childInfo]);
       else if (childInfo.isFile) {

@@ -1,5 +1,9 @@
-// JSON literals in run arguments: validated and copied when the instruction
-// is added, so later changes to the caller's objects do not change the program.
+/**
+ * JSON literals in run arguments: validated and copied when the instruction
+ * is added, so later changes to the caller's objects do not change the program.
+ *
+ * @module
+ */
 
 import { JsonFloat } from "../protocol/json_float.ts";
 import { ValidationError } from "./errors.ts";
@@ -11,7 +15,7 @@ import { Register } from "./register.ts";
  * finite. Registers are not allowed inside literals (only top-level `run`
  * arguments are references).
  */
-export function _jsonLiteral(value: unknown, active: Set<object> = new Set()): unknown {
+export function jsonLiteral(value: unknown, active: Set<object> = new Set()): unknown {
   switch (typeof value) {
     case "string":
     case "boolean":
@@ -43,12 +47,12 @@ export function _jsonLiteral(value: unknown, active: Set<object> = new Set()): u
   active.add(value);
   let copy: unknown;
   if (Array.isArray(value)) {
-    copy = Array.from(value, (item) => _jsonLiteral(item, active));
+    copy = Array.from(value, (item) => jsonLiteral(item, active));
   } else if (value instanceof Map) {
     const map = new Map<string, unknown>();
     for (const [key, item] of value) {
       if (typeof key !== "string") throw new TypeError("JSON object keys must be strings");
-      map.set(key, _jsonLiteral(item, active));
+      map.set(key, jsonLiteral(item, active));
     }
     copy = map;
   } else {
@@ -58,7 +62,7 @@ export function _jsonLiteral(value: unknown, active: Set<object> = new Set()): u
     }
     const map = new Map<string, unknown>();
     for (const key of Object.keys(value)) {
-      map.set(key, _jsonLiteral((value as Record<string, unknown>)[key], active));
+      map.set(key, jsonLiteral((value as Record<string, unknown>)[key], active));
     }
     copy = map;
   }

@@ -1,16 +1,20 @@
-// Returned files and folders, and saving them locally (spec protocol §5.5).
-//
-// Upstream opens every parent with O_NOFOLLOW through directory descriptors.
-// Deno has no openat, so the parent chain is checked with lstat (each
-// component must be a real directory, never a symbolic link) just before
-// writing; publication itself is atomic: a staging file `.kcoral-<32 hex>`
-// (mode 0600, exclusive create) is hard-linked to the destination (exclusive)
-// or renamed over it (overwrite).
+/**
+ * Returned files and folders, and saving them locally (spec protocol §5.5).
+ *
+ * Upstream opens every parent with O_NOFOLLOW through directory descriptors.
+ * Deno has no openat, so the parent chain is checked with lstat (each
+ * component must be a real directory, never a symbolic link) just before
+ * writing; publication itself is atomic: a staging file `.kcoral-<32 hex>`
+ * (mode 0600, exclusive create) is hard-linked to the destination (exclusive)
+ * or renamed over it (overwrite).
+ *
+ * @module
+ */
 
 import { fileURLToPath } from "node:url";
 import { ResultValueError, validateManifest } from "../protocol/values.ts";
 import { newBoundary } from "../protocol/multipart.ts";
-import { _pyStrRepr } from "../protocol/_python.ts";
+import { pyStrRepr } from "../protocol/python_repr.ts";
 import { ValidationError } from "./errors.ts";
 
 const _decoder = new TextDecoder();
@@ -57,7 +61,7 @@ function _checkDestination(target: string, name: string, overwrite: boolean): vo
   const info = _lstatOrNull(target);
   if (info === null) return;
   if (!overwrite) {
-    throw new Deno.errors.AlreadyExists(`save destination already exists: ${_pyStrRepr(name)}`);
+    throw new Deno.errors.AlreadyExists(`save destination already exists: ${pyStrRepr(name)}`);
   }
   if (!info.isFile) throw new ValidationError("overwrite requires a regular file destination");
 }

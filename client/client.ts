@@ -1,20 +1,13 @@
-// The HTTP client (spec protocol §5.3) with upstream's three-attempt
-// CACHE_MISS negotiation (§2.8).
-//
-// Connect timeout: Deno's fetch has no separate connect timeout, and a
-// timer covering the wait for response headers would also cover the whole
-// execution (the server answers only when the program is done). So before
-// each request the client opens a TCP connection to the server's host and
-// port (or to the HTTP(S)_PROXY fetch will use) itself, bounded by
-// `connectTimeoutSeconds`, closes it, and then sends the request with no
-// timeout at all. An unreachable or refusing server is a `TransportError`
-// within the limit; reading the response is never timed. The cost is one
-// extra TCP handshake per request.
+/**
+ * The HTTP client (spec protocol §5.3): `/health`, and `/execute` with upstream's three-attempt
+ * CACHE_MISS negotiation (§2.8). How requests travel (`fetch` or the client's own HTTP/1.1, the
+ * connect timeout, proxies) is the transport layer's (`transport/`); the transport is chosen
+ * once, when the client is created.
+ *
+ * @module
+ */
 
-import { concatBytes } from "../protocol/bytes.ts";
-import { type BodyObserver, connectTcp, Http1Agent, Http1ConnectError } from "./_http1.ts";
-import { PartDigests } from "../protocol/_part_digests.ts";
-import { HashThread } from "../protocol/_hash_thread.ts";
+import { PartDigests } from "../protocol/part_digests.ts";
 import type { KnownDigest } from "../protocol/values.ts";
 import {
   boundaryOccursIn,
@@ -31,14 +24,25 @@ import {
   decodeServerError,
   type ResponseBody,
   ResponseError,
-} from "../protocol/response.ts";
+} from "../protocol/response_decode.ts";
+import type { HealthBody } from "../protocol/health.ts";
 import type { TypedJsonObject, TypedJsonValue } from "../protocol/json.ts";
 import { JsonFloat } from "../protocol/json_float.ts";
-import { _pyListRepr, _pySorted } from "../protocol/_python.ts";
+import { pyListRepr } from "../protocol/python_repr.ts";
+import { pySorted } from "../protocol/python_str.ts";
 import { KCoralError, ProtocolError, TransportError, ValidationError } from "./errors.ts";
-import { type ExecuteOptions, Program } from "./program.ts";
-import { _factories, ProgramResult } from "./result.ts";
+import { Program } from "./program.ts";
+import type { ExecuteOptions } from "./program_options.ts";
+import { ProgramResult, RESULT_FACTORIES } from "./result.ts";
 import { RemoteFunction, type RemoteFunctionOptions } from "./remote_function.ts";
+import { SharedHashThread } from "./_shared_hash_thread.ts";
+import {
+  basicAuthorization,
+  type BodyObserver,
+  openTransport,
+  type Transport,
+  type TransportResponse,
+} from "./transport/mod.ts";
 
 /**
  * Options of {@linkcode Client}.
@@ -70,7 +74,9 @@ export interface ClientOptions {
 }
 
 /**
- * `GET /health` of a server or router (`status` is always `"ok"` here).
+ * `GET /health` of a server or router: the fields of the protocol's
+ * {@linkcode HealthBody} as sent (only `status`, always `"ok"` here, is
+ * checked), and any others a server or router adds.
  *
  * @example
  * ```ts
@@ -84,10 +90,10 @@ export interface ClientOptions {
  * }
  * ```
  */
-export interface HealthResponse {
+export interface HealthResponse extends Partial<Omit<HealthBody, "status">> {
   /** `"ok"`. */
-  status: string;
-  /** Every other field as sent (`instance_id`, `load`, `target`, `versions`, …). */
+  status: "ok";
+  /** Every other field as sent. */
   [field: string]: unknown;
 }
 
@@ -111,12 +117,6 @@ export interface Target {
   arch: string;
   /** Any other fields the server reports. */
   [field: string]: unknown;
-}
-
-interface _Response {
-  status: number;
-  headers: Headers;
-  body: Uint8Array;
 }
 
 /** Plain JS objects from a parsed JSON value (for `health()`). */
@@ -157,27 +157,10 @@ export class Client implements AsyncDisposable {
   /** The server URL without trailing slashes. */
   readonly baseUrl: string;
   readonly #headers: Headers;
-  readonly #connectTimeoutMs: number | null;
-  /** `fetch`'s client for GET: pooled connections. */
-  readonly #http: Deno.HttpClient;
-  /**
-   * `fetch`'s client for POST: a new connection each time, because `fetch` sends a request
-   * again when a reused connection ends without an answer, and a program that was all sent may
-   * have run (it must fail with `TransportError`, never run twice).
-   */
-  readonly #httpOnce: Deno.HttpClient;
-  readonly #probe: _Endpoint;
-  /** Plain HTTP without a proxy goes through this faster transport; else `fetch`. */
-  readonly #direct: Http1Agent | null;
-  readonly #pathPrefix: string;
-  /** Origin and path prefix: where `fetch` sends `/health` and `/execute`. */
-  readonly #fetchBase: string;
+  readonly #transport: Transport;
   #closed = false;
-  #hashes: HashThread | null = null;
-  /** Requests reading a response hashed on {@linkcode #hashes}. */
-  #hashUsers = 0;
-  /** Stops an idle hashing thread (a live `Worker` keeps the process from exiting). */
-  #hashIdle: ReturnType<typeof setTimeout> | undefined;
+  /** Hashes large response payloads while they arrive. */
+  readonly #hashes = new SharedHashThread();
 
   /** Create a client for `baseUrl` (e.g. `http://127.0.0.1:8000`, path prefixes allowed). */
   constructor(baseUrl: string | URL, options: ClientOptions = {}) {
@@ -187,12 +170,10 @@ export class Client implements AsyncDisposable {
     }
     this.baseUrl = String(baseUrl).replace(/\/+$/, "");
     this.#headers = new Headers(options.headers);
-    // Credentials in the URL are Basic authentication (as httpx and fetch take them), on both
-    // transports; a query or fragment in it is not part of the endpoints' paths.
-    if ((url.username || url.password) && !this.#headers.has("authorization")) {
-      const user = `${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`;
-      const bytes = new TextEncoder().encode(user);
-      this.#headers.set("authorization", `Basic ${btoa(String.fromCharCode(...bytes))}`);
+    // Credentials in the URL are Basic authentication, on every transport.
+    if (!this.#headers.has("authorization")) {
+      const authorization = basicAuthorization(url);
+      if (authorization !== undefined) this.#headers.set("authorization", authorization);
     }
     const timeout = options.connectTimeoutSeconds === undefined
       ? 10
@@ -200,74 +181,27 @@ export class Client implements AsyncDisposable {
     if (timeout !== null && !(typeof timeout === "number" && timeout > 0)) {
       throw new ValidationError("connectTimeoutSeconds must be a positive number or null");
     }
-    this.#connectTimeoutMs = timeout === null ? null : Math.min(timeout * 1000, 2 ** 31 - 1);
-    const proxy = _proxyFor(url);
-    this.#probe = proxy ?? _endpoint(url);
-    this.#http = Deno.createHttpClient({});
-    this.#httpOnce = Deno.createHttpClient({ poolMaxIdlePerHost: 0 });
-    this.#pathPrefix = url.pathname.replace(/\/+$/, "");
-    this.#fetchBase = url.origin + this.#pathPrefix;
     if (options.transport !== undefined && !["auto", "fetch"].includes(options.transport)) {
       throw new ValidationError('transport must be "auto" or "fetch"');
     }
-    this.#direct = url.protocol === "http:" && proxy === undefined && options.transport !== "fetch"
-      ? new Http1Agent({ ...this.#probe, host: url.host, connectTimeoutMs: this.#connectTimeoutMs })
-      : null;
+    this.#transport = openTransport(url, {
+      kind: options.transport ?? "auto",
+      connectTimeoutMs: timeout === null ? null : Math.min(timeout * 1000, 2 ** 31 - 1),
+    });
   }
 
   /** Release pooled connections. Later requests raise `TransportError`. */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
-    this.#http.close();
-    this.#httpOnce.close();
-    this.#direct?.close();
-    clearTimeout(this.#hashIdle);
-    this.#hashes?.close();
-    this.#hashes = null;
+    this.#transport.close();
+    this.#hashes.close();
   }
 
   /** `await using` support: the same as {@linkcode Client.close}. */
   [Symbol.asyncDispose](): Promise<void> {
     this.close();
     return Promise.resolve();
-  }
-
-  /** The hashing thread for one more response (none once closed); pair with `#dropHashThread`. */
-  #takeHashThread(): HashThread | undefined {
-    if (this.#closed) return undefined; // a thread started now would never be stopped
-    clearTimeout(this.#hashIdle);
-    this.#hashIdle = undefined;
-    this.#hashUsers++;
-    if (this.#hashes?.failed) this.#hashes = null; // replaced, not reused
-    return this.#hashes ??= new HashThread();
-  }
-
-  #dropHashThread(): void {
-    if (--this.#hashUsers > 0 || this.#hashes === null) return;
-    // Kept a moment for the next large response, then stopped: an unclosed client must not
-    // keep the process alive.
-    this.#hashIdle = setTimeout(() => {
-      this.#hashIdle = undefined;
-      this.#hashes?.close();
-      this.#hashes = null;
-    }, _HASH_THREAD_IDLE_MS);
-  }
-
-  async #connectProbe(abort?: AbortSignal): Promise<void> {
-    // The probe bounds the time to reach the server, before every request: `fetch` has no
-    // connect timeout of its own, and a pooled connection may be gone by now (POSTs never use
-    // one).
-    if (this.#connectTimeoutMs === null) return;
-    const target = { ...this.#probe, connectTimeoutMs: this.#connectTimeoutMs };
-    try {
-      (await connectTcp(target, abort, false)).close();
-    } catch (error) {
-      if (error instanceof Http1ConnectError) {
-        throw new TransportError(error.message, { cause: error.cause });
-      }
-      throw error; // the caller's abort reason
-    }
   }
 
   async #request(
@@ -279,59 +213,20 @@ export class Client implements AsyncDisposable {
       observe?: (headers: Headers) => BodyObserver | undefined;
       signal?: AbortSignal;
     } = {},
-  ): Promise<_Response> {
+  ): Promise<TransportResponse> {
     if (this.#closed) throw new TransportError("the client has been closed");
     const { signal } = init;
     signal?.throwIfAborted();
     const headers = new Headers(this.#headers);
     for (const [name, value] of Object.entries(init.headers ?? {})) headers.set(name, value);
-    if (this.#direct) {
-      try {
-        return await this.#direct.request(
-          method,
-          this.#pathPrefix + path,
-          headers,
-          init.body,
-          init.observe,
-          signal,
-        );
-      } catch (error) {
-        if (signal?.aborted) throw signal.reason;
-        if (error instanceof Http1ConnectError) {
-          throw new TransportError(error.message, { cause: error.cause });
-        }
-        throw new TransportError(`${method} ${path} failed: ${(error as Error).message}`, {
-          cause: error,
-        });
-      }
-    }
-    await this.#connectProbe(signal);
-    let requestBody: BodyInit | undefined;
-    if (init.body) {
-      let length = 0;
-      for (const chunk of init.body) length += chunk.length;
-      // Large bodies stream their pieces (the blobs are not copied into one buffer first).
-      requestBody = length > _STREAM_BODY_BYTES
-        ? ReadableStream.from(init.body)
-        : concatBytes(init.body);
-    }
-    try {
-      const response = await fetch(this.#fetchBase + path, {
-        method,
-        headers,
-        body: requestBody,
-        redirect: "manual", // like upstream (httpx): a redirect is a non-200 answer
-        client: method === "GET" || method === "HEAD" ? this.#http : this.#httpOnce,
-        signal,
-      });
-      const body = new Uint8Array(await response.arrayBuffer());
-      return { status: response.status, headers: response.headers, body };
-    } catch (error) {
-      if (signal?.aborted) throw signal.reason;
-      throw new TransportError(`${method} ${path} failed: ${(error as Error).message}`, {
-        cause: error,
-      });
-    }
+    return await this.#transport.request({
+      method,
+      path,
+      headers,
+      body: init.body,
+      observe: init.observe,
+      signal,
+    });
   }
 
   /**
@@ -443,7 +338,7 @@ export class Client implements AsyncDisposable {
       const unavailable = [...missing].filter((hash) => !program.blobs.has(hash));
       if (unavailable.length > 0) {
         throw new ProtocolError(
-          `server misses blobs with no local bytes to send: ${_pyListRepr(_pySorted(unavailable))}`,
+          `server misses blobs with no local bytes to send: ${pyListRepr(pySorted(unavailable))}`,
         );
       }
       attempt = await this.#post(program, programBytes, missing, attempt.route, signal);
@@ -458,7 +353,7 @@ export class Client implements AsyncDisposable {
     const body = attempt.body;
     const parts = attempt.parts;
     return new ProgramResult(
-      _protocol(() => decodeProgramResult(body, parts, _factories, attempt.knownDigest)),
+      _protocol(() => decodeProgramResult(body, parts, RESULT_FACTORIES, attempt.knownDigest)),
     );
   }
 
@@ -482,7 +377,7 @@ export class Client implements AsyncDisposable {
     if (route !== null) headers["x-kcoral-node"] = route;
     let digests: PartDigests | undefined;
     let threaded = false;
-    let response: _Response;
+    let response: TransportResponse;
     try {
       response = await this.#request("POST", "/execute", {
         body: [...encoded.chunks],
@@ -493,7 +388,7 @@ export class Client implements AsyncDisposable {
           const multipart = PartDigests.forMultipart(responseHeaders);
           // Large payloads are hashed on a thread while the rest arrives.
           const thread = multipart && length >= _THREAD_HASH_BYTES
-            ? this.#takeHashThread()
+            ? this.#hashes.take()
             : undefined;
           threaded = thread !== undefined;
           return digests = thread ? PartDigests.forMultipart(responseHeaders, thread) : multipart;
@@ -501,7 +396,7 @@ export class Client implements AsyncDisposable {
       });
       await digests?.settle();
     } finally {
-      if (threaded) this.#dropHashThread();
+      if (threaded) this.#hashes.release();
     }
     if (response.status !== 200) throw _serverError(response);
     let nextRoute = response.headers.get("x-kcoral-node");
@@ -546,52 +441,6 @@ function _encodeBody(parts: MultipartInput[], program: Program): MultipartChunks
   return encodeMultipartChunks(parts, boundary, { scanned });
 }
 
-interface _Endpoint {
-  hostname: string;
-  port: number;
-}
-
-function _endpoint(url: URL): _Endpoint {
-  return {
-    hostname: url.hostname.replace(/^\[(.*)\]$/, "$1"),
-    port: url.port !== "" ? Number(url.port) : url.protocol === "https:" ? 443 : 80,
-  };
-}
-
-function _env(name: string): string | undefined {
-  try {
-    return Deno.env.get(name) || Deno.env.get(name.toLowerCase()) || undefined;
-  } catch {
-    return undefined; // no --allow-env: fetch cannot see a proxy either
-  }
-}
-
-/**
- * The proxy fetch will connect to for `url` (HTTP_PROXY/HTTPS_PROXY/ALL_PROXY,
- * minus NO_PROXY), so the connect probe times the connection that is really used.
- */
-function _proxyFor(url: URL): _Endpoint | undefined {
-  const proxy = url.protocol === "https:"
-    ? _env("HTTPS_PROXY") ?? _env("ALL_PROXY")
-    : _env("HTTP_PROXY") ?? _env("ALL_PROXY");
-  if (proxy === undefined) return undefined;
-  const host = url.hostname.replace(/^\[(.*)\]$/, "$1").toLowerCase();
-  for (const entry of (_env("NO_PROXY") ?? "").split(",")) {
-    const pattern = entry.trim().toLowerCase().replace(/:\d+$/, "").replace(/^\*?\./, "");
-    if (pattern === "*" || (pattern !== "" && (host === pattern || host.endsWith("." + pattern)))) {
-      return undefined;
-    }
-  }
-  try {
-    const proxyUrl = new URL(proxy.includes("://") ? proxy : `http://${proxy}`);
-    const endpoint = _endpoint(proxyUrl);
-    if (proxyUrl.port === "" && proxyUrl.protocol.startsWith("socks")) endpoint.port = 1080;
-    return endpoint;
-  } catch {
-    return undefined;
-  }
-}
-
 function _protocol<T>(fn: () => T): T {
   try {
     return fn();
@@ -601,7 +450,7 @@ function _protocol<T>(fn: () => T): T {
   }
 }
 
-function _serverError(response: _Response): KCoralError {
+function _serverError(response: TransportResponse): KCoralError {
   const info = decodeServerError(response.status, response.body);
   return new KCoralError(response.status, info.message, {
     kind: info.kind,
@@ -609,6 +458,5 @@ function _serverError(response: _Response): KCoralError {
   });
 }
 
-const _STREAM_BODY_BYTES = 8 * 1024 * 1024;
+/** Multipart responses this large are hashed on a thread while they arrive. */
 const _THREAD_HASH_BYTES = 8 * 1024 * 1024;
-const _HASH_THREAD_IDLE_MS = 1000;

@@ -1,6 +1,9 @@
-// Client exceptions (spec protocol §5.6). None of them subclass another.
-
-import type { ProgramResult } from "./result.ts";
+/**
+ * Client exceptions (spec protocol §5.6). None of them subclass another.
+ * `RemoteExecutionError` lives with its producer, `remote_function.ts`.
+ *
+ * @module
+ */
 
 /**
  * Options of {@linkcode KCoralError}.
@@ -118,30 +121,5 @@ export class ValidationError extends Error {
   constructor(message: string, options?: ErrorOptions) {
     super(message, options);
     this.name = "ValidationError";
-  }
-}
-
-/**
- * A remote function's program FAILED. `result` keeps the request id, error,
- * traceback and captured output.
- *
- * @example
- * ```ts
- * import { RemoteExecutionError } from "../mod.ts";
- *
- * if (!(RemoteExecutionError.prototype instanceof Error)) throw new Error();
- * ```
- */
-export class RemoteExecutionError extends Error {
-  /** The failed outcome. */
-  readonly result: ProgramResult;
-
-  /** Create the error: `Remote execution <request_id> failed: <kind>: <message>`. */
-  constructor(result: ProgramResult) {
-    const kind = result.error?.kind ?? "unknown";
-    const message = result.error?.message ?? "no error details";
-    super(`Remote execution ${result.requestId} failed: ${kind}: ${message}`);
-    this.name = "RemoteExecutionError";
-    this.result = result;
   }
 }

@@ -25,6 +25,7 @@
 export * from "./errors.ts";
 export * from "./register.ts";
 export { Tensor, type TensorData, type TensorLike } from "./tensor.ts";
+export * from "./program_options.ts";
 export * from "./program.ts";
 export { ReturnedFile, ReturnedFolder } from "./artifacts.ts";
 export { ProgramResult, type ResultValue } from "./result.ts";

@@ -1,263 +1,34 @@
-// The client-side program builder (spec protocol §5.2), mirroring upstream's
-// `Program` instruction for instruction. Every method validates everything
-// before it changes anything, so a failed call leaves the program unchanged.
+/**
+ * The client-side program builder (spec protocol §5.2), mirroring upstream's
+ * `Program` instruction for instruction. Every method validates everything
+ * before it changes anything, so a failed call leaves the program unchanged.
+ *
+ * @module
+ */
 
 import { fileURLToPath } from "node:url";
 import { sha256Hex } from "../protocol/hash.ts";
 import { noteBlobs } from "./_blob_boundary.ts";
 import { stringifyJson } from "../protocol/json.ts";
-import { checkPathConflicts, normalizeFilePath, PathError } from "../protocol/paths.ts";
-import { _comparePy, _pyRepr, _pyStrRepr } from "../protocol/_python.ts";
-import { _folderFiles } from "./_folder_files.ts";
+import { checkPathConflicts, PathError } from "../protocol/paths.ts";
+import { pyRepr, pyStrRepr } from "../protocol/python_repr.ts";
+import { comparePy } from "../protocol/python_str.ts";
+import { folderFiles } from "./_folder_files.ts";
 import { ValidationError } from "./errors.ts";
-import { _jsonLiteral } from "./_json_literal.ts";
+import { jsonLiteral } from "./_json_literal.ts";
+import type {
+  ExecuteOptions,
+  GetFunctionOptions,
+  Instruction,
+  Ref,
+  ReturnOptions,
+  ReturnPathOptions,
+  RunOptions,
+  UploadFileOptions,
+  UploadOptions,
+} from "./program_options.ts";
 import { Register } from "./register.ts";
-import { _tensorFields } from "./tensor.ts";
-
-/**
- * A wire reference, `{"$ref": id}`.
- *
- * @example
- * ```ts
- * import { Program, type Ref } from "../mod.ts";
- *
- * const p = new Program();
- * p.upload({ kind: "module", source: "", id: "m" });
- * const module: Ref = { $ref: "m" };
- * p.getFunction({ module, name: "f" });
- * ```
- */
-export type Ref = { readonly $ref: string };
-
-/**
- * One wire instruction as it will be serialized (keys in wire order). Frozen:
- * use the builder methods to add instructions.
- *
- * @example
- * ```ts
- * import { type Instruction, Program } from "../mod.ts";
- *
- * const p = new Program();
- * p.upload({ kind: "module", source: "x = 1" });
- * const first: Instruction = p.instructions[0];
- * if (first.op !== "upload" || first.kind !== "module") throw new Error();
- * ```
- */
-export type Instruction = {
-  /** `upload`, `get_function`, `run` or `return`. */
-  readonly op: "upload" | "get_function" | "run" | "return";
-  /** The other fields of the instruction (see spec §2.4). */
-  readonly [field: string]: unknown;
-};
-
-/**
- * Upload kinds accepted by {@linkcode Program.upload}.
- *
- * @example
- * ```ts
- * import { Program, type UploadKind } from "../mod.ts";
- *
- * const kind: UploadKind = "bytes";
- * new Program().upload({ kind, value: new Uint8Array([1]) });
- * ```
- */
-export type UploadKind = "module" | "tensor" | "bytes" | "library";
-
-/**
- * Arguments of {@linkcode Program.upload}.
- *
- * @example
- * ```ts
- * import { Program, type UploadOptions } from "../mod.ts";
- *
- * const options: UploadOptions = { kind: "tensor", value: new Float32Array(6), shape: [2, 3], id: "x" };
- * new Program().upload(options);
- * ```
- */
-export interface UploadOptions {
-  /** `module` (Python source), `tensor`, `bytes` or `library` (a TVM FFI shared library). */
-  kind: UploadKind;
-  /** Python source text (`module` only). */
-  source?: string;
-  /**
-   * For `tensor`:
-   * - `Float32Array` → float32, `Float64Array` → float64, `Int8Array` → int8,
-   *   `Int16Array` → int16, `Int32Array` → int32, `BigInt64Array` → int64,
-   *   `Float16Array` → float16; `shape` defaults to `[length]` and may be any
-   *   shape with as many elements; a given `dtype` must match;
-   * - a {@linkcode Tensor} or any `{dtype, shape, data}` (the way to send
-   *   bool, uint8, bfloat16 and float8): a given `dtype`/`shape` must match;
-   * - raw bytes (`Uint8Array`, `Uint8ClampedArray`, `ArrayBuffer`,
-   *   `DataView`): `dtype` and `shape` are both required, as upstream requires
-   *   for raw bytes (so a `Uint8Array` is never guessed to be uint8).
-   *
-   * Other typed arrays (`Uint16Array`, `Uint32Array`, `BigUint64Array`) have
-   * no wire dtype and are a `TypeError`.
-   *
-   * For `bytes`/`library`: `Uint8Array`, any `ArrayBufferView` or an
-   * `ArrayBuffer`. Values are copied now: later changes do not affect the program.
-   */
-  value?: unknown;
-  /** Tensor element type (required for raw bytes; must match otherwise). */
-  dtype?: string;
-  /** Tensor dimensions (required for raw bytes; a typed array may be reshaped). */
-  shape?: readonly number[];
-  /** Instruction id; `upload_<n>` when omitted. */
-  id?: string;
-}
-
-/**
- * Arguments of {@linkcode Program.uploadFile}.
- *
- * @example
- * ```ts
- * import { Program, type UploadFileOptions } from "../mod.ts";
- *
- * const options: UploadFileOptions = { blob: new TextEncoder().encode("a,b\n"), path: "data/in.csv" };
- * new Program().uploadFile(options);
- * ```
- */
-export interface UploadFileOptions {
-  /** The file contents (copied now). */
-  blob: ArrayBuffer | ArrayBufferView;
-  /** Destination relative to the request's working directory. */
-  path: string;
-  /** Instruction id; `upload_<n>` when omitted. */
-  id?: string;
-}
-
-/**
- * Arguments of {@linkcode Program.getFunction}.
- *
- * @example
- * ```ts
- * import { type GetFunctionOptions, Program } from "../mod.ts";
- *
- * const p = new Program();
- * const module = p.upload({ kind: "module", source: "def f():\n    pass\n" });
- * const options: GetFunctionOptions = { module, name: "f", cpuOnly: true };
- * p.getFunction(options);
- * ```
- */
-export interface GetFunctionOptions {
-  /** An earlier module or library upload. */
-  module: Register | Ref;
-  /** The function's name in it. */
-  name: string;
-  /** The function promises not to touch the GPU (its runs release the lease). */
-  cpuOnly?: boolean;
-  /** Instruction id; `get_function_<n>` when omitted. */
-  id?: string;
-}
-
-/**
- * Arguments of {@linkcode Program.run}.
- *
- * @example
- * ```ts
- * import { Program, type RunOptions } from "../mod.ts";
- *
- * const p = new Program();
- * const fn = p.getFunction({ module: p.upload({ kind: "module", source: "f = print" }), name: "f" });
- * const options: RunOptions = { fn, args: [1, { nested: [true] }], id: "call" };
- * p.run(options);
- * ```
- */
-export interface RunOptions {
-  /** The function (a register from `getFunction`, or a callable returned by `run`). */
-  fn: Register;
-  /**
-   * Positional arguments: top-level registers become references; anything
-   * else is a JSON literal (copied now), where `Map`s keep their key order.
-   */
-  args?: readonly unknown[];
-  /** Instruction id; `run_<n>` when omitted. */
-  id?: string;
-}
-
-/**
- * Arguments of {@linkcode Program.return_}.
- *
- * @example
- * ```ts
- * import { Program, type ReturnOptions } from "../mod.ts";
- *
- * const p = new Program();
- * const options: ReturnOptions = { key: "raw", value: p.upload({ kind: "bytes", value: new Uint8Array(1) }) };
- * p.return_(options);
- * ```
- */
-export interface ReturnOptions {
-  /** Unique key in `ProgramResult.results`. */
-  key: string;
-  /** The value to return. */
-  value: Register | Ref;
-}
-
-/**
- * Arguments of {@linkcode Program.returnFile} and {@linkcode Program.returnFolder}.
- *
- * @example
- * ```ts
- * import { Program, type ReturnPathOptions } from "../mod.ts";
- *
- * const options: ReturnPathOptions = { key: "report", path: "out/report.txt" };
- * new Program().returnFile(options);
- * ```
- */
-export interface ReturnPathOptions {
-  /** Unique key in `ProgramResult.results`. */
-  key: string;
-  /** Path relative to the request workspace, or a register holding one. */
-  path: string | Register;
-}
-
-/**
- * Options for one execution; `Program.toJson` puts them in `options`.
- *
- * @example
- * ```ts
- * import { type ExecuteOptions, Program } from "../mod.ts";
- *
- * const options: ExecuteOptions = { timeoutSeconds: 120, outputLimitBytes: 65536, gpuCount: 2 };
- * const p = new Program();
- * p.upload({ kind: "module", source: "" });
- * if (!p.toJson(options).includes('"gpu_count":2')) throw new Error();
- * ```
- */
-export interface ExecuteOptions {
-  /** Server-side execution limit (clamped by the server). */
-  timeoutSeconds?: number;
-  /** Captured output limit per stream (clamped by the server; 0 disables capture). */
-  outputLimitBytes?: number;
-  /** Run once on 1–8 GPUs of one server. */
-  gpuCount?: number;
-  /**
-   * Abandons the call when aborted (e.g. `AbortSignal.timeout(ms)`; the protocol itself has no
-   * response timeout): its connection is closed and the call rejects with the signal's reason.
-   * Whether the program ran is then unknown. Not sent to the server.
-   */
-  signal?: AbortSignal;
-}
-
-function _bytesLike(value: unknown, message: string): Uint8Array {
-  if (value instanceof ArrayBuffer || value instanceof SharedArrayBuffer) {
-    return new Uint8Array(value).slice();
-  }
-  if (ArrayBuffer.isView(value)) {
-    return new Uint8Array(value.buffer, value.byteOffset, value.byteLength).slice();
-  }
-  throw new TypeError(message);
-}
-
-function _path(path: unknown): string {
-  try {
-    return normalizeFilePath(path);
-  } catch (error) {
-    if (error instanceof PathError) throw new ValidationError(error.message, { cause: error });
-    throw error;
-  }
-}
+import { bytesLike, encodeUpload, workspacePath } from "./uploads.ts";
 
 function _isRefObject(value: unknown): value is Ref {
   if (typeof value !== "object" || value === null || Array.isArray(value)) return false;
@@ -353,7 +124,7 @@ export class Program {
     if (typeof id !== "string" || id === "") {
       throw new ValidationError("instruction id must be a non-empty string");
     }
-    if (this.#ids.has(id)) throw new ValidationError(`duplicate instruction id: ${_pyStrRepr(id)}`);
+    if (this.#ids.has(id)) throw new ValidationError(`duplicate instruction id: ${pyStrRepr(id)}`);
     this.#ids.add(id);
     return id;
   }
@@ -390,42 +161,8 @@ export class Program {
    * ```
    */
   upload(options: UploadOptions): Register {
-    const { kind, id } = options;
-    const source = options.source ?? undefined;
-    const value = options.value ?? undefined;
-    const dtype = options.dtype ?? undefined;
-    const shape = options.shape ?? undefined;
-    let instruction: Record<string, unknown>;
-    let blob: [string, Uint8Array] | undefined;
-    if (kind === "module") {
-      if (typeof source !== "string") throw new TypeError("module upload requires string 'source'");
-      if (value !== undefined || dtype !== undefined || shape !== undefined) {
-        throw new TypeError("module upload does not accept tensor fields");
-      }
-      instruction = { op: "upload", kind: "module", source };
-    } else if (kind === "tensor") {
-      if (source !== undefined) throw new TypeError("tensor upload does not accept 'source'");
-      const fields = _tensorFields(value, dtype, shape);
-      blob = [sha256Hex(fields.bytes), fields.bytes];
-      instruction = {
-        op: "upload",
-        kind: "tensor",
-        blob: blob[0],
-        dtype: fields.dtype,
-        shape: Object.freeze(fields.shape),
-      };
-    } else if (kind === "bytes" || kind === "library") {
-      if (source !== undefined) throw new TypeError(`${kind} upload does not accept 'source'`);
-      if (dtype !== undefined || shape !== undefined) {
-        throw new TypeError(`${kind} upload does not accept tensor fields`);
-      }
-      const bytes = _bytesLike(value, `${kind} upload requires a bytes-like 'value'`);
-      blob = [sha256Hex(bytes), bytes];
-      instruction = { op: "upload", kind, blob: blob[0] };
-    } else {
-      throw new ValidationError("upload kind must be 'module', 'tensor', 'bytes', or 'library'");
-    }
-    instruction.id = this.#addId(id, "upload");
+    const { instruction, blob } = encodeUpload(options);
+    instruction.id = this.#addId(options.id, "upload");
     this.#push(instruction, blob ? [blob] : []);
     return new Register(instruction.id as string);
   }
@@ -444,15 +181,15 @@ export class Program {
    * ```
    */
   uploadFile(options: UploadFileOptions): Register {
-    const path = _path(options.path);
-    const bytes = _bytesLike(options.blob, "file upload requires a bytes-like 'blob'");
+    const path = workspacePath(options.path);
+    const bytes = bytesLike(options.blob, "file upload requires a bytes-like 'blob'");
     for (const existing of this.#filePaths) {
       if (path === existing) {
-        throw new ValidationError(`duplicate file upload path: ${_pyStrRepr(path)}`);
+        throw new ValidationError(`duplicate file upload path: ${pyStrRepr(path)}`);
       }
       if (path.startsWith(existing + "/") || existing.startsWith(path + "/")) {
         throw new ValidationError(
-          `conflicting file upload paths: ${_pyStrRepr(existing)} and ${_pyStrRepr(path)}`,
+          `conflicting file upload paths: ${pyStrRepr(existing)} and ${pyStrRepr(path)}`,
         );
       }
     }
@@ -484,16 +221,16 @@ export class Program {
    * ```
    */
   uploadFolder(folder: string | URL, options: { path: string }): void {
-    const destination = _path(options.path);
+    const destination = workspacePath(options.path);
     const local = folder instanceof URL ? fileURLToPath(folder) : folder;
-    const files = _folderFiles(local, destination);
+    const files = folderFiles(local, destination);
     try {
       checkPathConflicts([...this.#filePaths, ...files.map(([remote]) => remote)]);
     } catch (error) {
       if (error instanceof PathError) throw new ValidationError(error.message, { cause: error });
       throw error;
     }
-    files.sort(([a], [b]) => _comparePy(a, b));
+    files.sort(([a], [b]) => comparePy(a, b));
     const blobs: [string, Uint8Array][] = [];
     for (const [remote, bytes] of files) {
       const hash = sha256Hex(bytes);
@@ -529,8 +266,8 @@ export class Program {
     const reference = this.#reference(options.module, "module must be a Register or {'$ref': id}");
     if (!this.#ids.has(reference.$ref)) {
       throw new ValidationError(
-        `get_function ${_pyRepr(options.id ?? null)} references unknown handle ${
-          _pyStrRepr(reference.$ref)
+        `get_function ${pyRepr(options.id ?? null)} references unknown handle ${
+          pyStrRepr(reference.$ref)
         }`,
       );
     }
@@ -571,9 +308,9 @@ export class Program {
   run(options: RunOptions): Register {
     const { fn } = options;
     if (!(fn instanceof Register)) throw new TypeError("fn must be a Register");
-    const label = _pyRepr(options.id ?? null);
+    const label = pyRepr(options.id ?? null);
     if (!this.#ids.has(fn.id)) {
-      throw new ValidationError(`run ${label} references unknown handle ${_pyStrRepr(fn.id)}`);
+      throw new ValidationError(`run ${label} references unknown handle ${pyStrRepr(fn.id)}`);
     }
     const rawArgs = options.args ?? [];
     if (!Array.isArray(rawArgs)) throw new TypeError("run args must be an array");
@@ -581,12 +318,12 @@ export class Program {
       if (argument instanceof Register) {
         if (!this.#ids.has(argument.id)) {
           throw new ValidationError(
-            `run ${label} references unknown handle ${_pyStrRepr(argument.id)}`,
+            `run ${label} references unknown handle ${pyStrRepr(argument.id)}`,
           );
         }
         return _ref(argument.id);
       }
-      return _jsonLiteral(argument);
+      return jsonLiteral(argument);
     });
     const id = this.#addId(options.id, "run");
     this.#push({ op: "run", id, fn: _ref(fn.id), args: Object.freeze(args) });
@@ -598,7 +335,7 @@ export class Program {
       throw new ValidationError("return key must be a non-empty string");
     }
     if (this.#returnKeys.has(key)) {
-      throw new ValidationError(`duplicate return key: ${_pyStrRepr(key)}`);
+      throw new ValidationError(`duplicate return key: ${pyStrRepr(key)}`);
     }
   }
 
@@ -623,7 +360,7 @@ export class Program {
     );
     if (!this.#ids.has(reference.$ref)) {
       throw new ValidationError(
-        `return ${_pyStrRepr(key)} references unknown handle ${_pyStrRepr(reference.$ref)}`,
+        `return ${pyStrRepr(key)} references unknown handle ${pyStrRepr(reference.$ref)}`,
       );
     }
     this.#returnKeys.add(key);
@@ -637,12 +374,12 @@ export class Program {
     if (path instanceof Register) {
       if (!this.#ids.has(path.id)) {
         throw new ValidationError(
-          `return ${_pyStrRepr(key)} references unknown handle ${_pyStrRepr(path.id)}`,
+          `return ${pyStrRepr(key)} references unknown handle ${pyStrRepr(path.id)}`,
         );
       }
       wirePath = _ref(path.id);
     } else {
-      wirePath = _path(path);
+      wirePath = workspacePath(path);
     }
     this.#returnKeys.add(key);
     this.#push({ op: "return", key, kind, path: wirePath });

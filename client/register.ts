@@ -1,4 +1,8 @@
-// Register: a program-local reference to an instruction's value (spec §5.1).
+/**
+ * Register: a program-local reference to an instruction's value (spec §5.1).
+ *
+ * @module
+ */
 
 /**
  * A reference to the value an earlier instruction produces, inside the

@@ -1,10 +1,15 @@
-// Remote functions from Python source text: the TS analogue of upstream's
-// `Client.function` decorator, with its wire convention (spec protocol §5.7).
+/**
+ * Remote functions from Python source text: the TS analogue of upstream's
+ * `Client.function` decorator, with its wire convention (spec protocol §5.7).
+ *
+ * @module
+ */
 
-import { _pyStrRepr } from "../protocol/_python.ts";
-import { ProtocolError, RemoteExecutionError, ValidationError } from "./errors.ts";
-import { type ExecuteOptions, Program } from "./program.ts";
-import { _jsonLiteral } from "./_json_literal.ts";
+import { pyStrRepr } from "../protocol/python_repr.ts";
+import { ProtocolError, ValidationError } from "./errors.ts";
+import { Program } from "./program.ts";
+import type { ExecuteOptions } from "./program_options.ts";
+import { jsonLiteral } from "./_json_literal.ts";
 import type { ProgramResult, ResultValue } from "./result.ts";
 import type { Register } from "./register.ts";
 import { Tensor } from "./tensor.ts";
@@ -66,6 +71,31 @@ export interface RemoteFunctionOptions {
   cpuOnly?: boolean;
 }
 
+/**
+ * A remote function's program FAILED. `result` keeps the request id, error,
+ * traceback and captured output.
+ *
+ * @example
+ * ```ts
+ * import { RemoteExecutionError } from "../mod.ts";
+ *
+ * if (!(RemoteExecutionError.prototype instanceof Error)) throw new Error();
+ * ```
+ */
+export class RemoteExecutionError extends Error {
+  /** The failed outcome. */
+  readonly result: ProgramResult;
+
+  /** Create the error: `Remote execution <request_id> failed: <kind>: <message>`. */
+  constructor(result: ProgramResult) {
+    const kind = result.error?.kind ?? "unknown";
+    const message = result.error?.message ?? "no error details";
+    super(`Remote execution ${result.requestId} failed: ${kind}: ${message}`);
+    this.name = "RemoteExecutionError";
+    this.result = result;
+  }
+}
+
 const _PYTHON_KEYWORDS = new Set(
   ("False None True and as assert async await break class continue def del elif else except " +
     "finally for from global if import in is lambda nonlocal not or pass raise return try " +
@@ -79,7 +109,7 @@ def _kcoral_invoke_${name}(nargs, names, literals, *values):
     import builtins as _kcoral_builtins
     values = [value["value"] if literal else value
               for literal, value in _kcoral_builtins.zip(literals, values)]
-    return _kcoral_builtins.globals()[${_pyStrRepr(name)}](
+    return _kcoral_builtins.globals()[${pyStrRepr(name)}](
         *values[:nargs], **_kcoral_builtins.dict(_kcoral_builtins.zip(names, values[nargs:]))
     )
 `;
@@ -185,7 +215,7 @@ export class RemoteFunction {
         literals.push(false);
       } else {
         // Wrapping prevents a literal {"$ref": …} from being read as a handle.
-        values.push(new Map([["value", _jsonLiteral(value)]]));
+        values.push(new Map([["value", jsonLiteral(value)]]));
         literals.push(true);
       }
     });

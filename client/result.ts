@@ -1,6 +1,10 @@
-// ProgramResult: a decoded COMPLETED/FAILED outcome (spec protocol §5.4).
+/**
+ * ProgramResult: a decoded COMPLETED/FAILED outcome (spec protocol §5.4).
+ *
+ * @module
+ */
 
-import type { DecodedResult, ExecutionErrorInfo } from "../protocol/response.ts";
+import type { DecodedResult, ExecutionErrorInfo } from "../protocol/result_fields.ts";
 import type { ValueFactories } from "../protocol/values.ts";
 import { ReturnedFile, ReturnedFolder } from "./artifacts.ts";
 import { Tensor } from "./tensor.ts";
@@ -33,8 +37,18 @@ export type ResultValue =
   | ReturnedFile
   | ReturnedFolder;
 
-/** How response values become client objects. */
-export const _factories: ValueFactories<ResultValue> = {
+/**
+ * How response values become client objects (for `decodeProgramResult`).
+ *
+ * @example
+ * ```ts
+ * import { RESULT_FACTORIES } from "./result.ts";
+ * import { ReturnedFile } from "./artifacts.ts";
+ *
+ * if (!(RESULT_FACTORIES.file(new Uint8Array([1])) instanceof ReturnedFile)) throw new Error();
+ * ```
+ */
+export const RESULT_FACTORIES: ValueFactories<ResultValue> = {
   tensor: (dtype, shape, data) => Tensor.fromBytes(dtype, shape, data),
   bytes: (data) => data,
   file: (data) => new ReturnedFile(data),

@@ -1,5 +1,9 @@
-// Tensors on the client: typed arrays in, typed arrays out (spec protocol §2.7,
-// §3.2). Wire bytes are raw, C-contiguous, row-major and little-endian.
+/**
+ * Tensors on the client: typed arrays in, typed arrays out (spec protocol §2.7,
+ * §3.2). Wire bytes are raw, C-contiguous, row-major and little-endian.
+ *
+ * @module
+ */
 
 import { type DType, DTYPE_ITEM_SIZES, isDType, tensorByteLength } from "../protocol/dtypes.ts";
 import { ValidationError } from "./errors.ts";
@@ -191,8 +195,8 @@ export class Tensor {
   }
 }
 
-/** A tensor upload's fields: dtype, shape and a private copy of the wire bytes. */
-export interface _TensorFields {
+/** A tensor upload's fields ({@linkcode tensorFields}): dtype, shape and a private copy of the wire bytes. */
+export interface TensorFields {
   /** Element type. */
   dtype: DType;
   /** Dimensions. */
@@ -214,12 +218,20 @@ export interface _TensorFields {
  *   a given `dtype`/`shape` must match.
  *
  * The bytes are copied, so later changes to `value` do not change the program.
+ *
+ * @example
+ * ```ts
+ * import { tensorFields } from "./tensor.ts";
+ *
+ * const fields = tensorFields(new Float32Array([1, 2, 3, 4]), undefined, [2, 2]);
+ * if (fields.dtype !== "float32" || fields.bytes.length !== 16) throw new Error();
+ * ```
  */
-export function _tensorFields(
+export function tensorFields(
   value: unknown,
   dtype?: string,
   shape?: readonly number[],
-): _TensorFields {
+): TensorFields {
   let tensorDType: string;
   let tensorShape: number[];
   let raw: Uint8Array;

@@ -1,4 +1,8 @@
-// The 12 tensor dtypes of the wire protocol (spec protocol §2.7).
+/**
+ * The 12 tensor dtypes of the wire protocol (spec protocol §2.7).
+ *
+ * @module
+ */
 
 /**
  * A tensor element type: torch dtype names without `torch.`, little-endian on the wire.

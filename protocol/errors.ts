@@ -1,4 +1,8 @@
-// ERROR bodies and fixed messages of non-200 responses (spec protocol §3.5).
+/**
+ * ERROR bodies and fixed messages of non-200 responses (spec protocol §3.5).
+ *
+ * @module
+ */
 
 /** `error.kind` of an ERROR body (server kinds, then router kinds). */
 export type ErrorKind =

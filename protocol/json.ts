@@ -1,13 +1,18 @@
-// Strict JSON with Python `json` semantics (spec protocol §2.3, §9 pitfalls 2 and 4).
-//
-// The parser reproduces upstream `strict_json_loads` exactly: the CPython
-// scanner's grammar and error messages (positions counted in code points),
-// duplicate keys reported when their object closes, `NaN`/`Infinity`
-// rejected when scanned. Objects become `Map`s so key order is kept exactly as
-// in the text, integer-like keys included.
+/**
+ * Strict JSON with Python `json` semantics (spec protocol §2.3, §9 pitfalls 2 and 4).
+ *
+ * The parser reproduces upstream `strict_json_loads` exactly: the CPython
+ * scanner's grammar and error messages (positions counted in code points),
+ * duplicate keys reported when their object closes, `NaN`/`Infinity`
+ * rejected when scanned. Objects become `Map`s so key order is kept exactly as
+ * in the text, integer-like keys included.
+ *
+ * @module
+ */
 
 import { JsonFloat } from "./json_float.ts";
-import { _codePointIndex, _pyFloatRepr, _pyStrRepr } from "./_python.ts";
+import { pyFloatRepr, pyStrRepr } from "./python_repr.ts";
+import { codePointIndex } from "./python_str.ts";
 
 /** A parsed JSON value. Integers outside ±(2^53-1) are `bigint`, never rounded. */
 export type JsonValue =
@@ -255,8 +260,8 @@ class _Parser {
     const before = s.slice(0, index);
     const line = before.split("\n").length;
     const lastNewline = before.lastIndexOf("\n");
-    const pos = _codePointIndex(s, index);
-    const column = lastNewline < 0 ? pos + 1 : pos - _codePointIndex(s, lastNewline);
+    const pos = codePointIndex(s, index);
+    const column = lastNewline < 0 ? pos + 1 : pos - codePointIndex(s, lastNewline);
     throw new JsonParseError(
       `malformed JSON: ${message}: line ${line} column ${column} (char ${pos})`,
     );
@@ -444,7 +449,7 @@ class _Parser {
     }
     // Upstream's object_pairs_hook sees the pairs once the object is closed.
     if (duplicate !== undefined) {
-      throw new JsonParseError(`duplicate JSON key: ${_pyStrRepr(duplicate)}`);
+      throw new JsonParseError(`duplicate JSON key: ${pyStrRepr(duplicate)}`);
     }
     this.#depth--;
     return [result, i + 1];
@@ -547,7 +552,7 @@ function _write(value: unknown, out: string[], active: Set<object>): void {
     if (!Number.isFinite(value.value)) {
       throw new TypeError(`out of range float value ${value.value} is not JSON compliant`);
     }
-    out.push(_pyFloatRepr(value.value));
+    out.push(pyFloatRepr(value.value));
     return;
   }
   if (active.has(value)) throw new TypeError("circular reference in JSON value");
@@ -598,5 +603,5 @@ function _numberText(value: number): string {
     if (Math.abs(value) < 1e21) return String(value === 0 ? 0 : value);
     return BigInt(value).toString();
   }
-  return _pyFloatRepr(value);
+  return pyFloatRepr(value);
 }

@@ -1,4 +1,11 @@
 /**
+ * {@linkcode JsonFloat}: a JSON number spelled as a float, kept apart from
+ * integers as Python's `json` module keeps `float` apart from `int`.
+ *
+ * @module
+ */
+
+/**
  * A JSON number that was spelled as a float (with a fraction or an exponent),
  * kept distinct from integers the way Python's `json` module keeps `float`
  * apart from `int`.

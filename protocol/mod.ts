@@ -1,8 +1,9 @@
 /**
  * The KCoral wire protocol (spec `protocol.md`), without I/O: strict JSON,
  * multipart framing, program validation, path rules, dtypes, the
- * result-value codec, ERROR bodies, and `/execute` request/response
- * encoding and decoding. Shared by the client, the server and the router;
+ * result-value codec, ERROR bodies, `/execute` request/response
+ * encoding and decoding, the `/health` body, and Python's `repr` spellings
+ * of wire messages. Shared by the client, the server and the router;
  * byte-compatible with upstream KCoral.
  *
  * @example Parse a request the way the server does
@@ -26,6 +27,7 @@
  */
 
 export * from "./bytes.ts";
+export * from "./bytes_search.ts";
 export * from "./json_float.ts";
 export * from "./json.ts";
 export * from "./multipart.ts";
@@ -36,4 +38,9 @@ export * from "./program.ts";
 export * from "./request.ts";
 export * from "./errors.ts";
 export * from "./values.ts";
-export * from "./response.ts";
+export * from "./result_fields.ts";
+export * from "./response_encode.ts";
+export * from "./response_decode.ts";
+export * from "./health.ts";
+export * from "./python_repr.ts";
+export * from "./python_str.ts";

@@ -1,13 +1,19 @@
-// Strict multipart/form-data framing (spec protocol §2.1, §3.3), behaving
-// like upstream `parse_multipart`/`encode_multipart`, with its messages.
-//
-// Speed: bodies reach 256 MiB. Delimiters are found with a Horspool scan
-// keyed on the delimiter's last byte plus a check of its first byte (which
-// occurs nowhere else in it), so random or all-zero payloads are skipped
-// about one delimiter length at a time and no input costs more than linear
-// time. Parts are returned as subarray views; nothing is copied.
+/**
+ * Strict multipart/form-data framing (spec protocol §2.1, §3.3), behaving
+ * like upstream `parse_multipart`/`encode_multipart`, with its messages.
+ *
+ * Speed: bodies reach 256 MiB. Delimiters are found with a Horspool scan
+ * ({@linkcode DelimiterFinder}, keyed on the delimiter's last byte plus a
+ * check of its first byte, which occurs nowhere else in it), so random or
+ * all-zero payloads are skipped about one delimiter length at a time and no
+ * input costs more than linear time. Parts are returned as subarray views;
+ * nothing is copied.
+ *
+ * @module
+ */
 
 import { concatBytes } from "./bytes.ts";
+import { DelimiterFinder } from "./bytes_search.ts";
 
 /** One part of a multipart body. */
 export interface MultipartPart {
@@ -134,7 +140,6 @@ export function boundaryFromContentType(contentType: string | null): string {
   return boundary;
 }
 
-/** A compiled search for one delimiter byte string. */
 /** Options of {@linkcode parseMultipart}. */
 export interface ParseMultipartOptions {
   /**
@@ -178,63 +183,6 @@ class _MarkFinder {
       else high = middle;
     }
     return low < marks.length ? marks[low] : -1;
-  }
-}
-
-/**
- * Finds a byte pattern (Horspool's skip table), e.g. a multipart delimiter
- * `CRLF--boundary` in a large payload, at memory-scan speed from JavaScript.
- *
- * @example
- * ```ts
- * import { DelimiterFinder } from "./mod.ts";
- *
- * const finder = new DelimiterFinder(new TextEncoder().encode("\r\n--B"));
- * const body = new TextEncoder().encode("data\r\n--B--");
- * if (finder.find(body, 0) !== 4 || finder.find(body, 5) !== -1) throw new Error();
- * ```
- */
-export class DelimiterFinder {
-  /** The bytes searched for. */
-  readonly pattern: Uint8Array;
-  readonly #skip: Int32Array;
-
-  /** A finder for `pattern` (at least 2 bytes). */
-  constructor(pattern: Uint8Array) {
-    if (pattern.length < 2) throw new RangeError("the pattern needs at least 2 bytes");
-    this.pattern = pattern;
-    const m = pattern.length;
-    this.#skip = new Int32Array(256).fill(m);
-    for (let k = 0; k < m - 1; k++) this.#skip[pattern[k]] = m - 1 - k;
-  }
-
-  /**
-   * First index ≥ `from` where the pattern occurs, or -1. The pattern's first
-   * byte must not occur elsewhere in it (true for CR/LF-led delimiters),
-   * which bounds the verification work by the body length.
-   */
-  find(hay: Uint8Array, from: number): number {
-    const pattern = this.pattern;
-    const skip = this.#skip;
-    const m = pattern.length;
-    const n = hay.length;
-    const first = pattern[0];
-    const last = pattern[m - 1];
-    let i = from + m - 1;
-    while (i < n) {
-      const c = hay[i];
-      if (c === last && hay[i - m + 1] === first) {
-        let k = 1;
-        let j = i - m + 2;
-        while (k < m - 1 && hay[j] === pattern[k]) {
-          k++;
-          j++;
-        }
-        if (k >= m - 1) return i - m + 1;
-      }
-      i += skip[c];
-    }
-    return -1;
   }
 }
 

@@ -1,6 +1,11 @@
-// Workspace-relative path rules (spec protocol §2.6), with upstream's messages.
+/**
+ * Workspace-relative path rules (spec protocol §2.6), with upstream's messages.
+ *
+ * @module
+ */
 
-import { _comparePy, _pyStrRepr } from "./_python.ts";
+import { pyStrRepr } from "./python_repr.ts";
+import { comparePy } from "./python_str.ts";
 
 /** A path that breaks the rules of spec §2.6; `message` is upstream's 400 text. */
 export class PathError extends Error {
@@ -74,7 +79,7 @@ export function comparePathComponents(a: string, b: string): number {
   const y = b.split("/");
   const n = Math.min(x.length, y.length);
   for (let i = 0; i < n; i++) {
-    const order = _comparePy(x[i], y[i]);
+    const order = comparePy(x[i], y[i]);
     if (order !== 0) return order;
   }
   return x.length - y.length;
@@ -107,11 +112,11 @@ export function checkPathConflicts(paths: readonly string[]): void {
     const previous = ordered[i - 1];
     const current = ordered[i];
     if (current === previous) {
-      throw new PathError(`duplicate file upload path: ${_pyStrRepr(current)}`);
+      throw new PathError(`duplicate file upload path: ${pyStrRepr(current)}`);
     }
     if (current.startsWith(previous + "/")) {
       throw new PathError(
-        `conflicting file upload paths: ${_pyStrRepr(previous)} and ${_pyStrRepr(current)}`,
+        `conflicting file upload paths: ${pyStrRepr(previous)} and ${pyStrRepr(current)}`,
       );
     }
   }

@@ -1,5 +1,9 @@
-// Program JSON validation (spec protocol §2.3–§2.7), message for message as
-// upstream `parse_program`.
+/**
+ * Program JSON validation (spec protocol §2.3–§2.7), message for message as
+ * upstream `parse_program`.
+ *
+ * @module
+ */
 
 import { JsonFloat } from "./json_float.ts";
 import { JsonParseError, parseJsonTyped, type TypedJsonValue } from "./json.ts";
@@ -9,7 +13,8 @@ import { JsonParseError, parseJsonTyped, type TypedJsonValue } from "./json.ts";
  * as upstream's parser refuses it (a worker could not read it either).
  */
 const PYTHON_INT_DIGITS = 4300;
-import { _pyRepr, _pySorted, _pyStrRepr } from "./_python.ts";
+import { pyRepr, pyStrRepr } from "./python_repr.ts";
+import { pySorted } from "./python_str.ts";
 import { checkPathConflicts, normalizeFilePath, PathError } from "./paths.ts";
 import { type DType, isDType, tensorByteLength } from "./dtypes.ts";
 
@@ -283,13 +288,13 @@ function _validate(body: TypedJsonValue): ParsedProgram {
       if (typeof id !== "string" || id.length === 0) {
         _fail(`instruction ${index} needs a non-empty string 'id'`);
       }
-      if (state.handles.has(id)) _fail(`duplicate instruction id: ${_pyStrRepr(id)}`);
+      if (state.handles.has(id)) _fail(`duplicate instruction id: ${pyStrRepr(id)}`);
       if (op === "upload") _parseUpload(item, index, id, state);
       else if (op === "get_function") _parseGetFunction(item, index, id, state);
       else _parseRun(item, index, id, state);
       state.handles.add(id);
     } else {
-      _fail(`instruction ${index}: unknown op ${_pyRepr(op)}`);
+      _fail(`instruction ${index}: unknown op ${pyRepr(op)}`);
     }
     state.ops[op] = (state.ops[op] ?? 0) + 1;
     instructions.push({ op, id: op === "return" ? null : item.get("id") as string });
@@ -332,11 +337,11 @@ function _checkFields(
 ): void {
   const unknown = [...value.keys()].filter((key) => !allowed.includes(key));
   if (unknown.length > 0) {
-    _fail(`${label} has unknown field(s): ${_pySorted(unknown).join(", ")}`);
+    _fail(`${label} has unknown field(s): ${pySorted(unknown).join(", ")}`);
   }
   const missing = required.filter((key) => !value.has(key));
   if (missing.length > 0) {
-    _fail(`${label} is missing field(s): ${_pySorted(missing).join(", ")}`);
+    _fail(`${label} is missing field(s): ${pySorted(missing).join(", ")}`);
   }
 }
 
@@ -387,7 +392,7 @@ function _addBlob(state: _State, sha256: string, use: BlobUse, tensorBytes?: num
 function _parseUpload(item: _Obj, index: number, id: string, state: _State): void {
   const kind = item.get("kind");
   const label = `instruction ${index}`;
-  const rid = _pyStrRepr(id);
+  const rid = pyStrRepr(id);
   if (kind === "file") {
     _checkFields(item, _FILE_UPLOAD, _FILE_UPLOAD, label);
     const blob = item.get("blob");
@@ -407,7 +412,7 @@ function _parseUpload(item: _Obj, index: number, id: string, state: _State): voi
     if (!isBlobHash(blob)) {
       _fail(`tensor upload ${rid}: 'blob' must be a lowercase SHA-256 digest`);
     }
-    if (!isDType(dtype)) _fail(`tensor upload ${rid}: unsupported dtype ${_pyRepr(dtype)}`);
+    if (!isDType(dtype)) _fail(`tensor upload ${rid}: unsupported dtype ${pyRepr(dtype)}`);
     if (!Array.isArray(shape) || !shape.every((d) => _isInt(d) && d >= 0)) {
       _fail(`tensor upload ${rid}: 'shape' must be an array of non-negative integers`);
     }
@@ -428,7 +433,7 @@ function _parseUpload(item: _Obj, index: number, id: string, state: _State): voi
     }
     _addBlob(state, blob, kind);
   } else {
-    _fail(`upload ${rid}: unknown kind ${_pyRepr(kind)}`);
+    _fail(`upload ${rid}: unknown kind ${pyRepr(kind)}`);
   }
   state.uploads[kind] = (state.uploads[kind] ?? 0) + 1;
 }
@@ -447,7 +452,7 @@ function _isRef(value: TypedJsonValue | undefined): value is Map<string, string>
 function _resolveRef(reference: Map<string, string>, state: _State, owner: string): void {
   const target = reference.get("$ref")!;
   if (!state.handles.has(target)) {
-    _fail(`${_pyStrRepr(owner)} references unknown/forward handle ${_pyStrRepr(target)}`);
+    _fail(`${pyStrRepr(owner)} references unknown/forward handle ${pyStrRepr(target)}`);
   }
 }
 
@@ -458,7 +463,7 @@ function _parseGetFunction(item: _Obj, index: number, id: string, state: _State)
     ["op", "id", "module", "name"],
     `instruction ${index}`,
   );
-  const rid = _pyStrRepr(id);
+  const rid = pyStrRepr(id);
   const module = item.get("module");
   if (!_isRef(module)) _fail(`get_function ${rid}: 'module' must be {'$ref': id}`);
   const name = item.get("name");
@@ -473,7 +478,7 @@ function _parseGetFunction(item: _Obj, index: number, id: string, state: _State)
 
 function _parseRun(item: _Obj, index: number, id: string, state: _State): void {
   _checkFields(item, ["op", "id", "fn", "args"], ["op", "id", "fn"], `instruction ${index}`);
-  const rid = _pyStrRepr(id);
+  const rid = pyStrRepr(id);
   const fn = item.get("fn");
   if (!_isRef(fn)) _fail(`run ${rid}: 'fn' must be {'$ref': id}`);
   _resolveRef(fn, state, id);
@@ -502,12 +507,12 @@ function _parseReturn(item: _Obj, index: number, state: _State): string {
   if (typeof key !== "string" || key.length === 0) {
     _fail(`return instruction ${index} needs a non-empty string 'key'`);
   }
-  const rkey = _pyStrRepr(key);
+  const rkey = pyStrRepr(key);
   if (state.returnKeys.has(key)) _fail(`duplicate return key: ${rkey}`);
   if (item.has("kind")) {
     const kind = item.get("kind");
     if (kind !== "file" && kind !== "folder") {
-      _fail(`return ${rkey}: unknown kind ${_pyRepr(kind)}`);
+      _fail(`return ${rkey}: unknown kind ${pyRepr(kind)}`);
     }
     const path = item.get("path");
     if (_isRef(path)) _resolveRef(path, state, `return ${rkey}`);

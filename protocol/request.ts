@@ -1,4 +1,8 @@
-// POST /execute request bodies (spec protocol §2.2, §2.9 step 3).
+/**
+ * POST /execute request bodies (spec protocol §2.2, §2.9 step 3).
+ *
+ * @module
+ */
 
 import {
   boundaryFromContentType,
@@ -11,7 +15,8 @@ import { isBlobHash, type ParsedProgram, parseProgram, ProgramError } from "./pr
 import { sha256Hex } from "./hash.ts";
 import type { KnownDigest } from "./values.ts";
 import { DTYPE_ITEM_SIZES } from "./dtypes.ts";
-import { _pySorted, _pyStrRepr } from "./_python.ts";
+import { pyStrRepr } from "./python_repr.ts";
+import { pySorted } from "./python_str.ts";
 
 /** A parsed, verified `/execute` request. */
 export interface ExecuteRequest {
@@ -112,11 +117,11 @@ function _interpretParts(
       continue;
     }
     if (!part.name.startsWith("blob:")) {
-      throw new RequestParseError(`unsupported multipart part: ${_pyStrRepr(part.name)}`);
+      throw new RequestParseError(`unsupported multipart part: ${pyStrRepr(part.name)}`);
     }
     const hash = part.name.slice(5);
     if (!isBlobHash(hash)) {
-      throw new RequestParseError(`malformed blob part name: ${_pyStrRepr(part.name)}`);
+      throw new RequestParseError(`malformed blob part name: ${pyStrRepr(part.name)}`);
     }
     if (blobs.has(hash)) throw new RequestParseError(`duplicate blob part: ${hash}`);
     if (part.mediaType !== "application/octet-stream") {
@@ -160,7 +165,7 @@ export function unreferencedBlobsError(
   const referenced = new Set(program.blobs.map((blob) => blob.sha256));
   const unreferenced = [...new Set(supplied)].filter((hash) => !referenced.has(hash));
   if (unreferenced.length === 0) return undefined;
-  return `unreferenced blob part(s): ${_pySorted(unreferenced).join(", ")}`;
+  return `unreferenced blob part(s): ${pySorted(unreferenced).join(", ")}`;
 }
 
 /**
@@ -190,7 +195,7 @@ export function tensorLengthError(
     if (length !== undefined && length !== upload.byteLength) {
       let expected = BigInt(DTYPE_ITEM_SIZES[upload.dtype]);
       for (const dimension of upload.shape) expected *= BigInt(dimension);
-      return `tensor upload ${_pyStrRepr(upload.id)} expects ${expected} bytes, got ${length}`;
+      return `tensor upload ${pyStrRepr(upload.id)} expects ${expected} bytes, got ${length}`;
     }
   }
   return undefined;

@@ -1,6 +1,10 @@
-// Result-value codec (spec protocol §3.2): decoding of `results` entries with
-// exact field sets, depth-first `return:k` numbering in JSON text order, hash
-// verification and folder manifest rules, with upstream's messages.
+/**
+ * Result-value codec (spec protocol §3.2): decoding of `results` entries with
+ * exact field sets, depth-first `return:k` numbering in JSON text order, hash
+ * verification and folder manifest rules, with upstream's messages.
+ *
+ * @module
+ */
 
 import { JsonFloat } from "./json_float.ts";
 import type { TypedJsonObject, TypedJsonValue } from "./json.ts";
@@ -8,7 +12,8 @@ import { type DType, isDType, tensorByteLength } from "./dtypes.ts";
 import { isBlobHash } from "./program.ts";
 import { normalizeFilePath, PathError } from "./paths.ts";
 import { sha256Hex } from "./hash.ts";
-import { _comparePy, _pyListRepr, _pyRepr, _pySorted, _pyStrRepr } from "./_python.ts";
+import { pyListRepr, pyRepr, pyStrRepr } from "./python_repr.ts";
+import { comparePy, pySorted } from "./python_str.ts";
 
 /** A malformed encoded value; `message` is upstream's text (without the response prefix). */
 export class ResultValueError extends Error {
@@ -88,7 +93,7 @@ export class ValueDecoder<T> {
 
   /** Part names received but never referenced, sorted (upstream rejects any). */
   unreferencedParts(): string[] {
-    return _pySorted([...this.#parts.keys()].filter((name) => !this.#used.has(name)));
+    return pySorted([...this.#parts.keys()].filter((name) => !this.#used.has(name)));
   }
 
   /**
@@ -172,7 +177,7 @@ export class ValueDecoder<T> {
         return this.#factories.tensor(dtype, dims, data);
       }
       default:
-        _fail(`unknown encoded value type: ${_pyStrRepr(type)}`);
+        _fail(`unknown encoded value type: ${pyStrRepr(type)}`);
     }
   }
 
@@ -219,7 +224,7 @@ export class ValueDecoder<T> {
     }
     if (!isBlobHash(hash)) _fail("binary value has an invalid SHA-256 digest");
     const data = this.#parts.get(name);
-    if (data === undefined) _fail(`missing binary response part: ${_pyStrRepr(name)}`);
+    if (data === undefined) _fail(`missing binary response part: ${pyStrRepr(name)}`);
     const actual = this.#knownDigest?.(data) ?? sha256Hex(data);
     if (actual !== hash) _fail(`blob hash mismatch: declared ${hash}, computed ${actual}`);
     this.#used.add(name);
@@ -239,9 +244,9 @@ function _finiteNumber(value: TypedJsonValue | undefined): number | undefined {
 function _expectFields(value: TypedJsonObject, expected: string[]): void {
   if (value.size === expected.length && expected.every((key) => value.has(key))) return;
   _fail(
-    `encoded ${_pyRepr(value.get("type"))} value has fields ${
-      _pyListRepr(_pySorted(value.keys()))
-    }, expected ${_pyListRepr(_pySorted(expected))}`,
+    `encoded ${pyRepr(value.get("type"))} value has fields ${
+      pyListRepr(pySorted(value.keys()))
+    }, expected ${pyListRepr(pySorted(expected))}`,
   );
 }
 
@@ -282,12 +287,12 @@ export function validateManifest(
   for (const name of names as string[]) {
     const slash = name.lastIndexOf("/");
     if (slash > 0 && !directorySet.has(name.slice(0, slash))) {
-      _fail(`folder entry has a missing or conflicting parent: ${_pyStrRepr(name)}`);
+      _fail(`folder entry has a missing or conflicting parent: ${pyStrRepr(name)}`);
     }
   }
 }
 
 function _isSorted(items: readonly string[]): boolean {
-  for (let i = 1; i < items.length; i++) if (_comparePy(items[i - 1], items[i]) > 0) return false;
+  for (let i = 1; i < items.length; i++) if (comparePy(items[i - 1], items[i]) > 0) return false;
   return true;
 }

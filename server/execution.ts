@@ -1,41 +1,33 @@
 /**
- * Runs one program on one worker child (docs/architecture.md §2.2): sends `run`, serves the
+ * Runs one program on one worker child (docs/architecture.md §3.2): sends `run`, serves the
  * child's lease requests, enforces the execution deadline (which pauses while the child waits
  * for the lease), and turns the end of the run into an outcome, a crash, or a timeout kill.
  *
+ * ```
+ *   start ──run──▶ child            deadline running
+ *     ◀── lease acquire ──  pause the deadline; wait in the lease FIFO; grant; deadline runs again
+ *     ◀── lease release ──  release (the time held is counted)
+ *     ◀── instr k ──        remember k (a crash is attributed to instruction k)
+ *     ◀── outcome ──        kept child: done (or its hygiene after the answer, until `clean`)
+ *                           retiring child: done; the lease is released once it has exited
+ *   deadline passes ──▶     take the lease, kill the child's tree, release      (timeout)
+ *   child exits ──▶         release                                             (crashed)
+ * ```
+ *
+ * The child is anything that exchanges frames ({@linkcode ChildChannel}); tests drive the
+ * state machine with a fake one.
+ *
  * @module
  */
-import type { Frame } from "./ipc.ts";
 import type { GpuLeases, LeaseHolder } from "./lease.ts";
-import type { ChildExit, WorkerChild } from "./slot.ts";
-
-/** A file the child wrote into its results directory. */
-export interface OutcomeFile {
-  path: string;
-  size: number;
-}
-
-/** A binary result part (`return:<k>` is `parts[k]`). */
-export interface OutcomePart extends OutcomeFile {
-  sha256: string;
-}
-
-/** What the child reports for a finished program (docs/architecture.md §2.4). */
-export interface WorkerOutcome {
-  status: "COMPLETED" | "FAILED";
-  /** The results JSON, or `null` when it is in {@linkcode results_file} (large results). */
-  results: string | null;
-  /** The results JSON as a file beside the parts (large results: no second escaping). */
-  results_file?: OutcomeFile;
-  error: Record<string, unknown> | null;
-  parts: OutcomePart[];
-  stdout: OutcomeFile | null;
-  stderr: OutcomeFile | null;
-  boundary?: string;
-  gpu_access?: { cuda_call: string; location: string; detected_at_ns: number } | null;
-  /** The answer's JSON was this many bytes, over the response limit: it was not sent. */
-  too_large?: number;
-}
+import type { Frame } from "./ipc.ts";
+import type { ChildChannel, ChildExit } from "./worker_handles.ts";
+import {
+  FrameShapeError,
+  parseChildReport,
+  type RunRequest,
+  type WorkerOutcome,
+} from "./worker_protocol.ts";
 
 /** How a run ended. */
 export type RunEnd =
@@ -46,9 +38,13 @@ export type RunEnd =
 
 /** The result of {@linkcode runProgram}, with the request's timings. */
 export interface RunResult {
+  /** How the run ended. */
   end: RunEnd;
+  /** From `run` sent to the end. */
   elapsedMs: number;
+  /** Every wait for the lease, a GPU set's before the run included. */
   leaseWaitMs: number;
+  /** Every hold of the lease, a GPU set's from before the run included. */
   leaseHeldMs: number;
   /** Resolves once the child's lease is released after a retiring child exited. */
   teardown: Promise<void>;
@@ -62,7 +58,8 @@ export interface RunResult {
 
 /** Parameters of one run. */
 export interface RunParams {
-  child: WorkerChild;
+  /** The child to run on. */
+  child: ChildChannel;
   /** Lease arbiter (`null`: CPU server, no leases). */
   leases: GpuLeases | null;
   /** The GPUs this child's lease covers. */
@@ -70,181 +67,268 @@ export interface RunParams {
   /** The request's identity in the lease. */
   holder: LeaseHolder;
   /** The `req` object of the `run` frame. */
-  request: Record<string, unknown>;
+  request: RunRequest;
   /** Execution budget (excludes lease waits). */
   timeoutMs: number;
   /** SIGTERM → SIGKILL grace for kills. */
   graceSeconds: number;
-  /** The holder already holds the lease for `gpus` (a GPU set kept from initialization). */
-  leaseHeld?: boolean;
+  /**
+   * The holder already holds the lease for `gpus` since this `performance.now()` (a GPU set
+   * kept from its worker's initialization): counted in `leaseHeldMs`.
+   */
+  heldSince?: number;
+  /** Time already spent waiting for the lease before the run (a GPU set's). */
+  waitedMs?: number;
   /**
    * The program's first instruction takes the lease: when it is free, take it before sending
    * `run` and grant it with the program (`lease_held` in the request), saving a round trip.
    */
   leaseFirst?: boolean;
-  /** Called on every `instr` progress frame. */
-  onInstruction?: (index: number) => void;
 }
 
-/** Runs the program and returns how it ended; never throws for worker failures. */
-export async function runProgram(params: RunParams): Promise<RunResult> {
-  const { child, leases, gpus, holder } = params;
-  const started = performance.now();
-  let leaseWaitMs = 0;
-  let leaseHeldMs = 0;
-  let heldSince: number | null = params.leaseHeld && leases ? performance.now() : null;
-  let lastInstruction: number | null = null;
-  let request = params.request;
-  if (leases && heldSince === null && params.leaseFirst && leases.tryAcquire(holder, gpus)) {
-    // What the child's first `acquire` would get at once, one round trip earlier. When the
-    // lease is busy the child asks as usual (its setup overlaps the wait).
-    heldSince = performance.now();
-    request = { ...request, lease_held: true };
+/**
+ * Runs the program and returns how it ended; never throws for worker failures.
+ *
+ * @example A fake child that answers at once
+ * ```ts
+ * import { runProgram } from "./execution.ts";
+ *
+ * let handler: ((frame: { t: string; [k: string]: unknown }) => void) | null = null;
+ * const outcome = { status: "COMPLETED", results: "{}", error: null, parts: [], stdout: null, stderr: null };
+ * const never = new Promise<never>(() => {});
+ * const child = {
+ *   send: () => handler?.({ t: "outcome", c: 1, outcome, retire: null }),
+ *   setHandler: (h: typeof handler) => (handler = h),
+ *   watchExit: () => ({ exited: never, stop: () => {} }),
+ *   kill: () => never,
+ *   exited: never,
+ *   destroySlot: () => Promise.resolve(),
+ * };
+ * const run = await runProgram({
+ *   child, leases: null, gpus: [], holder: { id: "r1" }, timeoutMs: 1000, graceSeconds: 1,
+ *   request: { request_id: "r1", program: "{}", blobs: {}, workspace: "/w", results: "/r",
+ *     output_limit_bytes: 0, max_return_bytes: 1024, sandbox: false },
+ * });
+ * if (run.end.kind !== "outcome") throw new Error(run.end.kind);
+ * ```
+ */
+export function runProgram(params: RunParams): Promise<RunResult> {
+  return new _ProgramRun(params).run();
+}
+
+/** One run's state: the deadline, the lease held, the last instruction seen. */
+class _ProgramRun {
+  readonly #p: RunParams;
+  readonly #started = performance.now();
+  #leaseWaitMs: number;
+  #leaseHeldMs = 0;
+  #heldSince: number | null;
+  #lastInstruction: number | null = null;
+  // The deadline, paused while the child waits for the lease.
+  #remainingMs: number;
+  #runningSince = performance.now();
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #timedOut!: () => void;
+  #done!: (end: RunEnd) => void;
+
+  constructor(params: RunParams) {
+    this.#p = params;
+    this.#leaseWaitMs = params.waitedMs ?? 0;
+    this.#heldSince = params.heldSince !== undefined && params.leases ? params.heldSince : null;
+    this.#remainingMs = params.timeoutMs;
   }
 
-  // Deadline that pauses while the child waits for the lease.
-  let remaining = params.timeoutMs;
-  let runningSince = performance.now();
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  let fireTimeout!: () => void;
-  const timedOut = new Promise<"timeout">((resolve) => (fireTimeout = () => resolve("timeout")));
-  const arm = () => {
-    runningSince = performance.now();
-    timer = setTimeout(fireTimeout, Math.max(0, remaining));
-  };
-  const pause = () => {
-    clearTimeout(timer);
-    remaining -= performance.now() - runningSince;
-  };
-  arm();
-
-  const grant = () => {
-    heldSince = performance.now();
-    child.send({ t: "lease", a: "granted" });
-  };
-  const releaseLease = () => {
-    if (leases && heldSince !== null) {
-      leases.release(holder);
-      leaseHeldMs += performance.now() - heldSince;
-      heldSince = null;
+  async run(): Promise<RunResult> {
+    const { child, leases, gpus, holder } = this.#p;
+    let request = this.#p.request;
+    if (
+      leases && this.#heldSince === null && this.#p.leaseFirst && leases.tryAcquire(holder, gpus)
+    ) {
+      // What the child's first `acquire` would get at once, one round trip earlier. When the
+      // lease is busy the child asks as usual (its setup overlaps the wait).
+      this.#heldSince = performance.now();
+      request = { ...request, lease_held: true };
     }
-  };
+    const timedOut = new Promise<"timeout">((
+      resolve,
+    ) => (this.#timedOut = () => resolve("timeout")));
+    const finished = new Promise<RunEnd>((resolve) => (this.#done = resolve));
+    this.#armDeadline();
+    child.setHandler((frame) => this.#onFrame(frame));
+    child.send({ t: "run", req: request });
 
-  let done!: (end: RunEnd) => void;
-  const finished = new Promise<RunEnd>((resolve) => (done = resolve));
-  const onFrame = (frame: Frame) => {
-    switch (frame.t) {
+    const exitWatch = child.watchExit();
+    const first = await Promise.race([finished, timedOut, exitWatch.exited]);
+    exitWatch.stop();
+    clearTimeout(this.#timer);
+    child.setHandler(null);
+    if (first === "timeout") return await this.#endTimeout();
+    if ("kind" in first) return await this.#endAnswered(first);
+    return this.#endCrashed(first);
+  }
+
+  // ---------------------------------------------------------------- frames
+
+  #onFrame(frame: Frame): void {
+    let report;
+    try {
+      report = parseChildReport(frame);
+    } catch (error) {
+      if (!(error instanceof FrameShapeError)) throw error;
+      this.#done({ kind: "invalid", message: error.message });
+      return;
+    }
+    switch (report.t) {
       case "instr":
-        lastInstruction = typeof frame.i === "number" ? frame.i : lastInstruction;
-        params.onInstruction?.(lastInstruction ?? -1);
+        this.#lastInstruction = report.i;
         return;
       case "lease":
-        if (frame.a === "acquire") {
-          if (!leases || heldSince !== null) {
-            if (!leases) heldSince = heldSince ?? performance.now();
-            child.send({ t: "lease", a: "granted" });
-            return;
-          }
-          pause();
-          const waitStart = performance.now();
-          leases.acquire(holder, gpus).then(() => {
-            leaseWaitMs += performance.now() - waitStart;
-            arm();
-            grant();
-          }, () => {
-            // cancelled: the run is ending anyway
-          });
-        } else if (frame.a === "release") {
-          if (leases) releaseLease();
-          else heldSince = null;
-        }
+        if (report.a === "acquire") this.#onAcquire();
+        else this.#releaseLease();
         return;
       case "outcome":
-        done({
+        this.#done({
           kind: "outcome",
-          outcome: frame.outcome as WorkerOutcome,
-          retire: typeof frame.retire === "string" ? frame.retire : null,
-          cleanup: frame.cleanup === true && typeof frame.retire !== "string",
+          outcome: report.outcome,
+          retire: report.retire,
+          cleanup: report.cleanup === true && report.retire === null,
         });
         return;
       default:
-        done({ kind: "invalid", message: `unexpected worker frame '${frame.t}'` });
+        this.#done({ kind: "invalid", message: `unexpected worker frame '${report.t}'` });
     }
-  };
-  child.setHandler(onFrame);
-  child.send({ t: "run", req: request });
-
-  const exitWatch = child.watchExit();
-  const first = await Promise.race([finished, timedOut, exitWatch.exited]);
-  exitWatch.stop();
-  clearTimeout(timer);
-  child.setHandler(null);
-  const elapsed = () => performance.now() - started;
-  const heldNow = () => leaseHeldMs + (heldSince === null ? 0 : performance.now() - heldSince);
-  const result = (end: RunEnd, held: number, teardown = Promise.resolve()): RunResult => ({
-    end,
-    elapsedMs: elapsed(),
-    leaseWaitMs,
-    leaseHeldMs: held,
-    teardown,
-    cleanup: null,
-  });
-
-  if (first === "timeout") {
-    // Kill under the lease so a still-running kernel cannot overlap the next holder.
-    if (leases && heldSince === null && !leases.isWaiting(holder)) {
-      const waitStart = performance.now();
-      await leases.acquire(holder, gpus);
-      leaseWaitMs += performance.now() - waitStart;
-      heldSince = performance.now();
-    } else if (leases && leases.isWaiting(holder)) {
-      leases.cancel(holder);
-      await leases.acquire(holder, gpus);
-      heldSince = performance.now();
-    }
-    const exit = await _killWithin(child, params.graceSeconds);
-    const timedOutResult = result(
-      { kind: "timeout", exit, cleanupConfirmed: exit !== null },
-      heldNow(),
-    );
-    if (exit !== null) releaseLease();
-    return timedOutResult;
   }
 
-  if ("kind" in first) {
-    if (first.kind === "outcome" && first.retire === null) {
-      const held = heldNow();
-      if (!first.cleanup) {
-        // A reused child released its lease itself after cleanup; make sure nothing is held.
-        releaseLease();
-        return result(first, held);
+  #onAcquire(): void {
+    const { child, leases, gpus, holder } = this.#p;
+    if (!leases || this.#heldSince !== null) {
+      // No leases on a CPU server (its lease times stay 0), or held already.
+      child.send({ t: "lease", a: "granted" });
+      return;
+    }
+    this.#pauseDeadline();
+    const waitStart = performance.now();
+    leases.acquire(holder, gpus).then(() => {
+      this.#leaseWaitMs += performance.now() - waitStart;
+      this.#armDeadline();
+      this.#heldSince = performance.now();
+      child.send({ t: "lease", a: "granted" });
+    }, () => {
+      // cancelled: the run is ending anyway
+    });
+  }
+
+  #releaseLease(): void {
+    if (this.#heldSince === null) return;
+    this.#p.leases?.release(this.#p.holder);
+    this.#leaseHeldMs += performance.now() - this.#heldSince;
+    this.#heldSince = null;
+  }
+
+  // ---------------------------------------------------------------- deadline
+
+  #armDeadline(): void {
+    this.#runningSince = performance.now();
+    this.#timer = setTimeout(this.#timedOut, Math.max(0, this.#remainingMs));
+  }
+
+  #pauseDeadline(): void {
+    clearTimeout(this.#timer);
+    this.#remainingMs -= performance.now() - this.#runningSince;
+  }
+
+  // ---------------------------------------------------------------- ends
+
+  #heldNow(): number {
+    return this.#leaseHeldMs + (this.#heldSince === null ? 0 : performance.now() - this.#heldSince);
+  }
+
+  #result(
+    end: RunEnd,
+    held: number,
+    teardown: Promise<void> = Promise.resolve(),
+    cleanup: Promise<string | null> | null = null,
+  ): RunResult {
+    return {
+      end,
+      elapsedMs: performance.now() - this.#started,
+      leaseWaitMs: this.#leaseWaitMs,
+      leaseHeldMs: held,
+      teardown,
+      cleanup,
+    };
+  }
+
+  /** The deadline passed: kill under the lease so a running kernel cannot overlap the next. */
+  async #endTimeout(): Promise<RunResult> {
+    const { child, leases, gpus, holder } = this.#p;
+    if (leases && this.#heldSince === null) {
+      if (leases.isWaiting(holder)) leases.cancel(holder);
+      const waitStart = performance.now();
+      await leases.acquire(holder, gpus);
+      this.#leaseWaitMs += performance.now() - waitStart;
+      this.#heldSince = performance.now();
+    }
+    const exit = await _killWithin(child, this.#p.graceSeconds);
+    const result = this.#result(
+      { kind: "timeout", exit, cleanupConfirmed: exit !== null },
+      this.#heldNow(),
+    );
+    if (exit !== null) this.#releaseLease();
+    return result;
+  }
+
+  async #endAnswered(end: RunEnd): Promise<RunResult> {
+    const { child, leases, holder } = this.#p;
+    if (end.kind === "invalid") {
+      const exit = await _killWithin(child, this.#p.graceSeconds);
+      const held = this.#heldNow();
+      if (exit !== null) this.#releaseLease();
+      return this.#result(end, held);
+    }
+    if (end.kind === "outcome" && end.retire === null) {
+      const held = this.#heldNow();
+      if (!end.cleanup) {
+        // A kept child released its lease itself after cleanup; make sure nothing is held.
+        this.#releaseLease();
+        return this.#result(end, held);
       }
       // The outcome is final, the child's reuse hygiene is not done yet: it keeps the lease
       // (and the rest of the execution budget, at least 1 s) until its `clean` frame.
-      const budgetMs = Math.max(1000, remaining - (performance.now() - runningSince));
-      const cleanup = _awaitClean(child, budgetMs, params.graceSeconds).then((retire) => {
-        releaseLease();
+      const budgetMs = Math.max(1000, this.#remainingMs - (performance.now() - this.#runningSince));
+      const cleanup = _awaitClean(child, budgetMs, this.#p.graceSeconds).then((retire) => {
+        this.#releaseLease();
         return retire;
       });
-      return { ...result(first, held), cleanup };
-    }
-    if (first.kind === "invalid") {
-      const exit = await _killWithin(child, params.graceSeconds);
-      const held = heldNow();
-      if (exit !== null) releaseLease();
-      return result(first, held);
+      return this.#result(end, held, Promise.resolve(), cleanup);
     }
     // Retiring: the lease stays held through the child's teardown, released once it is gone.
-    const held = heldNow();
+    const held = this.#heldNow();
     leases?.cancel(holder);
-    return result(first, held, child.exited.then(() => releaseLease()));
+    return this.#result(end, held, child.exited.then(() => this.#releaseLease()));
   }
 
-  // The child (and its whole tree) is gone mid-program.
-  leases?.cancel(holder);
-  const held = heldNow();
-  releaseLease();
-  return result({ kind: "crashed", exit: first, instructionIndex: lastInstruction }, held);
+  /** The child (and its whole tree) is gone mid-program. */
+  #endCrashed(exit: ChildExit): RunResult {
+    this.#p.leases?.cancel(this.#p.holder);
+    const held = this.#heldNow();
+    this.#releaseLease();
+    return this.#result({ kind: "crashed", exit, instructionIndex: this.#lastInstruction }, held);
+  }
+}
+
+/** The reason a child leaves its seat after a run that ended so (`null`: it stays). */
+export function retireReason(end: RunEnd): string | null {
+  switch (end.kind) {
+    case "outcome":
+      return end.retire;
+    case "timeout":
+      return "timeout";
+    case "crashed":
+      return "crashed";
+    case "invalid":
+      return "invalid_response";
+  }
 }
 
 /**
@@ -253,7 +337,7 @@ export async function runProgram(params: RunParams): Promise<RunResult> {
  * `budgetMs` or sent anything else).
  */
 async function _awaitClean(
-  child: WorkerChild,
+  child: ChildChannel,
   budgetMs: number,
   graceSeconds: number,
 ): Promise<string | null> {
@@ -278,7 +362,7 @@ async function _awaitClean(
 }
 
 /** Kills the child's tree and waits for confirmation; `null` if the zygote never confirmed. */
-async function _killWithin(child: WorkerChild, graceSeconds: number): Promise<ChildExit | null> {
+async function _killWithin(child: ChildChannel, graceSeconds: number): Promise<ChildExit | null> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   const exit = await Promise.race([
     child.kill(graceSeconds),
@@ -289,8 +373,7 @@ async function _killWithin(child: WorkerChild, graceSeconds: number): Promise<Ch
   clearTimeout(timer);
   if (exit === null) {
     // The zygote did not confirm: kill the whole slot, which takes every process with it.
-    child.slot.destroy();
-    await child.slot.closed;
+    await child.destroySlot();
     return await child.exited;
   }
   return exit;

@@ -1,5 +1,5 @@
 /**
- * Length-prefixed JSON frames over a worker slot's pipes (docs/architecture.md §2.1):
+ * Length-prefixed JSON frames over a worker slot's pipes (docs/architecture.md §3.1):
  * a 4-byte big-endian length, then that many bytes of UTF-8 JSON (one object).
  *
  * @module

@@ -8,12 +8,24 @@
  * child is forked at once, and its device context is created under the per-GPU initialization
  * gate and the lease, after the old child is gone.
  *
+ * ```
+ *   starting ──▶ idle ◀──────────── busy ──(kept child)──▶ idle, readied in the background
+ *                 ▲                  │
+ *                 └── replacing ◀────┘ (retiring child: worker_retired, fork, wait for the old
+ *                                       one to exit, init under gate + lease, worker_ready)
+ * ```
+ *
+ * One module on purpose (~500 lines): choosing, readying and replacing seats are one state
+ * machine over the same idle set, waiters and shutdown flag; split, each part would reach into
+ * the others' state.
+ *
  * @module
  */
-import type { EventLog } from "./events.ts";
+import type { EventLog } from "../http/events.ts";
 import { emptyDirectory, SeatWorkspaces } from "./workspace.ts";
 import type { GpuLeases, LeaseHolder } from "./lease.ts";
-import { type ChildReady, Slot, type SlotCommand, type WorkerChild } from "./slot.ts";
+import { Slot, type SlotCommand } from "./slot.ts";
+import type { ChildReady, SeatChild, SeatSlot } from "./worker_handles.ts";
 
 /** Seat states. `replacing` seats do not count in `request_capacity`. */
 export type SeatState = "starting" | "idle" | "busy" | "replacing" | "broken";
@@ -33,9 +45,9 @@ export interface Seat {
   /** Current state. */
   state: SeatState;
   /** The slot (zygote), when running. */
-  slot: Slot | null;
+  slot: SeatSlot | null;
   /** The ready child, when idle or busy. */
-  child: WorkerChild | null;
+  child: SeatChild | null;
   /** Generation counter (increments per child). */
   generation: number;
   /**
@@ -65,6 +77,8 @@ export interface PoolOptions {
   events: EventLog;
   /** How long one zygote may take to import its modules. */
   slotStartTimeoutMs?: number;
+  /** Starts a seat's slot (default: {@linkcode Slot.start}; tests pass fakes). */
+  startSlot?: (label: string, command: SlotCommand, timeoutMs?: number) => Promise<SeatSlot>;
 }
 
 /** No worker became free in time, or the pool is shutting down. */
@@ -384,7 +398,7 @@ export class WorkerPool {
   }
 
   async #startSlot(seat: Seat): Promise<void> {
-    seat.slot = await Slot.start(
+    seat.slot = await (this.#options.startSlot ?? Slot.start)(
       seat.label,
       this.#options.slotCommand(seat),
       this.#options.slotStartTimeoutMs,
@@ -392,7 +406,7 @@ export class WorkerPool {
   }
 
   /** Forks and initializes a new child on `seat` (under gate and lease on GPU servers). */
-  async #newChild(seat: Seat, startup = false, forked?: Promise<WorkerChild>): Promise<ChildReady> {
+  async #newChild(seat: Seat, startup = false, forked?: Promise<SeatChild>): Promise<ChildReady> {
     const { env, unset } = this.#options.childEnv(seat);
     const child = await (forked ?? seat.slot!.fork({
       env,

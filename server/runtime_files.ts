@@ -1,10 +1,13 @@
 /**
- * Locates the Python worker runtime (`runtime_py/kcoral_runtime`). From a local checkout it is
- * used in place; when this package runs from a registry (`jsr:`), its files are fetched next to
- * the module and written into the server's runtime directory.
+ * Locates the Python worker runtime (`runtime_py/kcoral_runtime`) for the server's workers. From a
+ * local checkout it is used in place; when this package runs from a registry (`jsr:`), its files
+ * are fetched next to the module and written into the server's runtime directory. Where the files
+ * are, and reading one, is `runtime_py/runtime_files.ts` (shared with `kcoral run`).
  *
  * @module
  */
+
+import { RUNTIME_PACKAGE_URL } from "../runtime_py/runtime_files.ts";
 
 /** Files of the `kcoral_runtime` package (kept equal to the directory by a test). */
 export const RUNTIME_FILES: readonly string[] = [
@@ -21,6 +24,7 @@ export const RUNTIME_FILES: readonly string[] = [
   "engine.py",
   "errors.py",
   "files.py",
+  "frames.py",
   "hygiene.py",
   "ipc.py",
   "lease.py",
@@ -44,32 +48,16 @@ export const RUNTIME_FILES: readonly string[] = [
   "zygote.py",
 ];
 
-const _PACKAGE_URL = new URL("../runtime_py/kcoral_runtime/", import.meta.url);
-
-/** URL of a file of the runtime package (e.g. `tools/runner.py`). */
-export function runtimeFileUrl(name: string): URL {
-  return new URL(name, _PACKAGE_URL);
-}
-
-/** Reads one runtime file as text (local or remote). */
-export async function readRuntimeFile(name: string): Promise<string> {
-  const url = runtimeFileUrl(name);
-  if (url.protocol === "file:") return await Deno.readTextFile(url);
-  const response = await fetch(url);
-  if (!response.ok) throw new Error(`cannot fetch ${url}: HTTP ${response.status}`);
-  return await response.text();
-}
-
 /**
  * The directory to put on `PYTHONPATH` so `python -m kcoral_runtime.zygote` works.
  * Remote packages are materialized under `<runtimeDir>/python`.
  */
 export async function runtimePythonPath(runtimeDir: string): Promise<string> {
-  if (_PACKAGE_URL.protocol === "file:") {
-    return decodeURIComponent(new URL("..", _PACKAGE_URL).pathname).replace(/\/$/, "");
+  if (RUNTIME_PACKAGE_URL.protocol === "file:") {
+    return decodeURIComponent(new URL("..", RUNTIME_PACKAGE_URL).pathname).replace(/\/$/, "");
   }
   const root = `${runtimeDir}/python`;
-  await materializeRuntime(_PACKAGE_URL, `${root}/kcoral_runtime`);
+  await materializeRuntime(RUNTIME_PACKAGE_URL, `${root}/kcoral_runtime`);
   return root;
 }
 

@@ -1,11 +1,16 @@
 /**
  * One worker slot: a long-lived Python zygote (in its sandbox when isolation is on) that forks a
  * fresh child process per worker generation, and relays the children's frames over its pipes
- * (docs/architecture.md §2).
+ * (docs/architecture.md §3).
+ *
+ * `Slot` and `WorkerChild` stay in one module (~430 lines): the zygote relays every frame of its
+ * children, so a child's frames, exit and kill all pass through its slot's private state.
  *
  * @module
  */
 import { encodeFrame, type Frame, readFrames } from "./ipc.ts";
+import type { ChildExit, ChildReady, SeatChild, SeatSlot, ZygoteHello } from "./worker_handles.ts";
+import { FrameShapeError, parseZygoteReport } from "./worker_protocol.ts";
 
 /** How to start a slot's zygote. */
 export interface SlotCommand {
@@ -19,36 +24,6 @@ export interface SlotCommand {
   cwd?: string;
   /** Largest frame taken from the zygote (default `MAX_FRAME_BYTES`); a larger one ends it. */
   maxFrameBytes?: number;
-}
-
-/** What a zygote says once its imports are done. */
-export interface ZygoteHello {
-  pid: number;
-  python: string;
-  versions: Record<string, string>;
-  mode: string;
-  /**
-   * `performance.now()` minus the zygote's monotonic clock, in ms (clock alignment): from the
-   * fork round trip that took least time (its midpoint), at first from `hello`'s arrival.
-   */
-  clockOffsetMs: number;
-}
-
-/** What a child reports once its device context exists. */
-export interface ChildReady {
-  target: Record<string, string>;
-  versions: Record<string, string>;
-  deviceUuids: string[];
-}
-
-/** How a child ended. */
-export interface ChildExit {
-  code: number | null;
-  signal: number | null;
-  /** Descendants outlived the child and were killed. */
-  orphans: boolean;
-  /** The whole slot (zygote) died; the child is gone with it. */
-  slotDied: boolean;
 }
 
 /** The zygote stopped answering or died while starting. */
@@ -79,7 +54,7 @@ export class ChildExited extends Error {
 const _STDERR_RING = 8192;
 
 /** A forked worker process of a slot. */
-export class WorkerChild {
+export class WorkerChild implements SeatChild {
   /** The id the server chose (unique within the slot). */
   readonly id: number;
   /** The slot that forked it. */
@@ -170,6 +145,12 @@ export class WorkerChild {
     return this.ready;
   }
 
+  /** Ends the child's whole slot (its zygote stopped answering); resolves once it is gone. */
+  async destroySlot(): Promise<void> {
+    this.slot.destroy();
+    await this.slot.closed;
+  }
+
   /** Asks the zygote to kill the child's process tree; resolves when it is gone. */
   kill(graceSeconds: number): Promise<ChildExit> {
     if (!this.exit) this.slot.send({ t: "kill", c: this.id, grace: graceSeconds });
@@ -193,7 +174,7 @@ export class WorkerChild {
 }
 
 /** One slot: its zygote process and children. */
-export class Slot {
+export class Slot implements SeatSlot {
   /** Stable seat name, e.g. `gpu0/w3` or `cpu/w1`. */
   readonly label: string;
   /** Set once the zygote said hello. */
@@ -396,32 +377,40 @@ export class Slot {
     }
   }
 
-  #onFrame(frame: Frame): void {
-    if (frame.child === true) {
+  #onFrame(raw: Frame): void {
+    if (raw.child === true) {
       // From a child, forwarded by the zygote, which tagged it last (its "c" wins over any the
       // child wrote): only ever that child's, never a zygote frame (hello, forked, exited).
-      this.#children.get(Number(frame.c))?._deliver(frame);
+      this.#children.get(Number(raw.c))?._deliver(raw);
+      return;
+    }
+    let frame;
+    try {
+      frame = parseZygoteReport(raw);
+    } catch (error) {
+      if (!(error instanceof FrameShapeError)) throw error;
+      // The zygote itself breaks the protocol: nothing it says can be trusted any more.
+      this.#fatal ??= error.message;
+      this.#killGroup();
       return;
     }
     switch (frame.t) {
-      case "hello": {
-        const monotonicNs = typeof frame.monotonic_ns === "number" ? frame.monotonic_ns : null;
+      case "hello":
         this.hello = {
-          pid: Number(frame.pid),
-          python: String(frame.python ?? ""),
-          versions: (frame.versions ?? {}) as Record<string, string>,
-          mode: String(frame.mode ?? ""),
-          clockOffsetMs: monotonicNs === null ? 0 : performance.now() - monotonicNs / 1e6,
+          pid: frame.pid,
+          python: frame.python,
+          versions: frame.versions,
+          mode: frame.mode,
+          clockOffsetMs: performance.now() - frame.monotonic_ns / 1e6,
         };
         this.#helloWaiter?.resolve(this.hello);
         this.#helloWaiter = null;
         return;
-      }
       case "error":
-        this.#fatal = String(frame.message ?? "unknown error");
+        this.#fatal = frame.message;
         return;
       case "forked": {
-        const asked = this.#forkAsked.get(Number(frame.c));
+        const asked = this.#forkAsked.get(frame.c);
         if (asked !== undefined && this.hello && typeof frame.monotonic_ns === "number") {
           const now = performance.now();
           if (now - asked < this.#bestRoundTripMs) {
@@ -429,24 +418,21 @@ export class Slot {
             this.hello.clockOffsetMs = (asked + now) / 2 - frame.monotonic_ns / 1e6;
           }
         }
-        this.#forks.get(Number(frame.c))?.(Number(frame.pid));
+        this.#forks.get(frame.c)?.(frame.pid);
         return;
       }
       case "exited": {
-        const id = Number(frame.c);
-        const child = this.#children.get(id);
+        const child = this.#children.get(frame.c);
         if (!child) return;
-        this.#children.delete(id);
+        this.#children.delete(frame.c);
         child._exited({
-          code: typeof frame.code === "number" ? frame.code : null,
-          signal: typeof frame.signal === "number" ? frame.signal : null,
-          orphans: frame.orphans === true,
+          code: frame.code,
+          signal: frame.signal,
+          orphans: frame.orphans,
           slotDied: false,
         });
         return;
       }
-      default:
-        // nothing else comes from the zygote itself
     }
   }
 }

@@ -5,7 +5,7 @@
 import { appInternals, type AppOptions, createApp } from "../server/app.ts";
 import type { WorkerPool } from "../server/pool.ts";
 import type { ServerConfig } from "../server/config.ts";
-import { type RunningServer, serve } from "../server/serve.ts";
+import { type RunningServer, serve } from "../http/serve.ts";
 
 /** A server started for a test. */
 export interface TestServer {

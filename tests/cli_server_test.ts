@@ -1,7 +1,14 @@
 /** `kcoral server` options: defaults, environment variables, precedence, validation, help. */
 import assert from "node:assert/strict";
-import { parseServerArgs, ServerArgsError, ServerHelp } from "../cli/server.ts";
-import { resolveServerConfig } from "../server/config.ts";
+import { parseServerArgs, ServerArgsError, ServerHelp, serverHelpText } from "../cli/server.ts";
+import {
+  ConfigError,
+  resolveServerConfig,
+  type ServerConfig,
+  serverConfigSchema,
+} from "../server/config.ts";
+import { serverConfigOptions, serverListenOptions } from "../server/config_options.ts";
+import type { OptionSpec } from "../options/spec.ts";
 import { callProgram, postProgram } from "./_server.ts";
 
 const ENV = { HOME: "/home/u" };
@@ -145,16 +152,18 @@ Deno.test("kcoral server: environment variables, and flags win over them", () =>
   );
 });
 
+/** The exit status and message `kcoral server` gives for `argv`, or 0 when it is accepted. */
+function code(argv: string[], env: Record<string, string> = ENV) {
+  try {
+    parseServerArgs(argv, env);
+    return 0;
+  } catch (error) {
+    assert.ok(error instanceof ServerArgsError, String(error));
+    return [error.exitCode, error.message] as const;
+  }
+}
+
 Deno.test("kcoral server: invalid settings exit 1, malformed command lines exit 2", () => {
-  const code = (argv: string[], env: Record<string, string> = ENV) => {
-    try {
-      parseServerArgs(argv, env);
-      return 0;
-    } catch (error) {
-      assert.ok(error instanceof ServerArgsError, String(error));
-      return [error.exitCode, error.message] as const;
-    }
-  };
   assert.deepEqual(code(["--port", "0"]), [1, "--port must be between 1 and 65535"]);
   assert.deepEqual(code(["--port", "70000"]), [1, "--port must be between 1 and 65535"]);
   assert.deepEqual(code(["--num-workers", "0"]), [1, "--num-workers must be at least 1"]);
@@ -225,6 +234,189 @@ Deno.test("kcoral server: --help lists every option with its environment variabl
     }
     assert.equal(error.text.includes("--simulate-gpus"), false, "test mode stays out of help");
   }
+});
+
+/** The `--help` text, with wrapped descriptions (on wide terminals) joined back into one line. */
+function helpLines(env: Record<string, string>): string[] {
+  const text = serverHelpText(env).replace(/\n {20,}/g, " ");
+  return text.split("\n").map((line) => line.trim());
+}
+
+/** Every option of `kcoral server`, in `--help` order. */
+const SERVER_OPTIONS: Record<string, OptionSpec> = {
+  ...serverListenOptions,
+  ...serverConfigOptions,
+};
+
+Deno.test("kcoral server: --help shows every table entry with the default it uses and its variable", () => {
+  const lines = helpLines(ENV);
+  const args = parseServerArgs([], ENV);
+  const used: Record<string, unknown> = {
+    ...resolveServerConfig(args.config),
+    host: args.host,
+    port: args.port,
+  };
+  for (const [field, spec] of Object.entries(SERVER_OPTIONS)) {
+    const line = lines.find((l) => l.startsWith(`${spec.flag} `));
+    if (spec.hidden) {
+      assert.equal(line, undefined, `${spec.flag} is hidden`);
+      continue;
+    }
+    assert.ok(line, `${spec.flag} is in --help`);
+    const shown = line.match(/\(default ([^)]*)\)/)?.[1];
+    const value = used[field];
+    const expected = typeof value === "boolean" || value === null ||
+        (Array.isArray(value) && value.length === 0)
+      ? undefined
+      : Array.isArray(value)
+      ? value.join(",")
+      : String(value);
+    assert.equal(shown?.split(" = ")[0], expected, `${spec.flag}: the default --help shows`);
+    assert.equal(line.match(/\[env: (\w+)\]/)?.[1], spec.env, `${spec.flag}: its variable`);
+  }
+});
+
+Deno.test("kcoral server: flags, variables and defaults are the server guide's (seed 002)", () => {
+  // Flag → [default as --help shows it (undefined: none shown), environment variable].
+  const guide: Record<string, [string | undefined, string?]> = {
+    "--host": ["127.0.0.1", "KCORAL_SERVER_HOST"],
+    "--port": ["8000", "KCORAL_SERVER_PORT"],
+    "--device": ["gpu", "KCORAL_SERVER_DEVICE"],
+    "--gpus": ["0", "KCORAL_SERVER_GPUS"],
+    "--num-workers": ["1"],
+    "--workers-per-gpu": ["8"],
+    "--max-requests-per-worker": ["1"],
+    "--worker-termination-grace-seconds": ["5"],
+    "--sandbox": ["bubblewrap"],
+    "--sandbox-readonly-path": [undefined],
+    "--worker-wait-timeout-seconds": ["1800"],
+    "--default-timeout-seconds": ["300"],
+    "--max-timeout-seconds": ["900"],
+    "--max-request-bytes": ["268435456 = 256 MiB"],
+    "--max-response-bytes": ["268435456 = 256 MiB"],
+    "--output-limit-bytes": ["1048576 = 1 MiB"],
+    "--max-output-limit-bytes": ["16777216 = 16 MiB"],
+    "--cache-capacity-bytes": ["17179869184 = 16 GiB"],
+    "--disk-cache-dir": ["/home/u/.cache/kcoral/files"],
+    "--disk-cache-capacity-mbytes": ["16384"],
+    "--log-dir": ["logs", "KCORAL_LOG_DIR"],
+    "--no-log-console": [undefined],
+    "--no-log-programs": [undefined],
+    // Not in the guide: the worker interpreter (ours) and the hidden test mode.
+    "--python": ["python3", "KCORAL_PYTHON"],
+  };
+  const lines = helpLines(ENV);
+  const visible = Object.values(SERVER_OPTIONS).filter((spec) => !spec.hidden);
+  assert.deepEqual(visible.map((spec) => spec.flag).sort(), Object.keys(guide).sort());
+  for (const [flag, [shown, env]] of Object.entries(guide)) {
+    const line = lines.find((l) => l.startsWith(`${flag} `)) ?? "";
+    assert.equal(line.match(/\(default ([^)]*)\)/)?.[1], shown, flag);
+    assert.equal(line.match(/\[env: (\w+)\]/)?.[1], env, flag);
+  }
+  // A configuration object's defaults differ from the command line's only for --log-dir.
+  assert.equal(resolveServerConfig({}).logDir, null);
+  assert.deepEqual(
+    serverConfigSchema.defaults(ENV),
+    resolveServerConfig({ ...parseServerArgs([], ENV).config, logDir: null }),
+  );
+});
+
+Deno.test("kcoral server: every variable of the table is read, and its flag wins over it", () => {
+  // Field → [variable's text, the value it gives, flag's text, the value it gives].
+  const samples: Record<string, [string, unknown, string, unknown]> = {
+    host: ["10.0.0.1", "10.0.0.1", "10.0.0.2", "10.0.0.2"],
+    port: ["9000", 9000, "9001", 9001],
+    device: ["cpu", "cpu", "gpu", "gpu"],
+    gpus: ["2,3", [2, 3], "1", [1]],
+    logDir: ["", null, "/var/log/k", "/var/log/k"],
+    python: ["/opt/py", "/opt/py", "/usr/bin/python3", "/usr/bin/python3"],
+  };
+  const withEnv = Object.entries(SERVER_OPTIONS).filter(([, spec]) => spec.env !== undefined);
+  assert.deepEqual(withEnv.map(([field]) => field).sort(), Object.keys(samples).sort());
+  const valueOf = (args: ReturnType<typeof parseServerArgs>, field: string) =>
+    field === "host" || field === "port" ? args[field] : args.config[field as keyof ServerConfig];
+  for (const [field, spec] of withEnv) {
+    const [envText, envValue, flagText, flagValue] = samples[field];
+    const env = { ...ENV, [spec.env!]: envText };
+    assert.deepEqual(valueOf(parseServerArgs([], env), field), envValue, spec.env);
+    assert.deepEqual(
+      valueOf(parseServerArgs([spec.flag, flagText], env), field),
+      flagValue,
+      `${spec.flag} wins over ${spec.env}`,
+    );
+  }
+});
+
+Deno.test("kcoral server: more settings that exit 1 and command lines that exit 2", () => {
+  for (
+    const [argv, message] of [
+      [["--python", ""], "--python must not be empty"],
+      [["--sandbox-readonly-path", ""], "--sandbox-readonly-path must not be empty"],
+      [["--worker-wait-timeout-seconds", "0"], "--worker-wait-timeout-seconds must be positive"],
+      [["--default-timeout-seconds", "-1"], "--default-timeout-seconds must be positive"],
+      [["--max-request-bytes", "0"], "--max-request-bytes must be positive"],
+      [["--output-limit-bytes", "-1"], "--output-limit-bytes must be non-negative"],
+      [["--max-requests-per-worker", "-1"], "--max-requests-per-worker must be non-negative"],
+    ] as [string[], string][]
+  ) {
+    assert.deepEqual(code(argv), [1, message]);
+  }
+  assert.deepEqual(code([], { ...ENV, KCORAL_SERVER_PORT: "0" }), [
+    1,
+    "--port must be between 1 and 65535",
+  ]);
+  assert.deepEqual(code(["--gpus", "-1"]), [
+    2,
+    "kcoral server: error: argument --gpus: invalid GPU id list: '-1'",
+  ]);
+  assert.deepEqual(code(["--num-workers", "1.5"]), [
+    2,
+    "kcoral server: error: argument --num-workers: invalid int value: '1.5'",
+  ]);
+  assert.deepEqual(code(["--max-timeout-seconds", "inf"]), [
+    2,
+    "kcoral server: error: argument --max-timeout-seconds: invalid float value: 'inf'",
+  ]);
+  assert.deepEqual(code([], { ...ENV, KCORAL_SERVER_PORT: "abc" }), [
+    2,
+    "kcoral server: error: argument KCORAL_SERVER_PORT: invalid int value: 'abc'",
+  ]);
+  assert.deepEqual(code(["--simulate-gpus", "--gpus", "0,1"]), 0, "the hidden option works");
+});
+
+Deno.test("kcoral server: configuration objects are checked against the same table", () => {
+  const message = (input: Record<string, unknown>) => {
+    try {
+      resolveServerConfig(input as Partial<ServerConfig>);
+      return "";
+    } catch (error) {
+      assert.ok(error instanceof ConfigError, String(error));
+      return error.message;
+    }
+  };
+  assert.equal(
+    message({ numWorkers: 0 }),
+    "invalid server configuration: numWorkers: must be at least 1",
+  );
+  assert.equal(
+    message({ gpus: [-1] }),
+    "invalid server configuration: gpus.0: must be non-negative",
+  );
+  assert.equal(
+    message({ bogus: 1 }),
+    'invalid server configuration: config: Unrecognized key: "bogus"',
+  );
+  assert.equal(message({ gpus: [] }), "--gpus needs at least one GPU id");
+  assert.equal(message({ gpus: [], device: "cpu" }), "");
+  assert.equal(
+    message({ sandbox: "none", sandboxReadonlyPaths: ["/opt"] }),
+    "--sandbox-readonly-path requires --sandbox bubblewrap",
+  );
+  const config = resolveServerConfig({ logDir: "", diskCacheDir: "" });
+  assert.equal(config.logDir, null);
+  assert.equal(config.diskCacheDir, null);
+  config.gpus.push(1);
+  assert.deepEqual(resolveServerConfig({}).gpus, [0], "defaults are copied, never shared");
 });
 
 Deno.test("kcoral server: the process prints 'Application startup complete.' and stops on SIGTERM", async () => {

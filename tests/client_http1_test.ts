@@ -1,7 +1,7 @@
-// The plain-HTTP transport of the client (client/_http1.ts): framing, keep-alive, retries on
+// The plain-HTTP transport of the client (client/transport/http1_agent.ts): framing, keep-alive, retries on
 // stale connections, early answers, errors. Scripted raw TCP servers give exact control.
 import assert from "node:assert/strict";
-import { Http1Agent } from "../client/_http1.ts";
+import { Http1Agent } from "../client/transport/http1_agent.ts";
 import { concatBytes } from "../protocol/bytes.ts";
 import { randomBytes } from "./_bytes.ts";
 import { sha256Hex } from "../protocol/hash.ts";
@@ -522,7 +522,7 @@ Deno.test("http1: of concurrent requests after a large answer, one at a time pre
 });
 
 Deno.test("http1: preparing a buffer for a large answer never holds a small answer back", async () => {
-  const { _Prefault } = await import("../client/_http1.ts");
+  const { Prefault } = await import("../client/transport/prefault.ts");
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const echo = (async () => {
     const conn = await listener.accept();
@@ -536,7 +536,7 @@ Deno.test("http1: preparing a buffer for a large answer never holds a small answ
   });
   const size = 512 << 20;
   try {
-    const prefault = new _Prefault(size);
+    const prefault = new Prefault(size);
     await conn.write(new Uint8Array([7]));
     assert.equal(await conn.read(new Uint8Array(1)), 1);
     const touched = prefault.touched;

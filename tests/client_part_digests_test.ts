@@ -1,8 +1,8 @@
-// Digests computed while a multipart response arrives (client/_part_digests.ts), and the
+// Digests computed while a multipart response arrives (client/part_digests.ts), and the
 // aligned placement of the first binary payload; end to end, a corrupted part is still caught.
 import assert from "node:assert/strict";
-import { PartDigests } from "../protocol/_part_digests.ts";
-import { HashThread } from "../protocol/_hash_thread.ts";
+import { PartDigests } from "../protocol/part_digests.ts";
+import { HashThread } from "../protocol/hash_threads.ts";
 import { Client, Program, ProtocolError } from "../mod.ts";
 import { encodeMultipart } from "../protocol/multipart.ts";
 import { sha256Hex } from "../protocol/hash.ts";
@@ -403,7 +403,7 @@ Deno.test("part digests: a spool file short of its payload is never handed out",
 });
 
 Deno.test("hash threads: digests, in-place hashing of shared bytes, spool files, drop", async () => {
-  const { HashThreads } = await import("../protocol/_hash_thread.ts");
+  const { HashThreads } = await import("../protocol/hash_threads.ts");
   const threads = new HashThreads(2);
   const dir = await Deno.makeTempDir();
   try {

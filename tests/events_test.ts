@@ -1,6 +1,6 @@
 /** The event log: layout, events of a request, program records, console mirror, switches. */
 import assert from "node:assert/strict";
-import { EventLog } from "../server/events.ts";
+import { EventLog } from "../http/events.ts";
 import { callProgram, postProgram, startServer } from "./_server.ts";
 
 Deno.test("events: a server run writes events.jsonl and program records", async () => {

@@ -6,13 +6,8 @@ import {
   parseJsonTyped,
   stringifyJson,
 } from "../protocol/mod.ts";
-import {
-  _codePointIndex,
-  _pyFloatRepr,
-  _pyRepr,
-  _pySorted,
-  _pyStrRepr,
-} from "../protocol/_python.ts";
+import { pyFloatRepr, pyRepr, pyStrRepr } from "../protocol/python_repr.ts";
+import { codePointIndex, pySorted } from "../protocol/python_str.ts";
 
 // Expected values computed by CPython (tests/fixtures/protocol/python_vectors.py).
 const vectors = JSON.parse(
@@ -201,13 +196,13 @@ Deno.test("stringifyJson: non-JSON values are TypeErrors", () => {
 
 Deno.test("Python repr, float repr and code-point sort match CPython", () => {
   for (const { code_points, repr } of vectors.repr) {
-    assert.equal(_pyStrRepr(String.fromCodePoint(...code_points)), repr, repr);
+    assert.equal(pyStrRepr(String.fromCodePoint(...code_points)), repr, repr);
   }
-  for (const { value, repr } of vectors.float_repr) assert.equal(_pyFloatRepr(value), repr);
-  assert.deepEqual(_pySorted(vectors.sort_input), vectors.sorted);
+  for (const { value, repr } of vectors.float_repr) assert.equal(pyFloatRepr(value), repr);
+  assert.deepEqual(pySorted(vectors.sort_input), vectors.sorted);
   assert.equal(
-    _pyRepr(parseJsonTyped('[null,true,false,1,1.0,"x",{"k":[2.5]}]')),
+    pyRepr(parseJsonTyped('[null,true,false,1,1.0,"x",{"k":[2.5]}]')),
     "[None, True, False, 1, 1.0, 'x', {'k': [2.5]}]",
   );
-  assert.equal(_codePointIndex("a\u{1f600}b", 3), 2);
+  assert.equal(codePointIndex("a\u{1f600}b", 3), 2);
 });

@@ -8,7 +8,8 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { type AppOptions, createApp } from "../server/app.ts";
 import { ConfigError, type ServerConfig } from "../server/config.ts";
-import { pythonInfo, SandboxConfigError } from "../server/sandbox.ts";
+import { pythonInfo } from "../server/python_info.ts";
+import { SandboxConfigError } from "../server/sandbox.ts";
 import { callProgram, postProgram, startServer, type TestServer } from "./_server.ts";
 
 type Json = Record<string, unknown>;

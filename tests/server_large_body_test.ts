@@ -1,5 +1,5 @@
 // Large request bodies (≥ 8 MiB) are read into reused buffers and their blobs hashed on worker
-// threads while they arrive (protocol/_part_digests.ts): results, error texts and error
+// threads while they arrive (protocol/part_digests.ts): results, error texts and error
 // precedence are the same as for small bodies, and the request reports where its time went.
 import assert from "node:assert/strict";
 import { sha256Hex } from "../protocol/hash.ts";

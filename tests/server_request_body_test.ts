@@ -1,8 +1,8 @@
 // Receiving request bodies (server/request_body.ts): small bodies in one allocation, large ones
 // read in place into a pooled buffer while an observer scans and hashes them.
 import assert from "node:assert/strict";
-import { LARGE_BODY_BYTES, readRequestBody } from "../server/request_body.ts";
-import { PartDigests } from "../protocol/_part_digests.ts";
+import { LARGE_BODY_BYTES, readRequestBody } from "../http/request_body.ts";
+import { PartDigests } from "../protocol/part_digests.ts";
 import { encodeMultipart, parseMultipart } from "../protocol/multipart.ts";
 import { sha256Hex } from "../protocol/hash.ts";
 import { randomBytes } from "./_bytes.ts";

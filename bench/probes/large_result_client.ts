@@ -7,12 +7,12 @@
  * @module
  */
 import { Client } from "../../mod.ts";
-import { Http1Agent } from "../../client/_http1.ts";
-import { _factories } from "../../client/result.ts";
-import { PartDigests } from "../../protocol/_part_digests.ts";
-import { HashThread } from "../../protocol/_hash_thread.ts";
+import { Http1Agent } from "../../client/transport/http1_agent.ts";
+import { RESULT_FACTORIES } from "../../client/result.ts";
+import { PartDigests } from "../../protocol/part_digests.ts";
+import { HashThread } from "../../protocol/hash_threads.ts";
 import { encodeMultipartChunks } from "../../protocol/multipart.ts";
-import { decodeProgramResult, decodeResponseBody } from "../../protocol/response.ts";
+import { decodeProgramResult, decodeResponseBody } from "../../protocol/response_decode.ts";
 import { median, randomAddProgram, startReusedServer } from "./_probe.ts";
 
 const server = await startReusedServer(8, { gpu: Deno.args.includes("gpu") });
@@ -48,7 +48,12 @@ async function raw() {
   const decoded = decodeResponseBody(response.headers.get("content-type"), response.body, {
     marks: digests!.marksFor(response.body),
   });
-  return decodeProgramResult(decoded.body, decoded.parts, _factories, (x) => digests?.lookup(x));
+  return decodeProgramResult(
+    decoded.body,
+    decoded.parts,
+    RESULT_FACTORIES,
+    (x) => digests?.lookup(x),
+  );
 }
 
 const rawMs: number[] = [];

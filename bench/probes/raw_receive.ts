@@ -10,10 +10,10 @@
  *
  * @module
  */
-import { HashThreads } from "../../protocol/_hash_thread.ts";
-import { PartDigests } from "../../protocol/_part_digests.ts";
+import { HashThreads } from "../../protocol/hash_threads.ts";
+import { PartDigests } from "../../protocol/part_digests.ts";
 import { encodeMultipartChunks } from "../../protocol/multipart.ts";
-import { readRequestBody } from "../../server/request_body.ts";
+import { readRequestBody } from "../../http/request_body.ts";
 import { randomFloats } from "../_programs.ts";
 
 const blobs = [randomFloats(16 << 20), randomFloats(16 << 20)].map((f) => new Uint8Array(f.buffer));

@@ -11,7 +11,7 @@ import { isPositional, type OptionSpec, scanOptions } from "./argscan.ts";
 import { resolveConnection } from "./connection.ts";
 import { parseEnvEntries } from "./environment.ts";
 import { relativeParts } from "./paths.ts";
-import { pyRepr } from "./pyrepr.ts";
+import { pyStrRepr } from "../../protocol/python_repr.ts";
 import { isToolName, TOOL_NAMES, type ToolName, TOOLS } from "./tools.ts";
 import { dispatcherHelp, dispatcherUsage, toolHelp, toolUsage } from "./usage.ts";
 import { validateToolArguments } from "./validators.ts";
@@ -220,8 +220,10 @@ function _error(tool: ToolName, message: string, warnings: string[]): RunArgsErr
 }
 
 function _invalidTool(tool: string): RunArgsError {
-  const choices = TOOL_NAMES.map((name) => pyRepr(name)).join(", ");
-  return _dispatchError(`argument tool: invalid choice: ${pyRepr(tool)} (choose from ${choices})`);
+  const choices = TOOL_NAMES.map((name) => pyStrRepr(name)).join(", ");
+  return _dispatchError(
+    `argument tool: invalid choice: ${pyStrRepr(tool)} (choose from ${choices})`,
+  );
 }
 
 function _dispatchError(message: string): RunArgsError {

@@ -14,7 +14,7 @@
  */
 
 import { parsePythonInt } from "./pyint.ts";
-import { pyRepr } from "./pyrepr.ts";
+import { pyStrRepr } from "../../protocol/python_repr.ts";
 
 /** One option of a scanned command line. */
 export interface OptionSpec {
@@ -91,7 +91,7 @@ export function scanOptions(specs: readonly OptionSpec[], tokens: readonly strin
         if (number === undefined) {
           return {
             kind: "error",
-            message: `argument ${_name(spec)}: invalid int value: ${pyRepr(value!)}`,
+            message: `argument ${_name(spec)}: invalid int value: ${pyStrRepr(value!)}`,
           };
         }
         stores.set(spec.dest, number);
@@ -133,7 +133,7 @@ function _consume(
       return { actions, width: 1 };
     }
     const ignored = {
-      message: `argument ${_name(spec)}: ignored explicit argument ${pyRepr(explicit)}`,
+      message: `argument ${_name(spec)}: ignored explicit argument ${pyStrRepr(explicit)}`,
     };
     if (optionString[1] === "-" || explicit === "") return ignored;
     actions.push([spec, undefined]);

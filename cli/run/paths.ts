@@ -4,7 +4,7 @@
  * @module
  */
 
-import { pyRepr } from "./pyrepr.ts";
+import { pyStrRepr } from "../../protocol/python_repr.ts";
 
 /**
  * Check that `name` is a relative POSIX path and return its components.
@@ -24,7 +24,7 @@ export function relativeParts(name: string): { parts: string[] } | { error: stri
   const parts = name.split("/").filter((part) => part !== "" && part !== ".");
   const valid = name !== "" && !name.startsWith("/") && !name.includes("\\") &&
     !name.includes("\0") && parts.length > 0 && !parts.includes("..");
-  return valid ? { parts } : { error: `expected a relative file path: ${pyRepr(name)}` };
+  return valid ? { parts } : { error: `expected a relative file path: ${pyStrRepr(name)}` };
 }
 
 /**

@@ -5,7 +5,7 @@
  * @module
  */
 
-import { readRuntimeFile } from "../../server/runtime_files.ts";
+import { readRuntimeFile } from "../../runtime_py/runtime_files.ts";
 import { type ToolName, TOOLS } from "./tools.ts";
 
 /** The two uploaded module sources of one tool run. */

@@ -1,4 +1,4 @@
-"""The per-request process, forked by the zygote (docs/architecture.md §2).
+"""The per-request process, forked by the zygote (docs/architecture.md §3).
 
 It applies its ``env``/``unset`` first, waits for ``init`` (creates the device context, answers
 ``ready`` or ``init_failed``), then serves ``run`` frames until it retires. Every exit is an
@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 from . import devices, procs
 from .devices import make_backend
 from .engine import Engine
+from .frames import Clean, InitFailed, Outcome, Ready
 from .ipc import FrameSocket
 from .lease import Lease, NoLease
 from .log import log, use_private_fd
@@ -115,11 +116,11 @@ class Child:
             engine.snapshot_state()
         except BaseException as exc:
             self.channel.send(
-                {
-                    "t": "init_failed",
-                    "message": f"{type(exc).__name__}: {exc}",
-                    "traceback": traceback.format_exc()[-8192:],
-                }
+                InitFailed(
+                    t="init_failed",
+                    message=f"{type(exc).__name__}: {exc}",
+                    traceback=traceback.format_exc()[-8192:],
+                )
             )
             _exit(1)
             return
@@ -127,12 +128,7 @@ class Child:
         gc.collect()
         gc.freeze()  # what init created lives as long as we do: keep it out of later collections
         self.channel.send(
-            {
-                "t": "ready",
-                "target": target,
-                "versions": self.versions,
-                "device_uuids": device_uuids,
-            }
+            Ready(t="ready", target=target, versions=self.versions, device_uuids=device_uuids)
         )
 
     def _run(self, req: Dict[str, Any]) -> None:
@@ -141,7 +137,7 @@ class Child:
         last = self.max_requests > 0 and self.served >= self.max_requests
         engine = self.engine
         outcome, retire, detail = engine.execute(req, last)
-        frame: Dict[str, Any] = {"t": "outcome", "outcome": outcome, "retire": retire}
+        frame = Outcome(t="outcome", outcome=outcome, retire=retire)
         if detail is not None:
             frame["retire_detail"] = detail
         pending = engine.reset_pending
@@ -153,7 +149,7 @@ class Child:
         if pending:
             # Reuse hygiene after the answer, still under the lease, before the next request.
             retire, detail = engine.finish_request()
-            clean: Dict[str, Any] = {"t": "clean", "retire": retire}
+            clean = Clean(t="clean", retire=retire)
             if detail is not None:
                 clean["retire_detail"] = detail
             self.channel.send(clean)

@@ -1,6 +1,6 @@
 """Executes one program (spec protocol §2.4–§2.5, server §4) and builds its outcome.
 
-The ``run`` request and ``outcome`` formats are docs/architecture.md §2.3–§2.4.
+The ``run`` request and ``outcome`` formats are docs/architecture.md §3.3–§3.4.
 """
 
 from __future__ import annotations

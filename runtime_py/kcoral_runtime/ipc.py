@@ -1,7 +1,7 @@
 """Frames: a 4-byte big-endian length, then that many bytes of UTF-8 JSON (one object).
 
 Used on the zygote's stdin/stdout pipes (server <-> zygote) and on each child's socketpair
-(zygote <-> child). See docs/architecture.md §2.1.
+(zygote <-> child). See docs/architecture.md §3.1.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Imports the heavy modules once (never creating a CUDA context), then forks one c
 ``fork`` frame and relays frames between the server (its stdin/stdout pipes, moved to private
 fds at startup) and each child (one socketpair per child). It is a child subreaper: a child's
 ``exited`` is sent only once the child and every descendant it left behind are gone.
-See docs/architecture.md §2.
+See docs/architecture.md §3.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ import warnings  # noqa: E402
 from typing import Any, Dict, List, Optional, Set  # noqa: E402
 
 from . import procs, seccomp  # noqa: E402
+from .frames import Exited, Forked, Hello  # noqa: E402
 from .workspace import WorkspaceMounts, drop_capabilities  # noqa: E402
 from .ipc import FrameDecoder, OutQueue, dumps, frame, frame_with_suffix  # noqa: E402
 from .log import log  # noqa: E402
@@ -160,17 +161,17 @@ class Zygote:
     # ------------------------------------------------------------------ loop
 
     def serve(self) -> int:
-        self.send(
-            {
-                "t": "hello",
-                "pid": self.pid,
-                "python": platform.python_version(),
-                "versions": self.versions,
-                "mode": self.mode,
-                "monotonic_ns": time.monotonic_ns(),
-                **({"sim_devices": self.sim_devices} if self.mode == "sim" else {}),
-            }
+        hello = Hello(
+            t="hello",
+            pid=self.pid,
+            python=platform.python_version(),
+            versions=self.versions,
+            mode=self.mode,
+            monotonic_ns=time.monotonic_ns(),
         )
+        if self.mode == "sim":
+            hello["sim_devices"] = self.sim_devices
+        self.send(hello)
         while True:
             timeout = self._timeout()
             for key, mask in self.selector.select(timeout):
@@ -336,7 +337,7 @@ class Zygote:
         self.by_pid[pid] = rec
         self.selector.register(ours, selectors.EVENT_READ, rec)
         # Our clock as we answer: the server times the round trip to align its clock with ours.
-        self.send({"t": "forked", "c": c, "pid": pid, "monotonic_ns": time.monotonic_ns()})
+        self.send(Forked(t="forked", c=c, pid=pid, monotonic_ns=time.monotonic_ns()))
 
     def _become_child(self, ours: socket.socket) -> None:
         """In the forked child: drop every fd and handler that belongs to the zygote."""
@@ -472,10 +473,9 @@ class Zygote:
                 rec.sock.close()
             except OSError:
                 pass
-            frame_obj: Dict[str, Any] = {"t": "exited", "c": rec.c}
-            frame_obj.update(procs.decode_status(rec.status))
-            frame_obj["orphans"] = rec.orphans
-            self.send(frame_obj)
+            status = procs.decode_status(rec.status)
+            self.send(Exited(t="exited", c=rec.c, code=status["code"], signal=status["signal"],
+                             orphans=rec.orphans))
 
     def _stop(self, report: bool) -> None:
         if not self.stopping:

@@ -1,8 +1,9 @@
 /**
- * Builds the HTTP response of a finished program (spec protocol §3.1, §3.3): the result JSON,
- * and, when binary results exist, a multipart body streamed from the part files the worker
- * wrote. The parts are moved out of the worker's results directory first, so the worker can
- * take its next request while the response streams.
+ * The one place where result bodies are made (spec protocol §3.1, §3.3): a finished program's
+ * result JSON and, when binary results exist, a multipart body streamed from the part files the
+ * worker wrote (moved out of the worker's results directory first, so the worker can take its
+ * next request while the response streams); and the FAILED body of a worker that died inside an
+ * instruction.
  *
  * @module
  */
@@ -14,23 +15,20 @@ import {
 } from "../protocol/multipart.ts";
 import { boundaryOccursIn } from "../protocol/multipart.ts";
 import { concatBytes } from "../protocol/bytes.ts";
-import { ERROR_FIELDS, GPU_ACCESS_FIELDS, resultJson } from "../protocol/response.ts";
-import type { OutcomeFile, OutcomePart, WorkerOutcome } from "./execution.ts";
+import { resultJson } from "../protocol/response_encode.ts";
+import { ERROR_FIELDS, GPU_ACCESS_FIELDS } from "../protocol/result_fields.ts";
+import type { ResultMeta } from "../protocol/result_fields.ts";
+import type { OutcomeFile, OutcomePart, WorkerOutcome } from "./worker_protocol.ts";
+import { openWorkerFile, readCaptured, readWorkerFile, WorkerFileError } from "./worker_files.ts";
 
-/** Timings and identity that go into the result JSON. */
-export interface ResponseMeta {
-  requestId: string;
-  queueMs: number;
-  elapsedMs: number;
-  leaseWaitMs: number;
-  leaseHeldMs: number;
-  gpuIds?: number[];
+/** Timings and identity that go into the result JSON (and who a `gpu_access` interfered with). */
+export interface ResponseMeta extends ResultMeta {
   /** `interfered_request_id` for a `gpu_access` error. */
   interferedRequestId?: string | null;
 }
 
-/** A response ready to send, or the signal that it exceeds the size limit. */
-export type BuiltResponse =
+/** A result body ready to send, or the signal that it exceeds the size limit. */
+export type ResultBody =
   | {
     kind: "ok";
     status: "COMPLETED" | "FAILED";
@@ -44,21 +42,21 @@ const _encoder = new TextEncoder();
 const _IN_MEMORY_LIMIT = 1 << 20;
 
 /**
- * Assembles the response for `outcome`. Every file of it (captured output, parts) is first
+ * Assembles the result body of `outcome`. Every file of it (captured output, parts) is first
  * moved into `stagingDir` (created here), out of the worker's reach: there the worker can no
  * longer swap a file for a FIFO between the check and the open (an open that would block for
  * good). The directory is deleted once the body has been sent or cancelled.
  */
-export async function buildResponse(
+export async function buildResultBody(
   outcome: WorkerOutcome,
   meta: ResponseMeta,
   outputLimitBytes: number,
   maxResponseBytes: number,
   stagingDir: string,
-): Promise<BuiltResponse> {
+): Promise<ResultBody> {
   // Created on the first file to take: most answers have none (a trivial one pays nothing).
   const staging = new _Staging(stagingDir);
-  let built: BuiltResponse | undefined;
+  let built: ResultBody | undefined;
   try {
     built = await _build(outcome, meta, outputLimitBytes, maxResponseBytes, staging);
     return built;
@@ -124,7 +122,7 @@ async function _build(
   outputLimitBytes: number,
   maxResponseBytes: number,
   staging: _Staging,
-): Promise<BuiltResponse> {
+): Promise<ResultBody> {
   const claim = async (file: OutcomeFile | null, name: string) =>
     file && file.size > 0 && outputLimitBytes > 0 ? await staging.claim(file, name) : file;
   const [stdout, stderr] = await Promise.all([
@@ -221,87 +219,67 @@ async function _build(
   return { kind: "ok", status: outcome.status, body, contentType, bytes: total };
 }
 
-/** Reads the head of a capture file: at most `limit` bytes, decoded as UTF-8 with replacement. */
-export async function readCaptured(
-  file: OutcomeFile | null,
-  limit: number,
-): Promise<{ text: string; truncated: boolean }> {
-  // Nothing written (the worker's size, taken after capture ended): nothing to open or read.
-  if (!file || limit === 0 || file.size === 0) return { text: "", truncated: false };
-  const handle = await openWorkerFile(file.path);
-  try {
-    const size = (await handle.stat()).size;
-    const want = Math.min(size, limit);
-    const buffer = new Uint8Array(want);
-    const got = await _readFully(handle, buffer);
-    return {
-      text: new TextDecoder("utf-8").decode(buffer.subarray(0, got)),
-      truncated: size > limit,
-    };
-  } finally {
-    handle.close();
-  }
-}
-
-/** A file a worker reported is not the regular file it claims to be (never follow it). */
-export class WorkerFileError extends Error {
-  /** Creates the error. */
-  constructor(message: string) {
-    super(message);
-    this.name = "WorkerFileError";
-  }
+/**
+ * The error of an instruction whose worker died while executing it (spec server §5.4): kind
+ * `runtime`, "worker exited while executing the instruction", no traceback.
+ *
+ * @example
+ * ```ts
+ * import { crashError } from "./result_body.ts";
+ *
+ * const error = crashError(2, { op: "run", id: "boom" });
+ * if (error.instruction_index !== 2 || error.traceback !== "") throw new Error();
+ * ```
+ */
+export function crashError(
+  index: number,
+  instruction: { op: string; id: string | null },
+): Record<string, unknown> {
+  return {
+    kind: "runtime",
+    message: CRASH_MESSAGE,
+    instruction_index: index,
+    instruction_op: instruction.op,
+    instruction_id: instruction.id,
+    traceback: "",
+  };
 }
 
 /**
- * Opens a regular file a worker wrote, refusing a symlink or anything else planted in its place:
- * the file opened must be the very inode `lstat` saw (and, when given, of the expected size).
+ * The FAILED body of a worker that died inside an instruction (`error` from
+ * {@linkcode crashError}): no output, no results.
+ *
+ * @example
+ * ```ts
+ * import { crashError, crashResultBody } from "./result_body.ts";
+ *
+ * const body = crashResultBody(
+ *   { requestId: "r", queueMs: 0, elapsedMs: 1, leaseWaitMs: 0, leaseHeldMs: 0 },
+ *   crashError(2, { op: "run", id: "boom" }),
+ * );
+ * if (JSON.parse(body).error.instruction_id !== "boom") throw new Error();
+ * ```
  */
-export async function openWorkerFile(path: string, expectedSize?: number): Promise<Deno.FsFile> {
-  const before = await Deno.lstat(path).catch(() => null);
-  if (!before || !before.isFile) {
-    throw new WorkerFileError(`worker result ${path} is not a regular file`);
-  }
-  const file = await Deno.open(path, { read: true });
-  try {
-    const after = await file.stat();
-    if (!after.isFile || after.ino !== before.ino || after.dev !== before.dev) {
-      throw new WorkerFileError(`worker result ${path} was replaced while being opened`);
-    }
-    if (expectedSize !== undefined && after.size !== expectedSize) {
-      throw new WorkerFileError(
-        `worker result ${path} has ${after.size} bytes, not ${expectedSize}`,
-      );
-    }
-    return file;
-  } catch (error) {
-    file.close();
-    throw error;
-  }
+export function crashResultBody(meta: ResponseMeta, error: Record<string, unknown>): string {
+  return resultJson({
+    status: "FAILED",
+    requestId: meta.requestId,
+    queueMs: meta.queueMs,
+    elapsedMs: meta.elapsedMs,
+    leaseWaitMs: meta.leaseWaitMs,
+    leaseHeldMs: meta.leaseHeldMs,
+    stdout: "",
+    stderr: "",
+    stdoutTruncated: false,
+    stderrTruncated: false,
+    gpuIds: meta.gpuIds,
+    resultsJson: "{}",
+    errorJson: JSON.stringify(error),
+  });
 }
 
-/** Reads a whole worker result file safely (see {@linkcode openWorkerFile}). */
-export async function readWorkerFile(path: string, expectedSize: number): Promise<Uint8Array> {
-  const file = await openWorkerFile(path, expectedSize);
-  try {
-    const data = new Uint8Array(expectedSize);
-    const got = await _readFully(file, data);
-    if (got !== expectedSize) throw new WorkerFileError(`worker result ${path} changed size`);
-    return data;
-  } finally {
-    file.close();
-  }
-}
-
-/** Reads into `buffer` until it is full or the file ends; returns the bytes read. */
-async function _readFully(file: Deno.FsFile, buffer: Uint8Array): Promise<number> {
-  let got = 0;
-  while (got < buffer.length) {
-    const n = await file.read(buffer.subarray(got));
-    if (n === null) break;
-    got += n;
-  }
-  return got;
-}
+/** The message of a FAILED instruction whose worker died (upstream's). */
+export const CRASH_MESSAGE = "worker exited while executing the instruction";
 
 /** The wire `error` object of a FAILED outcome, with internal fields removed. */
 export function errorJson(outcome: WorkerOutcome, meta: ResponseMeta): string {

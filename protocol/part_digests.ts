@@ -1,16 +1,21 @@
-// SHA-256 of a multipart body's parts computed while the body arrives, so verifying a large
-// returned tensor (client) or uploaded blob (server) overlaps the transfer instead of following
-// it; on the server, blob payloads also written to spool files meanwhile; and the padding that
-// puts the first binary payload at an 8-byte aligned address, so a typed array can view it in
-// place (no 64 MiB copy).
-//
-// This is only an accelerator. The strict parser (protocol/multipart.ts) still decides what the
-// parts are; a digest computed here is used only for a part whose exact byte range it covers,
-// so a body the two read differently is simply hashed again.
+/**
+ * SHA-256 of a multipart body's parts computed while the body arrives, so verifying a large
+ * returned tensor (client) or uploaded blob (server) overlaps the transfer instead of following
+ * it; on the server, blob payloads also written to spool files meanwhile; and the padding that
+ * puts the first binary payload at an 8-byte aligned address, so a typed array can view it in
+ * place (no 64 MiB copy).
+ *
+ * This is only an accelerator. The strict parser (protocol/multipart.ts) still decides what the
+ * parts are; a digest computed here is used only for a part whose exact byte range it covers,
+ * so a body the two read differently is simply hashed again.
+ *
+ * @module
+ */
 
 import { createHash, type Hash } from "node:crypto";
-import { boundaryFromContentType, DelimiterFinder, delimiterMarkPattern } from "./multipart.ts";
-import type { HashSink } from "./_hash_thread.ts";
+import { DelimiterFinder } from "./bytes_search.ts";
+import { boundaryFromContentType, delimiterMarkPattern } from "./multipart.ts";
+import type { HashSink } from "./hash_threads.ts";
 
 const _ALIGN = 8;
 /** The id of a thread hash that was lost with its thread (ids start at 1). */

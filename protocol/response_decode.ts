@@ -1,5 +1,11 @@
-// /execute responses: encoding (server, spec protocol §3.1, §3.3, §2.8) and
-// decoding with every client-side check of upstream's client (§3.3, §3.4).
+/**
+ * `/execute` response decoding with every client-side check of upstream's
+ * client (spec protocol §3.3, §3.4): the body's JSON object and binary parts,
+ * a CACHE_MISS body's missing hashes, a COMPLETED/FAILED body's fields and
+ * values, and what a non-200 body says about itself.
+ *
+ * @module
+ */
 
 import { JsonFloat } from "./json_float.ts";
 import {
@@ -10,13 +16,17 @@ import {
 } from "./json.ts";
 import {
   boundaryFromContentType,
-  type EncodedMultipart,
-  encodeMultipart,
-  type MultipartInput,
   parseMultipart,
   type ParseMultipartOptions,
 } from "./multipart.ts";
 import { isBlobHash } from "./program.ts";
+import { pyListRepr, pyRepr, pyStrRepr } from "./python_repr.ts";
+import {
+  type DecodedResult,
+  ERROR_FIELDS,
+  type ExecutionErrorInfo,
+  GPU_ACCESS_FIELDS,
+} from "./result_fields.ts";
 import {
   type DecodedValue,
   type KnownDigest,
@@ -24,144 +34,22 @@ import {
   ValueDecoder,
   type ValueFactories,
 } from "./values.ts";
-import { _pyFloatRepr, _pyListRepr, _pyRepr, _pyStrRepr } from "./_python.ts";
-
-/** The fields of a COMPLETED/FAILED body, for {@linkcode resultJson}. */
-export interface ResultFields {
-  /** Program outcome. */
-  status: "COMPLETED" | "FAILED";
-  /** The request id (also sent as `X-Request-ID`). */
-  requestId: string;
-  /** Milliseconds waiting for a worker. */
-  queueMs: number;
-  /** Milliseconds from worker assignment to outcome. */
-  elapsedMs: number;
-  /** Part of `elapsedMs` spent waiting for the GPU lease. */
-  leaseWaitMs: number;
-  /** Part of `elapsedMs` spent holding the GPU lease. */
-  leaseHeldMs: number;
-  /** Captured standard output (head). */
-  stdout: string;
-  /** Captured standard error (head). */
-  stderr: string;
-  /** More than the limit was written to stdout. */
-  stdoutTruncated: boolean;
-  /** More than the limit was written to stderr. */
-  stderrTruncated: boolean;
-  /** Physical GPU ids; only when the request set `options.gpu_count`. */
-  gpuIds?: number[];
-  /** Raw JSON text of the `results` object, inserted verbatim. */
-  resultsJson: string;
-  /** Raw JSON text of the `error` object (FAILED only), inserted verbatim. */
-  errorJson?: string;
-}
-
-function _timing(value: number, name: string): string {
-  if (!Number.isFinite(value)) throw new TypeError(`${name} must be a finite number`);
-  return _pyFloatRepr(value);
-}
 
 /**
- * The JSON body of a COMPLETED or FAILED response, keys in upstream's order
- * (spec §3.1). Timings use Python's float spelling (`0.0`, `153.7`);
- * `gpu_ids` and `gpu_count` only when `gpuIds` is given; `error` only for
- * FAILED (required there, forbidden for COMPLETED).
+ * A response that violates the protocol; `message` is upstream's client text.
  *
  * @example
  * ```ts
- * import { resultJson } from "./mod.ts";
+ * import { decodeJsonObject, ResponseError } from "./response_decode.ts";
  *
- * const text = resultJson({
- *   status: "COMPLETED", requestId: "r", queueMs: 0, elapsedMs: 1.5, leaseWaitMs: 0,
- *   leaseHeldMs: 1, stdout: "", stderr: "", stdoutTruncated: false, stderrTruncated: false,
- *   resultsJson: "{}",
- * });
- * if (!text.startsWith('{"status":"COMPLETED","request_id":"r","queue_ms":0.0,"elapsed_ms":1.5,')) {
- *   throw new Error(text);
+ * try {
+ *   decodeJsonObject(new TextEncoder().encode("[]"));
+ *   throw new Error("expected a ResponseError");
+ * } catch (error) {
+ *   if (!(error instanceof ResponseError)) throw error;
  * }
  * ```
  */
-export function resultJson(fields: ResultFields): string {
-  const failed = fields.status === "FAILED";
-  if (fields.status !== "COMPLETED" && !failed) {
-    throw new TypeError("status must be COMPLETED or FAILED");
-  }
-  if (failed !== (fields.errorJson !== undefined)) {
-    throw new TypeError("errorJson is required for FAILED and forbidden for COMPLETED");
-  }
-  let text = `{"status":"${fields.status}","request_id":${JSON.stringify(fields.requestId)}` +
-    `,"queue_ms":${_timing(fields.queueMs, "queueMs")}` +
-    `,"elapsed_ms":${_timing(fields.elapsedMs, "elapsedMs")}` +
-    `,"lease_wait_ms":${_timing(fields.leaseWaitMs, "leaseWaitMs")}` +
-    `,"lease_held_ms":${_timing(fields.leaseHeldMs, "leaseHeldMs")}` +
-    `,"stdout":${JSON.stringify(fields.stdout)},"stderr":${JSON.stringify(fields.stderr)}` +
-    `,"stdout_truncated":${fields.stdoutTruncated ? "true" : "false"}` +
-    `,"stderr_truncated":${fields.stderrTruncated ? "true" : "false"}`;
-  if (fields.gpuIds !== undefined) {
-    if (!fields.gpuIds.every((id) => Number.isSafeInteger(id) && id >= 0)) {
-      throw new TypeError("gpuIds must be non-negative integers");
-    }
-    text += `,"gpu_ids":[${fields.gpuIds.join(",")}],"gpu_count":${fields.gpuIds.length}`;
-  }
-  text += `,"results":${fields.resultsJson}`;
-  if (failed) text += `,"error":${fields.errorJson}`;
-  return text + "}";
-}
-
-/**
- * The CACHE_MISS body (HTTP 200, `application/json`): missing hashes in
- * first-reference order.
- *
- * @example
- * ```ts
- * import { cacheMissJson } from "./mod.ts";
- *
- * if (cacheMissJson("r", ["ab"]) !== '{"status":"CACHE_MISS","request_id":"r","missing_blobs":["ab"]}') {
- *   throw new Error();
- * }
- * ```
- */
-export function cacheMissJson(requestId: string, missing: readonly string[]): string {
-  return `{"status":"CACHE_MISS","request_id":${JSON.stringify(requestId)},"missing_blobs":[${
-    missing.map((hash) => JSON.stringify(hash)).join(",")
-  }]}`;
-}
-
-const _encoder = new TextEncoder();
-
-/**
- * Encode a 200 body (spec §3.3): `application/json` when there are no binary
- * parts, else multipart with `result` first and `return:<i>` in index order
- * (boundary `kcoral-<32 hex>`, re-drawn until absent from every payload).
- *
- * @example
- * ```ts
- * import { encodeExecuteResponse } from "./mod.ts";
- *
- * const plain = encodeExecuteResponse('{"status":"CACHE_MISS"}', []);
- * if (plain.contentType !== "application/json") throw new Error();
- * const multi = encodeExecuteResponse("{}", [new Uint8Array([1])]);
- * if (!multi.contentType.startsWith("multipart/form-data; boundary=kcoral-")) throw new Error();
- * ```
- */
-export function encodeExecuteResponse(
-  json: string,
-  binaryParts: readonly Uint8Array[],
-): EncodedMultipart {
-  const result = _encoder.encode(json);
-  if (binaryParts.length === 0) return { contentType: "application/json", body: result };
-  const parts: MultipartInput[] = [{
-    name: "result",
-    contentType: "application/json",
-    body: result,
-  }];
-  binaryParts.forEach((body, i) => {
-    parts.push({ name: `return:${i}`, contentType: "application/octet-stream", body });
-  });
-  return encodeMultipart(parts);
-}
-
-/** A response that violates the protocol; `message` is upstream's client text. */
 export class ResponseError extends Error {
   /** Create the error with upstream's message text. */
   constructor(message: string, options?: ErrorOptions) {
@@ -170,7 +58,17 @@ export class ResponseError extends Error {
   }
 }
 
-/** A decoded 200 body: its JSON object and binary parts by name. */
+/**
+ * A decoded 200 body: its JSON object and binary parts by name.
+ *
+ * @example
+ * ```ts
+ * import { decodeResponseBody, type ResponseBody } from "./response_decode.ts";
+ *
+ * const decoded: ResponseBody = decodeResponseBody("application/json", new TextEncoder().encode("{}"));
+ * if (decoded.body.size !== 0 || decoded.parts.size !== 0) throw new Error();
+ * ```
+ */
 export interface ResponseBody {
   /** The JSON body (or the multipart `result` part), parsed with float spellings kept. */
   body: TypedJsonObject;
@@ -196,6 +94,15 @@ function _jsonObject(bytes: Uint8Array, invalid: string, notObject: string): Typ
  * Parse a JSON response body that must be an object (strict JSON).
  *
  * @throws {ResponseError} `response is not valid JSON: …` / `JSON response must be an object`.
+ *
+ * @example
+ * ```ts
+ * import { decodeJsonObject } from "./response_decode.ts";
+ *
+ * if (decodeJsonObject(new TextEncoder().encode('{"status":"ok"}')).get("status") !== "ok") {
+ *   throw new Error();
+ * }
+ * ```
  */
 export function decodeJsonObject(bytes: Uint8Array): TypedJsonObject {
   return _jsonObject(bytes, "response is not valid JSON", "JSON response must be an object");
@@ -227,7 +134,7 @@ export function decodeResponseBody(
   const mediaType = (contentType ?? "").split(";", 1)[0].trim().toLowerCase();
   if (mediaType === "application/json") return { body: decodeJsonObject(bytes), parts: new Map() };
   if (mediaType !== "multipart/form-data") {
-    throw new ResponseError(`unsupported response content type: ${_pyStrRepr(mediaType)}`);
+    throw new ResponseError(`unsupported response content type: ${pyStrRepr(mediaType)}`);
   }
   let multipart;
   try {
@@ -252,11 +159,11 @@ export function decodeResponseBody(
       );
     } else {
       if (parts.has(part.name)) {
-        throw new ResponseError(`duplicate response part: ${_pyStrRepr(part.name)}`);
+        throw new ResponseError(`duplicate response part: ${pyStrRepr(part.name)}`);
       }
       if (part.mediaType !== "application/octet-stream") {
         throw new ResponseError(
-          `response part ${_pyStrRepr(part.name)} has the wrong content type`,
+          `response part ${pyStrRepr(part.name)} has the wrong content type`,
         );
       }
       parts.set(part.name, part.body);
@@ -272,6 +179,14 @@ export function decodeResponseBody(
  * The hashes of a CACHE_MISS body: a non-empty array of distinct valid hashes.
  *
  * @throws {ResponseError} with upstream's message.
+ *
+ * @example
+ * ```ts
+ * import { decodeMissingBlobs } from "./response_decode.ts";
+ *
+ * const hash = "a".repeat(64);
+ * if (decodeMissingBlobs(new Map([["missing_blobs", [hash]]]))[0] !== hash) throw new Error();
+ * ```
  */
 export function decodeMissingBlobs(body: TypedJsonObject): string[] {
   const missing = body.get("missing_blobs");
@@ -287,82 +202,6 @@ export function decodeMissingBlobs(body: TypedJsonObject): string[] {
   return missing as string[];
 }
 
-/**
- * The `error` object of a FAILED result (spec §3.4).
- *
- * @example
- * ```ts
- * import type { ExecutionErrorInfo } from "../mod.ts";
- *
- * function describe(error: ExecutionErrorInfo): string {
- *   return `instruction ${error.instructionIndex} (${error.instructionOp}) failed: ${error.message}`;
- * }
- * ```
- */
-export interface ExecutionErrorInfo {
-  /** `parse`, `compile`, `runtime`, `gpu_access`, `correctness`, `serialization`, `unavailable` or `engine`. */
-  kind: string;
-  /** Human-readable message, e.g. `ValueError: bad`. */
-  message: string;
-  /** 0-based index of the failing instruction. */
-  instructionIndex: number;
-  /** `upload`, `get_function`, `run` or `return`. */
-  instructionOp: string;
-  /** The failing instruction's id (`null` for `return`). */
-  instructionId: string | null;
-  /** Python traceback (its last 8192 characters). */
-  traceback: string;
-  /** `gpu_access` only: the CUDA call entered. */
-  cudaCall?: string;
-  /** `gpu_access` only: where it was called. */
-  location?: string;
-  /** `gpu_access` only: the request that held the GPU then, if any. */
-  interferedRequestId?: string | null;
-}
-
-/**
- * A decoded COMPLETED/FAILED body.
- *
- * @example
- * ```ts
- * import { ProgramResult } from "../mod.ts";
- *
- * const result = new ProgramResult({
- *   status: "COMPLETED", requestId: "r", queueMs: 0, elapsedMs: 0, leaseWaitMs: 0, leaseHeldMs: 0,
- *   results: new Map(), stdout: "", stderr: "", stdoutTruncated: false, stderrTruncated: false,
- *   error: null, gpuIds: [],
- * });
- * ```
- */
-export interface DecodedResult<T> {
-  /** Program outcome. */
-  status: "COMPLETED" | "FAILED";
-  /** This attempt's request id. */
-  requestId: string;
-  /** Milliseconds waiting for a worker. */
-  queueMs: number;
-  /** Milliseconds on the worker. */
-  elapsedMs: number;
-  /** Part of `elapsedMs` waiting for the GPU lease. */
-  leaseWaitMs: number;
-  /** Part of `elapsedMs` holding the GPU lease. */
-  leaseHeldMs: number;
-  /** Returned values by key, in response order. */
-  results: Map<string, DecodedValue<T>>;
-  /** Captured stdout. */
-  stdout: string;
-  /** Captured stderr. */
-  stderr: string;
-  /** stdout was truncated. */
-  stdoutTruncated: boolean;
-  /** stderr was truncated. */
-  stderrTruncated: boolean;
-  /** The failure, for FAILED. */
-  error: ExecutionErrorInfo | null;
-  /** GPUs used (empty unless `gpu_count` was requested). */
-  gpuIds: number[];
-}
-
 const _ERROR_KINDS = new Set([
   "parse",
   "compile",
@@ -373,40 +212,6 @@ const _ERROR_KINDS = new Set([
   "unavailable",
   "engine",
 ]);
-/**
- * The fields of a FAILED body's `error` object, in wire order (spec §3.4).
- *
- * @example
- * ```ts
- * import { ERROR_FIELDS } from "./mod.ts";
- *
- * if (ERROR_FIELDS[0] !== "kind" || ERROR_FIELDS.at(-1) !== "traceback") throw new Error();
- * ```
- */
-export const ERROR_FIELDS: readonly string[] = [
-  "kind",
-  "message",
-  "instruction_index",
-  "instruction_op",
-  "instruction_id",
-  "traceback",
-];
-
-/**
- * The fields a `gpu_access` error adds after {@linkcode ERROR_FIELDS}, in wire order.
- *
- * @example
- * ```ts
- * import { GPU_ACCESS_FIELDS } from "./mod.ts";
- *
- * if (!GPU_ACCESS_FIELDS.includes("interfered_request_id")) throw new Error();
- * ```
- */
-export const GPU_ACCESS_FIELDS: readonly string[] = [
-  "cuda_call",
-  "location",
-  "interfered_request_id",
-];
 
 class _Malformed extends Error {}
 
@@ -415,7 +220,7 @@ function _bad(message: string): never {
 }
 
 function _field(body: TypedJsonObject, key: string): TypedJsonValue {
-  if (!body.has(key)) _bad(_pyStrRepr(key)); // Python's KeyError text
+  if (!body.has(key)) _bad(pyStrRepr(key)); // Python's KeyError text
   return body.get(key)!;
 }
 
@@ -475,7 +280,7 @@ function _decodeProgramResult<T>(
 ): DecodedResult<T> {
   const status = _field(body, "status");
   if (status !== "COMPLETED" && status !== "FAILED") {
-    _bad(`unexpected program status ${_pyRepr(status)}`);
+    _bad(`unexpected program status ${pyRepr(status)}`);
   }
   const requestId = _field(body, "request_id");
   const timings = ["queue_ms", "elapsed_ms", "lease_wait_ms", "lease_held_ms"].map((key) =>
@@ -525,7 +330,7 @@ function _decodeProgramResult<T>(
   }
   const unreferenced = decoder.unreferencedParts();
   if (unreferenced.length > 0) {
-    _bad(`unreferenced binary response parts: ${_pyListRepr(unreferenced)}`);
+    _bad(`unreferenced binary response parts: ${pyListRepr(unreferenced)}`);
   }
   const [queueMs, elapsedMs, leaseWaitMs, leaseHeldMs] = timings.map((value) =>
     value instanceof JsonFloat ? value.value : Number(value)
@@ -594,7 +399,17 @@ function _decodeError(error: TypedJsonValue): ExecutionErrorInfo {
   };
 }
 
-/** What a non-200 response says about itself (for `KCoralError`). */
+/**
+ * What a non-200 response says about itself (for `KCoralError`).
+ *
+ * @example
+ * ```ts
+ * import { decodeServerError, type ServerErrorInfo } from "./response_decode.ts";
+ *
+ * const info: ServerErrorInfo = decodeServerError(502, new TextEncoder().encode("bad gateway"));
+ * if (info.message !== "HTTP 502" || info.kind !== null) throw new Error();
+ * ```
+ */
 export interface ServerErrorInfo {
   /** `error.message`, `str(error)` when `error` is not an object, or `HTTP <code>`. */
   message: string;
@@ -605,7 +420,7 @@ export interface ServerErrorInfo {
 }
 
 function _pyStr(value: TypedJsonValue): string {
-  return typeof value === "string" ? value : _pyRepr(value);
+  return typeof value === "string" ? value : pyRepr(value);
 }
 
 function _truthy(value: TypedJsonValue | undefined): boolean {

@@ -1,12 +1,12 @@
 /**
  * Receiving a `POST /execute` body: small bodies in one allocation; large ones read in place
  * into reused buffers while their multipart parts are scanned and hashed on other threads
- * (docs/architecture.md §2.2.2).
+ * (docs/decisions.md, "The large-data path").
  *
  * @module
  */
 import { concatBytes } from "../protocol/bytes.ts";
-import type { PartDigests } from "../protocol/_part_digests.ts";
+import type { PartDigests } from "../protocol/part_digests.ts";
 
 /** Bodies at least this large are read into reused buffers and hashed while they arrive. */
 export const LARGE_BODY_BYTES = 8 * 1024 * 1024;

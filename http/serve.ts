@@ -1,5 +1,5 @@
 /**
- * Runs a server application over HTTP with `Deno.serve`: starts the workers first, then
+ * Runs an application (a KCoral server, or a Router) over HTTP with `Deno.serve`: starts the workers first, then
  * listens and prints `Application startup complete.`; SIGTERM/SIGINT drain requests in flight
  * (new ones get 503), stop every worker, and end the process with status 0. Repeated signals
  * never cut the drain short (an operator pressing Ctrl+C twice must not lose benchmarks): each
@@ -10,7 +10,22 @@
  *
  * @module
  */
-import { type App, appInternals } from "./app.ts";
+import type { EventLog } from "./events.ts";
+
+/** What {@linkcode serve} runs: Web-standard request handling around a start and a stop. */
+export interface HttpApp {
+  /** Handles one HTTP request. */
+  fetch(request: Request, info?: Deno.ServeHandlerInfo): Promise<Response>;
+  /** Starts whatever serving needs; resolves when requests can be taken. */
+  start(): Promise<void>;
+  /**
+   * Graceful stop: refuse new work, finish requests in flight, stop. Reports its progress as
+   * `shutdown_started` and `shutdown_waiting` events with the number of requests `remaining`.
+   */
+  shutdown(): Promise<void>;
+  /** The application's event log (serve reports a restarted listener there). */
+  readonly events: EventLog;
+}
 
 /** How long a stop waits for connections to close once the application is down. */
 const _CLOSE_GRACE_MS = 1000;
@@ -66,7 +81,7 @@ export interface RunningServer {
  * await server.shutdown();
  * ```
  */
-export async function serve(app: App, options: ServeOptions = {}): Promise<RunningServer> {
+export async function serve(app: HttpApp, options: ServeOptions = {}): Promise<RunningServer> {
   const log = options.log ?? ((line: string) => console.error(line));
   await app.start();
   let resolveAddr!: (addr: Deno.NetAddr) => void;
@@ -93,7 +108,7 @@ export async function serve(app: App, options: ServeOptions = {}): Promise<Runni
   const signalHandlers: [Deno.Signal, () => void][] = [];
   // The drain's progress, as the application reports it (upstream's console lines).
   let remaining = 0;
-  const unsubscribe = app.subscribe((event) => {
+  const unsubscribe = app.events.subscribe((event) => {
     if (event.event === "shutdown_started" || event.event === "shutdown_waiting") {
       remaining = Number(event.remaining);
       const lead = event.event === "shutdown_started" ? "Shutdown requested. " : "";
@@ -144,7 +159,7 @@ export async function serve(app: App, options: ServeOptions = {}): Promise<Runni
           () => stopping !== null,
           () => listen(addr.port, () => {}),
           (fields) => {
-            appInternals(app).events.emit("WARNING", "listener_restarted", fields);
+            app.events.emit("WARNING", "listener_restarted", fields);
             log(`kcoral server: listening again after: ${fields.error}`);
           },
         );

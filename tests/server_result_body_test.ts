@@ -1,8 +1,8 @@
-// Building a response from a worker's outcome (server/response.ts): the files it uses, and that
+// Building a response from a worker's outcome (server/result_body.ts): the files it uses, and that
 // nothing of them is left however the body ends.
 import assert from "node:assert/strict";
-import { buildResponse } from "../server/response.ts";
-import type { WorkerOutcome } from "../server/execution.ts";
+import { buildResultBody as buildResponse } from "../server/result_body.ts";
+import type { WorkerOutcome } from "../server/worker_protocol.ts";
 
 const _META = { requestId: "r", queueMs: 0, elapsedMs: 0, leaseWaitMs: 0, leaseHeldMs: 0 };
 

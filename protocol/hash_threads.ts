@@ -1,8 +1,12 @@
-// SHA-256 on worker threads for large bodies: the reading thread copies each new stretch into
-// one of a few reused 4 MiB buffers (a copy costs a fraction of hashing) and goes on reading
-// while the worker hashes; or, for bytes it mirrors in a SharedArrayBuffer, only says which
-// range to hash, so reading never waits for hashing. A thread can also write shared bytes to a
-// new file ("spool" them) while another one hashes them. Used by protocol/_part_digests.ts.
+/**
+ * SHA-256 on worker threads for large bodies: the reading thread copies each new stretch into
+ * one of a few reused 4 MiB buffers (a copy costs a fraction of hashing) and goes on reading
+ * while the worker hashes; or, for bytes it mirrors in a SharedArrayBuffer, only says which
+ * range to hash, so reading never waits for hashing. A thread can also write shared bytes to a
+ * new file ("spool" them) while another one hashes them. Used by protocol/part_digests.ts.
+ *
+ * @module
+ */
 
 const _PIECE = 4 * 1024 * 1024;
 const _BUFFERS = 6;
@@ -253,7 +257,7 @@ export class HashThread implements HashSink {
 
   #start(): Worker {
     if (this.#worker) return this.#worker;
-    const worker = new Worker(new URL("./_hash_thread_worker.ts", import.meta.url), {
+    const worker = new Worker(new URL("./hash_thread_worker.ts", import.meta.url), {
       type: "module",
     });
     worker.onmessage = (event: MessageEvent) => {

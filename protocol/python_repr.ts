@@ -1,22 +1,37 @@
-// Python-compatible spellings used in wire messages: `repr()` of strings and
-// JSON values, float `repr()`, and code-point string ordering.
-//
-// Upstream KCoral builds its 400 messages with f-strings such as
-// `f"duplicate instruction id: {id!r}"`, so byte-identical messages need
-// Python's `repr` rules. This module is private to `protocol/`.
+/**
+ * Python's `repr()` spellings used in wire messages: `repr()` of strings, of
+ * JSON-derived values and of floats.
+ *
+ * Upstream KCoral builds its 400 messages with f-strings such as
+ * `f"duplicate instruction id: {id!r}"`, so byte-identical messages need
+ * Python's `repr` rules. The client and the command line use the same
+ * functions for their own messages (`expected a relative file path: '../x'`).
+ *
+ * @module
+ */
 
 import { JsonFloat } from "./json_float.ts";
 
-/** A value shaped like a Python JSON value, as produced by the typed parser. */
-export type _PyValue =
+/**
+ * A value shaped like a Python JSON value, as produced by the typed parser.
+ *
+ * @example
+ * ```ts
+ * import { type PyValue, pyRepr } from "./python_repr.ts";
+ *
+ * const value: PyValue = new Map([["k", [1, null]]]);
+ * if (pyRepr(value) !== "{'k': [1, None]}") throw new Error();
+ * ```
+ */
+export type PyValue =
   | null
   | boolean
   | number
   | bigint
   | string
   | JsonFloat
-  | readonly _PyValue[]
-  | ReadonlyMap<string, _PyValue>;
+  | readonly PyValue[]
+  | ReadonlyMap<string, PyValue>;
 
 // Python's str.isprintable() is false for these general categories (space
 // excepted). Lone surrogates (Cs) need the surrogate-aware path below.
@@ -26,8 +41,22 @@ function _hex(code: number, width: number): string {
   return code.toString(16).padStart(width, "0");
 }
 
-/** `repr(s)` for a Python `str` (lone surrogates are escaped as Python does). */
-export function _pyStrRepr(s: string): string {
+/**
+ * `repr(s)` for a Python `str`: single quotes unless the text contains a
+ * single quote and no double quote; `\\`, the quote, `\t`, `\n`, `\r`
+ * escaped; other non-printable characters (lone surrogates included) as
+ * `\xNN`, `\uNNNN` or `\UNNNNNNNN`, exactly as CPython does.
+ *
+ * @example
+ * ```ts
+ * import { pyStrRepr } from "./python_repr.ts";
+ *
+ * if (pyStrRepr("../x") !== "'../x'") throw new Error();
+ * if (pyStrRepr("it's") !== `"it's"`) throw new Error();
+ * if (pyStrRepr("a\u00a0\n") !== "'a\\xa0\\n'") throw new Error();
+ * ```
+ */
+export function pyStrRepr(s: string): string {
   const quote = s.includes("'") && !s.includes('"') ? '"' : "'";
   let out = quote;
   // Fast path: plain printable ASCII without quotes or backslashes.
@@ -62,8 +91,15 @@ export function _pyStrRepr(s: string): string {
 /**
  * `repr(x)` for a Python float: shortest round-trip digits, fixed notation
  * for decimal exponents in [-4, 16), otherwise `d.ddde+XX`.
+ *
+ * @example
+ * ```ts
+ * import { pyFloatRepr } from "./python_repr.ts";
+ *
+ * if (pyFloatRepr(1) !== "1.0" || pyFloatRepr(1e16) !== "1e+16") throw new Error();
+ * ```
  */
-export function _pyFloatRepr(x: number): string {
+export function pyFloatRepr(x: number): string {
   if (Number.isNaN(x)) return "nan";
   if (x === Infinity) return "inf";
   if (x === -Infinity) return "-inf";
@@ -83,59 +119,44 @@ export function _pyFloatRepr(x: number): string {
   return sign + body + "e" + (exponent < 0 ? "-" : "+") + (e < 10 ? "0" + e : String(e));
 }
 
-/** `repr()` of a JSON-derived Python value (`None`, `True`, `[1, 'a']`, `{'k': 1.0}`). */
-export function _pyRepr(value: _PyValue | undefined): string {
+/**
+ * `repr()` of a JSON-derived Python value (`None`, `True`, `[1, 'a']`, `{'k': 1.0}`).
+ *
+ * @example
+ * ```ts
+ * import { pyRepr } from "./python_repr.ts";
+ *
+ * if (pyRepr(null) !== "None" || pyRepr([true, "a"]) !== "[True, 'a']") throw new Error();
+ * ```
+ */
+export function pyRepr(value: PyValue | undefined): string {
   if (value === null || value === undefined) return "None";
   if (value === true) return "True";
   if (value === false) return "False";
   if (typeof value === "number") {
-    return Number.isInteger(value) ? String(value === 0 ? 0 : value) : _pyFloatRepr(value);
+    return Number.isInteger(value) ? String(value === 0 ? 0 : value) : pyFloatRepr(value);
   }
   if (typeof value === "bigint") return value.toString();
-  if (typeof value === "string") return _pyStrRepr(value);
-  if (value instanceof JsonFloat) return _pyFloatRepr(value.value);
-  if (Array.isArray(value)) return "[" + value.map((item) => _pyRepr(item)).join(", ") + "]";
+  if (typeof value === "string") return pyStrRepr(value);
+  if (value instanceof JsonFloat) return pyFloatRepr(value.value);
+  if (Array.isArray(value)) return "[" + value.map((item) => pyRepr(item)).join(", ") + "]";
   const entries: string[] = [];
-  for (const [key, item] of value as ReadonlyMap<string, _PyValue>) {
-    entries.push(_pyStrRepr(key) + ": " + _pyRepr(item));
+  for (const [key, item] of value as ReadonlyMap<string, PyValue>) {
+    entries.push(pyStrRepr(key) + ": " + pyRepr(item));
   }
   return "{" + entries.join(", ") + "}";
 }
 
-/** `repr(list_of_str)`, e.g. `['a', 'b']`. */
-export function _pyListRepr(items: readonly string[]): string {
-  return "[" + items.map(_pyStrRepr).join(", ") + "]";
-}
-
-/** Compare two strings by Unicode code points, as Python does. */
-export function _comparePy(a: string, b: string): number {
-  const n = Math.min(a.length, b.length);
-  let i = 0;
-  while (i < n && a.charCodeAt(i) === b.charCodeAt(i)) i++;
-  if (i === n) return a.length - b.length;
-  // Step back onto a shared high surrogate so both sides read whole code points.
-  if (i > 0) {
-    const previous = a.charCodeAt(i - 1);
-    if (previous >= 0xd800 && previous <= 0xdbff) i--;
-  }
-  return (a.codePointAt(i) as number) - (b.codePointAt(i) as number);
-}
-
-/** `sorted(strings)` with Python's code-point order. */
-export function _pySorted(items: Iterable<string>): string[] {
-  return [...items].sort(_comparePy);
-}
-
-/** Number of code points in `s.slice(0, end)` (Python string index of `end`). */
-export function _codePointIndex(s: string, end: number): number {
-  let count = 0;
-  for (let i = 0; i < end; i++) {
-    const code = s.charCodeAt(i);
-    if (code >= 0xd800 && code <= 0xdbff && i + 1 < end) {
-      const low = s.charCodeAt(i + 1);
-      if (low >= 0xdc00 && low <= 0xdfff) i++;
-    }
-    count++;
-  }
-  return count;
+/**
+ * `repr(list_of_str)`, e.g. `['a', 'b']`.
+ *
+ * @example
+ * ```ts
+ * import { pyListRepr } from "./python_repr.ts";
+ *
+ * if (pyListRepr(["a", "b"]) !== "['a', 'b']") throw new Error();
+ * ```
+ */
+export function pyListRepr(items: readonly string[]): string {
+  return "[" + items.map(pyStrRepr).join(", ") + "]";
 }

@@ -1,6 +1,11 @@
-// Worker side of protocol/_hash_thread.ts: incremental SHA-256 per id over transferred buffers
-// (each sent back for reuse) or over ranges of shared memory; and spools, which write ranges of
-// shared memory to a new file instead.
+/**
+ * Worker side of protocol/hash_threads.ts: incremental SHA-256 per id over transferred buffers
+ * (each sent back for reuse) or over ranges of shared memory; and spools, which write ranges of
+ * shared memory to a new file instead.
+ *
+ * @module
+ */
+
 import { createHash, type Hash } from "node:crypto";
 
 interface _Spool {

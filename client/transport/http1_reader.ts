@@ -1,0 +1,288 @@
+/**
+ * Reading one HTTP/1.1 response from a connection: the status line and headers, then a
+ * Content-Length body straight into one buffer (watched by a {@linkcode BodyObserver} as it
+ * arrives), a chunked body, or a body read to the end of the connection. 1xx interim responses
+ * are skipped.
+ *
+ * @module
+ */
+
+import { DelimiterFinder } from "../../protocol/bytes_search.ts";
+import type { BodyObserver, TransportResponse } from "./transport.ts";
+
+/** Size of the first read of a response (and of an idle connection's pending read). */
+export const FIRST_READ_BYTES = 16 * 1024;
+const _HEAD_LIMIT = 64 * 1024;
+const _PREFIX_BYTES = 16 * 1024;
+const _STEP = 2 * 1024 * 1024;
+const _decoder = new TextDecoder("latin1");
+
+/**
+ * Nothing of a response arrived. On a reused idle connection the request is retried once if it
+ * cannot have run: it is idempotent (GET, HEAD), or it was not all sent (`sent` false).
+ */
+export class NothingReceived extends Error {
+  /** The whole request had been written when the connection ended. */
+  sent = false;
+}
+
+/** A read begun on an idle connection: its result is the first read of the next response. */
+export interface PendingRead {
+  /** The buffer being read into. */
+  buffer: Uint8Array;
+  /** The bytes read, `null` at the end of the stream, or the read's error. */
+  read: Promise<number | null | Error>;
+}
+
+/**
+ * The buffer a Content-Length body was read into: its size (padding included), and whether it
+ * was prepared in advance.
+ */
+export interface Allocation {
+  /** Bytes allocated (0: no Content-Length body). */
+  bytes: number;
+  /** The buffer was prepared in advance. */
+  prefaulted: boolean;
+}
+
+/**
+ * Reads one response (after any 1xx interim ones) and says whether the connection may be
+ * reused for another request.
+ */
+export async function readResponse(
+  reader: ResponseReader,
+  method: string,
+  observe?: (headers: Headers) => BodyObserver | undefined,
+): Promise<{ response: TransportResponse; keepAlive: boolean }> {
+  for (;;) {
+    const head = await reader.readHead();
+    const lines = _decoder.decode(head).split("\r\n");
+    const match = /^HTTP\/1\.([01]) (\d{3})(?: .*)?$/.exec(lines[0]);
+    if (!match) throw new Error(`malformed HTTP status line: ${JSON.stringify(lines[0])}`);
+    const minor = match[1];
+    const status = Number(match[2]);
+    const headers = new Headers();
+    for (const line of lines.slice(1)) {
+      if (line === "") continue;
+      const colon = line.indexOf(":");
+      if (colon <= 0 || /^[ \t]/.test(line)) {
+        throw new Error(`malformed HTTP header line: ${JSON.stringify(line)}`);
+      }
+      headers.append(line.slice(0, colon).trim(), line.slice(colon + 1).trim());
+    }
+    // Interim answers (100 Continue, 103 Early Hints) come before the real one; 101 Switching
+    // Protocols is final (nothing asked for it): a non-200 answer like any other.
+    if (status >= 100 && status < 200 && status !== 101) continue;
+    const connection = (headers.get("connection") ?? "").toLowerCase();
+    // A connection that switched protocols (101) is no longer HTTP/1.1: never reused.
+    let keepAlive = status !== 101 &&
+      (minor === "1" ? !/\bclose\b/.test(connection) : /\bkeep-alive\b/.test(connection));
+    let body: Uint8Array;
+    const encoding = (headers.get("transfer-encoding") ?? "").toLowerCase().trim();
+    const lengthHeader = headers.get("content-length");
+    if (method === "HEAD" || status === 101 || status === 204 || status === 304) {
+      body = new Uint8Array(0);
+    } else if (encoding !== "") {
+      // Only chunked, alone: a coding under it (gzip, chunked) is not decoded here.
+      if (encoding !== "chunked") {
+        throw new Error(`unsupported transfer-encoding: ${encoding}`);
+      }
+      body = await reader.readChunked();
+    } else if (lengthHeader !== null) {
+      const values = new Set(lengthHeader.split(",").map((v) => v.trim()));
+      const [value] = values;
+      if (values.size !== 1 || !/^\d+$/.test(value) || !Number.isSafeInteger(Number(value))) {
+        throw new Error(`malformed content-length: ${JSON.stringify(lengthHeader)}`);
+      }
+      body = await reader.readExact(Number(value), observe?.(headers));
+    } else {
+      body = await reader.readToEnd();
+      keepAlive = false;
+    }
+    return { response: { status, headers, body }, keepAlive };
+  }
+}
+
+/** Buffered reads from a connection; large bodies are read straight into their buffer. */
+export class ResponseReader {
+  readonly #conn: Deno.TcpConn;
+  #buffer: Uint8Array;
+  /** A read begun while the connection was idle (into `#buffer`): the first one to use. */
+  #first: Promise<number | null | Error> | null;
+  #start = 0;
+  #end = 0;
+  #received = false;
+
+  readonly #prepared: (total: number) => Uint8Array | null;
+  /** The last Content-Length body's buffer. */
+  allocated: Allocation = { bytes: 0, prefaulted: false };
+
+  /**
+   * A reader of `conn`; `pooled` is the read begun while it was idle, `prepared` may supply a
+   * buffer (prepared in advance) for a Content-Length body of `total` bytes.
+   */
+  constructor(
+    conn: Deno.TcpConn,
+    pooled?: PendingRead,
+    prepared: (total: number) => Uint8Array | null = () => null,
+  ) {
+    this.#prepared = prepared;
+    this.#conn = conn;
+    this.#buffer = pooled?.buffer ?? new Uint8Array(FIRST_READ_BYTES);
+    this.#first = pooled?.read ?? null;
+  }
+
+  /** Whether no bytes beyond the response were received (else the connection is not reused). */
+  get drained(): boolean {
+    return this.#start === this.#end;
+  }
+
+  async #fill(): Promise<boolean> {
+    if (this.#start > 0) {
+      this.#buffer.copyWithin(0, this.#start, this.#end);
+      this.#end -= this.#start;
+      this.#start = 0;
+    }
+    if (this.#end === this.#buffer.length) {
+      const grown = new Uint8Array(this.#buffer.length * 2);
+      grown.set(this.#buffer);
+      this.#buffer = grown;
+    }
+    let n: number | null;
+    try {
+      if (this.#first) {
+        const first = await this.#first;
+        this.#first = null;
+        if (first instanceof Error) throw first;
+        n = first;
+      } else {
+        n = await this.#conn.read(this.#buffer.subarray(this.#end));
+      }
+    } catch (error) {
+      if (!this.#received) throw new NothingReceived("connection reset", { cause: error });
+      throw error;
+    }
+    if (n === null) {
+      if (!this.#received) throw new NothingReceived("connection closed");
+      return false;
+    }
+    this.#received = true;
+    this.#end += n;
+    return true;
+  }
+
+  /** The response head up to (without) its blank line. */
+  async readHead(): Promise<Uint8Array> {
+    const head = await this.#until(_CRLFCRLF, "HTTP response head too large", "the response head");
+    return head.slice();
+  }
+
+  /** One CRLF-terminated line of a chunked body (latin1). */
+  async readLine(): Promise<string> {
+    return _decoder.decode(await this.#until(_CRLF, "HTTP chunk line too long", "a chunked body"));
+  }
+
+  /** The bytes before the next `delimiter` (valid until the next read), consumed with it. */
+  async #until(delimiter: DelimiterFinder, tooLong: string, inside: string): Promise<Uint8Array> {
+    let from = this.#start;
+    for (;;) {
+      const back = delimiter.pattern.length - 1;
+      const at = delimiter.find(
+        this.#buffer.subarray(0, this.#end),
+        Math.max(this.#start, from - back),
+      );
+      if (at >= 0) {
+        const bytes = this.#buffer.subarray(this.#start, at);
+        this.#start = at + delimiter.pattern.length;
+        return bytes;
+      }
+      if (this.#end - this.#start > _HEAD_LIMIT) throw new Error(tooLong);
+      from = this.#end;
+      const shift = this.#start;
+      if (!(await this.#fill())) throw new Error(`connection closed inside ${inside}`);
+      from -= shift;
+    }
+  }
+
+  /** Copies exactly `target.length` bytes into `target`. */
+  async readInto(target: Uint8Array): Promise<void> {
+    const buffered = Math.min(this.#end - this.#start, target.length);
+    target.set(this.#buffer.subarray(this.#start, this.#start + buffered));
+    this.#start += buffered;
+    let offset = buffered;
+    while (offset < target.length) {
+      const n = await this.#conn.read(target.subarray(offset));
+      if (n === null) throw new Error("connection closed before the end of the response body");
+      offset += n;
+    }
+  }
+
+  /** A Content-Length body of `length` bytes, watched by `observer` as it arrives. */
+  async readExact(length: number, observer?: BodyObserver): Promise<Uint8Array> {
+    if (!observer) {
+      const body = this.#allocate(length);
+      await this.readInto(body);
+      return body;
+    }
+    const want = Math.min(length, _PREFIX_BYTES);
+    while (this.#end - this.#start < want) {
+      if (!(await this.#fill())) break;
+    }
+    const prefix = this.#buffer.subarray(this.#start, Math.min(this.#end, this.#start + length));
+    const pad = observer.pad(prefix);
+    const body = this.#allocate(pad + length).subarray(pad, pad + length);
+    body.set(prefix);
+    this.#start += prefix.length;
+    let offset = prefix.length;
+    await observer.update(body, offset);
+    while (offset < length) {
+      const n = await this.#conn.read(body.subarray(offset, Math.min(length, offset + _STEP)));
+      if (n === null) throw new Error("connection closed before the end of the response body");
+      offset += n;
+      await observer.update(body, offset);
+    }
+    return body;
+  }
+
+  #allocate(total: number): Uint8Array {
+    const prepared = this.#prepared(total);
+    this.allocated = { bytes: total, prefaulted: prepared !== null };
+    return prepared ? prepared.subarray(0, total) : new Uint8Array(total);
+  }
+
+  /** A chunked body (trailer fields are read and ignored). */
+  async readChunked(): Promise<Uint8Array> {
+    let body = new Uint8Array(64 * 1024);
+    let length = 0;
+    for (;;) {
+      const line = await this.readLine();
+      const sizeText = line.split(";")[0].trim();
+      if (!/^[0-9a-fA-F]{1,15}$/.test(sizeText)) {
+        throw new Error(`malformed chunk size: ${JSON.stringify(line)}`);
+      }
+      const size = parseInt(sizeText, 16);
+      if (size === 0) break;
+      if (length + size > body.length) {
+        const grown = new Uint8Array(Math.max(body.length * 2, length + size));
+        grown.set(body.subarray(0, length));
+        body = grown;
+      }
+      await this.readInto(body.subarray(length, length + size));
+      length += size;
+      if ((await this.readLine()) !== "") throw new Error("malformed chunked body");
+    }
+    while ((await this.readLine()) !== "") { /* trailer fields are ignored */ }
+    return body.subarray(0, length);
+  }
+
+  /** Everything until the server closes the connection. */
+  async readToEnd(): Promise<Uint8Array> {
+    while (await this.#fill()) { /* until the server closes */ }
+    const body = this.#buffer.slice(this.#start, this.#end);
+    this.#start = this.#end;
+    return body;
+  }
+}
+
+const _CRLF = new DelimiterFinder(new Uint8Array([13, 10]));
+const _CRLFCRLF = new DelimiterFinder(new Uint8Array([13, 10, 13, 10]));

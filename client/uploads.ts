@@ -1,0 +1,121 @@
+/**
+ * Encoding of upload values for the program builder (spec protocol §5.2): the per-kind
+ * instruction fields and blob of {@linkcode encodeUpload} (`module`, `tensor`, `bytes`,
+ * `library`), snapshots of bytes-like values, and workspace-relative paths. Everything is
+ * validated and copied before the builder changes anything.
+ *
+ * @module
+ */
+
+import { sha256Hex } from "../protocol/hash.ts";
+import { normalizeFilePath, PathError } from "../protocol/paths.ts";
+import { ValidationError } from "./errors.ts";
+import type { UploadOptions } from "./program_options.ts";
+import { tensorFields } from "./tensor.ts";
+
+/**
+ * A private copy of a bytes-like value (`ArrayBuffer`, `SharedArrayBuffer` or any
+ * `ArrayBufferView`); anything else is a `TypeError` with `message`.
+ *
+ * @example
+ * ```ts
+ * import { bytesLike } from "./uploads.ts";
+ *
+ * const source = new Uint16Array([1]);
+ * const copy = bytesLike(source, "not bytes");
+ * source[0] = 2;
+ * if (copy.length !== 2 || copy[0] !== 1) throw new Error();
+ * ```
+ */
+export function bytesLike(value: unknown, message: string): Uint8Array {
+  if (value instanceof ArrayBuffer || value instanceof SharedArrayBuffer) {
+    return new Uint8Array(value).slice();
+  }
+  if (ArrayBuffer.isView(value)) {
+    return new Uint8Array(value.buffer, value.byteOffset, value.byteLength).slice();
+  }
+  throw new TypeError(message);
+}
+
+/**
+ * A normalized workspace-relative path (spec §2.6); a path breaking the rules is a
+ * `ValidationError` with upstream's message.
+ *
+ * @example
+ * ```ts
+ * import { workspacePath } from "./uploads.ts";
+ *
+ * if (workspacePath("./inputs//a.txt") !== "inputs/a.txt") throw new Error();
+ * ```
+ */
+export function workspacePath(path: unknown): string {
+  try {
+    return normalizeFilePath(path);
+  } catch (error) {
+    if (error instanceof PathError) throw new ValidationError(error.message, { cause: error });
+    throw error;
+  }
+}
+
+/** An upload instruction without its id, and the blob it names (none for `module`). */
+export interface EncodedUpload {
+  /** `op`, `kind` and the kind's fields, in wire order. */
+  instruction: Record<string, unknown>;
+  /** `[SHA-256, bytes]` of the blob (a private copy). */
+  blob?: [string, Uint8Array];
+}
+
+/**
+ * The instruction fields and blob of an upload of kind `module`, `tensor`, `bytes` or
+ * `library` (see {@linkcode UploadOptions} for the accepted values).
+ *
+ * @throws {TypeError} for a value of the wrong type or fields the kind does not take.
+ * @throws {ValidationError} for an unknown kind or an invalid tensor.
+ *
+ * @example
+ * ```ts
+ * import { encodeUpload } from "./uploads.ts";
+ *
+ * const { instruction, blob } = encodeUpload({ kind: "bytes", value: new Uint8Array([1]) });
+ * if (instruction.blob !== blob?.[0] || blob?.[1][0] !== 1) throw new Error();
+ * ```
+ */
+export function encodeUpload(options: UploadOptions): EncodedUpload {
+  const { kind } = options;
+  const source = options.source ?? undefined;
+  const value = options.value ?? undefined;
+  const dtype = options.dtype ?? undefined;
+  const shape = options.shape ?? undefined;
+  if (kind === "module") {
+    if (typeof source !== "string") throw new TypeError("module upload requires string 'source'");
+    if (value !== undefined || dtype !== undefined || shape !== undefined) {
+      throw new TypeError("module upload does not accept tensor fields");
+    }
+    return { instruction: { op: "upload", kind: "module", source } };
+  }
+  if (kind === "tensor") {
+    if (source !== undefined) throw new TypeError("tensor upload does not accept 'source'");
+    const fields = tensorFields(value, dtype, shape);
+    const hash = sha256Hex(fields.bytes);
+    return {
+      instruction: {
+        op: "upload",
+        kind: "tensor",
+        blob: hash,
+        dtype: fields.dtype,
+        shape: Object.freeze(fields.shape),
+      },
+      blob: [hash, fields.bytes],
+    };
+  }
+  if (kind === "bytes" || kind === "library") {
+    if (source !== undefined) throw new TypeError(`${kind} upload does not accept 'source'`);
+    if (dtype !== undefined || shape !== undefined) {
+      throw new TypeError(`${kind} upload does not accept tensor fields`);
+    }
+    const bytes = bytesLike(value, `${kind} upload requires a bytes-like 'value'`);
+    const hash = sha256Hex(bytes);
+    return { instruction: { op: "upload", kind, blob: hash }, blob: [hash, bytes] };
+  }
+  throw new ValidationError("upload kind must be 'module', 'tensor', 'bytes', or 'library'");
+}

@@ -1,0 +1,38 @@
+/**
+ * Work an application leaves running after a request has been answered (cache writes, a
+ * finished workspace's removal, a GPU set's teardown): tracked so that a stop waits for it, and
+ * so that its failure never becomes an unhandled rejection.
+ *
+ * @module
+ */
+
+/**
+ * A set of background tasks.
+ *
+ * @example
+ * ```ts
+ * import { Background } from "./background.ts";
+ *
+ * const background = new Background();
+ * let done = false;
+ * background.track(new Promise<void>((resolve) => setTimeout(() => { done = true; resolve(); }, 5)));
+ * background.track(Promise.reject(new Error("ignored")));
+ * await background.settled();
+ * if (!done) throw new Error();
+ * ```
+ */
+export class Background {
+  readonly #tasks = new Set<Promise<void>>();
+
+  /** Tracks `task` until it settles (its failure is dropped). */
+  track(task: Promise<unknown>): void {
+    const tracked = task.then(() => {}, () => {});
+    this.#tasks.add(tracked);
+    tracked.finally(() => this.#tasks.delete(tracked));
+  }
+
+  /** Resolves once every task tracked so far, and any they started meanwhile, has settled. */
+  async settled(): Promise<void> {
+    while (this.#tasks.size > 0) await Promise.allSettled([...this.#tasks]);
+  }
+}

@@ -1,0 +1,27 @@
+/**
+ * What a KCoral server and a Router share over HTTP: {@linkcode serve} over any
+ * {@linkcode HttpApp}, the route table, request-body intake and its reused buffers, the typed
+ * {@linkcode Rejection} that any stage throws for an ERROR answer, request ids, requests in
+ * flight and the drain of a stop, background work, and the event log.
+ *
+ * @example
+ * ```ts
+ * import { Rejection, requestId } from "./mod.ts";
+ *
+ * const id = requestId(new Headers());
+ * const response = new Rejection(503, "busy", "server saturated", "no_worker").response(id);
+ * if (response.status !== 503) throw new Error();
+ * ```
+ *
+ * @module
+ */
+
+export * from "./background.ts";
+export * from "./body_buffers.ts";
+export * from "./events.ts";
+export * from "./in_flight.ts";
+export * from "./rejection.ts";
+export * from "./request_body.ts";
+export * from "./request_id.ts";
+export * from "./routes.ts";
+export * from "./serve.ts";

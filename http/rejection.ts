@@ -1,0 +1,82 @@
+/**
+ * A request turned away with an ERROR body (spec protocol §3.5): a typed error that any stage
+ * of a request may throw, caught in one place that makes both the response and its log record
+ * (as Hono's `HTTPException` with one `errorHandler`).
+ *
+ * @module
+ */
+import { errorBody } from "../protocol/errors.ts";
+
+/**
+ * An ERROR answer: HTTP `status`, the body's `kind` and `message`, and for the log the
+ * `finish_reason` and the fields of its `request_finished` record.
+ *
+ * @example
+ * ```ts
+ * import { Rejection } from "./rejection.ts";
+ *
+ * const busy = new Rejection(503, "busy", "server saturated", "no_worker", { queue_ms: 0 });
+ * const response = busy.response("0f6c2b4e-1111-4222-8333-444455556666");
+ * if (response.status !== 503 || response.headers.get("retry-after") !== "1") throw new Error();
+ * ```
+ */
+export class Rejection extends Error {
+  /** HTTP status (400, 413, 500, 502, 503, 504). */
+  readonly status: number;
+  /** `error.kind` of the body (`parse`, `busy`, `timeout`, ...). */
+  readonly kind: string;
+  /** `finish_reason` of the log record (`rejected`, `no_worker`, `timeout`, ...). */
+  readonly reason: string;
+  /** The rest of the log record (`error_kind`, `worker_id`, ...). */
+  readonly fields: Record<string, unknown>;
+
+  /** Creates the rejection; `message` is the body's `error.message`. */
+  constructor(
+    status: number,
+    kind: string,
+    message: string,
+    reason: string,
+    fields: Record<string, unknown> = {},
+  ) {
+    super(message);
+    this.name = "Rejection";
+    this.status = status;
+    this.kind = kind;
+    this.reason = reason;
+    this.fields = fields;
+  }
+
+  /** The ERROR response (`X-Request-ID`; `Retry-After: 1` with a 503). */
+  response(requestId: string): Response {
+    const headers: Record<string, string> = {
+      "content-type": "application/json",
+      "x-request-id": requestId,
+    };
+    if (this.status === 503) headers["retry-after"] = "1";
+    return new Response(errorBody(requestId, this.kind, this.message), {
+      status: this.status,
+      headers,
+    });
+  }
+}
+
+/**
+ * The log fields of an unexpected error (it becomes a 500 `engine` "internal server error"):
+ * `error_kind` `unhandled`, `"Type: message"`, and the stack's last 8192 characters.
+ *
+ * @example
+ * ```ts
+ * import { unhandledFields } from "./rejection.ts";
+ *
+ * const fields = unhandledFields(new TypeError("x is undefined"));
+ * if (fields.error_message !== "TypeError: x is undefined") throw new Error();
+ * ```
+ */
+export function unhandledFields(error: unknown): Record<string, unknown> {
+  const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+  return {
+    error_kind: "unhandled",
+    error_message: message.slice(0, 2048),
+    traceback: error instanceof Error ? (error.stack ?? "").slice(-8192) : "",
+  };
+}

@@ -1,0 +1,111 @@
+/**
+ * Routing as data (as Hono keeps `routes` and matches them): a table of paths, the methods each
+ * answers and its handler, shared by the server and the Router; plus the small JSON answers
+ * every route uses.
+ *
+ * @module
+ */
+
+/** Handles one matched request. */
+export type Handler = (
+  request: Request,
+  info: Deno.ServeHandlerInfo | undefined,
+) => Promise<Response> | Response;
+
+/** One route. */
+export interface Route {
+  /** The exact path (`/health`). */
+  path: string;
+  /** Methods it answers (`HEAD` is answered where `GET` is). */
+  methods: readonly string[];
+  /** The handler. */
+  handler: Handler;
+  /** Only loopback clients see it (others get 404), as upstream's `/internal/worker-status`. */
+  loopbackOnly?: boolean;
+}
+
+/**
+ * Finds the route of `request` and runs it: 404 `{"detail":"Not Found"}` for an unknown path,
+ * 405 with `Allow` for a method the route does not answer (FastAPI's bodies, as upstream).
+ *
+ * @example
+ * ```ts
+ * import { route } from "./routes.ts";
+ *
+ * const routes = [{ path: "/health", methods: ["GET"], handler: () => new Response("ok") }];
+ * const ok = await route(routes, new Request("http://x/health"), undefined);
+ * const missing = await route(routes, new Request("http://x/nope"), undefined);
+ * const wrong = await route(routes, new Request("http://x/health", { method: "POST" }), undefined);
+ * if (ok.status !== 200 || missing.status !== 404 || wrong.status !== 405) throw new Error();
+ * ```
+ */
+export async function route(
+  routes: readonly Route[],
+  request: Request,
+  info: Deno.ServeHandlerInfo | undefined,
+): Promise<Response> {
+  const path = new URL(request.url).pathname;
+  const match = routes.find((r) => r.path === path && (!r.loopbackOnly || isLoopback(info)));
+  if (!match) return jsonResponse(404, '{"detail":"Not Found"}');
+  const method = request.method === "HEAD" && match.methods.includes("GET")
+    ? "GET"
+    : request.method;
+  if (!match.methods.includes(method)) {
+    return new Response('{"detail":"Method Not Allowed"}', {
+      status: 405,
+      headers: { "content-type": "application/json", allow: match.methods.join(", ") },
+    });
+  }
+  return await match.handler(request, info);
+}
+
+/**
+ * A JSON response (`X-Request-ID` when a request id is given).
+ *
+ * @example
+ * ```ts
+ * import { jsonResponse } from "./routes.ts";
+ *
+ * const response = jsonResponse(200, '{"status":"ok"}');
+ * if (response.headers.get("content-type") !== "application/json") throw new Error();
+ * ```
+ */
+export function jsonResponse(status: number, body: string, requestId?: string): Response {
+  const headers: Record<string, string> = { "content-type": "application/json" };
+  if (requestId) headers["x-request-id"] = requestId;
+  return new Response(body, { status, headers });
+}
+
+/**
+ * Whether the client is on this machine (`127.0.0.0/8`, `::1`, `::ffff:127.0.0.1`).
+ *
+ * @example
+ * ```ts
+ * import { isLoopback } from "./routes.ts";
+ *
+ * const info = { remoteAddr: { transport: "tcp", hostname: "127.0.0.1", port: 5 } };
+ * if (!isLoopback(info as Deno.ServeHandlerInfo)) throw new Error();
+ * ```
+ */
+export function isLoopback(info: Deno.ServeHandlerInfo | undefined): boolean {
+  const addr = info?.remoteAddr as Deno.NetAddr | undefined;
+  if (!addr || !("hostname" in addr)) return false;
+  return addr.hostname === "::1" || addr.hostname.startsWith("127.") ||
+    addr.hostname === "::ffff:127.0.0.1";
+}
+
+/**
+ * The client's host (as upstream logs `request.client.host`, without the port), or `null`.
+ *
+ * @example
+ * ```ts
+ * import { peerHost } from "./routes.ts";
+ *
+ * const info = { remoteAddr: { transport: "tcp", hostname: "10.0.0.7", port: 5 } };
+ * if (peerHost(info as Deno.ServeHandlerInfo) !== "10.0.0.7") throw new Error();
+ * ```
+ */
+export function peerHost(info: Deno.ServeHandlerInfo | undefined): string | null {
+  const addr = info?.remoteAddr as Deno.NetAddr | undefined;
+  return addr && "hostname" in addr ? addr.hostname : null;
+}

@@ -1,0 +1,273 @@
+/**
+ * Command lines from options tables (with commander): the flags, `--help` (defaults and
+ * environment variables included, hidden entries left out), environment variables for flags
+ * not given (an explicit flag wins), and `requires` between options. As with argparse, a
+ * malformed command line is exit status 2 and a well-formed one with an invalid setting is 1.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import type { OptionTable } from "./spec.ts";
+ * import { optionTableSchema } from "./schema.ts";
+ * import { checkCommandLineValues, parseCommandLine } from "./command.ts";
+ *
+ * const exampleOptions = {
+ *   port: { flag: "--port", env: "EXAMPLE_PORT", type: "int", min: 1, max: 65535, default: 9000,
+ *     placeholder: "port", help: "listen port" },
+ * } as const satisfies OptionTable;
+ * const exampleCommand = { name: "example", description: "An example." };
+ *
+ * const parsed = parseCommandLine([], exampleOptions, exampleCommand, { EXAMPLE_PORT: "9001" });
+ * if (parsed.kind === "help") throw new Error("no help was asked for");
+ * assert.ok(parsed.values.port === 9001 && parsed.sources.port === "env");
+ * const values = checkCommandLineValues(optionTableSchema(exampleOptions), parsed.values);
+ * assert.equal(values.port, 9001);
+ * ```
+ *
+ * @module
+ */
+import { Command, CommanderError, Option } from "commander";
+import { resolveOptionDefault } from "./defaults.ts";
+import { describeOption, optionFlags } from "./help.ts";
+import { assertOptionTable, type OptionTableSchema } from "./schema.ts";
+import type { Env, OptionField, OptionTable, OptionTableValues } from "./spec.ts";
+import { OptionTextError, readOptionText } from "./text.ts";
+
+/** How a command presents itself in `--help` and in error messages. */
+export interface CommandLineSpec {
+  /** The command as usage shows it and errors start: `"kcoral server"`. */
+  readonly name: string;
+  /** The line under the usage. */
+  readonly description: string;
+  /** Text after the options. */
+  readonly epilog?: string;
+}
+
+/** Where an option's value came from. */
+export type OptionSource = "flag" | "env" | "default";
+
+/** A well-formed command line: what it sets, not yet validated nor completed with defaults. */
+export interface CommandLineValues<V> {
+  /** Says what this is. */
+  readonly kind: "values";
+  /**
+   * The fields the command line sets: those given by flag or environment variable, those with
+   * a command-line default (`commandDefault`), and every boolean.
+   */
+  readonly values: Partial<V>;
+  /** Where each field of `values` came from. */
+  readonly sources: Readonly<Partial<Record<keyof V & string, OptionSource>>>;
+}
+
+/** `-h`/`--help` was given: `text` is the help to print (exit status 0). */
+export interface CommandLineHelp {
+  /** Says what this is. */
+  readonly kind: "help";
+  /** The help text. */
+  readonly text: string;
+}
+
+/** The command line cannot be used; `exitCode` is 2 (malformed) or 1 (invalid setting). */
+export class CommandLineError extends Error {
+  /** The process exit status to use. */
+  readonly exitCode: number;
+  /** Creates the error. */
+  constructor(message: string, exitCode: number) {
+    super(message);
+    this.name = "CommandLineError";
+    this.exitCode = exitCode;
+  }
+}
+
+/**
+ * Parses `argv` (the arguments after the command's name) with the options of `table`.
+ * Environment variables in `env` fill in flags that were not given. Throws
+ * {@linkcode CommandLineError} with exit status 2 for a malformed command line (unknown option,
+ * unreadable value, extra argument, an option given without the one it `requires`), with the
+ * message prefixed by `NAME: error: `.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import type { OptionTable } from "./spec.ts";
+ * import { CommandLineError, parseCommandLine } from "./command.ts";
+ *
+ * const exampleOptions = {
+ *   router: { flag: "--router", type: "string", nullable: true, default: null, help: "router" },
+ *   jitter: { flag: "--jitter", type: "number", min: 0, max: 0.5, default: 0.2, hidden: true,
+ *     requires: "router", help: "restart jitter" },
+ * } as const satisfies OptionTable;
+ * const exampleCommand = { name: "example", description: "An example." };
+ *
+ * assert.throws(
+ *   () => parseCommandLine(["--jitter", "0"], exampleOptions, exampleCommand, {}),
+ *   new CommandLineError("example: error: --jitter requires --router", 2),
+ * );
+ * const help = parseCommandLine(["--help"], exampleOptions, exampleCommand, {});
+ * assert.ok(help.kind === "help" && !help.text.includes("--jitter"));
+ * ```
+ */
+export function parseCommandLine<T extends OptionTable>(
+  argv: readonly string[],
+  table: T,
+  spec: CommandLineSpec,
+  env: Env,
+): CommandLineValues<OptionTableValues<T>> | CommandLineHelp {
+  const { command, options } = commandOf(table, spec, env);
+  try {
+    command.parse([...argv], { from: "user" });
+  } catch (error) {
+    if (error instanceof CommanderError) {
+      if (error.code === "commander.helpDisplayed" || error.code === "commander.help") {
+        return { kind: "help", text: helpText(command, spec) };
+      }
+      throw new CommandLineError(
+        `${spec.name}: error: ${error.message.replace(/^error: /, "")}`,
+        2,
+      );
+    }
+    throw error;
+  }
+  const values: Record<string, unknown> = {};
+  const sources: Record<string, OptionSource> = {};
+  for (const [field, option] of options) {
+    const entry = table[field];
+    const attribute = option.attributeName();
+    const text = entry.env === undefined ? undefined : env[entry.env];
+    if (command.getOptionValueSource(attribute) === "cli") {
+      values[field] = command.getOptionValue(attribute);
+      sources[field] = "flag";
+    } else if (text !== undefined && entry.type !== "boolean") {
+      try {
+        values[field] = readOptionText(entry, text);
+      } catch (error) {
+        if (!(error instanceof OptionTextError)) throw error;
+        throw new CommandLineError(
+          `${spec.name}: error: argument ${entry.env}: ${error.message}`,
+          2,
+        );
+      }
+      sources[field] = "env";
+    } else if (entry.commandDefault !== undefined || entry.type === "boolean") {
+      values[field] = resolveOptionDefault<unknown>(entry.commandDefault ?? entry.default, env);
+      sources[field] = "default";
+    }
+  }
+  for (const [field, entry] of Object.entries(table)) {
+    const needed = entry.requires;
+    if (needed === undefined || !given(sources[field]) || given(sources[needed])) continue;
+    throw new CommandLineError(
+      `${spec.name}: error: ${entry.flag} requires ${table[needed].flag}`,
+      2,
+    );
+  }
+  return {
+    kind: "values",
+    values: values as Partial<OptionTableValues<T>>,
+    sources: sources as Partial<Record<OptionField<T>, OptionSource>>,
+  };
+}
+
+/**
+ * The `--help` text of a command with the options of `table` (the text `parseCommandLine`
+ * returns for `--help`). Its first line is the usage line, printed before a malformed command
+ * line's error.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { commandLineHelp } from "./command.ts";
+ *
+ * const help = commandLineHelp({
+ *   host: { flag: "--host", env: "EXAMPLE_HOST", type: "string", default: "127.0.0.1",
+ *     placeholder: "host", help: "bind address" },
+ * }, { name: "example", description: "An example." }, {});
+ * assert.equal(help.split("\n")[0], "Usage: example [options]");
+ * assert.ok(help.includes("bind address (default 127.0.0.1) [env: EXAMPLE_HOST]"));
+ * ```
+ */
+export function commandLineHelp(table: OptionTable, spec: CommandLineSpec, env: Env): string {
+  return helpText(commandOf(table, spec, env).command, spec);
+}
+
+/**
+ * Completes command-line `values` with the defaults of `schema` and validates them; the
+ * validated values, or {@linkcode CommandLineError} with exit status 1 and the problem after
+ * the option's flag (`--num-workers must be at least 1`). `env` feeds computed defaults.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import type { OptionTable } from "./spec.ts";
+ * import { optionTableSchema } from "./schema.ts";
+ * import { checkCommandLineValues, CommandLineError } from "./command.ts";
+ *
+ * const schema = optionTableSchema({
+ *   workers: { flag: "--workers", type: "int", min: 1, default: 4, help: "workers" },
+ * } as const satisfies OptionTable);
+ * assert.equal(checkCommandLineValues(schema, {}).workers, 4);
+ * assert.throws(
+ *   () => checkCommandLineValues(schema, { workers: 0 }),
+ *   new CommandLineError("--workers must be at least 1", 1),
+ * );
+ * ```
+ */
+export function checkCommandLineValues<V>(
+  schema: OptionTableSchema<V>,
+  values: Readonly<Partial<V>>,
+  env?: Env,
+): V {
+  const checked = schema.check(values, env);
+  if (checked.ok) return checked.values;
+  const problem = checked.problems[0];
+  throw new CommandLineError(`${problem.flag ?? problem.path} ${problem.message}`, 1);
+}
+
+function given(source: OptionSource | undefined): boolean {
+  return source === "flag" || source === "env";
+}
+
+function commandOf(
+  table: OptionTable,
+  spec: CommandLineSpec,
+  env: Env,
+): { command: Command; options: Map<string, Option> } {
+  assertOptionTable(table);
+  const command = new Command(spec.name)
+    .description(spec.description)
+    .helpOption("-h, --help", "show this help and exit")
+    .allowExcessArguments(false)
+    .exitOverride()
+    .configureOutput({ writeOut: () => {}, writeErr: () => {} });
+  const options = new Map<string, Option>();
+  const attributes = new Set<string>();
+  for (const [field, entry] of Object.entries(table)) {
+    const option = new Option(optionFlags(entry), describeOption(entry, env));
+    if (attributes.has(option.attributeName())) {
+      throw new TypeError(`options table: ${field} (${entry.flag}): flag clashes with another`);
+    }
+    attributes.add(option.attributeName());
+    if (entry.hidden) option.hideHelp();
+    if (entry.type === "choice") option.choices(entry.choices);
+    else if (entry.type !== "boolean" && entry.type !== "string") {
+      option.argParser((text: string, previous: unknown) => {
+        try {
+          return readOptionText(entry, text, previous);
+        } catch (error) {
+          if (!(error instanceof OptionTextError)) throw error;
+          // Reported as commander reports its own errors: exit status 2.
+          const message = `argument ${entry.flag}: ${error.message}`;
+          throw new CommanderError(2, "kcoral.invalidArgument", message);
+        }
+      });
+    }
+    command.addOption(option);
+    options.set(field, option);
+  }
+  return { command, options };
+}
+
+function helpText(command: Command, spec: CommandLineSpec): string {
+  const help = command.helpInformation();
+  return spec.epilog === undefined ? help : `${help}\n${spec.epilog}\n`;
+}

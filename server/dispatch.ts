@@ -1,0 +1,393 @@
+/**
+ * Dispatch, the third stage of `/execute`: an admitted request takes a seat (waiting in the
+ * pool's FIFO; 503 when none frees up in time), takes its GPU set when it asks for one, runs on
+ * the seat's child ({@linkcode runProgram}), and becomes a result: a built result body (200),
+ * or a {@linkcode Rejection} for a timeout (504), a dead worker (500, or a 200 FAILED when it
+ * died inside an instruction), a worker that answered nonsense (500), an answer over the
+ * response limit (500). A `cpu_only` function that touched CUDA is attributed to the request
+ * that held the GPU at that moment. The seat goes back to the pool before the answer goes out.
+ *
+ * @module
+ */
+import { ERROR_MESSAGES } from "../protocol/errors.ts";
+import type { EventLog } from "../http/events.ts";
+import { Rejection } from "../http/rejection.ts";
+import type { Admitted } from "./admission.ts";
+import type { ServerConfig } from "./config.ts";
+import { retireReason, runProgram, type RunResult } from "./execution.ts";
+import type { ProgramOutcome } from "./finish.ts";
+import { type GpuSet, takeGpuSet } from "./gpu_sets.ts";
+import type { WorkerLaunch } from "./launch.ts";
+import type { GpuLeases, LeaseHolder } from "./lease.ts";
+import { outputTail } from "./output_tail.ts";
+import { PoolBusy, type Retiring, type Seat, type WorkerPool } from "./pool.ts";
+import { buildResultBody, crashError, crashResultBody, type ResponseMeta } from "./result_body.ts";
+import type { SeatChild } from "./worker_handles.ts";
+import { hostPaths, WorkerFileError } from "./worker_files.ts";
+import type { WorkerOutcome } from "./worker_protocol.ts";
+
+/** What dispatch needs of the server. */
+export interface DispatchServices {
+  /** The effective configuration. */
+  config: ServerConfig;
+  /** The event log (`request_routed`, `gpu_access_violation`). */
+  events: EventLog;
+  /** The seats. */
+  pool: WorkerPool;
+  /** The GPU lease arbiter (`null` on a CPU server). */
+  leases: GpuLeases | null;
+  /** How workers are launched (GPU sets' children, paths inside a sandbox). */
+  launch: WorkerLaunch;
+  /** A new, unused directory for one response's files (made when first used). */
+  stagingDir: (requestId: string) => string;
+  /** Work left running after the answer (awaited when the server stops). */
+  track: (task: Promise<void>) => void;
+}
+
+/**
+ * Runs `admitted` on a seat; resolves with its 200 outcome or throws a {@linkcode Rejection}
+ * (any other error is unexpected: the seat's child is then retired).
+ *
+ * Exercised end to end by the server tests (tests/server_execute_test.ts and others); the
+ * run itself by tests/execution_test.ts with a fake child.
+ */
+export async function dispatchRequest(
+  services: DispatchServices,
+  admitted: Admitted,
+): Promise<ProgramOutcome> {
+  const queueStart = performance.now();
+  let seat: Seat;
+  try {
+    seat = await services.pool.acquire(services.config.workerWaitTimeoutSeconds * 1000);
+  } catch (error) {
+    if (error instanceof PoolBusy) {
+      throw new Rejection(503, "busy", ERROR_MESSAGES.busy, "no_worker", {
+        queue_ms: performance.now() - queueStart,
+      });
+    }
+    throw error;
+  }
+  try {
+    return await new _SeatRun(services, admitted, seat, performance.now() - queueStart).run();
+  } finally {
+    admitted.releaseBlobs();
+  }
+}
+
+/** One admitted request on one seat, from taking the seat to giving it back. */
+class _SeatRun {
+  readonly #s: DispatchServices;
+  readonly #a: Admitted;
+  readonly #seat: Seat;
+  readonly #queueMs: number;
+  readonly #holder: LeaseHolder;
+  /** The workspace the request runs in (its own: nothing else ever runs there). */
+  readonly #workspace: string;
+  /** The seat's child leaves it after this request (set once known). */
+  #retiring: Retiring | null = null;
+  /** The worker answered before its reuse hygiene (see `runProgram`'s `cleanup`). */
+  #workerCleanup: Promise<string | null> | null = null;
+  #released = false;
+
+  constructor(services: DispatchServices, admitted: Admitted, seat: Seat, queueMs: number) {
+    this.#s = services;
+    this.#a = admitted;
+    this.#seat = seat;
+    this.#queueMs = queueMs;
+    this.#holder = { id: admitted.requestId };
+    this.#workspace = seat.workspaces.current;
+  }
+
+  get #worker(): { worker_id: string; gpu_id: number | null } {
+    return { worker_id: this.#seat.label, gpu_id: this.#seat.gpus[0] ?? null };
+  }
+
+  async run(): Promise<ProgramOutcome> {
+    try {
+      return await this.#run();
+    } catch (error) {
+      if (error instanceof Rejection) throw error;
+      this.#retireOnError(error);
+      // The program tampered with its result files: the answer cannot be trusted.
+      if (error instanceof WorkerFileError) throw this.#invalidAnswer();
+      throw error;
+    } finally {
+      this.#release();
+    }
+  }
+
+  async #run(): Promise<ProgramOutcome> {
+    const { config, events, leases, launch } = this.#s;
+    const seat = this.#seat;
+    const requestId = this.#a.requestId;
+    const paths = launch.workerPaths(seat);
+    const blobs: Record<string, string> = {};
+    for (const sha of Object.keys(this.#a.blobPaths)) blobs[sha] = `${paths.blobDir}/${sha}`;
+
+    let child: SeatChild = seat.child!;
+    let gpus: readonly number[] = seat.gpus;
+    let timeoutMs = this.#a.timeoutSeconds * 1000;
+    events.emit("INFO", "request_routed", {
+      request_id: requestId,
+      ...this.#worker,
+      gpu_ids: null,
+      generation: seat.generation,
+      pid: child.pid,
+      queue_ms: this.#queueMs,
+    });
+    const started = performance.now();
+    let set: GpuSet | null = null;
+    if (this.#a.gpuCount !== undefined && leases) {
+      set = await takeGpuSet({
+        leases,
+        launch,
+        seat,
+        holder: this.#holder,
+        count: this.#a.gpuCount,
+        graceSeconds: config.workerTerminationGraceSeconds,
+      });
+      // Starting the set's child counts against the execution budget (as upstream).
+      timeoutMs -= performance.now() - set.heldSince;
+      child = set.child;
+      gpus = set.gpus;
+      if (timeoutMs <= 0) {
+        leases.release(this.#holder);
+        await set.dispose();
+        throw new Rejection(504, "timeout", ERROR_MESSAGES.initTimeout, "timeout", {
+          ...this.#worker,
+          queue_ms: this.#queueMs,
+          elapsed_ms: performance.now() - started,
+          timeout_seconds: this.#a.timeoutSeconds,
+          output_tail: null,
+        });
+      }
+    }
+
+    // This request's own lines on the slot's stderr (where output goes when capture is off).
+    const stderrMark = child.slot.stderrSeen;
+    const run = await runProgram({
+      child,
+      leases,
+      gpus,
+      holder: this.#holder,
+      timeoutMs,
+      heldSince: set?.heldSince,
+      waitedMs: set?.waitedMs,
+      leaseFirst: this.#a.leaseFirst,
+      graceSeconds: config.workerTerminationGraceSeconds,
+      request: {
+        request_id: requestId,
+        program: new TextDecoder().decode(this.#a.programText),
+        blobs,
+        workspace: seat.workspaces.workerPath,
+        results: paths.results,
+        output_limit_bytes: this.#a.outputLimit,
+        max_return_bytes: config.maxResponseBytes,
+        sandbox: launch.sandboxed,
+        // Unsandboxed, a kept worker answers before its reuse hygiene (sandboxed, that hygiene
+        // includes the checks that decide whether the workspace is clean).
+        ...(launch.sandboxed ? {} : { reply_before_reset: true }),
+      },
+    });
+    this.#workerCleanup = run.cleanup;
+    const end = run.end;
+    if (set) {
+      this.#s.track(run.teardown.then(() => set.dispose()));
+    } else {
+      const reason = retireReason(end);
+      if (reason !== null) {
+        // The teardown (under the lease) began when the run ended, not after the seat's
+        // directories are emptied: worker_exited's teardown_ms counts from here.
+        this.#retiring = {
+          oldExit: Promise.all([child.exited, run.teardown]),
+          since: performance.now(),
+          reason,
+        };
+      }
+    }
+    const meta: ResponseMeta = {
+      requestId,
+      queueMs: this.#queueMs,
+      elapsedMs: performance.now() - started,
+      leaseWaitMs: run.leaseWaitMs,
+      leaseHeldMs: run.leaseHeldMs,
+      gpuIds: this.#a.gpuCount !== undefined ? [...gpus] : undefined,
+    };
+
+    switch (end.kind) {
+      case "timeout": {
+        // Its last output, read before the results directory is emptied (for the log only).
+        const tail = await outputTail(seat.resultsDir, child.slot.stderrTail(stderrMark));
+        throw new Rejection(504, "timeout", ERROR_MESSAGES.timeout, "timeout", {
+          ...this.#worker,
+          queue_ms: this.#queueMs,
+          elapsed_ms: meta.elapsedMs,
+          timeout_seconds: this.#a.timeoutSeconds,
+          output_tail: tail || null,
+        });
+      }
+      case "invalid":
+        throw this.#invalidAnswer();
+      case "crashed": {
+        const tail = await outputTail(seat.resultsDir, child.slot.stderrTail(stderrMark));
+        const exitcode = end.exit.code ?? (end.exit.signal !== null ? -end.exit.signal : null);
+        const index = end.instructionIndex;
+        if (index === null || index < 0 || index >= this.#a.instructions.length) {
+          throw new Rejection(500, "engine", ERROR_MESSAGES.workerCrashed, "crashed", {
+            ...this.#worker,
+            exitcode,
+            queue_ms: this.#queueMs,
+            elapsed_ms: meta.elapsedMs,
+            output_tail: tail || null,
+          });
+        }
+        const error = crashError(index, this.#a.instructions[index]);
+        const bytes = new TextEncoder().encode(crashResultBody(meta, error));
+        return {
+          kind: "program",
+          status: "FAILED",
+          body: bytes,
+          contentType: "application/json",
+          bytes: bytes.length,
+          record: this.#record(meta, run, "crashed", error, exitcode, tail),
+        };
+      }
+      case "outcome":
+        return await this.#answer(end.outcome, meta, run, child, gpus);
+    }
+  }
+
+  /** A program the worker answered: its result body, built from the worker's files. */
+  async #answer(
+    answer: WorkerOutcome,
+    meta: ResponseMeta,
+    run: RunResult,
+    child: SeatChild,
+    gpus: readonly number[],
+  ): Promise<ProgramOutcome> {
+    const { config, events, leases } = this.#s;
+    const seat = this.#seat;
+    const outcome = hostPaths(answer, this.#s.launch.workerPaths(seat).results, seat.resultsDir);
+    if (outcome.error?.kind === "gpu_access" && leases) {
+      const detected = outcome.gpu_access?.detected_at_ns ?? outcome.error.detected_at_ns;
+      let interfered: string | null = null;
+      if (typeof detected === "number") {
+        const at = detected / 1e6 + (child.slot.hello?.clockOffsetMs ?? 0);
+        interfered = leases.holderAt(gpus, at, this.#holder);
+      }
+      meta.interferedRequestId = interfered;
+      events.emit("WARNING", "gpu_access_violation", {
+        request_id: this.#a.requestId,
+        ...this.#worker,
+        instruction_id: outcome.error.instruction_id ?? null,
+        cuda_call: outcome.error.cuda_call ?? outcome.gpu_access?.cuda_call ?? null,
+        location: outcome.error.location ?? outcome.gpu_access?.location ?? null,
+        interfered_request_id: interfered,
+      });
+    }
+    // The worker keeps an answer over the limit to itself (it would only cost a frame).
+    if (typeof outcome.too_large === "number") throw this.#tooLarge(meta, outcome.too_large);
+    const body = await buildResultBody(
+      outcome,
+      meta,
+      this.#a.outputLimit,
+      config.maxResponseBytes,
+      this.#s.stagingDir(this.#a.requestId),
+    );
+    if (body.kind === "too_large") throw this.#tooLarge(meta, body.bytes);
+    const reason = outcome.status === "COMPLETED" ? "completed" : "program_failed";
+    return {
+      kind: "program",
+      status: body.status,
+      body: body.body,
+      contentType: body.contentType,
+      bytes: body.bytes,
+      record: this.#record(meta, run, reason, outcome.error, null, null),
+    };
+  }
+
+  #record(
+    meta: ResponseMeta,
+    run: RunResult,
+    finishReason: "completed" | "program_failed" | "crashed",
+    error: Record<string, unknown> | null,
+    exitcode: number | null,
+    outputTail: string | null,
+  ): ProgramOutcome["record"] {
+    return {
+      finishReason,
+      exitcode,
+      outputTail,
+      workerId: this.#seat.label,
+      gpuId: this.#seat.gpus[0] ?? null,
+      error,
+      queueMs: this.#queueMs,
+      elapsedMs: meta.elapsedMs,
+      leaseWaitMs: run.leaseWaitMs,
+      leaseHeldMs: run.leaseHeldMs,
+    };
+  }
+
+  #tooLarge(meta: ResponseMeta, bytes: number): Rejection {
+    return new Rejection(
+      500,
+      "response_too_large",
+      ERROR_MESSAGES.responseTooLarge,
+      "server_error",
+      {
+        error_kind: "response_too_large",
+        response_bytes: bytes,
+        ...this.#worker,
+        queue_ms: this.#queueMs,
+        elapsed_ms: meta.elapsedMs,
+        lease_held_ms: meta.leaseHeldMs,
+      },
+    );
+  }
+
+  /** The worker answered something that cannot be trusted: 500 engine. */
+  #invalidAnswer(): Rejection {
+    return new Rejection(500, "engine", ERROR_MESSAGES.invalidWorkerResponse, "server_error", {
+      error_kind: "invalid_worker_response",
+      ...this.#worker,
+    });
+  }
+
+  /** An error the run did not expect: the seat's child is not trusted again. */
+  #retireOnError(error: unknown): void {
+    const child = this.#seat.child;
+    if (this.#released || !child || this.#retiring) return;
+    const reason = error instanceof WorkerFileError ? "invalid_response" : "crashed";
+    this.#retiring = {
+      oldExit: child.kill(this.#s.config.workerTerminationGraceSeconds),
+      reason,
+    };
+  }
+
+  /**
+   * Gives the seat back: the request's workspace stops existing before its answer goes out
+   * (one rename; what it held is removed in the background); the pool readies the seat for its
+   * next request, or replaces its child.
+   */
+  #release(): void {
+    if (this.#released) return;
+    this.#released = true;
+    const seat = this.#seat;
+    this.#s.track(seat.workspaces.retire(this.#workspace));
+    const pending = this.#workerCleanup;
+    if (pending === null) {
+      this.#s.pool.release(seat, this.#retiring);
+      return;
+    }
+    // The worker answered before its reuse hygiene: the seat stays busy until it is done.
+    this.#s.pool.releaseAfter(
+      seat,
+      pending.then((reason) => {
+        if (reason !== null && !this.#retiring) {
+          this.#retiring = { oldExit: Promise.resolve(), reason };
+        }
+        return this.#retiring;
+      }),
+    );
+  }
+}

@@ -1,0 +1,232 @@
+/**
+ * Intake, the first stage of `/execute` (docs/architecture.md, request flow): admits a request
+ * body and reads it. A declared `Content-Length` over the limit is refused before anything is
+ * read (413); up to four large bodies at once are read in place into reused buffers while their
+ * parts are scanned, hashed and spooled on other threads (docs/decisions.md, "The large-data path"); a body
+ * cut short is a 400; a stop ends bodies still arriving with a 503.
+ *
+ * @module
+ */
+import { ERROR_MESSAGES } from "../protocol/errors.ts";
+import type { HashThreads } from "../protocol/hash_threads.ts";
+import { PartDigests } from "../protocol/part_digests.ts";
+import type { BodyBuffers } from "../http/body_buffers.ts";
+import { Rejection } from "../http/rejection.ts";
+import { BodyReadError, LARGE_BODY_BYTES, readRequestBody } from "../http/request_body.ts";
+import type { BlobStore } from "./cache_memory.ts";
+
+/** Large bodies read at once into buffers sized before their bytes arrive (as upstream's 4). */
+const _MAX_LARGE_RECEIVES = 4;
+const _BLOB_PART = /name="blob:[0-9a-f]{64}"/;
+/** Why a body still arriving at shutdown stopped being read. */
+const _SHUTTING_DOWN = new Error("the server is shutting down");
+
+/** A request body that has arrived, and what must happen once the request is done with it. */
+export interface ReceivedBody {
+  /** The body's bytes. */
+  readonly body: Uint8Array;
+  /** Delimiter marks and part digests taken while it arrived (large bodies). */
+  readonly digests: PartDigests | undefined;
+  /** When reading began (`performance.now()`). */
+  readonly receiveStart: number;
+  /**
+   * Its blobs are in the store (or were refused): spool files no blob took over are deleted
+   * and the shared mirror goes back. Idempotent.
+   */
+  blobsResolved(): void;
+  /** A cache write reading from the body began (the buffer is not reused before it ends). */
+  noteDiskWrite(write: Promise<void>): void;
+  /**
+   * The request is done with the body (views of it, such as the program text, are dead): a
+   * reused buffer goes back once the cache writes reading from it have ended. Idempotent.
+   */
+  release(): void;
+}
+
+/**
+ * The body reader of a server: its buffer pools, hashing threads and the bodies still arriving.
+ *
+ * @example A small body
+ * ```ts
+ * import { BodyBuffers } from "../http/body_buffers.ts";
+ * import { HashThreads } from "../protocol/hash_threads.ts";
+ * import { Intake } from "./intake.ts";
+ *
+ * const hashes = new HashThreads(1);
+ * const intake = new Intake({
+ *   maxRequestBytes: 1024,
+ *   hashes,
+ *   bodies: new BodyBuffers(1, 1 << 20, (n) => new ArrayBuffer(n)),
+ *   mirrors: new BodyBuffers(1, 1 << 20, (n) => new SharedArrayBuffer(n)),
+ *   store: null,
+ *   track: () => {},
+ * });
+ * const request = new Request("http://x/", { method: "POST", body: "hi" });
+ * const received = await intake.receive(request);
+ * if (received.body.length !== 2) throw new Error();
+ * received.release();
+ * hashes.close();
+ * ```
+ */
+export class Intake {
+  readonly #o: IntakeOptions;
+  /** Large bodies being read into buffers sized by their Content-Length. */
+  #largeReceives = 0;
+  /** Requests whose bodies are still arriving. */
+  readonly #receiving = new Set<AbortController>();
+
+  /** Reads bodies with `options`. */
+  constructor(options: IntakeOptions) {
+    this.#o = options;
+  }
+
+  /**
+   * Reads `request`'s body. Throws a {@linkcode Rejection}: 413 `request_too_large` (declared or
+   * read past the limit), 400 `parse` (cut short or framed wrongly), 503 `busy` (the server
+   * began stopping while it arrived).
+   */
+  async receive(request: Request): Promise<ReceivedBody> {
+    const { maxRequestBytes, hashes, bodies, mirrors, store } = this.#o;
+    const contentLength = request.headers.get("content-length");
+    if (
+      contentLength !== null && /^\d+$/.test(contentLength) &&
+      Number(contentLength) > maxRequestBytes
+    ) {
+      await request.body?.cancel().catch(() => {});
+      throw _tooLarge();
+    }
+    // At most a few large bodies at once get buffers sized by their Content-Length before their
+    // bytes arrive (a declared length costs a client nothing); any others are held as they come.
+    const inPlace = contentLength !== null && Number(contentLength) >= LARGE_BODY_BYTES &&
+      this.#largeReceives < _MAX_LARGE_RECEIVES;
+    if (inPlace) {
+      hashes.warm();
+      this.#largeReceives++;
+    }
+    const receiveStart = performance.now();
+    let observed: PartDigests | undefined;
+    let mirror: SharedArrayBuffer | undefined;
+    let read;
+    const receiving = new AbortController();
+    this.#receiving.add(receiving);
+    try {
+      read = await readRequestBody(
+        request,
+        maxRequestBytes,
+        !inPlace ? undefined : {
+          take: (size) => bodies.take(size),
+          observer: () =>
+            observed = PartDigests.forMultipart(request.headers, hashes, {
+              mirror: () => mirror = mirrors.take(Number(contentLength)),
+              // Blob payloads are also written to the memory cache's directory as they arrive.
+              spool: (partHeader) =>
+                store && _BLOB_PART.test(partHeader)
+                  ? `${store.dir}/.spool-${crypto.randomUUID()}`
+                  : undefined,
+            }),
+        },
+        receiving.signal,
+      );
+    } catch (error) {
+      this.#endBody(observed, mirror);
+      if (error === _SHUTTING_DOWN) {
+        throw new Rejection(503, "busy", ERROR_MESSAGES.busy, "no_worker", { queue_ms: 0 });
+      }
+      // A body cut short (the client hung up) or framed wrongly is the request's fault: 400,
+      // logged with its id, not an unhandled server error.
+      if (!(error instanceof BodyReadError)) throw error;
+      throw invalidRequest(`the request body could not be read: ${error.message}`);
+    } finally {
+      this.#receiving.delete(receiving);
+      if (inPlace) this.#largeReceives--;
+    }
+    if (read === null) {
+      this.#endBody(observed, mirror);
+      throw _tooLarge();
+    }
+    const { body, digests, pooled } = read;
+    let ended = false;
+    let released = false;
+    let diskWrite: Promise<void> | null = null;
+    return {
+      body,
+      digests,
+      receiveStart,
+      blobsResolved: () => {
+        if (!ended) this.#endBody(digests, mirror);
+        ended = true;
+      },
+      noteDiskWrite: (write) => diskWrite = write,
+      release: () => {
+        if (!ended) this.#endBody(digests, mirror);
+        ended = true;
+        if (released || !pooled) return;
+        released = true;
+        // A reused body buffer goes back once nothing of this request can read it.
+        const buffer = body.buffer as ArrayBuffer;
+        if (diskWrite) diskWrite.finally(() => bodies.give(buffer));
+        else bodies.give(buffer);
+      },
+    };
+  }
+
+  /** A stop began: bodies still arriving are given up (each answered 503). */
+  stop(): void {
+    for (const receiving of this.#receiving) receiving.abort(_SHUTTING_DOWN);
+  }
+
+  /**
+   * Spool files no blob took over are deleted, and the shared mirror goes back to its pool if
+   * no thread can still read it (a payload dropped half-way may still have updates queued: its
+   * mirror is not reused).
+   */
+  #endBody(digests: PartDigests | undefined, mirror: SharedArrayBuffer | undefined): void {
+    if (!digests) return;
+    this.#o.track(
+      digests.discardSpooled().then((idle) => {
+        if (mirror && idle) this.#o.mirrors.give(mirror);
+      }),
+    );
+  }
+}
+
+/** What an {@linkcode Intake} reads with. */
+export interface IntakeOptions {
+  /** The request limit (`--max-request-bytes`). */
+  maxRequestBytes: number;
+  /** Threads hashing and spooling large bodies. */
+  hashes: HashThreads;
+  /** Reused buffers for large bodies. */
+  bodies: BodyBuffers<ArrayBuffer>;
+  /** Reused shared copies of large bodies that the hashing threads read. */
+  mirrors: BodyBuffers<SharedArrayBuffer>;
+  /** The memory cache, whose directory blob payloads are spooled into (`null`: none). */
+  store: BlobStore | null;
+  /** Work left running in the background (awaited when the server stops). */
+  track: (task: Promise<void>) => void;
+}
+
+/**
+ * A 400 `parse` for a request that breaks the protocol: its log record is upstream's
+ * `rejected` / `invalid_request`.
+ *
+ * @example
+ * ```ts
+ * import { invalidRequest } from "./intake.ts";
+ *
+ * const rejection = invalidRequest("duplicate JSON key: 'a'");
+ * if (rejection.status !== 400 || rejection.fields.error_kind !== "invalid_request") throw new Error();
+ * ```
+ */
+export function invalidRequest(message: string): Rejection {
+  return new Rejection(400, "parse", message, "rejected", {
+    error_kind: "invalid_request",
+    error_message: message.slice(0, 2048),
+  });
+}
+
+function _tooLarge(): Rejection {
+  return new Rejection(413, "request_too_large", ERROR_MESSAGES.requestTooLarge, "rejected", {
+    error_kind: "request_too_large",
+  });
+}

@@ -1,0 +1,66 @@
+/**
+ * `POST /execute` as a pipeline of named stages over a running server's {@linkcode Services}:
+ *
+ * ```
+ *   Request ─▶ intake      read the body (413, 400, 503)                     server/intake.ts
+ *           ─▶ admission   parse, blobs and CACHE_MISS, clamps (400)          server/admission.ts
+ *           ─▶ dispatch    seat, GPU set, run, attribution (503, 504, 500)    server/dispatch.ts
+ *           ─▶ finish      the response and its request_finished record       server/finish.ts
+ * ```
+ *
+ * It takes a Web `Request` and gives a Web `Response`, so `Deno.serve` is only one way to drive
+ * it: a node linked to a Router feeds it the requests it tunnels.
+ *
+ * @module
+ */
+import { ERROR_MESSAGES } from "../protocol/errors.ts";
+import { Rejection } from "../http/rejection.ts";
+import { requestId } from "../http/request_id.ts";
+import { admitRequest } from "./admission.ts";
+import { dispatchRequest } from "./dispatch.ts";
+import { finishRequest } from "./finish.ts";
+import type { ReceivedBody } from "./intake.ts";
+import type { Services } from "./services.ts";
+
+/**
+ * Executes one `/execute` request from a client at `client` (its host, for the log).
+ *
+ * Exercised through HTTP by the server tests, and without `Deno.serve` by
+ * tests/server_pipeline_test.ts.
+ */
+export async function executeRequest(
+  services: Services,
+  request: Request,
+  client: string | null,
+): Promise<Response> {
+  const id = requestId(request.headers);
+  services.events.emit("INFO", "request_received", {
+    request_id: id,
+    client,
+    content_length: request.headers.get("content-length"),
+  });
+  services.inFlight.enter();
+  let received: ReceivedBody | null = null;
+  try {
+    if (services.inFlight.closing) {
+      await request.body?.cancel().catch(() => {});
+      throw new Rejection(503, "busy", ERROR_MESSAGES.busy, "no_worker", { queue_ms: 0 });
+    }
+    received = await services.intake.receive(request);
+    const admitted = await admitRequest(
+      services,
+      received,
+      request.headers.get("content-type"),
+      id,
+    );
+    const outcome = admitted.kind === "cache_miss"
+      ? admitted
+      : await dispatchRequest(services, admitted);
+    return finishRequest(services.events, id, outcome);
+  } catch (error) {
+    return finishRequest(services.events, id, error);
+  } finally {
+    received?.release();
+    services.inFlight.leave();
+  }
+}

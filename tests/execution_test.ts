@@ -1,0 +1,213 @@
+/**
+ * The run state machine (`runProgram`) with a fake child: lease service, the deadline that
+ * pauses while the child waits for the lease, timeouts killed under the lease, crashes, invalid
+ * frames, retiring children, hygiene after the answer, and complete lease timings.
+ */
+import assert from "node:assert/strict";
+import { type RunParams, runProgram } from "../server/execution.ts";
+import type { ChildChannel, ChildExit } from "../server/worker_handles.ts";
+import type { Frame } from "../server/ipc.ts";
+import { GpuLeases } from "../server/lease.ts";
+import type { ChildCommand, WorkerOutcome } from "../server/worker_protocol.ts";
+
+const OUTCOME: WorkerOutcome = {
+  status: "COMPLETED",
+  results: "{}",
+  error: null,
+  parts: [],
+  stdout: null,
+  stderr: null,
+};
+const EXIT: ChildExit = { code: 0, signal: null, orphans: false, slotDied: false };
+
+/** A child driven by `script`, which sees every frame sent to it and may answer. */
+class FakeChild implements ChildChannel {
+  readonly sent: ChildCommand[] = [];
+  readonly exited: Promise<ChildExit>;
+  killed = 0;
+  #handler: ((frame: Frame) => void) | null = null;
+  #exit!: (exit: ChildExit) => void;
+  #script: (frame: ChildCommand, child: FakeChild) => void;
+
+  constructor(script: (frame: ChildCommand, child: FakeChild) => void) {
+    this.#script = script;
+    this.exited = new Promise((resolve) => (this.#exit = resolve));
+  }
+
+  /** The child says `frame` (as its zygote relays it). */
+  say(frame: { t: string; [key: string]: unknown }): void {
+    this.#handler?.({ c: 1, child: true, ...frame } as Frame);
+  }
+
+  /** The child (and its tree) is gone. */
+  die(exit: ChildExit = EXIT): void {
+    this.#exit(exit);
+  }
+
+  send(frame: ChildCommand): void {
+    this.sent.push(frame);
+    queueMicrotask(() => this.#script(frame, this));
+  }
+  setHandler(handler: ((frame: Frame) => void) | null): void {
+    this.#handler = handler;
+  }
+  watchExit(): { exited: Promise<ChildExit>; stop: () => void } {
+    return { exited: this.exited, stop: () => {} };
+  }
+  kill(): Promise<ChildExit> {
+    this.killed++;
+    this.die({ code: null, signal: 9, orphans: false, slotDied: false });
+    return this.exited;
+  }
+  destroySlot(): Promise<void> {
+    this.die({ code: null, signal: 9, orphans: false, slotDied: true });
+    return Promise.resolve();
+  }
+}
+
+function params(child: FakeChild, extra: Partial<RunParams> = {}): RunParams {
+  return {
+    child,
+    leases: null,
+    gpus: [],
+    holder: { id: "r1" },
+    timeoutMs: 2000,
+    graceSeconds: 1,
+    request: {
+      request_id: "r1",
+      program: "{}",
+      blobs: {},
+      workspace: "/w",
+      results: "/r",
+      output_limit_bytes: 0,
+      max_return_bytes: 1 << 20,
+      sandbox: false,
+    },
+    ...extra,
+  };
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+Deno.test("run: a CPU child answers; no lease, lease times 0", async () => {
+  const child = new FakeChild((frame, c) => {
+    if (frame.t === "run") {
+      c.say({ t: "lease", a: "acquire" }); // a CPU child asks anyway: granted at once
+    } else if (frame.t === "lease") {
+      c.say({ t: "outcome", outcome: OUTCOME, retire: null });
+    }
+  });
+  const run = await runProgram(params(child));
+  assert.equal(run.end.kind, "outcome");
+  assert.equal(run.leaseHeldMs, 0);
+  assert.equal(run.leaseWaitMs, 0);
+  assert.deepEqual(child.sent.map((f) => f.t), ["run", "lease"]);
+});
+
+Deno.test("run: the deadline pauses while the child waits for the lease", async () => {
+  const leases = new GpuLeases([0]);
+  const other = { id: "other" };
+  await leases.acquire(other, [0]);
+  const child = new FakeChild((frame, c) => {
+    if (frame.t === "run") c.say({ t: "lease", a: "acquire" });
+    else if (frame.t === "lease") c.say({ t: "outcome", outcome: OUTCOME, retire: null });
+  });
+  const running = runProgram(params(child, { leases, gpus: [0], timeoutMs: 80 }));
+  await sleep(250); // longer than the whole budget, all of it waiting for the lease
+  leases.release(other);
+  const run = await running;
+  assert.equal(run.end.kind, "outcome", JSON.stringify(run.end));
+  assert.ok(run.leaseWaitMs >= 200, `waited ${run.leaseWaitMs}`);
+});
+
+Deno.test("run: a timeout kills under the lease, then releases it", async () => {
+  const leases = new GpuLeases([0]);
+  const child = new FakeChild(() => {}); // never answers
+  const run = await runProgram(params(child, { leases, gpus: [0], timeoutMs: 30 }));
+  assert.equal(run.end.kind, "timeout");
+  assert.equal(child.killed, 1);
+  assert.equal(leases.holderAt([0], performance.now(), { id: "x" }), null);
+  assert.ok(leases.tryAcquire({ id: "next" }, [0]), "the lease is free again");
+});
+
+Deno.test("run: a child that dies is a crash attributed to its last instruction", async () => {
+  const child = new FakeChild((frame, c) => {
+    if (frame.t !== "run") return;
+    c.say({ t: "instr", i: 0 });
+    c.say({ t: "instr", i: 2 });
+    c.die({ code: 1, signal: null, orphans: false, slotDied: false });
+  });
+  const run = await runProgram(params(child));
+  assert.equal(run.end.kind, "crashed");
+  assert.equal(run.end.kind === "crashed" && run.end.instructionIndex, 2);
+});
+
+Deno.test("run: a frame of the wrong shape is an invalid answer, and the child is killed", async () => {
+  for (const frame of [{ t: "bogus" }, { t: "instr", i: "two" }, { t: "outcome", outcome: 3 }]) {
+    const child = new FakeChild((f, c) => {
+      if (f.t === "run") c.say(frame);
+    });
+    const run = await runProgram(params(child));
+    assert.equal(run.end.kind, "invalid", JSON.stringify(frame));
+    assert.equal(child.killed, 1);
+  }
+});
+
+Deno.test("run: a retiring child keeps the lease through its teardown", async () => {
+  const leases = new GpuLeases([0]);
+  const child = new FakeChild((frame, c) => {
+    if (frame.t === "run") c.say({ t: "lease", a: "acquire" });
+    else if (frame.t === "lease") {
+      c.say({ t: "outcome", outcome: OUTCOME, retire: "request_limit" });
+    }
+  });
+  const run = await runProgram(params(child, { leases, gpus: [0] }));
+  assert.equal(run.end.kind === "outcome" && run.end.retire, "request_limit");
+  assert.equal(leases.tryAcquire({ id: "next" }, [0]), false, "held while it tears down");
+  child.die();
+  await run.teardown;
+  assert.ok(leases.tryAcquire({ id: "next" }, [0]), "released once it is gone");
+});
+
+Deno.test("run: hygiene after the answer keeps the lease until `clean`", async () => {
+  const leases = new GpuLeases([0]);
+  const child = new FakeChild((frame, c) => {
+    if (frame.t === "run") c.say({ t: "lease", a: "acquire" });
+    else if (frame.t === "lease") {
+      c.say({ t: "outcome", outcome: OUTCOME, retire: null, cleanup: true });
+    }
+  });
+  const run = await runProgram(params(child, { leases, gpus: [0] }));
+  assert.ok(run.cleanup);
+  assert.equal(leases.tryAcquire({ id: "next" }, [0]), false);
+  child.say({ t: "clean", retire: null });
+  assert.equal(await run.cleanup, null);
+  assert.ok(leases.tryAcquire({ id: "next" }, [0]));
+});
+
+Deno.test("run: a GPU set's wait and hold before the run count in its timings", async () => {
+  const leases = new GpuLeases([0, 1]);
+  const holder = { id: "set" };
+  await leases.acquire(holder, [0, 1]);
+  const heldSince = performance.now() - 40; // held (initializing its child) for 40 ms already
+  const child = new FakeChild((frame, c) => {
+    if (frame.t === "run") c.say({ t: "outcome", outcome: OUTCOME, retire: null });
+  });
+  const run = await runProgram(
+    params(child, { leases, gpus: [0, 1], holder, heldSince, waitedMs: 7 }),
+  );
+  assert.ok(run.leaseHeldMs >= 40, `held ${run.leaseHeldMs}`);
+  assert.equal(run.leaseWaitMs, 7);
+});
+
+Deno.test("run: a free lease is granted with the program when its first step takes it", async () => {
+  const leases = new GpuLeases([0]);
+  const child = new FakeChild((frame, c) => {
+    if (frame.t === "run") c.say({ t: "outcome", outcome: OUTCOME, retire: null });
+  });
+  const run = await runProgram(params(child, { leases, gpus: [0], leaseFirst: true }));
+  assert.equal(run.end.kind, "outcome");
+  const sent = child.sent[0];
+  assert.equal(sent.t === "run" && sent.req.lease_held, true);
+  assert.ok(leases.tryAcquire({ id: "next" }, [0]), "released with the answer");
+});

@@ -1,0 +1,76 @@
+/**
+ * The module graph has no import circles (type-only imports count: a circle of types is still a
+ * circle a reader has to untangle), and the layers point one way: `protocol/` imports nothing of
+ * ours but itself, `client/` nothing of `server/`, `http/` or `cli/`, `http/` nothing of
+ * `server/`, and `cli/run/` nothing of `server/`.
+ */
+import assert from "node:assert/strict";
+
+const ROOT = new URL("../", import.meta.url);
+
+/** Local module → the local modules it imports (from `deno info --json` of each entry). */
+async function graph(entries: string[]): Promise<Map<string, string[]>> {
+  const modules = [];
+  for (const entry of entries) {
+    const output = await new Deno.Command(Deno.execPath(), {
+      args: ["info", "--json", entry],
+      cwd: ROOT,
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    assert.ok(output.success, new TextDecoder().decode(output.stderr));
+    modules.push(...JSON.parse(new TextDecoder().decode(output.stdout)).modules);
+  }
+  const local = (specifier: string) =>
+    specifier.startsWith(ROOT.href) ? specifier.slice(ROOT.href.length) : null;
+  const edges = new Map<string, string[]>();
+  for (const module of modules) {
+    const from = local(module.specifier);
+    if (!from) continue;
+    const to = new Set<string>();
+    for (const dep of module.dependencies ?? []) {
+      for (const kind of ["code", "type"]) {
+        const target = dep[kind]?.specifier && local(dep[kind].specifier);
+        if (target && target !== from) to.add(target);
+      }
+    }
+    edges.set(from, [...to]);
+  }
+  return edges;
+}
+
+Deno.test("import graph: no circles, and the layers point one way", async () => {
+  const edges = await graph(["mod.ts", "cli.ts", "http/mod.ts", "server/app.ts"]);
+  assert.ok(edges.size > 50, `only ${edges.size} modules seen`);
+  // Depth-first search for a back edge.
+  const state = new Map<string, "open" | "done">();
+  const cycles: string[] = [];
+  const visit = (node: string, path: string[]) => {
+    state.set(node, "open");
+    for (const next of edges.get(node) ?? []) {
+      if (state.get(next) === "open") {
+        cycles.push([...path.slice(path.indexOf(next)), next].join(" → "));
+      } else if (!state.has(next)) visit(next, [...path, next]);
+    }
+    state.set(node, "done");
+  };
+  for (const node of edges.keys()) if (!state.has(node)) visit(node, [node]);
+  assert.deepEqual(cycles, [], `import circles:\n${cycles.join("\n")}`);
+
+  const rules: [string, string[]][] = [
+    ["protocol/", ["client/", "server/", "http/", "cli/"]],
+    ["client/", ["server/", "http/", "cli/"]],
+    ["http/", ["server/", "client/", "cli/"]],
+    ["cli/run/", ["server/"]],
+  ];
+  const broken: string[] = [];
+  for (const [from, targets] of edges) {
+    for (const [layer, forbidden] of rules) {
+      if (!from.startsWith(layer)) continue;
+      for (const target of targets) {
+        if (forbidden.some((f) => target.startsWith(f))) broken.push(`${from} → ${target}`);
+      }
+    }
+  }
+  assert.deepEqual(broken, [], `imports against the layers:\n${broken.join("\n")}`);
+});

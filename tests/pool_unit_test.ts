@@ -1,0 +1,226 @@
+/**
+ * The worker pool with fake slots and children (no processes): seat choice and the FIFO, a seat
+ * readied in the background after a request, retirement and replacement under the
+ * initialization gate and the lease, a seat that cannot be readied, and shutdown.
+ */
+import assert from "node:assert/strict";
+import { EventLog } from "../http/events.ts";
+import { GpuLeases } from "../server/lease.ts";
+import { PoolBusy, type Seat, WorkerPool } from "../server/pool.ts";
+import type { ChildExit, ChildReady, SeatChild, SeatSlot } from "../server/worker_handles.ts";
+
+class FakeChild implements SeatChild {
+  static count = 0;
+  readonly pid = ++FakeChild.count;
+  exit: ChildExit | null = null;
+  readonly exited: Promise<ChildExit>;
+  readonly slot = { stderrSeen: 0, stderrTail: () => "", hello: null };
+  inits = 0;
+  #exit!: (exit: ChildExit) => void;
+
+  constructor(readonly onInit: () => void = () => {}) {
+    this.exited = new Promise((resolve) => (this.#exit = resolve));
+  }
+  init(): Promise<ChildReady> {
+    this.inits++;
+    this.onInit();
+    return Promise.resolve({ target: { arch: "fake" }, versions: {}, deviceUuids: [] });
+  }
+  die(): void {
+    this.exit = { code: 0, signal: null, orphans: false, slotDied: false };
+    this.#exit(this.exit);
+  }
+  send(): void {}
+  setHandler(): void {}
+  watchExit() {
+    return { exited: this.exited, stop: () => {} };
+  }
+  kill(): Promise<ChildExit> {
+    this.die();
+    return this.exited;
+  }
+  destroySlot(): Promise<void> {
+    return Promise.resolve();
+  }
+}
+
+class FakeSlot implements SeatSlot {
+  static count = 0;
+  readonly pid = 1000 + ++FakeSlot.count;
+  dead = false;
+  stderrTail(): string {
+    return "";
+  }
+  readonly closed = Promise.resolve();
+  readonly children: FakeChild[] = [];
+  readonly switched: string[] = [];
+  constructor(readonly onInit: () => void) {}
+  fork(): Promise<SeatChild> {
+    const child = new FakeChild(this.onInit);
+    this.children.push(child);
+    return Promise.resolve(child);
+  }
+  switchWorkspace(name: string): void {
+    this.switched.push(name);
+  }
+  stop(): Promise<void> {
+    this.destroy();
+    return Promise.resolve();
+  }
+  destroy(): void {
+    this.dead = true;
+    for (const child of this.children) if (!child.exit) child.die();
+  }
+}
+
+async function fakePool(
+  options: { gpus?: number[]; perGpu?: number; sandboxed?: boolean; maxRequests?: number } = {},
+) {
+  const runtimeDir = await Deno.makeTempDir({ prefix: "kcoral-pool-" });
+  const events = new EventLog({ logDir: null, console: false, programs: false });
+  const log: Record<string, unknown>[] = [];
+  events.subscribe((e) => log.push(e));
+  const gpus = options.gpus ?? [0];
+  const leases = new GpuLeases(gpus);
+  const slots = new Map<string, FakeSlot>();
+  /** Whether GPU 0's lease was held whenever a child was initialized. */
+  const initUnderLease: boolean[] = [];
+  const pool = new WorkerPool({
+    seats: gpus.flatMap((g) =>
+      Array.from({ length: options.perGpu ?? 2 }, (_, i) => ({ label: `gpu${g}/w${i}`, gpus: [g] }))
+    ),
+    runtimeDir,
+    sandboxed: options.sandboxed ?? false,
+    leases,
+    slotCommand: () => ({ command: "none", args: [], env: {} }),
+    childEnv: () => ({ env: {}, unset: [] }),
+    maxRequestsPerWorker: options.maxRequests ?? 0,
+    events,
+    startSlot: (label) => {
+      const slot = new FakeSlot(() => {
+        const probe = { id: "probe" };
+        const free = leases.tryAcquire(probe, [gpus[0]]);
+        if (free) leases.release(probe);
+        initUnderLease.push(!free);
+      });
+      slots.set(label, slot);
+      return Promise.resolve(slot);
+    },
+  });
+  await pool.start();
+  return {
+    pool,
+    leases,
+    log,
+    slots,
+    initUnderLease,
+    async close() {
+      await pool.close(10);
+      await Deno.remove(runtimeDir, { recursive: true });
+    },
+  };
+}
+
+Deno.test("pool: the least-loaded GPU first, LIFO within it, then one FIFO with hand-off", async () => {
+  const { pool, close } = await fakePool({ gpus: [0, 1], perGpu: 2 });
+  try {
+    const a = await pool.acquire(1000);
+    const b = await pool.acquire(1000);
+    assert.notDeepEqual(a.gpus, b.gpus, "spread over both GPUs");
+    const c = await pool.acquire(1000);
+    const d = await pool.acquire(1000);
+    assert.equal(new Set([a, b, c, d]).size, 4);
+    const waiting = [pool.acquire(5000), pool.acquire(5000)];
+    assert.equal(pool.load().requests_waiting, 2);
+    pool.release(c, null);
+    pool.release(a, null);
+    assert.deepEqual(await Promise.all(waiting), [c, a], "first come, first served");
+    await assert.rejects(() => pool.acquire(20), PoolBusy);
+  } finally {
+    await close();
+  }
+});
+
+Deno.test("pool: a kept seat is idle at once and readied in the background", async () => {
+  const { pool, slots, close } = await fakePool({ perGpu: 1, sandboxed: true });
+  try {
+    const seat = await pool.acquire(1000);
+    const first = seat.workspaces.current;
+    pool.release(seat, null);
+    assert.equal(seat.state, "idle");
+    const again = await pool.acquire(1000); // waits for the seat to be readied
+    assert.equal(again, seat);
+    assert.notEqual(seat.workspaces.current, first, "a new workspace");
+    assert.deepEqual(slots.get(seat.label)!.switched, [seat.workspaces.current]);
+    pool.release(again, null);
+  } finally {
+    await close();
+  }
+});
+
+Deno.test("pool: a retiring child is replaced under the initialization gate and the lease", async () => {
+  const { pool, leases, log, slots, initUnderLease, close } = await fakePool({ perGpu: 1 });
+  try {
+    const seat: Seat = await pool.acquire(1000);
+    const old = seat.child as FakeChild;
+    pool.release(seat, { oldExit: old.exited, reason: "request_limit" });
+    assert.equal(seat.state, "replacing");
+    assert.equal(pool.load().request_capacity, 0, "a seat being replaced is no capacity");
+    const retired = log.find((e) => e.event === "worker_retired")!;
+    assert.equal(retired.reason, "request_limit");
+    assert.equal(retired.level, "INFO");
+    await new Promise((r) => setTimeout(r, 20));
+    const slot = slots.get(seat.label)!;
+    assert.equal(slot.children.length, 2, "the next child is forked at once");
+    assert.equal(slot.children[1].inits, 0, "but not initialized before the old one is gone");
+    old.die();
+    const next = await pool.acquire(1000);
+    assert.equal(next.child, slot.children[1]);
+    assert.deepEqual(initUnderLease, [false, true], "at startup freely, then under the lease");
+    assert.ok(log.some((e) => e.event === "worker_ready" && e.generation === 2));
+    assert.ok(leases.tryAcquire({ id: "free" }, [0]), "and the lease released after");
+    leases.release({ id: "free" });
+    pool.release(next, null);
+  } finally {
+    await close();
+  }
+});
+
+Deno.test("pool: a seat that cannot be readied is replaced when taken", async () => {
+  const { pool, log, close } = await fakePool({ perGpu: 1 });
+  try {
+    const seat = await pool.acquire(1000);
+    // The results directory cannot be emptied (it is gone): readying fails.
+    await Deno.remove(seat.resultsDir, { recursive: true });
+    pool.release(seat, null);
+    assert.equal(await seat.ready, false);
+    assert.ok(log.some((e) => e.event === "worker_failed" && e.phase === "sandbox_cleanup"));
+    Deno.mkdirSync(seat.resultsDir);
+    const served = await pool.acquire(2000); // the replacement
+    assert.equal(served, seat);
+    assert.ok(log.some((e) => e.event === "worker_retired" && e.reason === "sandbox_cleanup"));
+    assert.equal(await served.ready, true);
+    pool.release(served, null);
+  } finally {
+    await close();
+  }
+});
+
+Deno.test("pool: once shutdown begins, waiters get PoolBusy and nothing becomes ready", async () => {
+  const { pool, log, close } = await fakePool({ perGpu: 1 });
+  try {
+    const seat = await pool.acquire(1000);
+    const waiter = pool.acquire(5000);
+    pool.beginShutdown();
+    await assert.rejects(() => waiter, PoolBusy);
+    const old = seat.child as FakeChild;
+    const shutdownAt = log.length;
+    pool.release(seat, { oldExit: old.exited, reason: "request_limit" });
+    old.die();
+    await pool.settled();
+    assert.equal(log.slice(shutdownAt).some((e) => e.event === "worker_ready"), false);
+    assert.equal(pool.load().request_capacity, 0);
+  } finally {
+    await close();
+  }
+});
