@@ -31,16 +31,15 @@
 export * from "./client/mod.ts";
 export { JsonFloat } from "./protocol/json_float.ts";
 export type { DType } from "./protocol/dtypes.ts";
-export {
-  type BlobReference,
-  type BlobUse,
-  type InstructionSummary,
-  type ParsedProgram,
-  parseProgram,
-  ProgramError,
-  type ProgramOptions,
-  type TensorUpload,
-} from "./protocol/program.ts";
+export { parseProgram, ProgramError } from "./protocol/program.ts";
+export type {
+  BlobReference,
+  BlobUse,
+  InstructionSummary,
+  ParsedProgram,
+  ProgramOptions,
+  TensorUpload,
+} from "./protocol/program_types.ts";
 export type {
   CommonResultFields,
   DecodedResult,

@@ -7,7 +7,7 @@
  * @module
  */
 
-import { boundaryOccursIn, newBoundary } from "../protocol/multipart.ts";
+import { boundaryOccursIn, newBoundary } from "../protocol/multipart_encode.ts";
 
 const _boundaries = new WeakMap<object, string>();
 

@@ -13,7 +13,7 @@
 
 import { fileURLToPath } from "node:url";
 import { ResultValueError, validateManifest } from "../protocol/values.ts";
-import { newBoundary } from "../protocol/multipart.ts";
+import { newBoundary } from "../protocol/multipart_encode.ts";
 import { pyStrRepr } from "../protocol/python_repr.ts";
 import { ValidationError } from "./errors.ts";
 

@@ -3,13 +3,16 @@
  * `Program` instruction for instruction. Every method validates everything
  * before it changes anything, so a failed call leaves the program unchanged.
  *
+ * It stays one module over 400 lines because the {@linkcode Program} builder is one public
+ * class, each of its methods one instruction kind.
+ *
  * @module
  */
 
 import { fileURLToPath } from "node:url";
 import { sha256Hex } from "../protocol/hash.ts";
 import { noteBlobs } from "./_blob_boundary.ts";
-import { stringifyJson } from "../protocol/json.ts";
+import { stringifyJson } from "../protocol/json_stringify.ts";
 import { checkPathConflicts, PathError } from "../protocol/paths.ts";
 import { pyRepr, pyStrRepr } from "../protocol/python_repr.ts";
 import { comparePy } from "../protocol/python_str.ts";

@@ -5,7 +5,7 @@
  * puts the first binary payload at an 8-byte aligned address, so a typed array can view it in
  * place (no 64 MiB copy).
  *
- * This is only an accelerator. The strict parser (protocol/multipart.ts) still decides what the
+ * This is only an accelerator. The strict parser (protocol/multipart_parse.ts) still decides what the
  * parts are; a digest computed here is used only for a part whose exact byte range it covers,
  * so a body the two read differently is simply hashed again.
  *
@@ -14,7 +14,7 @@
 
 import { createHash, type Hash } from "node:crypto";
 import { DelimiterFinder } from "./bytes_search.ts";
-import { boundaryFromContentType, delimiterMarkPattern } from "./multipart.ts";
+import { boundaryFromContentType, delimiterMarkPattern } from "./multipart_parse.ts";
 import type { HashSink } from "./hash_threads.ts";
 
 const _ALIGN = 8;

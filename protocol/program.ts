@@ -1,6 +1,6 @@
 /**
  * Program JSON validation (spec protocol §2.3–§2.7), message for message as
- * upstream `parse_program`.
+ * upstream `parse_program`. The types of what it reports are in `program_types.ts`.
  *
  * @module
  */
@@ -16,153 +16,15 @@ const PYTHON_INT_DIGITS = 4300;
 import { pyRepr, pyStrRepr } from "./python_repr.ts";
 import { pySorted } from "./python_str.ts";
 import { checkPathConflicts, normalizeFilePath, PathError } from "./paths.ts";
-import { type DType, isDType, tensorByteLength } from "./dtypes.ts";
-
-/**
- * How an upload uses a blob.
- *
- * @example
- * ```ts
- * import { parseProgram } from "../mod.ts";
- *
- * const text = '{"instructions":[{"op":"upload","kind":"bytes","blob":"' + "a".repeat(64) + '","id":"b"}]}';
- * if (!parseProgram(text).blobs[0].uses.has("bytes")) throw new Error();
- * ```
- */
-export type BlobUse = "tensor" | "bytes" | "library" | "file";
-
-/**
- * One distinct blob hash referenced by a program.
- *
- * @example
- * ```ts
- * import { parseProgram } from "../mod.ts";
- *
- * const hash = "a".repeat(64);
- * const program = parseProgram(
- *   `{"instructions":[{"op":"upload","kind":"tensor","blob":"${hash}","dtype":"int32","shape":[2],"id":"t"}]}`,
- * );
- * if (program.blobs[0].tensorByteLengths[0] !== 8) throw new Error();
- * ```
- */
-export interface BlobReference {
-  /** Lowercase hex SHA-256 of the blob bytes. */
-  sha256: string;
-  /** Every upload kind that uses this blob. */
-  uses: Set<BlobUse>;
-  /**
-   * Expected byte length (`prod(shape) * itemsize`) of every tensor upload
-   * using this blob, in program order (`Infinity` beyond 2^53-1).
-   */
-  tensorByteLengths: number[];
-}
-
-/**
- * Validated `options` of a program (raw values; the server clamps them).
- *
- * @example
- * ```ts
- * import { parseProgram } from "../mod.ts";
- *
- * const { options } = parseProgram(
- *   '{"instructions":[{"op":"upload","kind":"module","source":"","id":"m"}],"options":{"timeout_seconds":30}}',
- * );
- * if (options.timeoutSeconds !== 30 || options.gpuCount !== undefined) throw new Error();
- * ```
- */
-export interface ProgramOptions {
-  /** `options.timeout_seconds`: finite, > 0. */
-  timeoutSeconds?: number;
-  /** `options.output_limit_bytes`: integer ≥ 0 (0 disables capture). */
-  outputLimitBytes?: number;
-  /** `options.gpu_count`: integer 1..8. */
-  gpuCount?: number;
-}
-
-/**
- * One instruction as an error names it (`instruction_op`, `instruction_id`).
- *
- * @example
- * ```ts
- * import { parseProgram } from "../mod.ts";
- *
- * const { instructions } = parseProgram(
- *   '{"instructions":[{"op":"upload","kind":"module","source":"","id":"m"}]}',
- * );
- * if (instructions[0].op !== "upload" || instructions[0].id !== "m") throw new Error();
- * ```
- */
-export interface InstructionSummary {
-  /** `upload`, `get_function`, `run` or `return`. */
-  op: string;
-  /** The handle id, `null` for a `return` (its key is not a handle). */
-  id: string | null;
-}
-
-/**
- * What the server needs to know about a valid program.
- *
- * @example
- * ```ts
- * import { parseProgram } from "../mod.ts";
- *
- * const parsed = parseProgram('{"instructions":[{"op":"upload","kind":"module","source":"","id":"m"}]}');
- * if (parsed.instructionCount !== 1 || parsed.ops.upload !== 1) throw new Error();
- * ```
- */
-export interface ParsedProgram {
-  /** Number of instructions. */
-  instructionCount: number;
-  /**
-   * Instruction count per op, for the ops the program uses, in first-appearance order (as
-   * upstream's `request_accepted` event counts them).
-   */
-  ops: Record<string, number>;
-  /** Upload count per kind the program uses (`module`, `tensor`, ...), first-appearance order. */
-  uploads: Record<string, number>;
-  /** Each instruction's `op` and `id` (`null` for returns), in program order. */
-  instructions: InstructionSummary[];
-  /** The validated options. */
-  options: ProgramOptions;
-  /** Referenced blobs, de-duplicated, in first-appearance order. */
-  blobs: BlobReference[];
-  /** Normalized file-upload paths, in program order. */
-  filePaths: string[];
-  /** Every tensor upload in program order: id, blob and expected byte length. */
-  tensorUploads: TensorUpload[];
-  /**
-   * The first instruction takes the GPU lease (a module, tensor or library upload; spec
-   * protocol §2.5), so a server may grant it together with the program.
-   */
-  leaseFirst: boolean;
-}
-
-/**
- * One tensor upload of a program.
- *
- * @example
- * ```ts
- * import { parseProgram } from "../mod.ts";
- *
- * const program = parseProgram(
- *   `{"instructions":[{"op":"upload","kind":"tensor","blob":"${"a".repeat(64)}","dtype":"int64","shape":[2,3],"id":"x"}]}`,
- * );
- * const [upload] = program.tensorUploads;
- * if (upload.id !== "x" || upload.byteLength !== 48) throw new Error();
- * ```
- */
-export interface TensorUpload {
-  /** The upload's instruction id. */
-  id: string;
-  /** Its blob hash. */
-  sha256: string;
-  /** Its dtype. */
-  dtype: DType;
-  /** Its shape (dimensions beyond 2^53-1 are `bigint`). */
-  shape: (number | bigint)[];
-  /** `prod(shape) * itemsize` (`Infinity` beyond 2^53-1). */
-  byteLength: number;
-}
+import { isDType, tensorByteLength } from "./dtypes.ts";
+import type {
+  BlobReference,
+  BlobUse,
+  InstructionSummary,
+  ParsedProgram,
+  ProgramOptions,
+  TensorUpload,
+} from "./program_types.ts";
 
 /**
  * An invalid program; `message` is upstream's exact 400 text.
@@ -191,7 +53,16 @@ type _Obj = Map<string, TypedJsonValue>;
 
 const _BLOB_HASH = /^[0-9a-f]{64}$/;
 
-/** Whether `value` is a lowercase hex SHA-256 digest (`^[0-9a-f]{64}$`). */
+/**
+ * Whether `value` is a lowercase hex SHA-256 digest (`^[0-9a-f]{64}$`).
+ *
+ * @example
+ * ```ts
+ * import { isBlobHash } from "./program.ts";
+ *
+ * if (!isBlobHash("a".repeat(64)) || isBlobHash("A".repeat(64))) throw new Error();
+ * ```
+ */
 export function isBlobHash(value: unknown): value is string {
   return typeof value === "string" && value.length === 64 && _BLOB_HASH.test(value);
 }

@@ -10,8 +10,9 @@ import {
   type MultipartPart,
   parseMultipart,
   type ParseMultipartOptions,
-} from "./multipart.ts";
-import { isBlobHash, type ParsedProgram, parseProgram, ProgramError } from "./program.ts";
+} from "./multipart_parse.ts";
+import { isBlobHash, parseProgram, ProgramError } from "./program.ts";
+import type { ParsedProgram } from "./program_types.ts";
 import { sha256Hex } from "./hash.ts";
 import type { KnownDigest } from "./values.ts";
 import { DTYPE_ITEM_SIZES } from "./dtypes.ts";

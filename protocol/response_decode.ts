@@ -1,8 +1,8 @@
 /**
  * `/execute` response decoding with every client-side check of upstream's
  * client (spec protocol §3.3, §3.4): the body's JSON object and binary parts,
- * a CACHE_MISS body's missing hashes, a COMPLETED/FAILED body's fields and
- * values, and what a non-200 body says about itself.
+ * a CACHE_MISS body's missing hashes, and a COMPLETED/FAILED body's fields and
+ * values. What a non-200 body says about itself is read in `server_error_decode.ts`.
  *
  * @module
  */
@@ -18,7 +18,7 @@ import {
   boundaryFromContentType,
   parseMultipart,
   type ParseMultipartOptions,
-} from "./multipart.ts";
+} from "./multipart_parse.ts";
 import { isBlobHash } from "./program.ts";
 import { pyListRepr, pyRepr, pyStrRepr } from "./python_repr.ts";
 import {
@@ -397,73 +397,4 @@ function _decodeError(error: TypedJsonValue): ExecutionErrorInfo {
     traceback,
     ...info,
   };
-}
-
-/**
- * What a non-200 response says about itself (for `KCoralError`).
- *
- * @example
- * ```ts
- * import { decodeServerError, type ServerErrorInfo } from "./response_decode.ts";
- *
- * const info: ServerErrorInfo = decodeServerError(502, new TextEncoder().encode("bad gateway"));
- * if (info.message !== "HTTP 502" || info.kind !== null) throw new Error();
- * ```
- */
-export interface ServerErrorInfo {
-  /** `error.message`, `str(error)` when `error` is not an object, or `HTTP <code>`. */
-  message: string;
-  /** `error.kind` when it is a string. */
-  kind: string | null;
-  /** `request_id` when it is a string. */
-  requestId: string | null;
-}
-
-function _pyStr(value: TypedJsonValue): string {
-  return typeof value === "string" ? value : pyRepr(value);
-}
-
-function _truthy(value: TypedJsonValue | undefined): boolean {
-  if (value === undefined || value === null || value === false) return false;
-  if (typeof value === "string" || Array.isArray(value)) return value.length > 0;
-  if (value instanceof Map) return value.size > 0;
-  if (value instanceof JsonFloat) return value.value !== 0;
-  return value !== 0 && value !== 0n;
-}
-
-/**
- * Read a non-200 body as upstream's client does: whatever it is, the result
- * describes the error (unparseable bodies give `HTTP <code>`).
- *
- * @example
- * ```ts
- * import { decodeServerError } from "./mod.ts";
- *
- * const info = decodeServerError(503, new TextEncoder().encode(
- *   '{"status":"ERROR","request_id":"r","error":{"kind":"busy","message":"server saturated"}}',
- * ));
- * if (info.message !== "server saturated" || info.kind !== "busy" || info.requestId !== "r") {
- *   throw new Error();
- * }
- * ```
- */
-export function decodeServerError(statusCode: number, bytes: Uint8Array): ServerErrorInfo {
-  let body: TypedJsonObject = new Map();
-  try {
-    body = decodeJsonObject(bytes);
-  } catch (error) {
-    if (!(error instanceof ResponseError)) throw error;
-  }
-  const error = body.get("error");
-  let message: string;
-  let kind: string | null = null;
-  if (error instanceof Map) {
-    message = error.has("message") ? _pyStr(error.get("message")!) : "server error";
-    const rawKind = error.get("kind");
-    kind = typeof rawKind === "string" ? rawKind : null;
-  } else {
-    message = _truthy(error) ? _pyStr(error!) : `HTTP ${statusCode}`;
-  }
-  const requestId = body.get("request_id");
-  return { message, kind, requestId: typeof requestId === "string" ? requestId : null };
 }

@@ -5,7 +5,7 @@
  * @module
  */
 
-import { type EncodedMultipart, encodeMultipart, type MultipartInput } from "./multipart.ts";
+import { type EncodedMultipart, encodeMultipart, type MultipartInput } from "./multipart_encode.ts";
 import { pyFloatRepr } from "./python_repr.ts";
 import type { ResultFields } from "./result_fields.ts";
 

@@ -7,7 +7,7 @@
  *
  * @module
  */
-import type { InstructionSummary } from "../protocol/program.ts";
+import type { InstructionSummary } from "../protocol/program_types.ts";
 import { parseExecuteRequest, RequestParseError } from "../protocol/request.ts";
 import type { EventLog } from "../http/events.ts";
 import { Rejection } from "../http/rejection.ts";
@@ -69,7 +69,7 @@ export interface AdmissionServices {
  * import { DiskFileCache } from "./cache_disk.ts";
  * import { resolveServerConfig } from "./config.ts";
  * import { EventLog } from "../http/events.ts";
- * import { encodeMultipart } from "../protocol/multipart.ts";
+ * import { encodeMultipart } from "../protocol/multipart_encode.ts";
  *
  * const program = '{"instructions":[{"op":"upload","kind":"module","source":"","id":"m"}]}';
  * const { body, contentType } = encodeMultipart([

@@ -8,12 +8,12 @@
  * @module
  */
 import {
+  boundaryOccursIn,
   closingDelimiter,
   newBoundary,
   PART_SEPARATOR,
   partHeader,
-} from "../protocol/multipart.ts";
-import { boundaryOccursIn } from "../protocol/multipart.ts";
+} from "../protocol/multipart_encode.ts";
 import { concatBytes } from "../protocol/bytes.ts";
 import { resultJson } from "../protocol/response_encode.ts";
 import { ERROR_FIELDS, GPU_ACCESS_FIELDS } from "../protocol/result_fields.ts";

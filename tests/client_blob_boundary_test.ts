@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { blobBoundary, noteBlobs } from "../client/_blob_boundary.ts";
-import { boundaryOccursIn } from "../protocol/multipart.ts";
+import { boundaryOccursIn } from "../protocol/multipart_encode.ts";
 import { Program } from "../mod.ts";
 
 Deno.test("blob boundary: kept while absent from new blobs, re-drawn when one holds it", () => {

@@ -4,9 +4,9 @@ import assert from "node:assert/strict";
 import { PartDigests } from "../protocol/part_digests.ts";
 import { HashThread } from "../protocol/hash_threads.ts";
 import { Client, Program, ProtocolError } from "../mod.ts";
-import { encodeMultipart } from "../protocol/multipart.ts";
+import { encodeMultipart } from "../protocol/multipart_encode.ts";
 import { sha256Hex } from "../protocol/hash.ts";
-import { parseMultipart } from "../protocol/multipart.ts";
+import { parseMultipart } from "../protocol/multipart_parse.ts";
 import { completed, fakeServer } from "./fixtures/protocol/fake_server.ts";
 import { randomBytes } from "./_bytes.ts";
 

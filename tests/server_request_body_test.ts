@@ -3,7 +3,8 @@
 import assert from "node:assert/strict";
 import { LARGE_BODY_BYTES, readRequestBody } from "../http/request_body.ts";
 import { PartDigests } from "../protocol/part_digests.ts";
-import { encodeMultipart, parseMultipart } from "../protocol/multipart.ts";
+import { encodeMultipart } from "../protocol/multipart_encode.ts";
+import { parseMultipart } from "../protocol/multipart_parse.ts";
 import { sha256Hex } from "../protocol/hash.ts";
 import { randomBytes } from "./_bytes.ts";
 

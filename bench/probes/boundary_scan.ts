@@ -6,7 +6,7 @@
  *
  * @module
  */
-import { encodeMultipartChunks } from "../../protocol/multipart.ts";
+import { encodeMultipartChunks } from "../../protocol/multipart_encode.ts";
 import { randomBytes } from "../_programs.ts";
 const n = 64 << 20;
 const a = randomBytes(n), b = randomBytes(n);

@@ -11,7 +11,7 @@ import { Http1Agent } from "../../client/transport/http1_agent.ts";
 import { RESULT_FACTORIES } from "../../client/result.ts";
 import { PartDigests } from "../../protocol/part_digests.ts";
 import { HashThread } from "../../protocol/hash_threads.ts";
-import { encodeMultipartChunks } from "../../protocol/multipart.ts";
+import { encodeMultipartChunks } from "../../protocol/multipart_encode.ts";
 import { decodeProgramResult, decodeResponseBody } from "../../protocol/response_decode.ts";
 import { median, randomAddProgram, startReusedServer } from "./_probe.ts";
 

@@ -12,7 +12,7 @@
  */
 import { HashThreads } from "../../protocol/hash_threads.ts";
 import { PartDigests } from "../../protocol/part_digests.ts";
-import { encodeMultipartChunks } from "../../protocol/multipart.ts";
+import { encodeMultipartChunks } from "../../protocol/multipart_encode.ts";
 import { readRequestBody } from "../../http/request_body.ts";
 import { randomFloats } from "../_programs.ts";
 

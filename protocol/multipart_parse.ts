@@ -1,6 +1,8 @@
 /**
- * Strict multipart/form-data framing (spec protocol §2.1, §3.3), behaving
- * like upstream `parse_multipart`/`encode_multipart`, with its messages.
+ * Strict multipart/form-data parsing (spec protocol §2.1), behaving like
+ * upstream `parse_multipart`, with its messages: the Content-Type's boundary,
+ * the delimiters, and each part's headers. Encoding is in
+ * `multipart_encode.ts`.
  *
  * Speed: bodies reach 256 MiB. Delimiters are found with a Horspool scan
  * ({@linkcode DelimiterFinder}, keyed on the delimiter's last byte plus a
@@ -12,7 +14,6 @@
  * @module
  */
 
-import { concatBytes } from "./bytes.ts";
 import { DelimiterFinder } from "./bytes_search.ts";
 
 /** One part of a multipart body. */
@@ -25,7 +26,22 @@ export interface MultipartPart {
   body: Uint8Array;
 }
 
-/** Malformed multipart framing; `message` is upstream's 400 text. */
+/**
+ * Malformed multipart framing; `message` is upstream's 400 text.
+ *
+ * @example
+ * ```ts
+ * import { MultipartError, parseMultipart } from "./multipart_parse.ts";
+ *
+ * try {
+ *   parseMultipart(new TextEncoder().encode("--B--"), "B");
+ *   throw new Error("accepted");
+ * } catch (error) {
+ *   if (!(error instanceof MultipartError)) throw error;
+ *   if (error.message !== "multipart body has no parts") throw error;
+ * }
+ * ```
+ */
 export class MultipartError extends Error {
   /** Create the error with upstream's message text. */
   constructor(message: string) {
@@ -119,7 +135,7 @@ function _unquote(raw: string): string | null {
  *
  * @example
  * ```ts
- * import { boundaryFromContentType } from "./mod.ts";
+ * import { boundaryFromContentType } from "./multipart_parse.ts";
  *
  * if (boundaryFromContentType('Multipart/Form-Data; boundary="a b"') !== "a b") throw new Error();
  * ```
@@ -156,13 +172,13 @@ export interface ParseMultipartOptions {
  *
  * @example
  * ```ts
- * import { delimiterMarkPattern } from "./mod.ts";
+ * import { delimiterMarkPattern } from "./multipart_parse.ts";
  *
  * if (new TextDecoder().decode(delimiterMarkPattern("B")) !== "\n--B") throw new Error();
  * ```
  */
 export function delimiterMarkPattern(boundary: string): Uint8Array {
-  return _ascii("\n--" + boundary, "the boundary");
+  return boundaryBytes("\n--" + boundary);
 }
 
 class _MarkFinder {
@@ -186,8 +202,20 @@ class _MarkFinder {
   }
 }
 
-function _ascii(text: string, what: string): Uint8Array {
-  if (/[\u0080-\uffff]/.test(text)) throw new MultipartError(`${what} must be ASCII`);
+/**
+ * The bytes of `text`, a boundary or a delimiter made of one, which must be ASCII.
+ *
+ * @throws {MultipartError} `the boundary must be ASCII`.
+ *
+ * @example
+ * ```ts
+ * import { boundaryBytes } from "./multipart_parse.ts";
+ *
+ * if (boundaryBytes("--B").length !== 3) throw new Error();
+ * ```
+ */
+export function boundaryBytes(text: string): Uint8Array {
+  if (/[\u0080-\uffff]/.test(text)) throw new MultipartError("the boundary must be ASCII");
   return _encoder.encode(text);
 }
 
@@ -207,7 +235,7 @@ function _ascii(text: string, what: string): Uint8Array {
  *
  * @example
  * ```ts
- * import { parseMultipart } from "./mod.ts";
+ * import { parseMultipart } from "./multipart_parse.ts";
  *
  * const body = new TextEncoder().encode(
  *   'preamble\n--B\nContent-Disposition: form-data; name="x"\nContent-Type: text/plain\n\nhi\n--B--',
@@ -224,7 +252,7 @@ export function parseMultipart(
   if (boundary === "" || /[\r\n]/.test(boundary)) {
     throw new MultipartError("malformed multipart/form-data boundary");
   }
-  const marker = _ascii("--" + boundary, "the boundary");
+  const marker = boundaryBytes("--" + boundary);
   const pattern = new Uint8Array(marker.length + 1);
   pattern[0] = 0x0a;
   pattern.set(marker, 1);
@@ -343,204 +371,4 @@ function _checkPartHeaders(block: Uint8Array): [string, string] {
     }
   }
   return [names[0][1], type.value];
-}
-
-/**
- * A fresh random boundary: `kcoral-` + 32 lowercase hex digits (128 random bits).
- *
- * @example
- * ```ts
- * import { newBoundary } from "./mod.ts";
- *
- * if (!/^kcoral-[0-9a-f]{32}$/.test(newBoundary())) throw new Error();
- * ```
- */
-export function newBoundary(): string {
-  const bytes = crypto.getRandomValues(new Uint8Array(16));
-  let hex = "";
-  for (const byte of bytes) hex += byte.toString(16).padStart(2, "0");
-  return "kcoral-" + hex;
-}
-
-function _delimiterFinder(boundary: string): DelimiterFinder {
-  const marker = _ascii("\r\n--" + boundary, "the boundary");
-  return new DelimiterFinder(marker);
-}
-
-/**
- * Whether `CRLF--boundary` occurs in `payload` (such a payload would end its
- * part early, so the boundary must be re-drawn).
- *
- * @example
- * ```ts
- * import { boundaryOccursIn } from "./mod.ts";
- *
- * const data = new TextEncoder().encode("x\r\n--B");
- * if (!boundaryOccursIn(data, "B") || boundaryOccursIn(data, "C")) throw new Error();
- * ```
- */
-export function boundaryOccursIn(payload: Uint8Array, boundary: string): boolean {
-  return _delimiterFinder(boundary).find(payload, 0) >= 0;
-}
-
-function _checkHeaderText(value: string, what: string): void {
-  if (value === "" || /[\r\n"]/.test(value) || !/^[\x20-\x7e]*$/.test(value)) {
-    throw new MultipartError(`invalid multipart ${what}: ${JSON.stringify(value)}`);
-  }
-}
-
-/**
- * The bytes that open one part: `--B CRLF Content-Disposition: form-data;
- * name="N" CRLF Content-Type: T CRLF CRLF`. Write the payload and then
- * {@linkcode PART_SEPARATOR} after it; end the body with
- * {@linkcode closingDelimiter}.
- *
- * @example Stream a body part by part
- * ```ts
- * import { closingDelimiter, PART_SEPARATOR, parseMultipart, partHeader } from "./mod.ts";
- *
- * const chunks = [
- *   partHeader("B", "result", "application/json"),
- *   new TextEncoder().encode("{}"),
- *   PART_SEPARATOR,
- *   closingDelimiter("B"),
- * ];
- * const body = new Uint8Array(await new Blob(chunks).arrayBuffer());
- * if (parseMultipart(body, "B")[0].name !== "result") throw new Error();
- * ```
- */
-export function partHeader(
-  boundary: string,
-  name: string,
-  contentType: string,
-): Uint8Array<ArrayBuffer> {
-  _checkHeaderText(boundary, "boundary");
-  _checkHeaderText(name, "part name");
-  _checkHeaderText(contentType, "content type");
-  return _encoder.encode(
-    `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n` +
-      `Content-Type: ${contentType}\r\n\r\n`,
-  );
-}
-
-/** `CRLF`, written after every part payload (shared: do not modify). */
-export const PART_SEPARATOR: Uint8Array<ArrayBuffer> = new Uint8Array([0x0d, 0x0a]);
-
-/**
- * `--B--` CRLF, the closing delimiter that ends a body.
- *
- * @example
- * ```ts
- * import { closingDelimiter } from "./mod.ts";
- *
- * if (new TextDecoder().decode(closingDelimiter("B")) !== "--B--\r\n") throw new Error();
- * ```
- */
-export function closingDelimiter(boundary: string): Uint8Array<ArrayBuffer> {
-  _checkHeaderText(boundary, "boundary");
-  return _encoder.encode(`--${boundary}--\r\n`);
-}
-
-/** A part to encode. */
-export interface MultipartInput {
-  /** Form field name (ASCII, no quote, CR or LF). */
-  name: string;
-  /** Content-Type header value, e.g. `application/octet-stream`. */
-  contentType: string;
-  /** The payload. */
-  body: Uint8Array;
-}
-
-/** An encoded multipart body. */
-export interface EncodedMultipart {
-  /** `multipart/form-data; boundary=<boundary>`. */
-  contentType: string;
-  /** The whole body (its own `ArrayBuffer`, usable as a fetch/Response body). */
-  body: Uint8Array<ArrayBuffer>;
-}
-
-/**
- * Encode parts as upstream does (spec §3.3): `--B CRLF` headers `CRLF CRLF`
- * payload `CRLF` per part, then `--B-- CRLF`. The body is one allocation
- * filled with `TypedArray.set`. Without `boundary`, random `kcoral-<hex>`
- * boundaries are drawn until `CRLF--B` occurs in no payload; a given
- * `boundary` that occurs in a payload is a `MultipartError`.
- *
- * @example
- * ```ts
- * import { encodeMultipart, parseMultipart, boundaryFromContentType } from "./mod.ts";
- *
- * const data = new Uint8Array([1, 2, 3]);
- * const encoded = encodeMultipart([{ name: "return:0", contentType: "application/octet-stream", body: data }]);
- * const [part] = parseMultipart(encoded.body, boundaryFromContentType(encoded.contentType));
- * if (part.name !== "return:0" || part.body.length !== 3) throw new Error();
- * ```
- */
-export function encodeMultipart(
-  parts: readonly MultipartInput[],
-  boundary?: string,
-): EncodedMultipart {
-  const { contentType, chunks } = encodeMultipartChunks(parts, boundary);
-  return { contentType, body: concatBytes(chunks) };
-}
-
-/** A multipart body as the ordered list of its pieces (payloads are not copied). */
-export interface MultipartChunks {
-  /** `multipart/form-data; boundary=...`. */
-  contentType: string;
-  /** Headers, payloads (the callers' own arrays), separators and the closing delimiter. */
-  chunks: Uint8Array<ArrayBuffer>[];
-  /** Total byte length. */
-  length: number;
-}
-
-/**
- * Like {@linkcode encodeMultipart} but without joining: the body is `chunks` in order, so a
- * large body can be streamed without a second copy of its payloads. A given `boundary` is
- * checked against every payload except those in `scanned` (payloads the caller already knows
- * it does not occur in).
- *
- * @example
- * ```ts
- * import { encodeMultipartChunks } from "./mod.ts";
- *
- * const big = new Uint8Array(1 << 20); // checked once, when it was made
- * const parts = [{ name: "blob", contentType: "application/octet-stream", body: big }];
- * const encoded = encodeMultipartChunks(parts, "B", { scanned: new Set([big]) });
- * if (encoded.chunks[1] !== big || !encoded.contentType.endsWith("boundary=B")) throw new Error();
- * ```
- */
-export function encodeMultipartChunks(
-  parts: readonly MultipartInput[],
-  boundary?: string,
-  options: { scanned?: ReadonlySet<Uint8Array> } = {},
-): MultipartChunks {
-  if (parts.length === 0) throw new MultipartError("at least one multipart part is required");
-  if (boundary !== undefined) {
-    const finder = _delimiterFinder(boundary);
-    const scanned = options.scanned;
-    if (parts.some((part) => !scanned?.has(part.body) && finder.find(part.body, 0) >= 0)) {
-      throw new MultipartError("the boundary occurs in a part payload");
-    }
-  } else {
-    do boundary = newBoundary(); while (_occursInAny(parts, boundary));
-  }
-  const chunks: Uint8Array<ArrayBuffer>[] = [];
-  let length = 0;
-  const push = (chunk: Uint8Array<ArrayBuffer>) => {
-    chunks.push(chunk);
-    length += chunk.length;
-  };
-  for (const part of parts) {
-    push(partHeader(boundary, part.name, part.contentType));
-    push(part.body as Uint8Array<ArrayBuffer>);
-    push(PART_SEPARATOR);
-  }
-  push(closingDelimiter(boundary));
-  return { contentType: `multipart/form-data; boundary=${boundary}`, chunks, length };
-}
-
-function _occursInAny(parts: readonly MultipartInput[], boundary: string): boolean {
-  const finder = _delimiterFinder(boundary);
-  return parts.some((part) => finder.find(part.body, 0) >= 0);
 }
