@@ -1,17 +1,18 @@
 /**
- * The `kcoral` command: dispatches on its first argument (`run`, `server`) before any parsing,
- * as upstream does, so each sub-command owns its own syntax.
+ * The `kcoral` command: dispatches on its first argument (`run`, `server`, `router`) before any
+ * parsing, as upstream does, so each sub-command owns its own syntax.
  *
  * @module
  */
 
-const _HELP = `usage: kcoral [-h] {server,run} ...
+const _HELP = `usage: kcoral [-h] {server,router,run} ...
 
 KCoral remote execution.
 
 positional arguments:
-  {server,run}
-    server      start a standalone KCoral server
+  {server,router,run}
+    server      start a standalone server or join a Router
+    router      route requests across compute nodes
     run         run a tool on a remote server
 
 options:
@@ -23,6 +24,10 @@ export async function main(argv: string[]): Promise<number> {
   if (command === "server") {
     const { serverMain } = await import("./server.ts");
     return await serverMain(rest);
+  }
+  if (command === "router") {
+    const { routerMain } = await import("./router.ts");
+    return await routerMain(rest);
   }
   if (command === "run") {
     const { runMain } = await import("./run/main.ts");
@@ -36,7 +41,7 @@ export async function main(argv: string[]): Promise<number> {
   console.error(
     command.startsWith("-")
       ? `kcoral: error: unrecognized arguments: ${command}`
-      : `kcoral: error: argument command: invalid choice: '${command}' (choose from 'server', 'run')`,
+      : `kcoral: error: argument command: invalid choice: '${command}' (choose from 'server', 'router', 'run')`,
   );
   return 2;
 }

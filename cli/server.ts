@@ -154,9 +154,12 @@ export async function serverMain(
   for (const warning of args.warnings) console.error(warning);
   const { createApp } = await import("../server/app.ts");
   const { serve } = await import("../http/serve.ts");
+  const { nodeLinkTargetFromEnv, withNodeLink } = await import("../server/node_link.ts");
   let app;
   try {
-    app = createApp(args.config);
+    // A node's server, started by its supervisor: linked to the Router (spec router §1.6).
+    const target = nodeLinkTargetFromEnv(env);
+    app = target ? withNodeLink(createApp(args.config), target) : createApp(args.config);
   } catch (error) {
     console.error(`kcoral server: ${error instanceof Error ? error.message : error}`);
     return 1;

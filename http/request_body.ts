@@ -17,11 +17,13 @@ const _READ_STEP = 4 * 1024 * 1024;
  * fault, not the server's. The message is the reading error's.
  */
 export class BodyReadError extends Error {
+  /** `"BodyReadError"`. */
   override name = "BodyReadError";
 }
 
 /** A body that goes on past its Content-Length. */
 export class BodyLengthError extends BodyReadError {
+  /** `"BodyLengthError"`. */
   override name = "BodyLengthError";
 }
 
@@ -36,7 +38,9 @@ function _read<T>(read: Promise<T>): Promise<T> {
 
 /** A request body; `digests` when it was scanned and hashed while it arrived. */
 export interface ReceivedBody {
+  /** The whole body. */
   body: Uint8Array;
+  /** Part digests computed while it arrived, when it was scanned. */
   digests?: PartDigests;
   /** The body's buffer came from (and goes back to) the server's body pool. */
   pooled: boolean;

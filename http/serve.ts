@@ -45,6 +45,8 @@ export interface ServeOptions {
   onListen?: (addr: Deno.NetAddr) => void;
   /** Where status lines go (default stderr). */
   log?: (line: string) => void;
+  /** What the listening line calls the application (default `KCoral server`). */
+  label?: string;
 }
 
 /** A running HTTP server. */
@@ -99,7 +101,7 @@ export async function serve(app: HttpApp, options: ServeOptions = {}): Promise<R
   const host = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
   const url = `http://${host}:${addr.port}`;
   options.onListen?.(addr);
-  log(`KCoral server listening on ${url}`);
+  log(`${options.label ?? "KCoral server"} listening on ${url}`);
   log("Application startup complete.");
 
   let stopping: Promise<void> | null = null;

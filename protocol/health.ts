@@ -61,3 +61,30 @@ export interface HealthBody {
   /** Versions the workers run (torch, cuda, ...). */
   versions: Record<string, string>;
 }
+
+/**
+ * A Router's `/health` body (spec router §2.5): a server's shape, with `status` `"unavailable"`
+ * (and HTTP 503) while no ready node has a slot, `gpu_count` always `null`, `load` summed over
+ * the nodes, and `target`/`versions` the pool's baseline.
+ *
+ * @example
+ * ```ts
+ * import type { RouterHealthBody } from "./health.ts";
+ *
+ * const body: RouterHealthBody = {
+ *   status: "unavailable",
+ *   instance_id: crypto.randomUUID(),
+ *   started_at: "2026-05-01T09:00:00.123000Z",
+ *   gpu_count: null,
+ *   load: { request_capacity: 0, requests_in_progress: 0, requests_waiting: 0 },
+ *   target: {},
+ *   versions: {},
+ * };
+ * ```
+ */
+export interface RouterHealthBody extends Omit<HealthBody, "status" | "gpu_count"> {
+  /** `"ok"` when some ready node has a slot. */
+  status: "ok" | "unavailable";
+  /** Always `null` on a Router. */
+  gpu_count: null;
+}

@@ -1,0 +1,351 @@
+/**
+ * A body through a node-link slot, both ends (protocol/node_link.ts): the sender cuts it into
+ * data frames of at most 256 KiB and sends one only while it holds credit; the receiver hands
+ * frames to its reader as a `ReadableStream` and returns credit as they are read. Neither end
+ * holds more than {@linkcode CREDIT_WINDOW} frames of one body, however slow the other side's
+ * reader: what bounds the Router's memory per request (a WebSocket has no back-pressure of its
+ * own). The Router's slots and the server's node link both use these.
+ *
+ * ```
+ *  sender                                   receiver
+ *   write(chunk) ──data (credit − 1)──▶      push(bytes) ─▶ queue ─▶ reader pulls
+ *                ◀──credit n──────────        every window/2 frames read
+ *   end()        ──end──────────────▶        end() ─▶ stream closes after the queue
+ * ```
+ *
+ * @module
+ */
+import { CREDIT_WINDOW, LinkMessageError, MAX_DATA_BYTES } from "../protocol/node_link.ts";
+
+/**
+ * Sends one body as data frames, never more than the credit the receiver gave.
+ *
+ * @example
+ * ```ts
+ * import { BodySender } from "./tunnel_body.ts";
+ *
+ * const frames: number[] = [];
+ * const sender = new BodySender((bytes) => frames.push(bytes.length), () => frames.push(-1));
+ * await sender.write(new Uint8Array(300_000));
+ * await sender.end();
+ * if (frames.join() !== "262144,37856,-1") throw new Error(frames.join());
+ * ```
+ */
+export class BodySender {
+  readonly #sendData: (bytes: Uint8Array) => void;
+  readonly #sendEnd: () => void;
+  #credit = CREDIT_WINDOW;
+  #granted = 0;
+  #sentFrames = 0;
+  #stage: Uint8Array | null = null;
+  #staged = 0;
+  #waiter: (() => void) | null = null;
+  #failure: Error | null = null;
+  #ended = false;
+  /** Body bytes sent so far. */
+  sentBytes = 0;
+
+  /**
+   * `sendData` sends one frame's bytes (a view it must copy or send before returning),
+   * `sendEnd` the `end` message.
+   *
+   * @example
+   * ```ts
+   * import { BodySender } from "./tunnel_body.ts";
+   *
+   * const sender = new BodySender(() => {}, () => {});
+   * if (sender.sentBytes !== 0) throw new Error();
+   * ```
+   */
+  constructor(sendData: (bytes: Uint8Array) => void, sendEnd: () => void) {
+    this.#sendData = sendData;
+    this.#sendEnd = sendEnd;
+  }
+
+  /**
+   * The receiver's `credit` message. More than it has been sent in all is a violation
+   * ({@linkcode LinkMessageError}).
+   *
+   * @example
+   * ```ts
+   * import { BodySender } from "./tunnel_body.ts";
+   *
+   * const sender = new BodySender(() => {}, () => {});
+   * try {
+   *   sender.credit(1); // nothing was sent yet
+   *   throw new Error("accepted");
+   * } catch (error) {
+   *   if (!(error instanceof Error) || error.name !== "LinkMessageError") throw error;
+   * }
+   * ```
+   */
+  credit(frames: number): void {
+    this.#granted += frames;
+    if (this.#granted > this.#sentFrames) {
+      throw new LinkMessageError("credit for data frames that were never sent");
+    }
+    this.#credit += frames;
+    this.#wake();
+  }
+
+  /**
+   * Sends `chunk`: large chunks go out in 256 KiB frames without copying, small ones are
+   * gathered into one frame. Resolves once it is handed to the connection; rejects once the
+   * slot failed.
+   *
+   * @example
+   * ```ts
+   * import { BodySender } from "./tunnel_body.ts";
+   *
+   * let frames = 0;
+   * const sender = new BodySender(() => frames++, () => {});
+   * for (let i = 0; i < 4; i++) await sender.write(new Uint8Array(1000));
+   * await sender.end();
+   * if (frames !== 1 || sender.sentBytes !== 4000) throw new Error();
+   * ```
+   */
+  async write(chunk: Uint8Array): Promise<void> {
+    let rest = chunk;
+    while (rest.length > 0) {
+      if (this.#failure) throw this.#failure;
+      if (this.#staged === 0 && rest.length >= MAX_DATA_BYTES) {
+        await this.#frame(rest.subarray(0, MAX_DATA_BYTES));
+        rest = rest.subarray(MAX_DATA_BYTES);
+        continue;
+      }
+      this.#stage ??= new Uint8Array(MAX_DATA_BYTES);
+      const n = Math.min(rest.length, MAX_DATA_BYTES - this.#staged);
+      this.#stage.set(rest.subarray(0, n), this.#staged);
+      this.#staged += n;
+      rest = rest.subarray(n);
+      if (this.#staged === MAX_DATA_BYTES) await this.#flush();
+    }
+  }
+
+  /**
+   * Sends what is gathered and then `end`.
+   *
+   * @example
+   * ```ts
+   * import { BodySender } from "./tunnel_body.ts";
+   *
+   * let ended = false;
+   * const sender = new BodySender(() => {}, () => (ended = true));
+   * await sender.end();
+   * if (!ended) throw new Error();
+   * ```
+   */
+  async end(): Promise<void> {
+    if (this.#ended) return;
+    await this.#flush();
+    if (this.#failure) throw this.#failure;
+    this.#ended = true;
+    this.#sendEnd();
+  }
+
+  /** Whether `end` has been sent. */
+  get ended(): boolean {
+    return this.#ended;
+  }
+
+  /**
+   * The slot failed: pending and later writes reject with `error`.
+   *
+   * @example
+   * ```ts
+   * import { BodySender } from "./tunnel_body.ts";
+   *
+   * const sender = new BodySender(() => {}, () => {});
+   * sender.fail(new Error("gone"));
+   * const failed = await sender.write(new Uint8Array(1)).then(() => false, () => true);
+   * if (!failed) throw new Error();
+   * ```
+   */
+  fail(error: Error): void {
+    this.#failure ??= error;
+    this.#wake();
+  }
+
+  async #flush(): Promise<void> {
+    if (this.#staged === 0) return;
+    const bytes = this.#stage!.subarray(0, this.#staged);
+    this.#staged = 0;
+    await this.#frame(bytes);
+  }
+
+  async #frame(bytes: Uint8Array): Promise<void> {
+    while (this.#credit === 0 && !this.#failure) {
+      await new Promise<void>((resolve) => (this.#waiter = resolve));
+    }
+    if (this.#failure) throw this.#failure;
+    this.#credit--;
+    this.#sentFrames++;
+    this.sentBytes += bytes.length;
+    this.#sendData(bytes);
+  }
+
+  #wake(): void {
+    const waiter = this.#waiter;
+    this.#waiter = null;
+    waiter?.();
+  }
+}
+
+/**
+ * Receives one body: data frames become a `ReadableStream` that its reader pulls; credit goes
+ * back as frames are read.
+ *
+ * @example
+ * ```ts
+ * import { BodyReceiver } from "./tunnel_body.ts";
+ *
+ * const grants: number[] = [];
+ * const receiver = new BodyReceiver((n) => grants.push(n));
+ * for (let i = 0; i < 8; i++) receiver.push(new Uint8Array([i]));
+ * const reader = receiver.stream.getReader();
+ * for (let i = 0; i < 4; i++) await reader.read();
+ * if (grants.join() !== "4") throw new Error(grants.join()); // room for 4 more frames
+ * receiver.end();
+ * let rest = 0;
+ * while (!(await reader.read()).done) rest++;
+ * if (rest !== 4) throw new Error();
+ * ```
+ */
+export class BodyReceiver {
+  /** The body, for its reader. */
+  readonly stream: ReadableStream<Uint8Array>;
+  readonly #grant: (frames: number) => void;
+  readonly #queue: Uint8Array[] = [];
+  #outstanding = CREDIT_WINDOW;
+  #read = 0;
+  #ended = false;
+  #failure: Error | null = null;
+  #pull: (() => void) | null = null;
+  #cancelled = false;
+  /** Body bytes received so far. */
+  receivedBytes = 0;
+  /** Called once when the reader cancels the stream (e.g. the HTTP client went away). */
+  onCancel: ((reason: unknown) => void) | null = null;
+
+  /**
+   * `grant` sends a `credit` message for that many frames.
+   *
+   * @example
+   * ```ts
+   * import { BodyReceiver } from "./tunnel_body.ts";
+   *
+   * const receiver = new BodyReceiver(() => {});
+   * if (receiver.receivedBytes !== 0) throw new Error();
+   * ```
+   */
+  constructor(grant: (frames: number) => void) {
+    this.#grant = grant;
+    this.stream = new ReadableStream<Uint8Array>({
+      pull: (controller) => this.#deliver(controller),
+      cancel: (reason) => {
+        this.#cancelled = true;
+        this.onCancel?.(reason);
+      },
+    }, { highWaterMark: 0 });
+  }
+
+  /** Whether the reader cancelled the stream. */
+  get cancelled(): boolean {
+    return this.#cancelled;
+  }
+
+  /**
+   * One data frame's bytes. A frame beyond the credit given, or after `end`, is a violation
+   * ({@linkcode LinkMessageError}).
+   *
+   * @example
+   * ```ts
+   * import { BodyReceiver } from "./tunnel_body.ts";
+   *
+   * const receiver = new BodyReceiver(() => {});
+   * receiver.end();
+   * try {
+   *   receiver.push(new Uint8Array(1));
+   *   throw new Error("accepted");
+   * } catch (error) {
+   *   if (!(error instanceof Error) || error.name !== "LinkMessageError") throw error;
+   * }
+   * ```
+   */
+  push(bytes: Uint8Array): void {
+    if (this.#ended) throw new LinkMessageError("data after the end of the body");
+    if (this.#outstanding === 0) throw new LinkMessageError("data frame without credit");
+    this.#outstanding--;
+    this.receivedBytes += bytes.length;
+    if (this.#cancelled) return;
+    this.#queue.push(bytes);
+    this.#wake();
+  }
+
+  /**
+   * The body is complete: the stream closes once its reader has read the rest.
+   *
+   * @example
+   * ```ts
+   * import { BodyReceiver } from "./tunnel_body.ts";
+   *
+   * const receiver = new BodyReceiver(() => {});
+   * receiver.end();
+   * if ((await new Response(receiver.stream).arrayBuffer()).byteLength !== 0) throw new Error();
+   * ```
+   */
+  end(): void {
+    if (this.#ended) throw new LinkMessageError("a second end of the body");
+    this.#ended = true;
+    this.#wake();
+  }
+
+  /** Whether `end` has come. */
+  get ended(): boolean {
+    return this.#ended;
+  }
+
+  /**
+   * The slot failed before the end: the reader gets `error`.
+   *
+   * @example
+   * ```ts
+   * import { BodyReceiver } from "./tunnel_body.ts";
+   *
+   * const receiver = new BodyReceiver(() => {});
+   * receiver.fail(new Error("gone"));
+   * const failed = await new Response(receiver.stream).arrayBuffer().then(() => false, () => true);
+   * if (!failed) throw new Error();
+   * ```
+   */
+  fail(error: Error): void {
+    if (this.#ended) return;
+    this.#failure ??= error;
+    this.#wake();
+  }
+
+  async #deliver(controller: ReadableStreamDefaultController<Uint8Array>): Promise<void> {
+    while (this.#queue.length === 0 && !this.#ended && !this.#failure) {
+      await new Promise<void>((resolve) => (this.#pull = resolve));
+    }
+    const next = this.#queue.shift();
+    if (next) {
+      controller.enqueue(next);
+      if (++this.#read >= CREDIT_WINDOW / 2 && !this.#ended) {
+        this.#outstanding += this.#read;
+        this.#grant(this.#read);
+        this.#read = 0;
+      }
+    } else if (this.#failure) {
+      controller.error(this.#failure);
+    } else {
+      controller.close();
+    }
+  }
+
+  #wake(): void {
+    const pull = this.#pull;
+    this.#pull = null;
+    pull?.();
+  }
+}

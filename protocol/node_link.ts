@@ -1,0 +1,520 @@
+/**
+ * The node link: the messages between a Router and its nodes, over WebSockets that the nodes
+ * open (upstream carries the same semantics over gRPC: spec router §1). No I/O here.
+ *
+ * Two kinds of connection, both `GET` upgrades on the Router's one port, both with
+ * `Authorization: Bearer <token>` when the Router has a token (checked before the upgrade; a
+ * wrong or missing token is a 401 and nothing is read):
+ *
+ * ```
+ * control  /kcoral/v1/control   one per node supervisor
+ *   node ─▶ router   status (a full snapshot: on every change and every heartbeat)
+ *   router ─▶ node   ack (exactly once, after the first status), then nothing
+ *
+ * slot     /kcoral/v1/slot      one per worker of the node's server
+ *   node ─▶ router   hello                       router ─▶ node   ack
+ *   then, one request at a time, each frame naming the Router's request id:
+ *   router ─▶ node   request_head, data*, end    (or cancel, at any time)
+ *   node ─▶ router   response_head, data*, end
+ *   either way       credit (the receiver of data frames grants more of them)
+ * ```
+ *
+ * Text frames carry one JSON message; binary frames carry body bytes: one byte `0x01`, the
+ * 36-character request id, then at most {@linkcode MAX_DATA_BYTES} of body. A sender may have
+ * {@linkcode CREDIT_WINDOW} data frames of one body unacknowledged; the receiver returns credit
+ * as it consumes them, so neither end buffers more than a window per request and direction
+ * (a WebSocket has no back-pressure of its own). The slot is reusable once both `end`s have
+ * passed; a `cancel` or any violation ends the connection, and the node opens a new one.
+ * Failures close the WebSocket with one of {@linkcode LINK_CLOSE} and a reason.
+ *
+ * @module
+ */
+
+/** The node-link protocol version a slot's `hello` must carry. */
+export const PROTOCOL_VERSION = 1;
+/** The largest body a data frame carries (256 KiB, as upstream's slot frames). */
+export const MAX_DATA_BYTES = 262144;
+/** Data frames of one body a sender may have unacknowledged. */
+export const CREDIT_WINDOW = 8;
+/** How long the Router waits for a connection's first message. */
+export const FIRST_MESSAGE_TIMEOUT_MS = 10_000;
+/** The largest text message either end accepts, in bytes (headers included). */
+export const MAX_TEXT_BYTES = 1 << 20;
+/** The path of the supervisor's control connection. */
+export const CONTROL_PATH = "/kcoral/v1/control";
+/** The path of one worker slot's data connection. */
+export const SLOT_PATH = "/kcoral/v1/slot";
+/** The header a client names its preferred node with, and the Router names the node that served. */
+export const NODE_HEADER = "x-kcoral-node";
+
+/**
+ * WebSocket close codes of the node link, named after the gRPC statuses upstream uses for the
+ * same cases (spec router §1.4–§1.5).
+ *
+ * @example
+ * ```ts
+ * import { LINK_CLOSE } from "./node_link.ts";
+ *
+ * if (LINK_CLOSE.invalid_argument !== 4003) throw new Error();
+ * ```
+ */
+export const LINK_CLOSE = {
+  /** A malformed message, a wrong first message, an invalid node id or report. */
+  invalid_argument: 4003,
+  /** No first message within {@linkcode FIRST_MESSAGE_TIMEOUT_MS}. */
+  deadline_exceeded: 4004,
+  /** The slot id is already connected for this node. */
+  already_exists: 4006,
+  /** Wrong protocol version; a slot of another server instance; a superseded connection. */
+  failed_precondition: 4009,
+  /** The Router discards the slot (the reason says why: `client_disconnected`, ...). */
+  cancelled: 4010,
+  /** The node's server or supervisor instance changed, or its record expired. */
+  unavailable: 4014,
+  /** The Router or the node is stopping. */
+  shutting_down: 1001,
+} as const;
+
+/** A name of {@linkcode LINK_CLOSE}. */
+export type LinkCloseName = keyof typeof LINK_CLOSE;
+
+/** Why the Router discards a slot (spec router §1.5). */
+export type CancelReason =
+  | "client_disconnected"
+  | "request_rejected"
+  | "invalid_response"
+  | "tunnel_disconnected";
+
+/** One HTTP header, `[name, value]`; repeated names stay separate entries. */
+export type HeaderEntry = [string, string];
+
+/** A supervisor's snapshot of its node (spec router §1.4). */
+export interface NodeStatus {
+  /** `"status"`. */
+  t: "status";
+  /** The node's stable name ({@linkcode isValidNodeId}). */
+  node_id: string;
+  /** The last local health probe succeeded. */
+  server_healthy: boolean;
+  /** New on every supervisor start. */
+  supervisor_instance_id: string;
+  /** The server's `instance_id` (new on every server start); `""` before the first probe. */
+  server_instance_id: string;
+  /** The server's workers. */
+  worker_count: number;
+  /** Of which busy. */
+  busy_workers: number;
+  /** The server's compilation target. */
+  target: Record<string, string>;
+  /** The server's runtime versions. */
+  versions: Record<string, string>;
+  /** Why the server is unhealthy (`""` when healthy). */
+  last_error: string;
+  /** Age of the last successful probe when sent, in ms; `null` when never probed. */
+  health_age_millis: number | null;
+}
+
+/** The Router's one answer on a control connection, or to a slot's `hello`. */
+export interface LinkAck {
+  /** `"ack"`. */
+  t: "ack";
+}
+
+/** A slot's first message. */
+export interface SlotHello {
+  /** `"hello"`. */
+  t: "hello";
+  /** The node's name. */
+  node_id: string;
+  /** The server instance the slot belongs to. */
+  server_instance_id: string;
+  /** New on every connection. */
+  slot_id: string;
+  /** {@linkcode PROTOCOL_VERSION}. */
+  protocol_version: number;
+}
+
+/** Router → node: a request begins. */
+export interface RequestHead {
+  /** `"request_head"`. */
+  t: "request_head";
+  /** The Router's id of this attempt (also its `X-Request-ID`). */
+  request_id: string;
+  /** The forwarded request headers. */
+  headers: HeaderEntry[];
+  /** The client's declared `Content-Length`, or `null`. */
+  content_length: number | null;
+}
+
+/** Node → router: the response begins (possibly before the request body has ended). */
+export interface ResponseHead {
+  /** `"response_head"`. */
+  t: "response_head";
+  /** The request it answers. */
+  request_id: string;
+  /** HTTP status, 200–599. */
+  status: number;
+  /** The response headers. */
+  headers: HeaderEntry[];
+}
+
+/** The sender's body (request or response) is complete. */
+export interface BodyEnd {
+  /** `"end"`. */
+  t: "end";
+  /** The request. */
+  request_id: string;
+}
+
+/** Router → node: discard the request and the slot. */
+export interface SlotCancel {
+  /** `"cancel"`. */
+  t: "cancel";
+  /** The request. */
+  request_id: string;
+  /** Why. */
+  reason: CancelReason;
+}
+
+/** The receiver of a body grants the sender `frames` more data frames. */
+export interface Credit {
+  /** `"credit"`. */
+  t: "credit";
+  /** The request. */
+  request_id: string;
+  /** How many more, at least 1. */
+  frames: number;
+}
+
+/** A text message on a slot connection. */
+export type SlotMessage =
+  | SlotHello
+  | LinkAck
+  | RequestHead
+  | ResponseHead
+  | BodyEnd
+  | SlotCancel
+  | Credit;
+
+/** A text message on a control connection. */
+export type ControlMessage = NodeStatus | LinkAck;
+
+/** A message that cannot be read; the connection is closed with `invalid_argument`. */
+export class LinkMessageError extends Error {
+  /**
+   * Creates the error.
+   *
+   * @example
+   * ```ts
+   * import { LinkMessageError } from "./node_link.ts";
+   *
+   * if (new LinkMessageError("bad").name !== "LinkMessageError") throw new Error();
+   * ```
+   */
+  constructor(message: string) {
+    super(message);
+    this.name = "LinkMessageError";
+  }
+}
+
+const _NODE_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
+const _UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/**
+ * A node id is 1–64 characters, the first ASCII alphanumeric, the rest alphanumeric or `_ . -`
+ * (spec router §1.3).
+ *
+ * @example
+ * ```ts
+ * import { isValidNodeId } from "./node_link.ts";
+ *
+ * if (!isValidNodeId("gpu-a.1") || isValidNodeId("bad name") || isValidNodeId("")) {
+ *   throw new Error();
+ * }
+ * ```
+ */
+export function isValidNodeId(value: unknown): value is string {
+  return typeof value === "string" && _NODE_ID.test(value);
+}
+
+/**
+ * The `Authorization` header value a node sends for `token`.
+ *
+ * @example
+ * ```ts
+ * import { bearer } from "./node_link.ts";
+ *
+ * if (bearer("s3cret") !== "Bearer s3cret") throw new Error();
+ * ```
+ */
+export function bearer(token: string): string {
+  return `Bearer ${token}`;
+}
+
+/**
+ * Whether an `Authorization` header value carries `token`, compared in constant time (the time
+ * depends on the lengths only). With no token configured (`null`) every node is accepted.
+ *
+ * @example
+ * ```ts
+ * import { bearerMatches } from "./node_link.ts";
+ *
+ * if (!bearerMatches("Bearer s3cret", "s3cret") || bearerMatches("Bearer s3crex", "s3cret")) {
+ *   throw new Error();
+ * }
+ * if (bearerMatches(null, "s3cret") || !bearerMatches(null, null)) throw new Error();
+ * ```
+ */
+export function bearerMatches(header: string | null, token: string | null): boolean {
+  if (token === null) return true;
+  if (header === null || !header.startsWith("Bearer ")) return false;
+  const given = new TextEncoder().encode(header.slice(7));
+  const expected = new TextEncoder().encode(token);
+  let diff = given.length ^ expected.length;
+  for (let i = 0; i < expected.length; i++) diff |= expected[i] ^ (given[i % given.length] ?? 0);
+  return diff === 0 && given.length > 0;
+}
+
+/**
+ * One data frame: `0x01`, the request id, the bytes.
+ *
+ * @example
+ * ```ts
+ * import { decodeDataFrame, encodeDataFrame } from "./node_link.ts";
+ *
+ * const id = "0f6c2b4e-1111-4222-8333-444455556666";
+ * const frame = encodeDataFrame(id, new Uint8Array([7, 8]));
+ * const back = decodeDataFrame(frame);
+ * if (back.requestId !== id || back.bytes.length !== 2 || back.bytes[1] !== 8) throw new Error();
+ * ```
+ */
+export function encodeDataFrame(requestId: string, bytes: Uint8Array): Uint8Array<ArrayBuffer> {
+  if (bytes.length > MAX_DATA_BYTES) {
+    throw new RangeError(`a data frame carries at most ${MAX_DATA_BYTES} bytes`);
+  }
+  const frame = new Uint8Array(37 + bytes.length);
+  frame[0] = 1;
+  for (let i = 0; i < 36; i++) frame[1 + i] = requestId.charCodeAt(i);
+  frame.set(bytes, 37);
+  return frame;
+}
+
+/** A decoded data frame. */
+export interface DataFrame {
+  /** The request it belongs to. */
+  requestId: string;
+  /** The body bytes (a view into the frame). */
+  bytes: Uint8Array;
+}
+
+/**
+ * Reads a binary frame; throws {@linkcode LinkMessageError} unless it is a data frame with a
+ * request id and at most {@linkcode MAX_DATA_BYTES} of body.
+ *
+ * @example
+ * ```ts
+ * import { decodeDataFrame, LinkMessageError } from "./node_link.ts";
+ *
+ * try {
+ *   decodeDataFrame(new Uint8Array([2]));
+ *   throw new Error("accepted");
+ * } catch (error) {
+ *   if (!(error instanceof LinkMessageError)) throw error;
+ * }
+ * ```
+ */
+export function decodeDataFrame(frame: Uint8Array): DataFrame {
+  if (frame.length < 37 || frame[0] !== 1) throw new LinkMessageError("malformed data frame");
+  if (frame.length - 37 > MAX_DATA_BYTES) {
+    throw new LinkMessageError(`data frame over ${MAX_DATA_BYTES} bytes`);
+  }
+  const requestId = String.fromCharCode(...frame.subarray(1, 37));
+  if (!_UUID.test(requestId)) throw new LinkMessageError("data frame without a request id");
+  return { requestId, bytes: frame.subarray(37) };
+}
+
+/**
+ * Encodes a text message.
+ *
+ * @example
+ * ```ts
+ * import { encodeMessage } from "./node_link.ts";
+ *
+ * if (encodeMessage({ t: "ack" }) !== '{"t":"ack"}') throw new Error();
+ * ```
+ */
+export function encodeMessage(message: SlotMessage | ControlMessage): string {
+  return JSON.stringify(message);
+}
+
+function _object(text: string): Record<string, unknown> {
+  if (text.length > MAX_TEXT_BYTES) throw new LinkMessageError("message too large");
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw new LinkMessageError("message is not JSON");
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new LinkMessageError("message is not a JSON object");
+  }
+  return value as Record<string, unknown>;
+}
+
+function _isStrMap(value: unknown): value is Record<string, string> {
+  return typeof value === "object" && value !== null && !Array.isArray(value) &&
+    Object.values(value).every((v) => typeof v === "string");
+}
+
+function _isCount(value: unknown): value is number {
+  return typeof value === "number" && Number.isSafeInteger(value) && value >= 0;
+}
+
+function _isHeaders(value: unknown): value is HeaderEntry[] {
+  return Array.isArray(value) &&
+    value.every((h) =>
+      Array.isArray(h) && h.length === 2 && typeof h[0] === "string" && typeof h[1] === "string" &&
+      h[0].length > 0
+    );
+}
+
+function _requestId(m: Record<string, unknown>): string {
+  if (typeof m.request_id !== "string" || !_UUID.test(m.request_id)) {
+    throw new LinkMessageError(`'${m.t}' without a request id`);
+  }
+  return m.request_id;
+}
+
+const _CANCEL_REASONS = new Set<string>([
+  "client_disconnected",
+  "request_rejected",
+  "invalid_response",
+  "tunnel_disconnected",
+]);
+
+/**
+ * Reads a text message of a control connection; throws {@linkcode LinkMessageError} for
+ * anything else. The report's own rules (a healthy report's instance id, capacity and age) are
+ * the Router's: see `router/registry.ts`.
+ *
+ * @example
+ * ```ts
+ * import { parseControlMessage } from "./node_link.ts";
+ *
+ * const status = parseControlMessage(JSON.stringify({
+ *   t: "status", node_id: "gpu-a", server_healthy: false, supervisor_instance_id: "s1",
+ *   server_instance_id: "", worker_count: 0, busy_workers: 0, target: {}, versions: {},
+ *   last_error: "KCoral Server is starting", health_age_millis: null,
+ * }));
+ * if (status.t !== "status" || status.node_id !== "gpu-a") throw new Error();
+ * ```
+ */
+export function parseControlMessage(text: string): ControlMessage {
+  const m = _object(text);
+  if (m.t === "ack") return { t: "ack" };
+  if (m.t !== "status") throw new LinkMessageError(`unexpected control message '${m.t}'`);
+  const problems: string[] = [];
+  if (typeof m.node_id !== "string") problems.push("node_id");
+  if (typeof m.server_healthy !== "boolean") problems.push("server_healthy");
+  if (typeof m.supervisor_instance_id !== "string") problems.push("supervisor_instance_id");
+  if (typeof m.server_instance_id !== "string") problems.push("server_instance_id");
+  if (!_isCount(m.worker_count)) problems.push("worker_count");
+  if (!_isCount(m.busy_workers)) problems.push("busy_workers");
+  if (!_isStrMap(m.target)) problems.push("target");
+  if (!_isStrMap(m.versions)) problems.push("versions");
+  if (typeof m.last_error !== "string") problems.push("last_error");
+  if (m.health_age_millis !== null && !_isCount(m.health_age_millis)) {
+    problems.push("health_age_millis");
+  }
+  if (problems.length > 0) {
+    throw new LinkMessageError(`status with a malformed ${problems.join(", ")}`);
+  }
+  return {
+    t: "status",
+    node_id: m.node_id as string,
+    server_healthy: m.server_healthy as boolean,
+    supervisor_instance_id: m.supervisor_instance_id as string,
+    server_instance_id: m.server_instance_id as string,
+    worker_count: m.worker_count as number,
+    busy_workers: m.busy_workers as number,
+    target: m.target as Record<string, string>,
+    versions: m.versions as Record<string, string>,
+    last_error: m.last_error as string,
+    health_age_millis: m.health_age_millis as number | null,
+  };
+}
+
+/**
+ * Reads a text message of a slot connection; throws {@linkcode LinkMessageError} for anything
+ * else (which message may come when is the connection's state machine's to check).
+ *
+ * @example
+ * ```ts
+ * import { parseSlotMessage } from "./node_link.ts";
+ *
+ * const m = parseSlotMessage(
+ *   '{"t":"credit","request_id":"0f6c2b4e-1111-4222-8333-444455556666","frames":4}',
+ * );
+ * if (m.t !== "credit" || m.frames !== 4) throw new Error();
+ * ```
+ */
+export function parseSlotMessage(text: string): SlotMessage {
+  const m = _object(text);
+  switch (m.t) {
+    case "ack":
+      return { t: "ack" };
+    case "hello":
+      if (
+        typeof m.node_id !== "string" || typeof m.server_instance_id !== "string" ||
+        typeof m.slot_id !== "string" || !_isCount(m.protocol_version)
+      ) throw new LinkMessageError("malformed hello");
+      return {
+        t: "hello",
+        node_id: m.node_id,
+        server_instance_id: m.server_instance_id,
+        slot_id: m.slot_id,
+        protocol_version: m.protocol_version,
+      };
+    case "request_head": {
+      const request_id = _requestId(m);
+      if (!_isHeaders(m.headers)) throw new LinkMessageError("request_head with malformed headers");
+      if (m.content_length !== null && !_isCount(m.content_length)) {
+        throw new LinkMessageError("request_head with a malformed content_length");
+      }
+      return {
+        t: "request_head",
+        request_id,
+        headers: m.headers,
+        content_length: m.content_length,
+      };
+    }
+    case "response_head": {
+      const request_id = _requestId(m);
+      if (!_isCount(m.status) || m.status < 200 || m.status > 599) {
+        throw new LinkMessageError("response_head with an invalid status");
+      }
+      if (!_isHeaders(m.headers)) {
+        throw new LinkMessageError("response_head with malformed headers");
+      }
+      return { t: "response_head", request_id, status: m.status, headers: m.headers };
+    }
+    case "end":
+      return { t: "end", request_id: _requestId(m) };
+    case "cancel": {
+      const request_id = _requestId(m);
+      if (typeof m.reason !== "string" || !_CANCEL_REASONS.has(m.reason)) {
+        throw new LinkMessageError("cancel with an unknown reason");
+      }
+      return { t: "cancel", request_id, reason: m.reason as CancelReason };
+    }
+    case "credit": {
+      const request_id = _requestId(m);
+      if (!_isCount(m.frames) || m.frames < 1 || m.frames > 1 << 20) {
+        throw new LinkMessageError("credit with an invalid frame count");
+      }
+      return { t: "credit", request_id, frames: m.frames };
+    }
+    default:
+      throw new LinkMessageError(`unexpected slot message '${String(m.t)}'`);
+  }
+}

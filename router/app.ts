@@ -1,0 +1,175 @@
+/**
+ * The Router as an HTTP application (seed 003, spec router): clients get the same `GET /health`
+ * and `POST /execute` as on a server; nodes connect on the same port over WebSockets
+ * (router/hub.ts). Served by http/serve.ts like the server.
+ *
+ * ```
+ *  GET  /health              registry.health() ─▶ 200 "ok" / 503 "unavailable"
+ *  POST /execute             forwardExecute (router/forward.ts)
+ *  GET  /kcoral/v1/control   acceptNodeLink ─▶ a supervisor's status stream
+ *  GET  /kcoral/v1/slot      acceptNodeLink ─▶ one worker slot of a node's server
+ * ```
+ *
+ * A stop turns new requests away (503), lets requests in flight finish, then closes every node
+ * connection.
+ *
+ * @module
+ */
+import { CONTROL_PATH, SLOT_PATH } from "../protocol/node_link.ts";
+import type { RouterHealthBody } from "../protocol/health.ts";
+import { EventLog } from "../http/events.ts";
+import { InFlight } from "../http/in_flight.ts";
+import { jsonResponse, type Route, route } from "../http/routes.ts";
+import type { HttpApp } from "../http/serve.ts";
+import { forwardExecute } from "./forward.ts";
+import { acceptNodeLink } from "./hub.ts";
+import { NodeRegistry } from "./registry.ts";
+import { registryConfig, type RouterConfig } from "./options.ts";
+
+/** Options of {@linkcode createRouter} besides its configuration. */
+export interface RouterAppOptions {
+  /** Mirror events to the console (default true). */
+  logConsole?: boolean;
+  /** Where console lines go (default stderr). */
+  consoleWrite?: (line: string) => void;
+}
+
+/** A Router application. */
+export interface RouterApp extends HttpApp {
+  /** The nodes and their slots. */
+  readonly registry: NodeRegistry;
+  /** This Router process's id (`instance_id` of `/health`). */
+  readonly instanceId: string;
+}
+
+/**
+ * Creates a Router.
+ *
+ * @example
+ * ```ts
+ * import { createRouter } from "./app.ts";
+ * import { parseRouterArgs } from "./options.ts";
+ *
+ * const config = parseRouterArgs([], {});
+ * if ("kind" in config) throw new Error("help");
+ * const router = createRouter(config, { logConsole: false });
+ * await router.start();
+ * const health = await router.fetch(new Request("http://router/health"));
+ * if (health.status !== 503 || (await health.json()).status !== "unavailable") throw new Error();
+ * await router.shutdown();
+ * ```
+ */
+export function createRouter(config: RouterConfig, options: RouterAppOptions = {}): RouterApp {
+  return new _Router(config, options);
+}
+
+class _Router implements RouterApp {
+  readonly registry: NodeRegistry;
+  readonly instanceId: string = crypto.randomUUID();
+  readonly events: EventLog;
+  readonly #startedAt = new Date().toISOString().replace(/\.(\d{3})Z$/, ".$1000Z");
+  readonly #config: RouterConfig;
+  readonly #inFlight: InFlight;
+  readonly #sockets = new Set<WebSocket>();
+  readonly #routes: Route[];
+
+  constructor(config: RouterConfig, options: RouterAppOptions) {
+    this.#config = config;
+    this.events = new EventLog({
+      logDir: null,
+      console: options.logConsole ?? true,
+      programs: false,
+      consoleWrite: options.consoleWrite,
+    });
+    this.#inFlight = new InFlight(this.events);
+    this.registry = new NodeRegistry(registryConfig(config), {
+      onEvent: (event, fields) => this.events.emit("INFO", event, fields),
+    });
+    const link = (request: Request) =>
+      acceptNodeLink(request, {
+        registry: this.registry,
+        nodeToken: config.nodeToken,
+        events: this.events,
+        sockets: this.#sockets,
+      });
+    this.#routes = [
+      { path: "/health", methods: ["GET"], handler: () => this.#health() },
+      { path: "/execute", methods: ["POST"], handler: (request) => this.#execute(request) },
+      { path: CONTROL_PATH, methods: ["GET"], handler: link },
+      { path: SLOT_PATH, methods: ["GET"], handler: link },
+    ];
+    this.fetch = this.fetch.bind(this);
+  }
+
+  fetch(request: Request, info?: Deno.ServeHandlerInfo): Promise<Response> {
+    return route(this.#routes, request, info);
+  }
+
+  start(): Promise<void> {
+    this.registry.start();
+    this.events.emit("INFO", "router_started", {
+      instance_id: this.instanceId,
+      host: this.#config.host,
+      port: this.#config.port,
+      node_token: this.#config.nodeToken !== null,
+    });
+    return Promise.resolve();
+  }
+
+  async shutdown(): Promise<void> {
+    await this.#inFlight.drain();
+    this.registry.close();
+    for (const socket of this.#sockets) {
+      try {
+        socket.close(1001, "router stopping");
+      } catch {
+        // already closed
+      }
+    }
+    this.events.emit("INFO", "router_stopped", {});
+    this.events.close();
+  }
+
+  #health(): Response {
+    const health = this.registry.health();
+    const body: RouterHealthBody = {
+      status: health.ok ? "ok" : "unavailable",
+      instance_id: this.instanceId,
+      started_at: this.#startedAt,
+      gpu_count: null,
+      load: health.load,
+      target: health.target,
+      versions: health.versions,
+    };
+    return jsonResponse(health.ok ? 200 : 503, JSON.stringify(body));
+  }
+
+  async #execute(request: Request): Promise<Response> {
+    if (this.#inFlight.closing) {
+      return jsonResponse(
+        503,
+        JSON.stringify({
+          status: "ERROR",
+          error: { kind: "router_busy", message: "router is shutting down" },
+        }),
+      );
+    }
+    // In flight until the attempt has finished: its answer streamed, abandoned or refused.
+    this.#inFlight.enter();
+    let left = false;
+    const leave = () => {
+      if (!left) (left = true, this.#inFlight.leave());
+    };
+    try {
+      return await forwardExecute(request, {
+        registry: this.registry,
+        maxRequestBytes: this.#config.maxRequestBytes,
+        events: this.events,
+        onFinished: leave,
+      });
+    } catch (error) {
+      leave();
+      throw error;
+    }
+  }
+}

@@ -1,0 +1,357 @@
+/**
+ * `POST /execute` at the Router (spec router §2.2): one attempt, from the client's request to
+ * the node's answer, through a slot. Nothing is ever replayed: once the request head has gone
+ * to a node, a failure is a 502.
+ *
+ * ```
+ *  id, preferred node ─▶ Content-Length (400 / 413) ─▶ registry.acquire (503 router_busy /
+ *  no_node, Retry-After: 1) ─▶ request_head ─▶ upload (concurrently: 413, 400, 502)
+ *  ─▶ response_head (502 when out of turn or gone) ─▶ the body streamed to the client
+ *  ─▶ node's end: slot back to its FIFO (or discarded when the upload had not finished)
+ *  client gone ─▶ cancel client_disconnected
+ * ```
+ *
+ * One `request_finished` console event per attempt, with the request id the node's own
+ * `events.jsonl` has for it.
+ *
+ * @module
+ */
+import { isValidNodeId, NODE_HEADER, type ResponseHead } from "../protocol/node_link.ts";
+import type { EventLog } from "../http/events.ts";
+import { DROPPED_REQUEST_HEADERS, DROPPED_RESPONSE_HEADERS, forwardedHeaders } from "./headers.ts";
+import { headersFrom } from "./headers.ts";
+import type { NodeRegistry, SlotLease } from "./registry.ts";
+import { type RouterSlot, TunnelError, type TunnelExchange } from "./slot_link.ts";
+
+/** What forwarding needs of the Router. */
+export interface ForwardContext {
+  /** Nodes and their slots. */
+  registry: NodeRegistry;
+  /** The largest request body. */
+  maxRequestBytes: number;
+  /** Where `request_finished` goes. */
+  events: EventLog;
+  /** Called once the attempt has finished (answered, streamed, abandoned). */
+  onFinished?: () => void;
+}
+
+/** Why an attempt ended (`finish_reason` of `request_finished`). */
+export type FinishReason =
+  | "completed"
+  | "client_disconnected"
+  | "queue_full"
+  | "queue_timeout"
+  | "tunnel_disconnected"
+  | "invalid_response"
+  | "request_rejected";
+
+/** An answer the Router makes itself (spec router §2.2, "Error body"). */
+class _RouterError extends Error {
+  constructor(
+    readonly status: number,
+    readonly kind: string,
+    message: string,
+    readonly reason: FinishReason,
+  ) {
+    super(message);
+  }
+}
+
+const _TRANSPORT_MESSAGE =
+  "KCoral Server tunnel failed; execution outcome is unknown and was not retried";
+const _UPLOAD_TRANSPORT_MESSAGE = "tunnel failed; execution outcome is unknown and was not retried";
+
+/** The per-attempt record behind `request_finished`. */
+class _Trace {
+  readonly id: string = crypto.randomUUID();
+  readonly started: number = performance.now();
+  node = "";
+  status = 0;
+  queueWaitMs = 0;
+  reason: FinishReason = "client_disconnected";
+  requestBytes = 0;
+  responseBytes = 0;
+  #done = false;
+
+  finish(ctx: ForwardContext): void {
+    if (this.#done) return;
+    this.#done = true;
+    const events = ctx.events;
+    events.emit(this.status >= 500 || this.status === 0 ? "WARNING" : "INFO", "request_finished", {
+      request_id: this.id,
+      node: this.node,
+      http_status: this.status,
+      queue_wait_ms: Math.round(this.queueWaitMs),
+      duration_ms: Math.round(performance.now() - this.started),
+      request_bytes: this.requestBytes,
+      response_bytes: this.responseBytes,
+      finish_reason: this.reason,
+    });
+    ctx.onFinished?.();
+  }
+}
+
+function _errorResponse(error: _RouterError, trace: _Trace, ctx: ForwardContext): Response {
+  trace.status = error.status;
+  trace.reason = error.reason;
+  trace.finish(ctx);
+  const headers = new Headers({ "content-type": "application/json", "x-request-id": trace.id });
+  if (error.status === 503) headers.set("retry-after", "1");
+  return new Response(
+    JSON.stringify({
+      status: "ERROR",
+      request_id: trace.id,
+      error: { kind: error.kind, message: error.message },
+    }),
+    { status: error.status, headers },
+  );
+}
+
+function _contentLength(headers: Headers): number | null {
+  const value = headers.get("content-length");
+  if (value === null) return null;
+  if (!/^\d+$/.test(value.trim()) || !Number.isSafeInteger(Number(value))) {
+    throw new _RouterError(400, "invalid_request", "invalid Content-Length", "request_rejected");
+  }
+  return Number(value);
+}
+
+/**
+ * Forwards one `POST /execute` through a node's slot and returns the answer to stream back.
+ *
+ * @example
+ * ```ts
+ * import { forwardExecute } from "./forward.ts";
+ * import { NodeRegistry } from "./registry.ts";
+ * import { EventLog } from "../http/events.ts";
+ *
+ * const registry = new NodeRegistry({
+ *   maxStatusAgeMs: 5000, unhealthyThreshold: 3, recoveryThreshold: 2, nodeRetentionMs: 600_000,
+ *   statusCheckIntervalMs: 1000, maxQueuedRequests: 0, queueWaitTimeoutMs: 0,
+ * });
+ * const events = new EventLog({ logDir: null, console: false, programs: false });
+ * const response = await forwardExecute(
+ *   new Request("http://router/execute", { method: "POST", body: "x" }),
+ *   { registry, maxRequestBytes: 1 << 20, events },
+ * );
+ * if (response.status !== 503 || response.headers.get("retry-after") !== "1") throw new Error();
+ * await response.body?.cancel();
+ * registry.close();
+ * ```
+ */
+export async function forwardExecute(request: Request, ctx: ForwardContext): Promise<Response> {
+  const trace = new _Trace();
+  let lease: SlotLease | null = null;
+  try {
+    const preferredHeader = request.headers.get(NODE_HEADER);
+    const preferred = isValidNodeId(preferredHeader) ? preferredHeader : null;
+    const length = _contentLength(request.headers);
+    if (length !== null && length > ctx.maxRequestBytes) {
+      throw new _RouterError(
+        413,
+        "request_too_large",
+        "request body is too large",
+        "request_rejected",
+      );
+    }
+    const queued = performance.now();
+    try {
+      lease = await ctx.registry.acquire(preferred, () => request.signal);
+    } catch (error) {
+      const kind = (error as { kind?: string }).kind;
+      if (kind === "router_busy") {
+        throw new _RouterError(503, "router_busy", "router queue is full", "queue_full");
+      }
+      if (kind === "no_node") {
+        throw new _RouterError(
+          503,
+          "no_node",
+          "no compatible node has an available slot",
+          "queue_timeout",
+        );
+      }
+      throw new _RouterError(0, "invalid_request", "client went away", "client_disconnected");
+    } finally {
+      trace.queueWaitMs = performance.now() - queued;
+    }
+    trace.node = lease.nodeId;
+    return await _exchange(request, length, lease, trace, ctx);
+  } catch (error) {
+    if (error instanceof _RouterError) return _errorResponse(error, trace, ctx);
+    (lease?.slot as RouterSlot | undefined)?.close("cancelled", "request_rejected");
+    lease?.release(false);
+    throw error;
+  }
+}
+
+async function _exchange(
+  request: Request,
+  length: number | null,
+  lease: SlotLease,
+  trace: _Trace,
+  ctx: ForwardContext,
+): Promise<Response> {
+  // The registry hands out the slots the hub registered, which are RouterSlots.
+  const slot = lease.slot as RouterSlot;
+  const headers = forwardedHeaders(request.headers, DROPPED_REQUEST_HEADERS);
+  headers.push(["x-request-id", trace.id]);
+  if (length !== null) headers.push(["content-length", String(length)]);
+  let exchange: TunnelExchange;
+  try {
+    exchange = slot.begin(trace.id, headers, length);
+  } catch (error) {
+    if (!(error instanceof TunnelError)) throw error;
+    lease.release(false);
+    throw new _RouterError(502, "server_transport", _TRANSPORT_MESSAGE, "tunnel_disconnected");
+  }
+  const upload = _upload(request.body, exchange, length, ctx.maxRequestBytes, trace);
+  let head: ResponseHead;
+  try {
+    // The head, or an upload that failed first (an upload that ended leaves the head to come).
+    const uploadFailure = upload.then((e) => e ?? new Promise<never>(() => {}));
+    const first: ResponseHead | _RouterError = await Promise.race([exchange.head, uploadFailure]);
+    if (first instanceof _RouterError) throw first;
+    head = first;
+  } catch (error) {
+    const failure = error instanceof _RouterError
+      ? error
+      : error instanceof TunnelError
+      ? new _RouterError(502, "server_transport", _TRANSPORT_MESSAGE, error.reason)
+      : null;
+    if (!failure) throw error;
+    exchange.cancel(_cancelReason(failure.reason)); // a no-op once the slot is gone
+    lease.release(false);
+    throw failure;
+  }
+  trace.status = head.status;
+  if (head.status === 503) lease.markSaturated();
+  const responseHeaders = headersFrom(
+    forwardedHeaders(headersFrom(head.headers), DROPPED_RESPONSE_HEADERS),
+  );
+  responseHeaders.set(NODE_HEADER, lease.nodeId);
+  responseHeaders.set("x-request-id", trace.id);
+  const body = _responseBody(exchange, upload, lease, trace, ctx);
+  return new Response(body, { status: head.status, headers: responseHeaders });
+}
+
+function _cancelReason(reason: FinishReason) {
+  return reason === "client_disconnected"
+    ? "client_disconnected"
+    : reason === "invalid_response"
+    ? "invalid_response"
+    : "request_rejected";
+}
+
+/** Sends the client's body; resolves with the error to answer, or `null` once `end` went out. */
+async function _upload(
+  body: ReadableStream<Uint8Array> | null,
+  exchange: TunnelExchange,
+  length: number | null,
+  limit: number,
+  trace: _Trace,
+): Promise<_RouterError | null> {
+  const reader = body?.getReader();
+  try {
+    let total = 0;
+    while (reader) {
+      let chunk: ReadableStreamReadResult<Uint8Array>;
+      try {
+        chunk = await reader.read();
+      } catch {
+        return new _RouterError(
+          400,
+          "invalid_request",
+          "client request body failed while streaming",
+          "client_disconnected",
+        );
+      }
+      if (chunk.done) break;
+      total += chunk.value.length;
+      if (total > limit) {
+        return new _RouterError(
+          413,
+          "request_too_large",
+          "request body is too large",
+          "request_rejected",
+        );
+      }
+      await exchange.upload.write(chunk.value);
+      trace.requestBytes = exchange.upload.sentBytes;
+    }
+    if (length !== null && total !== length) {
+      return new _RouterError(
+        400,
+        "invalid_request",
+        "Content-Length does not match request body",
+        "request_rejected",
+      );
+    }
+    await exchange.upload.end();
+    trace.requestBytes = exchange.upload.sentBytes;
+    return null;
+  } catch (error) {
+    if (!(error instanceof TunnelError)) throw error;
+    return new _RouterError(
+      502,
+      "server_transport",
+      _UPLOAD_TRANSPORT_MESSAGE,
+      "tunnel_disconnected",
+    );
+  } finally {
+    reader?.releaseLock();
+  }
+}
+
+/** The node's body for the client; the slot's fate is settled when it ends either way. */
+function _responseBody(
+  exchange: TunnelExchange,
+  upload: Promise<_RouterError | null>,
+  lease: SlotLease,
+  trace: _Trace,
+  ctx: ForwardContext,
+): ReadableStream<Uint8Array> {
+  const reader = exchange.body.stream.getReader();
+  // An upload failing while the answer streams ends the answer (the client sees it cut).
+  const uploadFailed = upload.then((error) => error ?? new Promise<never>(() => {}));
+  let settled = false;
+  const settle = (reason: FinishReason, reusable: boolean, cancel?: FinishReason) => {
+    if (settled) return;
+    settled = true;
+    trace.reason = reason;
+    if (cancel) exchange.cancel(_cancelReason(cancel));
+    lease.release(reusable);
+    trace.finish(ctx);
+  };
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      let next: ReadableStreamReadResult<Uint8Array> | _RouterError;
+      try {
+        next = await Promise.race([reader.read(), uploadFailed]);
+      } catch (error) {
+        // The slot failed mid-answer: the client's body is cut short.
+        const reason = error instanceof TunnelError ? error.reason : "tunnel_disconnected";
+        settle(reason, false);
+        controller.error(error);
+        return;
+      }
+      if (next instanceof _RouterError) {
+        settle(next.reason, false, next.reason);
+        controller.error(new Error(next.message));
+        return;
+      }
+      if (next.done) {
+        // The node's end is in: the slot is reusable only if the upload had ended too (its
+        // `end` was sent before the node's could come back, unless the node answered early).
+        if (exchange.upload.ended) settle("completed", true);
+        else settle("completed", false, "request_rejected");
+        controller.close();
+        return;
+      }
+      trace.responseBytes += next.value.length;
+      controller.enqueue(next.value);
+    },
+    cancel() {
+      settle("client_disconnected", false, "client_disconnected");
+    },
+  }, { highWaterMark: 0 });
+}

@@ -1,0 +1,90 @@
+/**
+ * Which headers cross the Router (spec router §2.2 items 5 and 8): hop-by-hop headers never do
+ * (`connection`, `keep-alive`, `proxy-*`, `te`, `trailer`, `transfer-encoding`, `upgrade`, and
+ * any header `Connection` names), nor the ones the Router sets itself. Repeated `set-cookie`
+ * headers stay separate entries.
+ *
+ * @module
+ */
+import type { HeaderEntry } from "../protocol/node_link.ts";
+
+const _HOP_BY_HOP = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-authenticate",
+  "proxy-authorization",
+  "proxy-connection",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+]);
+
+/** Request headers the Router drops besides the hop-by-hop ones. */
+export const DROPPED_REQUEST_HEADERS: readonly string[] = [
+  "host",
+  "expect",
+  "content-length",
+  "x-kcoral-node",
+  "x-request-id",
+];
+
+/** Response headers the Router drops besides the hop-by-hop ones. */
+export const DROPPED_RESPONSE_HEADERS: readonly string[] = [
+  "x-kcoral-node",
+  "x-request-id",
+  "content-length",
+];
+
+/**
+ * `headers` as entries, less hop-by-hop headers, those `Connection` names and `drop`.
+ *
+ * @example
+ * ```ts
+ * import { forwardedHeaders } from "./headers.ts";
+ *
+ * const headers = new Headers({ connection: "x-private", "x-private": "1", "x-keep": "2" });
+ * headers.append("set-cookie", "a=1");
+ * headers.append("set-cookie", "b=2");
+ * const out = forwardedHeaders(headers, ["host"]);
+ * if (JSON.stringify(out) !== '[["set-cookie","a=1"],["set-cookie","b=2"],["x-keep","2"]]') {
+ *   throw new Error(JSON.stringify(out));
+ * }
+ * ```
+ */
+export function forwardedHeaders(headers: Headers, drop: readonly string[]): HeaderEntry[] {
+  const named = new Set(drop);
+  for (const token of (headers.get("connection") ?? "").split(",")) {
+    const name = token.trim().toLowerCase();
+    if (name) named.add(name);
+  }
+  const out: HeaderEntry[] = [];
+  for (const [name, value] of headers) {
+    if (_HOP_BY_HOP.has(name) || named.has(name)) continue;
+    if (name === "set-cookie") continue; // below, one entry each
+    out.push([name, value]);
+  }
+  if (!named.has("set-cookie")) {
+    for (const cookie of headers.getSetCookie()) out.push(["set-cookie", cookie]);
+  }
+  out.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+  return out;
+}
+
+/**
+ * Entries as `Headers` (repeated names appended); an entry `Headers` refuses is a
+ * `TypeError`.
+ *
+ * @example
+ * ```ts
+ * import { headersFrom } from "./headers.ts";
+ *
+ * const h = headersFrom([["set-cookie", "a=1"], ["set-cookie", "b=2"], ["x-a", "1"]]);
+ * if (h.getSetCookie().length !== 2 || h.get("x-a") !== "1") throw new Error();
+ * ```
+ */
+export function headersFrom(entries: readonly HeaderEntry[]): Headers {
+  const headers = new Headers();
+  for (const [name, value] of entries) headers.append(name, value);
+  return headers;
+}

@@ -1,0 +1,187 @@
+/**
+ * Where nodes connect: the WebSocket upgrades on {@linkcode CONTROL_PATH} and
+ * {@linkcode SLOT_PATH} (spec router §1.2–§1.5, over protocol/node_link.ts).
+ *
+ * ```
+ *  GET upgrade ─▶ token (constant time; 401 before anything is read) ─▶ WebSocket
+ *  control: first message within 10 s: status ─▶ registry ─▶ ack; later statuses ─▶ registry
+ *  slot:    first message within 10 s: hello (version 1) ─▶ registry ─▶ ack ─▶ RouterSlot
+ *  a refusal or a malformed message ─▶ closed with its code and reason
+ * ```
+ *
+ * @module
+ */
+import {
+  bearerMatches,
+  CONTROL_PATH,
+  encodeMessage,
+  FIRST_MESSAGE_TIMEOUT_MS,
+  LINK_CLOSE,
+  type LinkCloseName,
+  LinkMessageError,
+  parseControlMessage,
+  parseSlotMessage,
+  PROTOCOL_VERSION,
+  SLOT_PATH,
+} from "../protocol/node_link.ts";
+import type { EventLog } from "../http/events.ts";
+import { jsonResponse } from "../http/routes.ts";
+import { type ControlHandle, LinkRefusal, type NodeRegistry } from "./registry.ts";
+import { RouterSlot } from "./slot_link.ts";
+
+/** What the hub needs of the Router. */
+export interface HubContext {
+  /** Nodes and slots. */
+  registry: NodeRegistry;
+  /** The node token, or `null` to accept every node. */
+  nodeToken: string | null;
+  /** Where refusals are logged. */
+  events: EventLog;
+  /** Open node connections, so that a stop can close them. */
+  sockets: Set<WebSocket>;
+}
+
+/** How often Deno pings an idle node connection; a peer that stops answering is closed. */
+const _IDLE_TIMEOUT_S = 30;
+
+/**
+ * Answers a node's upgrade request on the control or slot path.
+ *
+ * @example
+ * ```ts
+ * import { acceptNodeLink } from "./hub.ts";
+ * import { NodeRegistry } from "./registry.ts";
+ * import { EventLog } from "../http/events.ts";
+ *
+ * const registry = new NodeRegistry({
+ *   maxStatusAgeMs: 5000, unhealthyThreshold: 3, recoveryThreshold: 2, nodeRetentionMs: 600_000,
+ *   statusCheckIntervalMs: 1000, maxQueuedRequests: 0, queueWaitTimeoutMs: 0,
+ * });
+ * const events = new EventLog({ logDir: null, console: false, programs: false });
+ * const ctx = { registry, nodeToken: "s3cret", events, sockets: new Set<WebSocket>() };
+ * const refused = acceptNodeLink(new Request("http://router/kcoral/v1/slot"), ctx);
+ * if (refused.status !== 401) throw new Error(String(refused.status));
+ * registry.close();
+ * ```
+ */
+export function acceptNodeLink(request: Request, ctx: HubContext): Response {
+  // The token comes first: nothing else of an unauthenticated peer is read.
+  if (!bearerMatches(request.headers.get("authorization"), ctx.nodeToken)) {
+    ctx.events.emit("WARNING", "node_link_refused", { reason: "invalid node bearer token" });
+    return jsonResponse(
+      401,
+      JSON.stringify({
+        status: "ERROR",
+        error: { kind: "unauthenticated", message: "invalid node bearer token" },
+      }),
+    );
+  }
+  if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") {
+    return new Response('{"detail":"Upgrade Required"}', {
+      status: 426,
+      headers: { "content-type": "application/json", upgrade: "websocket" },
+    });
+  }
+  const { socket, response } = Deno.upgradeWebSocket(request, { idleTimeout: _IDLE_TIMEOUT_S });
+  socket.binaryType = "arraybuffer";
+  ctx.sockets.add(socket);
+  const path = new URL(request.url).pathname;
+  if (path === CONTROL_PATH) _control(socket, ctx);
+  else if (path === SLOT_PATH) _slot(socket, ctx);
+  else socket.onopen = () => _close(socket, "invalid_argument", "unknown node link path");
+  return response;
+}
+
+function _close(socket: WebSocket, code: LinkCloseName, reason: string): void {
+  try {
+    socket.close(LINK_CLOSE[code], reason.slice(0, 120));
+  } catch {
+    // already closed
+  }
+}
+
+function _firstMessageTimer(socket: WebSocket): ReturnType<typeof setTimeout> {
+  return setTimeout(
+    () => _close(socket, "deadline_exceeded", "no first message in time"),
+    FIRST_MESSAGE_TIMEOUT_MS,
+  );
+}
+
+function _refused(ctx: HubContext, socket: WebSocket, error: unknown, fields: object): void {
+  const [code, message]: [LinkCloseName, string] = error instanceof LinkRefusal
+    ? [error.code, error.message]
+    : ["invalid_argument", (error as Error).message];
+  ctx.events.emit("WARNING", "node_link_refused", { ...fields, code, reason: message });
+  _close(socket, code, message);
+}
+
+function _control(socket: WebSocket, ctx: HubContext): void {
+  const handle: ControlHandle = {
+    connectionId: crypto.randomUUID(),
+    close: (code, reason) => _close(socket, code, reason),
+  };
+  let registered = false;
+  let nodeId = "";
+  const timer = _firstMessageTimer(socket);
+  socket.onmessage = (event) => {
+    try {
+      if (typeof event.data !== "string") {
+        throw new LinkMessageError("binary message on a control connection");
+      }
+      const message = parseControlMessage(event.data);
+      if (message.t !== "status") throw new LinkMessageError("a node does not send 'ack'");
+      ctx.registry.controlStatus(handle, message, !registered);
+      if (!registered) {
+        registered = true;
+        nodeId = message.node_id;
+        clearTimeout(timer);
+        socket.send(encodeMessage({ t: "ack" }));
+      }
+    } catch (error) {
+      if (!(error instanceof LinkMessageError || error instanceof LinkRefusal)) throw error;
+      _refused(ctx, socket, error, { link: "control", node: nodeId });
+    }
+  };
+  socket.onclose = () => {
+    clearTimeout(timer);
+    ctx.sockets.delete(socket);
+    if (registered) ctx.registry.controlClosed(handle);
+  };
+  socket.onerror = () => {};
+}
+
+function _slot(socket: WebSocket, ctx: HubContext): void {
+  let slot: RouterSlot | null = null;
+  const timer = _firstMessageTimer(socket);
+  socket.onmessage = (event) => {
+    if (slot) {
+      slot.receive(event.data);
+      return;
+    }
+    try {
+      if (typeof event.data !== "string") throw new LinkMessageError("the first message is hello");
+      const hello = parseSlotMessage(event.data);
+      if (hello.t !== "hello") throw new LinkMessageError("the first message is hello");
+      clearTimeout(timer);
+      if (hello.protocol_version !== PROTOCOL_VERSION) {
+        throw new LinkRefusal(
+          "failed_precondition",
+          `unsupported node link protocol version ${hello.protocol_version}`,
+        );
+      }
+      const candidate = new RouterSlot(socket, hello, (s) => ctx.registry.slotClosed(s));
+      ctx.registry.registerSlot(hello, candidate);
+      slot = candidate;
+      socket.send(encodeMessage({ t: "ack" }));
+    } catch (error) {
+      if (!(error instanceof LinkMessageError || error instanceof LinkRefusal)) throw error;
+      _refused(ctx, socket, error, { link: "slot" });
+    }
+  };
+  socket.onclose = (event) => {
+    clearTimeout(timer);
+    ctx.sockets.delete(socket);
+    slot?.closedBySocket(event.reason || "connection closed");
+  };
+  socket.onerror = () => {};
+}

@@ -1,0 +1,498 @@
+/**
+ * A server's link to a Router (spec router §1.5, over protocol/node_link.ts): one outbound
+ * WebSocket per worker slot; the requests the Router tunnels through them go into this server's
+ * own `/execute` pipeline in-process ({@linkcode App.execute}), and the answers go back the same
+ * way. The node never accepts a connection.
+ *
+ * ```
+ *  connect ─▶ hello ─▶ ack ─▶ idle
+ *    ◀─ request_head: a Request whose body is fed by data frames ─▶ app.execute
+ *    ─▶ response_head, data* (within the Router's credit), end
+ *    both ends passed ─▶ idle
+ *    ◀─ cancel: the request aborted; reconnect at once
+ *  connection lost or refused ─▶ reconnect after 1 s, doubling to 30 s, ±20 % jitter (the
+ *  backoff starts over only after an acknowledged attempt)
+ *  stop: idle slots close at once; a busy one finishes its answer, then closes
+ * ```
+ *
+ * @module
+ */
+import {
+  bearer,
+  decodeDataFrame,
+  encodeDataFrame,
+  encodeMessage,
+  type HeaderEntry,
+  LinkMessageError,
+  parseSlotMessage,
+  PROTOCOL_VERSION,
+  type RequestHead,
+  SLOT_PATH,
+} from "../protocol/node_link.ts";
+import type { EventLog } from "../http/events.ts";
+import type { App } from "./app.ts";
+import { BodyReceiver, BodySender } from "../http/tunnel_body.ts";
+
+/** How a node links to its Router. */
+export interface NodeLinkOptions {
+  /** The Router's HTTP(S) origin. */
+  routerEndpoint: string;
+  /** This node's id. */
+  nodeId: string;
+  /** The node token, or `null`. */
+  nodeToken: string | null;
+  /** The server's `instance_id`. */
+  serverInstanceId: string;
+  /** How many slots (the server's workers). */
+  slots: number;
+  /** Runs one tunnelled `/execute` request (the server's pipeline). */
+  execute: (request: Request, client: string) => Promise<Response>;
+  /** Where link events go. */
+  events: EventLog;
+  /** First reconnect delay in ms (default 1000); it doubles up to `reconnectMaxMs`. */
+  reconnectMinMs?: number;
+  /** Largest reconnect delay in ms before jitter (default 30000). */
+  reconnectMaxMs?: number;
+  /** How long to wait for the connection and the ack, in ms (default 10000). */
+  connectTimeoutMs?: number;
+}
+
+/**
+ * The node's slots, connected and reconnected until {@linkcode NodeLink.stop}.
+ *
+ * @example
+ * ```ts
+ * import { NodeLink } from "./node_link.ts";
+ * import { EventLog } from "../http/events.ts";
+ *
+ * const link = new NodeLink({
+ *   routerEndpoint: "http://127.0.0.1:1", // nothing listens: the slots keep retrying
+ *   nodeId: "gpu-a", nodeToken: null, serverInstanceId: crypto.randomUUID(), slots: 1,
+ *   execute: () => Promise.resolve(new Response("unused")),
+ *   events: new EventLog({ logDir: null, console: false, programs: false }),
+ * });
+ * link.start();
+ * await link.stop();
+ * ```
+ */
+export class NodeLink {
+  readonly #options: NodeLinkOptions;
+  readonly #slots: _Slot[] = [];
+
+  /**
+   * Creates the link; nothing connects before {@linkcode NodeLink.start}.
+   *
+   * @example
+   * ```ts
+   * import { NodeLink } from "./node_link.ts";
+   * import { EventLog } from "../http/events.ts";
+   *
+   * const link = new NodeLink({
+   *   routerEndpoint: "http://127.0.0.1:9000", nodeId: "gpu-a", nodeToken: null,
+   *   serverInstanceId: crypto.randomUUID(), slots: 2,
+   *   execute: () => Promise.resolve(new Response("unused")),
+   *   events: new EventLog({ logDir: null, console: false, programs: false }),
+   * });
+   * if (link.connectedSlots !== 0) throw new Error();
+   * ```
+   */
+  constructor(options: NodeLinkOptions) {
+    this.#options = options;
+  }
+
+  /** Slots whose hello the Router acknowledged and that are still connected. */
+  get connectedSlots(): number {
+    return this.#slots.filter((slot) => slot.acked).length;
+  }
+
+  /** Opens every slot. */
+  start(): void {
+    for (let i = 0; i < this.#options.slots; i++) {
+      const slot = new _Slot(this.#options);
+      this.#slots.push(slot);
+      slot.run();
+    }
+  }
+
+  /** Stops: idle slots close now, busy ones after their answer; resolves when all are closed. */
+  async stop(): Promise<void> {
+    await Promise.all(this.#slots.map((slot) => slot.stop()));
+  }
+}
+
+/** How one connection attempt ended. */
+interface _Attempt {
+  /** The Router acknowledged the hello. */
+  acked: boolean;
+  /** Ended by a cancel the node expects (reconnect at once). */
+  expected: boolean;
+}
+
+/** One request on a slot, the node's side. */
+class _Request {
+  readonly id: string;
+  readonly body: BodyReceiver;
+  readonly response: BodySender;
+  readonly abort = new AbortController();
+  task: Promise<void> = Promise.resolve();
+  answered = false;
+
+  constructor(id: string, send: (data: string | Uint8Array) => void) {
+    this.id = id;
+    this.body = new BodyReceiver((frames) =>
+      send(encodeMessage({ t: "credit", request_id: id, frames }))
+    );
+    this.response = new BodySender(
+      (bytes) => send(encodeDataFrame(id, bytes)),
+      () => send(encodeMessage({ t: "end", request_id: id })),
+    );
+  }
+
+  get done(): boolean {
+    return this.answered && this.body.ended;
+  }
+}
+
+class _Slot {
+  readonly #o: NodeLinkOptions;
+  #stopping = false;
+  #socket: WebSocket | null = null;
+  #request: _Request | null = null;
+  #wake: (() => void) | null = null;
+  #done: Promise<void> = Promise.resolve();
+  acked = false;
+
+  constructor(options: NodeLinkOptions) {
+    this.#o = options;
+  }
+
+  run(): void {
+    this.#done = this.#loop();
+  }
+
+  async stop(): Promise<void> {
+    this.#stopping = true;
+    this.#wake?.();
+    if (!this.#request) this.#close(1000, "node stopping");
+    await this.#done;
+  }
+
+  async #loop(): Promise<void> {
+    const min = this.#o.reconnectMinMs ?? 1000;
+    const max = this.#o.reconnectMaxMs ?? 30_000;
+    let delay = min;
+    while (!this.#stopping) {
+      const attempt = await this.#connectOnce();
+      if (this.#stopping) break;
+      if (attempt.acked) delay = min;
+      if (attempt.expected) continue;
+      const wait = delay * (0.8 + 0.4 * Math.random());
+      delay = Math.min(delay * 2, max);
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, wait);
+        this.#wake = () => (clearTimeout(timer), resolve());
+      });
+      this.#wake = null;
+    }
+  }
+
+  #connectOnce(): Promise<_Attempt> {
+    const o = this.#o;
+    const url = new URL(SLOT_PATH, o.routerEndpoint);
+    url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+    const headers: Record<string, string> = {};
+    if (o.nodeToken !== null) headers.authorization = bearer(o.nodeToken);
+    const attempt: _Attempt = { acked: false, expected: false };
+    return new Promise<_Attempt>((resolve) => {
+      let socket: WebSocket;
+      try {
+        // Deno's WebSocket takes request headers (the token never goes into the URL).
+        socket = new WebSocket(url, { headers } as unknown as string[]);
+      } catch {
+        resolve(attempt);
+        return;
+      }
+      socket.binaryType = "arraybuffer";
+      this.#socket = socket;
+      const timer = setTimeout(
+        () => this.#close(4004, "no ack in time"),
+        o.connectTimeoutMs ?? 10_000,
+      );
+      socket.onopen = () => {
+        socket.send(encodeMessage({
+          t: "hello",
+          node_id: o.nodeId,
+          server_instance_id: o.serverInstanceId,
+          slot_id: crypto.randomUUID(),
+          protocol_version: PROTOCOL_VERSION,
+        }));
+      };
+      socket.onmessage = (event) => {
+        try {
+          if (!this.acked) {
+            const first = typeof event.data === "string" ? parseSlotMessage(event.data) : null;
+            if (first?.t !== "ack") throw new LinkMessageError("the Router's first message is ack");
+            this.acked = attempt.acked = true;
+            clearTimeout(timer);
+            if (this.#stopping) this.#close(1000, "node stopping");
+            return;
+          }
+          this.#onMessage(event.data, attempt);
+        } catch (error) {
+          if (!(error instanceof LinkMessageError)) throw error;
+          o.events.emit("WARNING", "tunnel_protocol_error", { error: error.message });
+          this.#close(4003, error.message.slice(0, 120));
+        }
+      };
+      socket.onerror = () => {};
+      socket.onclose = (event) => {
+        clearTimeout(timer);
+        this.acked = false;
+        this.#socket = null;
+        const request = this.#request;
+        if (request && !request.done) {
+          // The Router discarded the slot (its cancel frame may not have come first).
+          if (event.code === 4010) attempt.expected = true;
+          this.#abort(request, event.reason || "tunnel_disconnected");
+        }
+        resolve(attempt);
+      };
+    });
+  }
+
+  #onMessage(data: unknown, attempt: _Attempt): void {
+    if (data instanceof ArrayBuffer) {
+      const frame = decodeDataFrame(new Uint8Array(data));
+      const request = this.#request;
+      if (!request || frame.requestId !== request.id) {
+        throw new LinkMessageError("data for another request");
+      }
+      request.body.push(frame.bytes);
+      return;
+    }
+    if (typeof data !== "string") throw new LinkMessageError("unexpected message type");
+    const message = parseSlotMessage(data);
+    const request = this.#request;
+    switch (message.t) {
+      case "request_head":
+        if (request && !request.body.ended) {
+          throw new LinkMessageError("request_head before the previous body ended");
+        }
+        if (this.#stopping) {
+          // Closing began: the slot goes away without the request (the Router answers 502
+          // only if it had begun; it has not reached the pipeline).
+          this.#close(1001, "node stopping");
+          return;
+        }
+        this.#begin(message, request);
+        return;
+      case "end":
+        if (!request || message.request_id !== request.id) {
+          throw new LinkMessageError("end for another request");
+        }
+        request.body.end();
+        this.#settle(request);
+        return;
+      case "credit":
+        if (!request || message.request_id !== request.id) {
+          throw new LinkMessageError("credit for another request");
+        }
+        request.response.credit(message.frames);
+        return;
+      case "cancel":
+        if (!request || message.request_id !== request.id) {
+          throw new LinkMessageError("cancel for another request");
+        }
+        attempt.expected = true;
+        this.#o.events.emit("INFO", "tunnel_request_cancelled", {
+          request_id: request.id,
+          reason: message.reason,
+        });
+        this.#abort(request, message.reason);
+        this.#close(1000, "cancelled");
+        return;
+      default:
+        throw new LinkMessageError(`'${message.t}' from the Router`);
+    }
+  }
+
+  #begin(head: RequestHead, previous: _Request | null): void {
+    const request = new _Request(head.request_id, (data) => this.#send(data));
+    this.#request = request;
+    const headers = new Headers();
+    for (const [name, value] of head.headers) headers.append(name, value);
+    if (!headers.has("host")) headers.set("host", "kcoral-tunnel");
+    const scheme = new URL(this.#o.routerEndpoint).protocol === "https:" ? "https" : "http";
+    const init: RequestInit & { duplex: "half" } = {
+      method: "POST",
+      headers,
+      body: request.body.stream,
+      signal: request.abort.signal,
+      duplex: "half",
+    };
+    const http = new Request(`${scheme}://kcoral-tunnel/execute`, init);
+    request.task = (async () => {
+      await previous?.task;
+      let response: Response;
+      try {
+        response = await this.#o.execute(http, "outbound-tunnel");
+      } catch (error) {
+        this.#o.events.emit("ERROR", "tunnel_request_failed", {
+          request_id: request.id,
+          error: error instanceof Error ? error.message : String(error),
+        });
+        this.#close(1011, "request failed");
+        return;
+      }
+      await this.#answer(request, response);
+    })();
+  }
+
+  async #answer(request: _Request, response: Response): Promise<void> {
+    const headers: HeaderEntry[] = [];
+    for (const [name, value] of response.headers) {
+      if (name !== "set-cookie") headers.push([name, value]);
+    }
+    for (const cookie of response.headers.getSetCookie()) headers.push(["set-cookie", cookie]);
+    this.#send(encodeMessage({
+      t: "response_head",
+      request_id: request.id,
+      status: response.status,
+      headers,
+    }));
+    try {
+      if (response.body) {
+        for await (const chunk of response.body) await request.response.write(chunk);
+      }
+      await request.response.end();
+    } catch {
+      // The slot went away mid-answer (cancel or lost connection): the body stream is dropped.
+      await response.body?.cancel().catch(() => {});
+      return;
+    }
+    request.answered = true;
+    this.#settle(request);
+  }
+
+  /** Both ends passed: the slot is idle again (or closes, when stopping). */
+  #settle(request: _Request): void {
+    if (!request.done || this.#request !== request) return;
+    this.#request = null;
+    if (this.#stopping) this.#close(1000, "node stopping");
+  }
+
+  #abort(request: _Request, reason: string): void {
+    if (this.#request === request) this.#request = null;
+    const error = new Error(`tunnel: ${reason}`);
+    request.body.fail(error);
+    request.response.fail(error);
+    request.abort.abort(error);
+  }
+
+  #send(data: string | Uint8Array): void {
+    try {
+      this.#socket?.send(data as string);
+    } catch {
+      // closing: the close event ends the request
+    }
+  }
+
+  #close(code: number, reason: string): void {
+    try {
+      this.#socket?.close(code, reason);
+    } catch {
+      // already closed
+    }
+  }
+}
+
+/** Where a node's server links to: the routing settings its supervisor hands it. */
+export interface NodeLinkTarget {
+  /** The Router's HTTP(S) origin. */
+  routerEndpoint: string;
+  /** This node's id. */
+  nodeId: string;
+  /** The node token, or `null`. */
+  nodeToken: string | null;
+}
+
+/**
+ * The routing settings a supervisor passes its server in the environment (spec router §1.6):
+ * `KCORAL_NODE_SERVER=1` with `KCORAL_ROUTER_ENDPOINT`, `KCORAL_NODE_ID` and, when set,
+ * `KCORAL_NODE_TOKEN`; `null` when this process is not a node's server.
+ *
+ * @example
+ * ```ts
+ * import { nodeLinkTargetFromEnv } from "./node_link.ts";
+ *
+ * const target = nodeLinkTargetFromEnv({
+ *   KCORAL_NODE_SERVER: "1", KCORAL_ROUTER_ENDPOINT: "http://r:9000", KCORAL_NODE_ID: "gpu-a",
+ * });
+ * if (target?.nodeId !== "gpu-a" || target.nodeToken !== null) throw new Error();
+ * if (nodeLinkTargetFromEnv({}) !== null) throw new Error();
+ * ```
+ */
+export function nodeLinkTargetFromEnv(
+  env: Record<string, string | undefined>,
+): NodeLinkTarget | null {
+  if (env.KCORAL_NODE_SERVER !== "1") return null;
+  const routerEndpoint = env.KCORAL_ROUTER_ENDPOINT;
+  const nodeId = env.KCORAL_NODE_ID;
+  if (!routerEndpoint || !nodeId) {
+    throw new Error("a node's server needs KCORAL_ROUTER_ENDPOINT and KCORAL_NODE_ID");
+  }
+  return { routerEndpoint, nodeId, nodeToken: env.KCORAL_NODE_TOKEN || null };
+}
+
+/**
+ * `app` linked to a Router: once started, its workers' slots connect; a stop closes the idle
+ * slots at once (the Router stops sending work) while requests in flight finish.
+ *
+ * @example
+ * ```ts
+ * import { createApp } from "./app.ts";
+ * import { withNodeLink } from "./node_link.ts";
+ *
+ * const app = withNodeLink(
+ *   createApp({ device: "cpu", sandbox: "none", logConsole: false, diskCacheDir: null }),
+ *   { routerEndpoint: "http://127.0.0.1:1", nodeId: "cpu-a", nodeToken: null },
+ * );
+ * if (app.config.device !== "cpu") throw new Error();
+ * ```
+ */
+export function withNodeLink(app: App, target: NodeLinkTarget): App {
+  let link: NodeLink | null = null;
+  return {
+    get config() {
+      return app.config;
+    },
+    get sandbox() {
+      return app.sandbox;
+    },
+    events: app.events,
+    fetch: (request, info) => app.fetch(request, info),
+    health: () => app.health(),
+    subscribe: (listener) => app.subscribe(listener),
+    execute: (request, client) => app.execute(request, client),
+    async start() {
+      await app.start();
+      const health = app.health();
+      link = new NodeLink({
+        ...target,
+        serverInstanceId: health.instance_id,
+        slots: Math.max(1, health.load.request_capacity),
+        execute: (request, client) => app.execute(request, client),
+        events: app.events,
+      });
+      link.start();
+      app.events.emit("INFO", "node_link_started", {
+        router: target.routerEndpoint,
+        node_id: target.nodeId,
+        slots: health.load.request_capacity,
+      });
+    },
+    async shutdown() {
+      await Promise.all([link?.stop(), app.shutdown()]);
+    },
+  };
+}

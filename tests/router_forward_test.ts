@@ -1,0 +1,532 @@
+/**
+ * The Router's forwarding and its node links, in-process: a real Router on loopback (real HTTP,
+ * real WebSockets) and fake nodes that speak the node link by hand, so that a node can answer
+ * early, fail, stall, misbehave or report other versions (spec router §1.2–§1.5, §2.2, §3).
+ */
+import assert from "node:assert/strict";
+import { serve } from "../http/serve.ts";
+import { createRouter } from "../router/app.ts";
+import { parseRouterArgs } from "../router/options.ts";
+import { CONTROL_PATH, encodeDataFrame, encodeMessage, SLOT_PATH } from "../protocol/node_link.ts";
+import { closed, FakeNode, healthyStatus, openLink } from "./_fake_node.ts";
+
+async function startRouter(args: string[] = []) {
+  const lines: string[] = [];
+  const router = createRouter(
+    parseRouterArgs([
+      "--status-check-interval-seconds",
+      "0.05",
+      "--recovery-threshold",
+      "1",
+      ...args,
+    ], {}),
+    { consoleWrite: (line) => lines.push(line) },
+  );
+  const server = await serve(router, { port: 0, handleSignals: false, log: () => {} });
+  return {
+    url: server.url,
+    router,
+    lines,
+    finished: () =>
+      lines.filter((l) => l.includes(" request_finished ")).map((l) =>
+        Object.fromEntries([...l.matchAll(/(\w+)=(\S*)/g)].map((m) => [m[1], m[2]]))
+      ),
+    stop: () => server.shutdown(),
+  };
+}
+
+async function waitFor(what: string, check: () => boolean | Promise<boolean>, ms = 10_000) {
+  const deadline = performance.now() + ms;
+  while (!(await check())) {
+    if (performance.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+async function capacity(url: string): Promise<number> {
+  const body = await (await fetch(`${url}/health`)).json();
+  return body.load.request_capacity;
+}
+
+Deno.test("router: /health is 503 without nodes, a server's shape, then the nodes' capacity", async () => {
+  const r = await startRouter();
+  const node = new FakeNode(r.url, "gpu-a", { worker_count: 2, target: { arch: "sm_90a" } });
+  try {
+    const empty = await fetch(`${r.url}/health`);
+    assert.equal(empty.status, 503);
+    const body = await empty.json();
+    assert.deepEqual(Object.keys(body).sort(), [
+      "gpu_count",
+      "instance_id",
+      "load",
+      "started_at",
+      "status",
+      "target",
+      "versions",
+    ]);
+    assert.equal(body.status, "unavailable");
+    assert.equal(body.gpu_count, null);
+    assert.deepEqual(body.load, {
+      request_capacity: 0,
+      requests_in_progress: 0,
+      requests_waiting: 0,
+    });
+    await node.connect();
+    await node.openSlot(() => {});
+    await node.openSlot(() => {});
+    await waitFor("capacity 2", async () => (await capacity(r.url)) === 2);
+    const ready = await (await fetch(`${r.url}/health`)).json();
+    assert.equal(ready.status, "ok");
+    assert.deepEqual(ready.target, { arch: "sm_90a" });
+  } finally {
+    node.close();
+    await r.stop();
+  }
+});
+
+Deno.test("router: a 2 MiB + 17 B body and repeated headers cross byte for byte", async () => {
+  const r = await startRouter();
+  const node = new FakeNode(r.url, "gpu-a");
+  try {
+    await node.connect();
+    let seenHeaders: [string, string][] = [];
+    let requestId = "";
+    await node.openSlot(async (request) => {
+      seenHeaders = request.head.headers;
+      requestId = request.head.request_id;
+      const body = await request.body();
+      request.respond(200, [
+        ["content-type", "application/octet-stream"],
+        ["set-cookie", "a=1"],
+        ["set-cookie", "b=2"],
+        ["content-length", "999"],
+        ["x-request-id", "spoofed"],
+      ]);
+      await request.write(body);
+      request.end();
+    });
+    await waitFor("capacity", async () => (await capacity(r.url)) === 1);
+    const payload = crypto.getRandomValues(new Uint8Array(65536));
+    const big = new Uint8Array(2 * 1024 * 1024 + 17);
+    for (let i = 0; i < big.length; i += payload.length) {
+      big.set(payload.subarray(0, big.length - i), i);
+    }
+    const response = await fetch(`${r.url}/execute`, {
+      method: "POST",
+      body: big,
+      headers: {
+        "content-type": "multipart/form-data; boundary=x",
+        "x-request-id": "11111111-2222-4333-8444-555555555555",
+        "x-kcoral-node": "gpu-a",
+        connection: "keep-alive, x-secret",
+        "x-secret": "hop",
+      },
+    });
+    assert.equal(response.status, 200);
+    const echoed = new Uint8Array(await response.arrayBuffer());
+    assert.equal(echoed.length, big.length);
+    assert.ok(echoed.every((b, i) => b === big[i]), "body differs");
+    assert.deepEqual(response.headers.getSetCookie(), ["a=1", "b=2"]);
+    assert.equal(response.headers.get("x-kcoral-node"), "gpu-a");
+    const id = response.headers.get("x-request-id")!;
+    assert.equal(id, requestId, "the Router's id, not the client's or the node's");
+    assert.notEqual(id, "11111111-2222-4333-8444-555555555555");
+    const names = seenHeaders.map(([name]) => name);
+    for (const dropped of ["host", "connection", "x-secret", "x-kcoral-node"]) {
+      assert.ok(!names.includes(dropped), `${dropped} forwarded`);
+    }
+    assert.deepEqual(seenHeaders.filter(([n]) => n === "x-request-id"), [["x-request-id", id]]);
+    assert.deepEqual(seenHeaders.filter(([n]) => n === "content-length"), [[
+      "content-length",
+      String(big.length),
+    ]]);
+    await waitFor("request_finished", () => r.finished().length === 1);
+    const finished = r.finished()[0];
+    assert.equal(finished.request_id, id);
+    assert.equal(finished.finish_reason, "completed");
+    assert.equal(finished.http_status, "200");
+    assert.equal(finished.request_bytes, String(big.length));
+    assert.equal(finished.response_bytes, String(big.length));
+    // The slot went back to the FIFO: a second request runs on it.
+    await waitFor("slot back", async () => (await capacity(r.url)) === 1);
+    const again = await fetch(`${r.url}/execute`, { method: "POST", body: "x" });
+    assert.equal(again.status, 200);
+    assert.equal(await again.text(), "x");
+  } finally {
+    node.close();
+    await r.stop();
+  }
+});
+
+Deno.test("router: 400 and 413 at the Router, 503 router_busy and no_node with Retry-After", async () => {
+  const r = await startRouter([
+    "--max-request-bytes",
+    "1024",
+    "--max-queued-requests",
+    "1",
+    "--queue-wait-timeout-seconds",
+    "0.3",
+  ]);
+  const node = new FakeNode(r.url, "gpu-a");
+  try {
+    const tooLarge = await fetch(`${r.url}/execute`, {
+      method: "POST",
+      body: new Uint8Array(2048),
+    });
+    assert.equal(tooLarge.status, 413);
+    const body = await tooLarge.json();
+    assert.equal(body.error.kind, "request_too_large");
+    assert.equal(body.request_id, tooLarge.headers.get("x-request-id"));
+    // A streamed body over the limit (no Content-Length) is 413 too, once the node is chosen.
+    await node.connect();
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let first = true;
+    await node.openSlot(async (request) => {
+      if (first) {
+        first = false;
+        await held;
+      }
+      request.respond(200);
+      request.end();
+    });
+    await waitFor("capacity", async () => (await capacity(r.url)) === 1);
+    const running = fetch(`${r.url}/execute`, { method: "POST", body: "held" });
+    await waitFor("in progress", async () => {
+      const h = await (await fetch(`${r.url}/health`)).json();
+      return h.load.requests_in_progress === 1;
+    });
+    const queued = fetch(`${r.url}/execute`, { method: "POST", body: "queued" });
+    await waitFor("waiting", async () => {
+      const h = await (await fetch(`${r.url}/health`)).json();
+      return h.load.requests_waiting === 1;
+    });
+    const busy = await fetch(`${r.url}/execute`, { method: "POST", body: "third" });
+    assert.equal(busy.status, 503);
+    assert.equal(busy.headers.get("retry-after"), "1");
+    assert.equal((await busy.json()).error.kind, "router_busy");
+    const noNode = await queued;
+    assert.equal(noNode.status, 503);
+    assert.equal(noNode.headers.get("retry-after"), "1");
+    const noNodeBody = await noNode.json();
+    assert.equal(noNodeBody.error.kind, "no_node");
+    assert.equal(noNodeBody.error.message, "no compatible node has an available slot");
+    release();
+    const answer = await running;
+    assert.equal(answer.status, 200);
+    await answer.arrayBuffer();
+    await waitFor("completed", () => r.finished().some((f) => f.finish_reason === "completed"));
+    const raw = await Deno.connect({ hostname: "127.0.0.1", port: Number(new URL(r.url).port) });
+    await raw.write(
+      new TextEncoder().encode(
+        "POST /execute HTTP/1.1\r\nhost: x\r\ncontent-length: abc\r\n\r\nhello",
+      ),
+    );
+    const buf = new Uint8Array(4096);
+    const n = await raw.read(buf);
+    raw.close();
+    assert.match(new TextDecoder().decode(buf.subarray(0, n!)), /^HTTP\/1\.1 400/);
+    const reasons = r.finished().map((f) => f.finish_reason);
+    for (const reason of ["request_rejected", "queue_full", "queue_timeout", "completed"]) {
+      assert.ok(reasons.includes(reason), `${reason} in ${reasons}`);
+    }
+  } finally {
+    node.close();
+    await r.stop();
+  }
+});
+
+Deno.test("router: a node failing after the head is a 502, never replayed on another node", async () => {
+  const r = await startRouter();
+  const bad = new FakeNode(r.url, "gpu-bad");
+  const good = new FakeNode(r.url, "gpu-good");
+  let goodGot = 0;
+  try {
+    await bad.connect();
+    await good.connect();
+    const badSlot = await bad.openSlot(async (request) => {
+      await request.body();
+      request.socket.close(); // the tunnel drops after taking the body
+    });
+    await good.openSlot((request) => {
+      goodGot++;
+      request.respond(200);
+      request.end();
+    });
+    await waitFor("capacity 2", async () => (await capacity(r.url)) === 2);
+    const response = await fetch(`${r.url}/execute`, {
+      method: "POST",
+      body: "payload",
+      headers: { "x-kcoral-node": "gpu-bad" },
+    });
+    assert.equal(response.status, 502);
+    const body = await response.json();
+    assert.equal(body.error.kind, "server_transport");
+    assert.match(body.error.message, /not retried/);
+    assert.equal(goodGot, 0, "replayed on the other node");
+    await closed(badSlot);
+    const reasons = r.finished().map((f) => f.finish_reason);
+    assert.ok(reasons.includes("tunnel_disconnected"), reasons.join());
+  } finally {
+    bad.close();
+    good.close();
+    await r.stop();
+  }
+});
+
+Deno.test("router: an invalid response head is a 502 invalid_response; the node sees the reason", async () => {
+  const r = await startRouter();
+  const node = new FakeNode(r.url, "gpu-a");
+  try {
+    await node.connect();
+    const slot = await node.openSlot((request) => {
+      request.socket.send(encodeMessage({
+        t: "response_head",
+        request_id: crypto.randomUUID(), // another request's
+        status: 200,
+        headers: [],
+      }));
+    });
+    await waitFor("capacity", async () => (await capacity(r.url)) === 1);
+    const response = await fetch(`${r.url}/execute`, { method: "POST", body: "x" });
+    assert.equal(response.status, 502);
+    assert.equal((await response.json()).error.kind, "server_transport");
+    const end = await closed(slot);
+    assert.equal(end.code, 4010);
+    assert.equal(end.reason, "invalid_response");
+    await waitFor("finished", () => r.finished().length === 1);
+    assert.equal(r.finished()[0].finish_reason, "invalid_response");
+  } finally {
+    node.close();
+    await r.stop();
+  }
+});
+
+Deno.test("router: an early answer is delivered whole; the slot is discarded (request_rejected)", async () => {
+  const r = await startRouter();
+  const node = new FakeNode(r.url, "gpu-a");
+  try {
+    await node.connect();
+    const bigAnswer = new Uint8Array(2 * 1024 * 1024).fill(9);
+    const slot = await node.openSlot(async (request) => {
+      // Answer before reading the upload (as a node-side 413 does).
+      request.respond(413, [["content-type", "application/octet-stream"]]);
+      await request.write(bigAnswer);
+      request.end();
+    });
+    await waitFor("capacity", async () => (await capacity(r.url)) === 1);
+    const upload = new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(new Uint8Array(64 * 1024));
+        // ...and never more: the client is still "uploading" when the answer ends.
+      },
+    });
+    const response = await fetch(`${r.url}/execute`, { method: "POST", body: upload });
+    assert.equal(response.status, 413);
+    assert.equal((await response.arrayBuffer()).byteLength, bigAnswer.length);
+    const end = await closed(slot);
+    assert.equal(end.reason, "request_rejected");
+  } finally {
+    node.close();
+    await r.stop();
+  }
+});
+
+Deno.test("router: a client that goes away cancels the slot (client_disconnected)", async () => {
+  const r = await startRouter();
+  const node = new FakeNode(r.url, "gpu-a");
+  try {
+    await node.connect();
+    const slot = await node.openSlot(async (request) => {
+      request.respond(200);
+      await request.write(new Uint8Array(1024));
+    });
+    await waitFor("capacity", async () => (await capacity(r.url)) === 1);
+    const controller = new AbortController();
+    const response = await fetch(`${r.url}/execute`, {
+      method: "POST",
+      body: "x",
+      signal: controller.signal,
+    });
+    const reader = response.body!.getReader();
+    await reader.read();
+    controller.abort();
+    const end = await closed(slot);
+    assert.equal(end.code, 4010);
+    assert.equal(end.reason, "client_disconnected");
+    assert.deepEqual(node.cancels.map((c) => c.reason), ["client_disconnected"]);
+    await waitFor("finished", () => r.finished().length === 1);
+    assert.equal(r.finished()[0].finish_reason, "client_disconnected");
+    await waitFor("capacity 0 in progress 0", async () => {
+      const h = await (await fetch(`${r.url}/health`)).json();
+      return h.load.requests_in_progress === 0 && h.load.request_capacity === 0;
+    });
+  } finally {
+    node.close();
+    await r.stop();
+  }
+});
+
+Deno.test("router: a node's 503 is passed through and marks it saturated", async () => {
+  const r = await startRouter(["--status-check-interval-seconds", "0.5"]);
+  const node = new FakeNode(r.url, "gpu-a");
+  try {
+    await node.connect();
+    await node.openSlot((request) => {
+      request.respond(503, [["content-type", "application/json"]]);
+      request.write(new TextEncoder().encode('{"status":"ERROR","error":{"kind":"busy"}}'))
+        .then(() => request.end());
+    });
+    await waitFor("capacity", async () => (await capacity(r.url)) === 1);
+    const response = await fetch(`${r.url}/execute`, { method: "POST", body: "x" });
+    assert.equal(response.status, 503);
+    assert.equal(response.headers.get("retry-after"), null, "the node's answer, unchanged");
+    assert.equal((await response.json()).error.kind, "busy");
+  } finally {
+    node.close();
+    await r.stop();
+  }
+});
+
+Deno.test("router: an incompatible node never receives work", async () => {
+  const r = await startRouter();
+  const first = new FakeNode(r.url, "gpu-a", { versions: { torch: "2.11" } });
+  const other = new FakeNode(r.url, "gpu-b", { versions: { torch: "2.10" } });
+  let otherGot = 0;
+  try {
+    await first.connect();
+    await first.openSlot((request) => {
+      request.respond(200);
+      request.end();
+    });
+    await waitFor("first ready", async () => (await capacity(r.url)) === 1);
+    await other.connect();
+    await other.openSlot((request) => {
+      otherGot++;
+      request.respond(200);
+      request.end();
+    });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.equal(await capacity(r.url), 1);
+    for (let i = 0; i < 6; i++) {
+      const response = await fetch(`${r.url}/execute`, {
+        method: "POST",
+        body: "x",
+        headers: { "x-kcoral-node": "gpu-b" },
+      });
+      assert.equal(response.headers.get("x-kcoral-node"), "gpu-a");
+      await response.arrayBuffer();
+    }
+    assert.equal(otherGot, 0);
+    assert.ok(r.lines.some((l) => / node_incompatible .*gpu-b/.test(l)));
+  } finally {
+    first.close();
+    other.close();
+    await r.stop();
+  }
+});
+
+Deno.test("router: a wrong or missing token is refused before anything is read", async () => {
+  const r = await startRouter(["--node-token", "s3cret"]);
+  try {
+    for (const token of [null, "wrong", ""]) {
+      const headers: Record<string, string> = {};
+      if (token !== null) headers.authorization = `Bearer ${token}`;
+      const response = await fetch(`${r.url}${CONTROL_PATH}`, {
+        headers: { ...headers, upgrade: "websocket" },
+      });
+      assert.equal(response.status, 401, String(token));
+      assert.match(await response.text(), /invalid node bearer token/);
+    }
+    await assert.rejects(() => openLink(r.url, SLOT_PATH, "wrong"), /401/);
+    const node = new FakeNode(r.url, "gpu-a");
+    await node.connect("s3cret");
+    node.close();
+  } finally {
+    await r.stop();
+  }
+});
+
+Deno.test("router: hostile node peers are closed; other nodes keep serving", async () => {
+  const r = await startRouter();
+  const good = new FakeNode(r.url, "gpu-good");
+  try {
+    await good.connect();
+    await good.openSlot((request) => {
+      request.respond(200);
+      request.end();
+    });
+    await waitFor("capacity", async () => (await capacity(r.url)) === 1);
+
+    // A slot whose first message is not hello.
+    const notHello = await openLink(r.url, SLOT_PATH);
+    notHello.send(encodeMessage(healthyStatus("gpu-x")));
+    assert.equal((await closed(notHello)).code, 4003);
+    // A binary first message.
+    const binary = await openLink(r.url, SLOT_PATH);
+    binary.send(new Uint8Array([1, 2, 3]));
+    assert.equal((await closed(binary)).code, 4003);
+    // Not JSON; a wrong protocol version; an invalid node id.
+    const garbage = await openLink(r.url, CONTROL_PATH);
+    garbage.send("{not json");
+    assert.equal((await closed(garbage)).code, 4003);
+    const version = await openLink(r.url, SLOT_PATH);
+    version.send(
+      encodeMessage({
+        t: "hello",
+        node_id: "gpu-x",
+        server_instance_id: "i",
+        slot_id: "s",
+        protocol_version: 2,
+      }),
+    );
+    assert.equal((await closed(version)).code, 4009);
+    const badId = await openLink(r.url, CONTROL_PATH);
+    badId.send(encodeMessage(healthyStatus("bad name")));
+    assert.equal((await closed(badId)).code, 4003);
+    // A registered slot that floods messages while idle, or sends data without a request.
+    const flooder = new FakeNode(r.url, "gpu-flood");
+    await flooder.connect();
+    const flood = await flooder.openSlot(() => {});
+    for (let i = 0; i < 1000; i++) {
+      flood.send(encodeMessage({ t: "credit", request_id: crypto.randomUUID(), frames: 1 }));
+    }
+    // Closed at the first one (the rest may meet a closed connection: code 4010 or abnormal).
+    await closed(flood);
+    assert.ok(r.lines.some((l) => /slot|invalid/.test(l)));
+    const stray = await flooder.openSlot(() => {});
+    stray.send(encodeDataFrame(crypto.randomUUID(), new Uint8Array(10)));
+    assert.equal((await closed(stray)).code, 4010);
+    // An oversized data frame in the middle of a request.
+    const oversized = await flooder.openSlot((request) => {
+      request.respond(200);
+      const frame = new Uint8Array(37 + 262_145);
+      frame.set(encodeDataFrame(request.head.request_id, new Uint8Array(0)));
+      request.socket.send(frame);
+    });
+    const response = await fetch(`${r.url}/execute`, {
+      method: "POST",
+      body: "x",
+      headers: { "x-kcoral-node": "gpu-flood" },
+    });
+    // The head came before the violation: the client sees the answer cut short.
+    await assert.rejects(() => response.arrayBuffer());
+    assert.equal((await closed(oversized)).reason, "invalid_response");
+    flooder.close();
+    // A peer that never says anything is closed after the first-message timeout (10 s): not
+    // waited for here; the others did not disturb the good node.
+    for (let i = 0; i < 3; i++) {
+      const ok = await fetch(`${r.url}/execute`, {
+        method: "POST",
+        body: "x",
+        headers: { "x-kcoral-node": "gpu-good" },
+      });
+      assert.equal(ok.status, 200);
+      assert.equal(ok.headers.get("x-kcoral-node"), "gpu-good");
+      await ok.arrayBuffer();
+    }
+  } finally {
+    good.close();
+    await r.stop();
+  }
+});
