@@ -1,9 +1,19 @@
 /**
  * `kcoral server`: every option of the server guide (seed 002), with its environment variable
- * where it has one. The flags, their help and the environment variables all come from the
- * server's options tables ({@link ../server/config_options.ts}). Explicit flags win over
- * environment variables. A malformed command line exits 2; a well-formed but invalid
- * configuration exits 1 with a message (as upstream).
+ * where it has one, and the node options of a routed deployment (seed 003). The flags, their
+ * help and the environment variables all come from option tables (server/config_options.ts,
+ * router/supervisor/options.ts). Explicit flags win over environment variables. A malformed
+ * command line exits 2; a well-formed but invalid configuration exits 1 with a message (as
+ * upstream).
+ *
+ * ```
+ *  kcoral server ...                          the server, in this process
+ *  kcoral server --router URL --node-id N ... a supervisor (router/supervisor/) that runs
+ *                                             `kcoral server ...` (without the node options) as
+ *                                             its child, with KCORAL_NODE_SERVER=1 and the routing
+ *                                             settings in the environment: that child serves
+ *                                             and links its workers to the Router
+ * ```
  *
  * @module
  */
@@ -17,6 +27,12 @@ import {
 import { optionTableSchema } from "../options/schema.ts";
 import { serverConfigOptions, serverListenOptions } from "../server/config_options.ts";
 import { type ServerConfig, serverConfigSchema } from "../server/config.ts";
+import {
+  checkNodeCommandLine,
+  childServerArgs,
+  type NodeConfig,
+  nodeOptions,
+} from "../router/supervisor/options.ts";
 
 /** A parsed `kcoral server` command line. */
 export interface ServerArgs {
@@ -31,6 +47,8 @@ export interface ServerArgs {
   port: number;
   /** Warnings to print before starting. */
   warnings: string[];
+  /** The node options; `routerEndpoint` `null` for a standalone server. */
+  node: NodeConfig;
 }
 
 /**
@@ -57,14 +75,17 @@ export class ServerHelp extends Error {
   }
 }
 
-/** Every option of `kcoral server`, in `--help` order: where to listen, then the configuration. */
-const serverOptions = { ...serverListenOptions, ...serverConfigOptions };
+/**
+ * Every option of `kcoral server`, in `--help` order: where to listen, the node options, then
+ * the configuration.
+ */
+const serverOptions = { ...serverListenOptions, ...nodeOptions, ...serverConfigOptions };
 
 const serverListenSchema = optionTableSchema(serverListenOptions);
 
 const serverCommandLine: CommandLineSpec = {
   name: "kcoral server",
-  description: "Start a KCoral server.",
+  description: "Start a KCoral server; add --router and --node-id to join a Router.",
   epilog: "Ctrl+C (or SIGTERM) stops new work and lets running benchmarks finish.",
 };
 
@@ -107,7 +128,11 @@ export function parseServerArgs(
   try {
     const parsed = parseCommandLine(argv, serverOptions, serverCommandLine, env);
     if (parsed.kind === "help") throw new ServerHelp(parsed.text);
-    const { host, port, ...given } = parsed.values;
+    const node = checkNodeCommandLine(parsed);
+    const { host, port, ...rest } = parsed.values;
+    const given = Object.fromEntries(
+      Object.entries(rest).filter(([field]) => !(field in nodeOptions)),
+    ) as Partial<ServerConfig>;
     const listen = checkCommandLineValues(serverListenSchema, { host, port }, env);
     const checked = checkCommandLineValues(serverConfigSchema, given, env);
     // What the command line set, as validated (`--log-dir ''` is `null`).
@@ -121,7 +146,7 @@ export function parseServerArgs(
           "workers are pinned to --gpus",
       );
     }
-    return { config, host: listen.host, port: listen.port, warnings };
+    return { config, host: listen.host, port: listen.port, warnings, node };
   } catch (error) {
     if (error instanceof CommandLineError) throw new ServerArgsError(error.message, error.exitCode);
     throw error;
@@ -152,6 +177,9 @@ export async function serverMain(
     throw error;
   }
   for (const warning of args.warnings) console.error(warning);
+  if (args.node.routerEndpoint !== null && env.KCORAL_NODE_SERVER !== "1") {
+    return await _superviseNode(argv, args, env);
+  }
   const { createApp } = await import("../server/app.ts");
   const { serve } = await import("../http/serve.ts");
   const { nodeLinkTargetFromEnv, withNodeLink } = await import("../server/node_link.ts");
@@ -173,6 +201,64 @@ export async function serverMain(
     );
     return 1;
   }
+  if (env.KCORAL_NODE_SERVER === "1") _stopWithSupervisor();
   await running.finished;
   return 0;
+}
+
+/**
+ * A node's server stops (gracefully, as on SIGTERM) once its supervisor is gone: a supervisor
+ * killed outright cannot stop it, and a server left behind would keep its slots on the Router.
+ */
+function _stopWithSupervisor(): void {
+  const supervisor = Deno.ppid;
+  const timer = setInterval(() => {
+    if (Deno.ppid === supervisor) return;
+    clearInterval(timer);
+    console.error("kcoral server: the node's supervisor is gone; stopping");
+    Deno.kill(Deno.pid, "SIGTERM");
+  }, 1000);
+  Deno.unrefTimer(timer);
+}
+
+/** `kcoral server --router ...`: the node's supervisor, running this command as its server. */
+async function _superviseNode(
+  argv: string[],
+  args: ServerArgs,
+  env: Record<string, string | undefined>,
+): Promise<number> {
+  const { runSupervisor } = await import("../router/supervisor/supervisor.ts");
+  const { supervisorOptionsFrom } = await import("../router/supervisor/options.ts");
+  const shutdown = new AbortController();
+  const signals = ["SIGTERM", "SIGINT"] as const;
+  const onSignal = () => shutdown.abort();
+  for (const signal of signals) Deno.addSignalListener(signal, onSignal);
+  // The child's environment: this one, less the routing variables (the supervisor sets its
+  // own), never the token on a command line.
+  const childEnv: Record<string, string> = {};
+  for (const [name, value] of Object.entries(env)) {
+    if (value === undefined) continue;
+    if (["KCORAL_ROUTER_ENDPOINT", "KCORAL_NODE_ID", "KCORAL_NODE_TOKEN"].includes(name)) continue;
+    childEnv[name] = value;
+  }
+  const code = await runSupervisor(supervisorOptionsFrom(args.node, {
+    host: args.host,
+    port: args.port,
+    child: {
+      command: Deno.execPath(),
+      args: [
+        "run",
+        "-A",
+        new URL("../cli.ts", import.meta.url).href,
+        "server",
+        ...childServerArgs(argv),
+        `--host=${args.host}`,
+        `--port=${args.port}`,
+      ],
+      env: childEnv,
+    },
+    signal: shutdown.signal,
+  }));
+  for (const signal of signals) Deno.removeSignalListener(signal, onSignal);
+  return code;
 }

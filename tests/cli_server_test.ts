@@ -696,3 +696,29 @@ Deno.test("kcoral server: repeated SIGINT/SIGTERM keep draining; both requests f
     }
   }
 });
+
+Deno.test("kcoral server: --help shows the node options but not the supervisor's (seed 003)", () => {
+  const help = serverHelpText(ENV);
+  assert.ok(help.includes("add --router and --node-id to join a Router"));
+  for (const flag of ["--router", "--node-id", "--node-token"]) {
+    assert.ok(help.includes(flag), flag);
+  }
+  for (const hidden of ["--health-interval-seconds", "--restart-jitter", "--failure-threshold"]) {
+    assert.ok(!help.includes(hidden), hidden);
+  }
+  assert.deepEqual(code(["--restart-jitter=0.2"]), [
+    2,
+    "kcoral server: error: --restart-jitter requires --router",
+  ]);
+  assert.deepEqual(code(["--router", "http://127.0.0.1:9000"]), [
+    1,
+    "--router and --node-id must be configured together",
+  ]);
+  const routed = parseServerArgs(
+    ["--router", "http://127.0.0.1:9000", "--node-id", "cpu-a", "--health-interval-seconds=0.25"],
+    ENV,
+  );
+  assert.equal(routed.node.nodeId, "cpu-a");
+  assert.equal(routed.node.healthIntervalSeconds, 0.25);
+  assert.equal(parseServerArgs([], ENV).node.routerEndpoint, null);
+});

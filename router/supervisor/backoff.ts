@@ -1,0 +1,152 @@
+/**
+ * Delays of the node supervisor (spec router §5.3): an exponential backoff that starts at its
+ * minimum, doubles after each use and stops at its maximum until it is reset; jitter applied
+ * *after* that cap (so a delay can exceed the maximum by the jitter fraction); and a sleep that
+ * shutdown interrupts. The supervisor's restarts use backoff with jitter, its control
+ * connection's reconnects backoff without (spec router §7 item 21).
+ *
+ * @example
+ * ```ts
+ * import { Backoff, withJitter } from "./backoff.ts";
+ *
+ * const backoff = new Backoff(1, 5);
+ * const delays = [1, 2, 3, 4, 5].map(() => backoff.next());
+ * if (delays.join() !== "1,2,4,5,5") throw new Error(delays.join());
+ * const jittered = withJitter(backoff.next(), 0.2);
+ * if (jittered < 4 || jittered > 6) throw new Error(String(jittered));
+ * ```
+ *
+ * @module
+ */
+
+/**
+ * Exponential backoff: {@linkcode Backoff.next} gives the current delay, then doubles it up to
+ * the maximum; {@linkcode Backoff.reset} returns to the minimum. Units are the caller's.
+ *
+ * @example
+ * ```ts
+ * import { Backoff } from "./backoff.ts";
+ *
+ * const backoff = new Backoff(1, 5);
+ * backoff.next();
+ * backoff.next();
+ * backoff.reset();
+ * if (backoff.next() !== 1) throw new Error();
+ * ```
+ */
+export class Backoff {
+  /** The first delay, and the one after a reset. */
+  readonly min: number;
+  /** The largest delay. */
+  readonly max: number;
+  #current: number;
+
+  /**
+   * A backoff from `min` to `max`; both positive and finite, `min ≤ max` (else `RangeError`).
+   *
+   * @example
+   * ```ts
+   * import { Backoff } from "./backoff.ts";
+   *
+   * let refused = false;
+   * try {
+   *   new Backoff(2, 1);
+   * } catch (error) {
+   *   refused = error instanceof RangeError;
+   * }
+   * if (!refused) throw new Error();
+   * ```
+   */
+  constructor(min: number, max: number) {
+    if (!(min > 0 && Number.isFinite(min) && max >= min && Number.isFinite(max))) {
+      throw new RangeError(`invalid backoff bounds ${min}..${max}`);
+    }
+    this.min = min;
+    this.max = max;
+    this.#current = min;
+  }
+
+  /**
+   * The delay to use now; the next call gives twice as much, up to the maximum.
+   *
+   * @example
+   * ```ts
+   * import { Backoff } from "./backoff.ts";
+   *
+   * const backoff = new Backoff(0.5, 30);
+   * if (backoff.next() !== 0.5 || backoff.next() !== 1) throw new Error();
+   * ```
+   */
+  next(): number {
+    const delay = this.#current;
+    this.#current = Math.min(this.#current * 2, this.max);
+    return delay;
+  }
+
+  /**
+   * Back to the minimum (after a stable run, or an acknowledged connection).
+   *
+   * @example
+   * ```ts
+   * import { Backoff } from "./backoff.ts";
+   *
+   * const backoff = new Backoff(1, 30);
+   * backoff.next();
+   * backoff.reset();
+   * if (backoff.next() !== 1) throw new Error();
+   * ```
+   */
+  reset(): void {
+    this.#current = this.min;
+  }
+}
+
+/**
+ * `delay × U[1 − jitter, 1 + jitter]`; `jitter` 0 gives `delay` exactly. `random` is a uniform
+ * draw in [0, 1) (`Math.random` by default).
+ *
+ * @example
+ * ```ts
+ * import { withJitter } from "./backoff.ts";
+ *
+ * if (withJitter(30, 0) !== 30) throw new Error();
+ * if (withJitter(30, 0.2, () => 0) !== 24) throw new Error();
+ * ```
+ */
+export function withJitter(
+  delay: number,
+  jitter: number,
+  random: () => number = Math.random,
+): number {
+  if (jitter === 0) return delay;
+  return delay * (1 - jitter + 2 * jitter * random());
+}
+
+/**
+ * Waits `ms` milliseconds; resolves `false` at once (clearing the timer) if `signal` aborts
+ * first or has already aborted, `true` when the full time passed.
+ *
+ * @example
+ * ```ts
+ * import { sleepUnlessAborted } from "./backoff.ts";
+ *
+ * const stop = new AbortController();
+ * const slept = sleepUnlessAborted(60_000, stop.signal);
+ * stop.abort();
+ * if (await slept) throw new Error("not interrupted");
+ * if (!(await sleepUnlessAborted(1))) throw new Error("interrupted");
+ * ```
+ */
+export function sleepUnlessAborted(ms: number, signal?: AbortSignal): Promise<boolean> {
+  if (signal?.aborted) return Promise.resolve(false);
+  return new Promise((resolve) => {
+    const done = (slept: boolean) => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", aborted);
+      resolve(slept);
+    };
+    const aborted = () => done(false);
+    const timer = setTimeout(() => done(true), Math.max(0, ms));
+    signal?.addEventListener("abort", aborted, { once: true });
+  });
+}

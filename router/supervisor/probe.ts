@@ -1,0 +1,220 @@
+/**
+ * The supervisor's local health probe (spec router §5.2): `GET {server}/internal/worker-status`
+ * on the node's own KCoral server, the whole exchange (connect included) bounded by the health
+ * timeout, with no redirects and no proxy.
+ *
+ * The endpoint answers loopback peers only (others get 404), so the probe origin is derived
+ * from the server's `--host`/`--port` with {@linkcode probeOrigin} (a wildcard bind is probed
+ * on loopback), and a server bound to one specific non-loopback address is probed *from*
+ * loopback (the connection's source address is bound to `127.0.0.1` or `::1`; Linux routes
+ * that to any local address). Proxy variables (`HTTP_PROXY`, ...) never apply: the probe's
+ * HTTP client sends every request straight to the server's address.
+ *
+ * @example
+ * ```ts
+ * import { parseWorkerStatus, probeOrigin } from "./probe.ts";
+ *
+ * if (probeOrigin("0.0.0.0", 8000) !== "http://127.0.0.1:8000/") throw new Error();
+ * const health = parseWorkerStatus({
+ *   status: "ok", instance_id: "i-1", worker_count: 2, busy_workers: 1,
+ *   target: { arch: "sm_90" }, versions: { torch: "2.5" },
+ * });
+ * if (typeof health === "string" || health.workerCount !== 2) throw new Error(String(health));
+ * ```
+ *
+ * @module
+ */
+
+/** What a successful probe reports about the server (spec router §5.2). */
+export interface ServerHealth {
+  /** The server's `instance_id` (new on every server start). */
+  instanceId: string;
+  /** The server's workers (> 0). */
+  workerCount: number;
+  /** Of which busy (≤ `workerCount`). */
+  busyWorkers: number;
+  /** The server's compilation target. */
+  target: Record<string, string>;
+  /** The server's runtime versions. */
+  versions: Record<string, string>;
+}
+
+/** The outcome of one probe: the health, or why the server is not healthy. */
+export type ProbeResult =
+  | { readonly ok: true; readonly health: ServerHealth }
+  | { readonly ok: false; readonly error: string };
+
+/**
+ * The path the probe asks.
+ *
+ * @example
+ * ```ts
+ * import { WORKER_STATUS_PATH } from "./probe.ts";
+ *
+ * if (new URL(WORKER_STATUS_PATH, "http://127.0.0.1:8000/").port !== "8000") throw new Error();
+ * ```
+ */
+export const WORKER_STATUS_PATH = "/internal/worker-status";
+
+const IPV4 = /^\d{1,3}(\.\d{1,3}){3}$/;
+
+/**
+ * The origin (`http://host:port/`) to probe a server bound to `host`:`port`: a wildcard bind
+ * (`0.0.0.0`, `::`, empty) is probed on the loopback address of its family, and an IPv6
+ * address is written in brackets.
+ *
+ * @example
+ * ```ts
+ * import { probeOrigin } from "./probe.ts";
+ *
+ * if (probeOrigin("::", 8000) !== "http://[::1]:8000/") throw new Error();
+ * if (probeOrigin("[fe80::1]", 80) !== "http://[fe80::1]:80/") throw new Error();
+ * if (probeOrigin("10.0.0.5", 8000) !== "http://10.0.0.5:8000/") throw new Error();
+ * ```
+ */
+export function probeOrigin(host: string, port: number): string {
+  let name = host.trim();
+  if (name.startsWith("[") && name.endsWith("]")) name = name.slice(1, -1);
+  if (name === "" || name === "0.0.0.0") name = "127.0.0.1";
+  else if (name === "::" || name === "::0" || /^(0{1,4}:){7}0{1,4}$/.test(name)) name = "::1";
+  return `http://${name.includes(":") ? `[${name}]` : name}:${port}/`;
+}
+
+/**
+ * Checks a `/internal/worker-status` body: a JSON object with `status` `"ok"`, a non-empty
+ * string `instance_id`, an integer `worker_count` > 0, an integer `busy_workers` between 0 and
+ * `worker_count`, and `target` and `versions` maps of strings to strings. Returns the health,
+ * or what is wrong as a string.
+ *
+ * @example
+ * ```ts
+ * import { parseWorkerStatus } from "./probe.ts";
+ *
+ * const bad = parseWorkerStatus({
+ *   status: "ok", instance_id: "i-1", worker_count: 1, busy_workers: 2, target: {}, versions: {},
+ * });
+ * if (bad !== "busy_workers 2 is not an integer between 0 and worker_count 1") throw new Error();
+ * ```
+ */
+export function parseWorkerStatus(body: unknown): ServerHealth | string {
+  if (typeof body !== "object" || body === null || Array.isArray(body)) {
+    return "worker status is not a JSON object";
+  }
+  const b = body as Record<string, unknown>;
+  if (b.status !== "ok") return `worker status is ${JSON.stringify(b.status ?? null)}, not "ok"`;
+  if (typeof b.instance_id !== "string" || b.instance_id === "") {
+    return "worker status has no instance_id";
+  }
+  if (!Number.isSafeInteger(b.worker_count) || (b.worker_count as number) <= 0) {
+    return `worker_count ${JSON.stringify(b.worker_count ?? null)} is not a positive integer`;
+  }
+  const workers = b.worker_count as number;
+  if (
+    !Number.isSafeInteger(b.busy_workers) || (b.busy_workers as number) < 0 ||
+    (b.busy_workers as number) > workers
+  ) {
+    return `busy_workers ${
+      JSON.stringify(b.busy_workers ?? null)
+    } is not an integer between 0 and worker_count ${workers}`;
+  }
+  if (!isStringMap(b.target)) return "worker status target is not a map of strings";
+  if (!isStringMap(b.versions)) return "worker status versions is not a map of strings";
+  return {
+    instanceId: b.instance_id,
+    workerCount: workers,
+    busyWorkers: b.busy_workers as number,
+    target: { ...b.target },
+    versions: { ...b.versions },
+  };
+}
+
+/**
+ * Probes the server at `serverUrl` (an origin from {@linkcode probeOrigin}) once. The request
+ * (connect, headers and body) is given `timeoutMs`; `signal` abandons it early. Never throws:
+ * failures come back as `{ ok: false, error }`.
+ *
+ * @example
+ * ```ts
+ * import { probeServer } from "./probe.ts";
+ *
+ * const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, () =>
+ *   Response.json({
+ *     status: "ok", instance_id: "i-1", worker_count: 1, busy_workers: 0,
+ *     target: {}, versions: {},
+ *   }));
+ * const result = await probeServer(`http://127.0.0.1:${server.addr.port}/`, 1000);
+ * await server.shutdown();
+ * if (!result.ok || result.health.instanceId !== "i-1") throw new Error(JSON.stringify(result));
+ * ```
+ */
+export async function probeServer(
+  serverUrl: string,
+  timeoutMs: number,
+  signal?: AbortSignal,
+): Promise<ProbeResult> {
+  let url: URL;
+  try {
+    url = new URL(WORKER_STATUS_PATH, serverUrl);
+  } catch {
+    return { ok: false, error: `invalid server URL ${serverUrl}` };
+  }
+  const hostname = url.hostname;
+  const port = Number(url.port || (url.protocol === "https:" ? 443 : 80));
+  let client: Deno.HttpClient;
+  try {
+    client = Deno.createHttpClient({
+      // Every request goes straight to the server: no HTTP_PROXY, no NO_PROXY rules.
+      proxy: { transport: "tcp", hostname, port },
+      localAddress: loopbackSource(hostname),
+      poolMaxIdlePerHost: 0,
+    });
+  } catch (error) {
+    return { ok: false, error: `cannot create the probe client: ${describe(error)}` };
+  }
+  const timeout = AbortSignal.timeout(timeoutMs);
+  const abort = signal ? AbortSignal.any([timeout, signal]) : timeout;
+  try {
+    const response = await fetch(url, { client, redirect: "manual", signal: abort });
+    const text = await response.text();
+    if (response.status < 200 || response.status > 299) {
+      return { ok: false, error: `worker status answered HTTP ${response.status}` };
+    }
+    let body: unknown;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      return { ok: false, error: "worker status is not JSON" };
+    }
+    const health = parseWorkerStatus(body);
+    return typeof health === "string" ? { ok: false, error: health } : { ok: true, health };
+  } catch (error) {
+    if (timeout.aborted) {
+      return { ok: false, error: `health probe timed out after ${timeoutMs} ms` };
+    }
+    if (signal?.aborted) return { ok: false, error: "health probe abandoned" };
+    return { ok: false, error: `health probe failed: ${describe(error)}` };
+  } finally {
+    client.close();
+  }
+}
+
+/** The loopback address to connect from when `hostname` is a non-loopback IP literal. */
+function loopbackSource(hostname: string): string | undefined {
+  if (IPV4.test(hostname)) return hostname.startsWith("127.") ? undefined : "127.0.0.1";
+  if (hostname.startsWith("[")) {
+    const ip = hostname.slice(1, -1);
+    return ip === "::1" || ip.startsWith("::ffff:127.") ? undefined : "::1";
+  }
+  return undefined;
+}
+
+function isStringMap(value: unknown): value is Record<string, string> {
+  return typeof value === "object" && value !== null && !Array.isArray(value) &&
+    Object.values(value).every((v) => typeof v === "string");
+}
+
+function describe(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  const cause = error.cause instanceof Error ? `: ${error.cause.message}` : "";
+  return `${error.message}${cause}`;
+}
