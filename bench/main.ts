@@ -1,5 +1,6 @@
 /**
- * All benchmarks: `deno task bench [--mode cpu|sim|gpu] [--quick] [--sandbox bubblewrap]`.
+ * All benchmarks: `deno task bench [--mode cpu|sim|gpu] [--quick] [--sandbox bubblewrap]
+ * [--only codec|server|router|fidelity]`.
  * Prints Markdown tables (median, min, max, the upstream anchor and our target). Speed targets
  * are checked here, never by timed assertions in tests.
  *
@@ -9,6 +10,7 @@
  */
 import { runCodecBench } from "./codec_bench.ts";
 import { runFidelityBench } from "./fidelity_bench.ts";
+import { runRouterBench } from "./router_bench.ts";
 import { runServerBench, type ServerBenchOptions } from "./server_bench.ts";
 import { table } from "./_stats.ts";
 
@@ -33,6 +35,11 @@ if (!only || only === "server") {
   console.log(`## Server, end to end (${mode}, sandbox ${sandbox})\n`);
   const transport = (arg("--transport") ?? "auto") as "auto" | "fetch";
   console.log(table(await runServerBench({ mode, quick, sandbox, transport })));
+  console.log();
+}
+if (!only || only === "router") {
+  console.log(`## Router: one node (${mode}) through \`kcoral router\` vs direct\n`);
+  console.log(table(await runRouterBench({ mode, quick })));
   console.log();
 }
 if (mode === "gpu" && (!only || only === "fidelity")) {

@@ -15,7 +15,15 @@
  *
  * @module
  */
-import { CREDIT_WINDOW, LinkMessageError, MAX_DATA_BYTES } from "../protocol/node_link.ts";
+import {
+  CREDIT_WINDOW,
+  encodeDataFrame,
+  LinkMessageError,
+  MAX_DATA_BYTES,
+} from "../protocol/node_link.ts";
+
+/** Bytes before a data frame's payload: the frame type and the request id. */
+export const DATA_HEADER_BYTES = 37;
 
 /**
  * Sends one body as data frames, never more than the credit the receiver gave.
@@ -25,14 +33,16 @@ import { CREDIT_WINDOW, LinkMessageError, MAX_DATA_BYTES } from "../protocol/nod
  * import { BodySender } from "./tunnel_body.ts";
  *
  * const frames: number[] = [];
- * const sender = new BodySender((bytes) => frames.push(bytes.length), () => frames.push(-1));
+ * const id = "0f6c2b4e-1111-4222-8333-444455556666";
+ * const sender = new BodySender(id, (frame) => frames.push(frame.length - 37), () => frames.push(-1));
  * await sender.write(new Uint8Array(300_000));
  * await sender.end();
  * if (frames.join() !== "262144,37856,-1") throw new Error(frames.join());
  * ```
  */
 export class BodySender {
-  readonly #sendData: (bytes: Uint8Array) => void;
+  readonly #header: Uint8Array;
+  readonly #sendFrame: (frame: Uint8Array) => void;
   readonly #sendEnd: () => void;
   #credit = CREDIT_WINDOW;
   #granted = 0;
@@ -46,20 +56,66 @@ export class BodySender {
   sentBytes = 0;
 
   /**
-   * `sendData` sends one frame's bytes (a view it must copy or send before returning),
-   * `sendEnd` the `end` message.
+   * A sender of the body of request `requestId`: `sendFrame` sends one whole data frame (it
+   * may keep the buffer: each frame is a new one), `sendEnd` the `end` message.
    *
    * @example
    * ```ts
    * import { BodySender } from "./tunnel_body.ts";
    *
-   * const sender = new BodySender(() => {}, () => {});
+   * const sender = new BodySender("0f6c2b4e-1111-4222-8333-444455556666", () => {}, () => {});
    * if (sender.sentBytes !== 0) throw new Error();
    * ```
    */
-  constructor(sendData: (bytes: Uint8Array) => void, sendEnd: () => void) {
-    this.#sendData = sendData;
+  constructor(requestId: string, sendFrame: (frame: Uint8Array) => void, sendEnd: () => void) {
+    this.#header = encodeDataFrame(requestId, new Uint8Array(0));
+    this.#sendFrame = sendFrame;
     this.#sendEnd = sendEnd;
+  }
+
+  /**
+   * A new data frame of this body with room for a full payload after its header (at
+   * {@linkcode DATA_HEADER_BYTES}): fill it in place (e.g. with a BYOB read) and pass it to
+   * {@linkcode BodySender.sendFilled}.
+   *
+   * @example
+   * ```ts
+   * import { BodySender, DATA_HEADER_BYTES } from "./tunnel_body.ts";
+   *
+   * const sender = new BodySender("0f6c2b4e-1111-4222-8333-444455556666", () => {}, () => {});
+   * const frame = sender.newFrame();
+   * if (frame[0] !== 1 || frame.length !== DATA_HEADER_BYTES + 262144) throw new Error();
+   * ```
+   */
+  newFrame(): Uint8Array<ArrayBuffer> {
+    const frame = new Uint8Array(DATA_HEADER_BYTES + MAX_DATA_BYTES);
+    frame.set(this.#header);
+    return frame;
+  }
+
+  /**
+   * Sends a frame from {@linkcode BodySender.newFrame} (or a frame over the same memory) that
+   * holds `length` bytes of payload, once there is credit for it.
+   *
+   * @example
+   * ```ts
+   * import { BodySender } from "./tunnel_body.ts";
+   *
+   * let sent = 0;
+   * const sender = new BodySender(
+   *   "0f6c2b4e-1111-4222-8333-444455556666",
+   *   (frame) => (sent = frame.length),
+   *   () => {},
+   * );
+   * const frame = sender.newFrame();
+   * frame.fill(7, 37, 47);
+   * await sender.sendFilled(frame, 10);
+   * if (sent !== 47 || sender.sentBytes !== 10) throw new Error();
+   * ```
+   */
+  async sendFilled(frame: Uint8Array, length: number): Promise<void> {
+    await this.#flush();
+    await this.#frame(frame.subarray(0, DATA_HEADER_BYTES + length), length);
   }
 
   /**
@@ -70,7 +126,7 @@ export class BodySender {
    * ```ts
    * import { BodySender } from "./tunnel_body.ts";
    *
-   * const sender = new BodySender(() => {}, () => {});
+   * const sender = new BodySender("0f6c2b4e-1111-4222-8333-444455556666", () => {}, () => {});
    * try {
    *   sender.credit(1); // nothing was sent yet
    *   throw new Error("accepted");
@@ -89,16 +145,15 @@ export class BodySender {
   }
 
   /**
-   * Sends `chunk`: large chunks go out in 256 KiB frames without copying, small ones are
-   * gathered into one frame. Resolves once it is handed to the connection; rejects once the
-   * slot failed.
+   * Sends `chunk`, copied into 256 KiB frames (small chunks are gathered into one). Resolves
+   * once it is handed to the connection; rejects once the slot failed.
    *
    * @example
    * ```ts
    * import { BodySender } from "./tunnel_body.ts";
    *
    * let frames = 0;
-   * const sender = new BodySender(() => frames++, () => {});
+   * const sender = new BodySender("0f6c2b4e-1111-4222-8333-444455556666", () => frames++, () => {});
    * for (let i = 0; i < 4; i++) await sender.write(new Uint8Array(1000));
    * await sender.end();
    * if (frames !== 1 || sender.sentBytes !== 4000) throw new Error();
@@ -108,14 +163,9 @@ export class BodySender {
     let rest = chunk;
     while (rest.length > 0) {
       if (this.#failure) throw this.#failure;
-      if (this.#staged === 0 && rest.length >= MAX_DATA_BYTES) {
-        await this.#frame(rest.subarray(0, MAX_DATA_BYTES));
-        rest = rest.subarray(MAX_DATA_BYTES);
-        continue;
-      }
-      this.#stage ??= new Uint8Array(MAX_DATA_BYTES);
+      this.#stage ??= this.newFrame();
       const n = Math.min(rest.length, MAX_DATA_BYTES - this.#staged);
-      this.#stage.set(rest.subarray(0, n), this.#staged);
+      this.#stage.set(rest.subarray(0, n), DATA_HEADER_BYTES + this.#staged);
       this.#staged += n;
       rest = rest.subarray(n);
       if (this.#staged === MAX_DATA_BYTES) await this.#flush();
@@ -130,7 +180,7 @@ export class BodySender {
    * import { BodySender } from "./tunnel_body.ts";
    *
    * let ended = false;
-   * const sender = new BodySender(() => {}, () => (ended = true));
+   * const sender = new BodySender("0f6c2b4e-1111-4222-8333-444455556666", () => {}, () => (ended = true));
    * await sender.end();
    * if (!ended) throw new Error();
    * ```
@@ -155,7 +205,7 @@ export class BodySender {
    * ```ts
    * import { BodySender } from "./tunnel_body.ts";
    *
-   * const sender = new BodySender(() => {}, () => {});
+   * const sender = new BodySender("0f6c2b4e-1111-4222-8333-444455556666", () => {}, () => {});
    * sender.fail(new Error("gone"));
    * const failed = await sender.write(new Uint8Array(1)).then(() => false, () => true);
    * if (!failed) throw new Error();
@@ -168,20 +218,22 @@ export class BodySender {
 
   async #flush(): Promise<void> {
     if (this.#staged === 0) return;
-    const bytes = this.#stage!.subarray(0, this.#staged);
+    const frame = this.#stage!.subarray(0, DATA_HEADER_BYTES + this.#staged);
+    const length = this.#staged;
+    this.#stage = null;
     this.#staged = 0;
-    await this.#frame(bytes);
+    await this.#frame(frame, length);
   }
 
-  async #frame(bytes: Uint8Array): Promise<void> {
+  async #frame(frame: Uint8Array, length: number): Promise<void> {
     while (this.#credit === 0 && !this.#failure) {
       await new Promise<void>((resolve) => (this.#waiter = resolve));
     }
     if (this.#failure) throw this.#failure;
     this.#credit--;
     this.#sentFrames++;
-    this.sentBytes += bytes.length;
-    this.#sendData(bytes);
+    this.sentBytes += length;
+    this.#sendFrame(frame);
   }
 
   #wake(): void {

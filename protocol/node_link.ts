@@ -35,7 +35,7 @@ export const PROTOCOL_VERSION = 1;
 /** The largest body a data frame carries (256 KiB, as upstream's slot frames). */
 export const MAX_DATA_BYTES = 262144;
 /** Data frames of one body a sender may have unacknowledged. */
-export const CREDIT_WINDOW = 8;
+export const CREDIT_WINDOW = 16;
 /** How long the Router waits for a connection's first message. */
 export const FIRST_MESSAGE_TIMEOUT_MS = 10_000;
 /** The largest text message either end accepts, in bytes (headers included). */

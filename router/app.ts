@@ -117,8 +117,11 @@ class _Router implements RouterApp {
   }
 
   async shutdown(): Promise<void> {
-    await this.#inFlight.drain();
+    // New requests are turned away and queued ones let go at once (503, safe to retry); the
+    // requests on nodes finish.
+    const drained = this.#inFlight.drain();
     this.registry.close();
+    await drained;
     for (const socket of this.#sockets) {
       try {
         socket.close(1001, "router stopping");

@@ -16,11 +16,17 @@
  *
  * @module
  */
-import { isValidNodeId, NODE_HEADER, type ResponseHead } from "../protocol/node_link.ts";
+import {
+  isValidNodeId,
+  MAX_DATA_BYTES,
+  NODE_HEADER,
+  type ResponseHead,
+} from "../protocol/node_link.ts";
+import { DATA_HEADER_BYTES } from "../http/tunnel_body.ts";
 import type { EventLog } from "../http/events.ts";
 import { DROPPED_REQUEST_HEADERS, DROPPED_RESPONSE_HEADERS, forwardedHeaders } from "./headers.ts";
 import { headersFrom } from "./headers.ts";
-import type { NodeRegistry, SlotLease } from "./registry.ts";
+import { type NodeRegistry, RouterStopping, type SlotLease } from "./registry.ts";
 import { type RouterSlot, TunnelError, type TunnelExchange } from "./slot_link.ts";
 
 /** What forwarding needs of the Router. */
@@ -159,6 +165,9 @@ export async function forwardExecute(request: Request, ctx: ForwardContext): Pro
       lease = await ctx.registry.acquire(preferred, () => request.signal);
     } catch (error) {
       const kind = (error as { kind?: string }).kind;
+      if (error instanceof RouterStopping) {
+        throw new _RouterError(503, "router_busy", "router is shutting down", "queue_timeout");
+      }
       if (kind === "router_busy") {
         throw new _RouterError(503, "router_busy", "router queue is full", "queue_full");
       }
@@ -250,34 +259,9 @@ async function _upload(
   limit: number,
   trace: _Trace,
 ): Promise<_RouterError | null> {
-  const reader = body?.getReader();
   try {
-    let total = 0;
-    while (reader) {
-      let chunk: ReadableStreamReadResult<Uint8Array>;
-      try {
-        chunk = await reader.read();
-      } catch {
-        return new _RouterError(
-          400,
-          "invalid_request",
-          "client request body failed while streaming",
-          "client_disconnected",
-        );
-      }
-      if (chunk.done) break;
-      total += chunk.value.length;
-      if (total > limit) {
-        return new _RouterError(
-          413,
-          "request_too_large",
-          "request body is too large",
-          "request_rejected",
-        );
-      }
-      await exchange.upload.write(chunk.value);
-      trace.requestBytes = exchange.upload.sentBytes;
-    }
+    const total = body ? await _sendBody(body, exchange, limit, trace) : 0;
+    if (total instanceof _RouterError) return total;
     if (length !== null && total !== length) {
       return new _RouterError(
         400,
@@ -297,8 +281,75 @@ async function _upload(
       _UPLOAD_TRANSPORT_MESSAGE,
       "tunnel_disconnected",
     );
+  }
+}
+
+/**
+ * Reads the client's body straight into data frames (a BYOB read fills each frame's payload in
+ * place: reading a large body chunk by chunk costs far more) and sends them; the byte count, or
+ * the error to answer.
+ */
+async function _sendBody(
+  body: ReadableStream<Uint8Array>,
+  exchange: TunnelExchange,
+  limit: number,
+  trace: _Trace,
+): Promise<number | _RouterError> {
+  const clientFailed = () =>
+    new _RouterError(
+      400,
+      "invalid_request",
+      "client request body failed while streaming",
+      "client_disconnected",
+    );
+  const tooLarge = () =>
+    new _RouterError(413, "request_too_large", "request body is too large", "request_rejected");
+  let byob: ReadableStreamBYOBReader | null = null;
+  try {
+    byob = body.getReader({ mode: "byob" });
+  } catch {
+    // not a byte stream: chunk by chunk below
+  }
+  let total = 0;
+  if (!byob) {
+    for await (const chunk of body) {
+      total += chunk.length;
+      if (total > limit) return tooLarge();
+      await exchange.upload.write(chunk);
+      trace.requestBytes = exchange.upload.sentBytes;
+    }
+    return total;
+  }
+  try {
+    for (let done = false; !done;) {
+      let frame = exchange.upload.newFrame();
+      let filled = 0;
+      while (filled < MAX_DATA_BYTES) {
+        let read: ReadableStreamReadResult<Uint8Array>;
+        try {
+          read = await byob.read(
+            new Uint8Array(frame.buffer, DATA_HEADER_BYTES + filled, MAX_DATA_BYTES - filled),
+          );
+        } catch {
+          return clientFailed();
+        }
+        if (read.value) {
+          frame = new Uint8Array(read.value.buffer as ArrayBuffer); // the same memory, new owner
+          filled += read.value.length;
+        }
+        if (read.done) {
+          done = true;
+          break;
+        }
+      }
+      total += filled;
+      if (total > limit) return tooLarge();
+      if (filled > 0) await exchange.upload.sendFilled(frame, filled);
+      trace.requestBytes = exchange.upload.sentBytes;
+    }
+    return total;
   } finally {
-    reader?.releaseLock();
+    byob.releaseLock();
   }
 }
 

@@ -17,7 +17,6 @@
 import {
   type CancelReason,
   decodeDataFrame,
-  encodeDataFrame,
   encodeMessage,
   type HeaderEntry,
   LINK_CLOSE,
@@ -109,7 +108,8 @@ class _Exchange implements TunnelExchange {
     this.#cancel = cancel;
     this.requestId = requestId;
     this.upload = new BodySender(
-      (bytes) => send(encodeDataFrame(requestId, bytes)),
+      requestId,
+      (frame) => send(frame),
       () => {
         send(encodeMessage({ t: "end", request_id: requestId }));
         this.uploadEnded = true;

@@ -20,7 +20,6 @@
 import {
   bearer,
   decodeDataFrame,
-  encodeDataFrame,
   encodeMessage,
   type HeaderEntry,
   LinkMessageError,
@@ -143,7 +142,8 @@ class _Request {
       send(encodeMessage({ t: "credit", request_id: id, frames }))
     );
     this.response = new BodySender(
-      (bytes) => send(encodeDataFrame(id, bytes)),
+      id,
+      (frame) => send(frame),
       () => send(encodeMessage({ t: "end", request_id: id })),
     );
   }

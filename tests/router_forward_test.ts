@@ -530,3 +530,42 @@ Deno.test("router: hostile node peers are closed; other nodes keep serving", asy
     await r.stop();
   }
 });
+
+Deno.test("router: a stop lets queued requests go (503) and finishes the running one", async () => {
+  const r = await startRouter();
+  const node = new FakeNode(r.url, "gpu-a");
+  try {
+    await node.connect();
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    await node.openSlot(async (request) => {
+      await held;
+      request.respond(200);
+      await request.write(new TextEncoder().encode("done"));
+      request.end();
+    });
+    await waitFor("capacity", async () => (await capacity(r.url)) === 1);
+    const running = fetch(`${r.url}/execute`, { method: "POST", body: "a" });
+    await waitFor("running", async () => {
+      const h = await (await fetch(`${r.url}/health`)).json();
+      return h.load.requests_in_progress === 1;
+    });
+    const queued = fetch(`${r.url}/execute`, { method: "POST", body: "b" });
+    await waitFor("queued", async () => {
+      const h = await (await fetch(`${r.url}/health`)).json();
+      return h.load.requests_waiting === 1;
+    });
+    const stopping = r.stop();
+    const letGo = await queued;
+    assert.equal(letGo.status, 503);
+    assert.equal(letGo.headers.get("retry-after"), "1");
+    assert.equal((await letGo.json()).error.message, "router is shutting down");
+    release();
+    const answer = await running;
+    assert.equal(await answer.text(), "done");
+    await stopping;
+  } finally {
+    node.close();
+    await r.stop();
+  }
+});

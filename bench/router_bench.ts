@@ -1,0 +1,407 @@
+/**
+ * The Router's cost (seed 003, issue 18): one node (`kcoral server` linked to a `kcoral router`,
+ * both processes on loopback) measured through the Router and directly on the node's own port,
+ * alternating, in the same run:
+ *
+ * - added latency of a trivial request on reused workers (p50 of routed − p50 of direct);
+ * - throughput of 8 closed-loop clients, routed / direct;
+ * - a 64 MiB request and a 64 MiB result, added ms per MiB;
+ * - the Router's resident memory while 8 clients each send a 256 MiB request at once;
+ * - the Router's CPU per request with 1, 10, 100 and 500 connected nodes: the extra nodes are a
+ *   load generator speaking the node protocol (a control link and one slot each, answering at
+ *   once), not real servers.
+ *
+ * The node is a real `kcoral server --router` (its supervisor and its server); direct requests
+ * go to that server's own port.
+ *
+ *   deno run -A bench/router_bench.ts [--mode cpu|sim|gpu] [--quick]
+ *
+ * @module
+ */
+import { Client, Program } from "../mod.ts";
+import { randomBytes, trivialProgram } from "./_programs.ts";
+import { closedLoop } from "./_load.ts";
+import { type BenchRow, row, summarize, table } from "./_stats.ts";
+import {
+  CONTROL_PATH,
+  encodeMessage,
+  type NodeStatus,
+  parseSlotMessage,
+  SLOT_PATH,
+} from "../protocol/node_link.ts";
+
+const _CLI = new URL("../cli.ts", import.meta.url).pathname;
+
+/** What to measure. */
+export interface RouterBenchOptions {
+  /** The node's device. */
+  mode: "cpu" | "sim" | "gpu";
+  /** Shorter runs. */
+  quick?: boolean;
+}
+
+function _progress(phase: string): void {
+  console.error(`router bench: ${phase} (${new Date().toISOString()})`);
+}
+
+function _freePort(): number {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (listener.addr as Deno.NetAddr).port;
+  listener.close();
+  return port;
+}
+
+interface _Process {
+  url: string;
+  pid: number;
+  stop(): Promise<void>;
+}
+
+async function _spawn(args: string[], env: Record<string, string>, ready: string, port: number) {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", _CLI, ...args],
+    env,
+    stdin: "null",
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
+  let seen = "";
+  while (!seen.includes(ready)) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`exited before it was ready:\n${seen}`);
+    seen += value;
+  }
+  (async () => {
+    while (!(await reader.read()).done) { /* drained */ }
+  })();
+  return {
+    url: `http://127.0.0.1:${port}`,
+    pid: child.pid,
+    async stop() {
+      try {
+        child.kill("SIGTERM");
+      } catch {
+        // gone
+      }
+      await child.status;
+    },
+  };
+}
+
+function _startRouter(extra: string[] = []): Promise<_Process> {
+  const port = _freePort();
+  return _spawn(
+    ["router", "--port", String(port), "--recovery-threshold", "1", ...extra],
+    {},
+    "KCoral router listening",
+    port,
+  );
+}
+
+/** A node: `kcoral server --router`, its supervisor reporting to the Router; returns the
+ * server's own URL (for direct requests) and the supervisor's process. */
+async function _startNode(
+  mode: RouterBenchOptions["mode"],
+  routerUrl: string,
+  workers: number,
+): Promise<_Process> {
+  const port = _freePort();
+  const device = mode === "cpu"
+    ? ["--device", "cpu", "--num-workers", String(workers)]
+    : ["--device", "gpu", "--gpus", "0", "--workers-per-gpu", String(workers)];
+  return await _spawn(
+    [
+      "server",
+      "--router",
+      routerUrl,
+      "--node-id",
+      "bench-node",
+      "--port",
+      String(port),
+      ...device,
+      ...(mode === "sim" ? ["--simulate-gpus"] : []),
+      "--sandbox",
+      "none",
+      "--max-requests-per-worker",
+      "0",
+      "--log-dir",
+      "",
+      "--no-log-console",
+      "--disk-cache-dir",
+      "",
+      "--max-request-bytes",
+      String(300 << 20),
+    ],
+    {},
+    "connected outbound supervisor control stream",
+    port,
+  );
+}
+
+async function _waitForCapacity(url: string, capacity: number): Promise<void> {
+  for (let i = 0; i < 600; i++) {
+    const body = await (await fetch(`${url}/health`)).json();
+    if (body.load.request_capacity >= capacity) return;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new Error("the node did not join the Router");
+}
+
+/** Resident memory of `pid`, in MiB. */
+function _rssMiB(pid: number): number {
+  const status = Deno.readTextFileSync(`/proc/${pid}/status`);
+  return Number(/VmRSS:\s+(\d+)/.exec(status)![1]) / 1024;
+}
+
+/** CPU time (user + system) of `pid`, in ms. */
+function _cpuMs(pid: number): number {
+  const fields = Deno.readTextFileSync(`/proc/${pid}/stat`).split(") ")[1].split(" ");
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+function _bytesProgram(bytes: Uint8Array): Program {
+  const program = new Program();
+  const mod = program.upload({ kind: "module", source: "def n(b):\n    return len(b)\n" });
+  const blob = program.upload({ kind: "bytes", value: bytes });
+  program.return_({
+    key: "n",
+    value: program.run({ fn: program.getFunction({ module: mod, name: "n" }), args: [blob] }),
+  });
+  return program;
+}
+
+function _resultProgram(mib: number): Program {
+  const program = new Program();
+  const mod = program.upload({
+    kind: "module",
+    source: `def make():\n    return bytes(${mib} * 1024 * 1024)\n`,
+  });
+  program.return_({
+    key: "data",
+    value: program.run({ fn: program.getFunction({ module: mod, name: "make" }), args: [] }),
+  });
+  return program;
+}
+
+/** Fake nodes: `count` control links and one slot each, answering every request at once. */
+async function _fakeNodes(routerUrl: string, count: number, versions: Record<string, string>) {
+  const sockets: WebSocket[] = [];
+  const ws = routerUrl.replace(/^http/, "ws");
+  const answer = new TextEncoder().encode('{"status":"COMPLETED"}');
+  const statuses: (() => void)[] = [];
+  for (let i = 0; i < count; i++) {
+    const nodeId = `load-${i}`;
+    const instance = crypto.randomUUID();
+    const control = new WebSocket(ws + CONTROL_PATH);
+    await new Promise((resolve) => (control.onopen = resolve));
+    const status: NodeStatus = {
+      t: "status",
+      node_id: nodeId,
+      server_healthy: true,
+      supervisor_instance_id: crypto.randomUUID(),
+      server_instance_id: instance,
+      worker_count: 1,
+      busy_workers: 0,
+      target: {},
+      versions,
+      last_error: "",
+      health_age_millis: 0,
+    };
+    control.send(encodeMessage(status));
+    statuses.push(() => control.send(encodeMessage(status)));
+    const slot = new WebSocket(ws + SLOT_PATH);
+    slot.binaryType = "arraybuffer";
+    await new Promise((resolve) => (slot.onopen = resolve));
+    slot.send(encodeMessage({
+      t: "hello",
+      node_id: nodeId,
+      server_instance_id: instance,
+      slot_id: crypto.randomUUID(),
+      protocol_version: 1,
+    }));
+    slot.onmessage = (event) => {
+      if (typeof event.data !== "string") return;
+      const message = parseSlotMessage(event.data);
+      if (message.t === "end") {
+        const id = message.request_id;
+        slot.send(encodeMessage({
+          t: "response_head",
+          request_id: id,
+          status: 200,
+          headers: [["content-type", "application/json"]],
+        }));
+        const frame = new Uint8Array(37 + answer.length);
+        frame[0] = 1;
+        for (let k = 0; k < 36; k++) frame[1 + k] = id.charCodeAt(k);
+        frame.set(answer, 37);
+        slot.send(frame);
+        slot.send(encodeMessage({ t: "end", request_id: id }));
+      }
+    };
+    sockets.push(control, slot);
+  }
+  // Heartbeats as supervisors send them (every 2 s).
+  const timer = setInterval(() => statuses.forEach((send) => send()), 2000);
+  return () => {
+    clearInterval(timer);
+    for (const socket of sockets) socket.close();
+  };
+}
+
+async function _post(url: string, body: Uint8Array<ArrayBuffer>): Promise<void> {
+  const response = await fetch(`${url}/execute`, {
+    method: "POST",
+    body,
+    headers: { "content-type": "application/octet-stream" },
+  });
+  await response.arrayBuffer();
+}
+
+/** Runs the Router benchmark and returns its rows. */
+export async function runRouterBench(options: RouterBenchOptions): Promise<BenchRow[]> {
+  const quick = options.quick ?? false;
+  const rows: BenchRow[] = [];
+  const router = await _startRouter(["--max-request-bytes", String(300 << 20)]);
+  const node = await _startNode(options.mode, router.url, 8);
+  try {
+    await _waitForCapacity(router.url, 8);
+    await using direct = new Client(node.url);
+    await using routed = new Client(router.url);
+    const trivial = trivialProgram();
+    for (let i = 0; i < 50; i++) (await direct.execute(trivial), await routed.execute(trivial));
+
+    _progress("latency");
+    // Added latency: alternate direct and routed requests so drift affects both alike.
+    const rounds = quick ? 3 : 5;
+    const added: number[] = [];
+    const routedP50: number[] = [];
+    const directP50: number[] = [];
+    for (let r = 0; r < rounds; r++) {
+      const d: number[] = [];
+      const t: number[] = [];
+      for (let i = 0; i < 200; i++) {
+        let start = performance.now();
+        await direct.execute(trivial);
+        d.push(performance.now() - start);
+        start = performance.now();
+        await routed.execute(trivial);
+        t.push(performance.now() - start);
+      }
+      const dm = summarize(d).median;
+      const tm = summarize(t).median;
+      directP50.push(dm);
+      routedP50.push(tm);
+      added.push(tm - dm);
+    }
+    rows.push(row("trivial, reused: direct p50", "ms", directP50));
+    rows.push(row("trivial, reused: through the Router p50", "ms", routedP50));
+    rows.push(row("added latency per trivial request (p50)", "ms", added, undefined, "≤ 0.5"));
+
+    _progress("throughput");
+    // Throughput, 8 clients.
+    const ratios: number[] = [];
+    const directRates: number[] = [];
+    const routedRates: number[] = [];
+    const seconds = quick ? 2 : 4;
+    for (let r = 0; r < rounds; r++) {
+      const d = await closedLoop(node.url, trivial, 8, seconds);
+      const t = await closedLoop(router.url, trivial, 8, seconds);
+      directRates.push(d.rate);
+      routedRates.push(t.rate);
+      ratios.push((100 * t.rate) / d.rate);
+    }
+    rows.push(row("8 closed-loop clients: direct", "req/s", directRates));
+    rows.push(row("8 closed-loop clients: through the Router", "req/s", routedRates));
+    rows.push(row("throughput through the Router vs direct", "%", ratios, undefined, "≥ 90"));
+
+    _progress("64 MiB");
+    // 64 MiB request (a fresh blob each time: resent after CACHE_MISS) and 64 MiB result.
+    const mib = 64;
+    const requestAdded: number[] = [];
+    const resultAdded: number[] = [];
+    const result = _resultProgram(mib);
+    for (let r = 0; r < (quick ? 3 : 5); r++) {
+      const times: number[] = [];
+      for (const client of [direct, routed]) {
+        const program = _bytesProgram(randomBytes(mib << 20));
+        const start = performance.now();
+        const out = await client.execute(program);
+        if (out.get("n") !== mib << 20) throw new Error("wrong length");
+        times.push(performance.now() - start);
+      }
+      requestAdded.push((times[1] - times[0]) / mib);
+      const resultTimes: number[] = [];
+      for (const client of [direct, routed]) {
+        const start = performance.now();
+        const out = await client.execute(result);
+        if ((out.get("data") as Uint8Array).length !== mib << 20) throw new Error("short");
+        resultTimes.push(performance.now() - start);
+      }
+      resultAdded.push((resultTimes[1] - resultTimes[0]) / mib);
+    }
+    rows.push(
+      row("64 MiB request, added through the Router", "ms/MiB", requestAdded, undefined, "≤ 0.2"),
+    );
+    rows.push(
+      row("64 MiB result, added through the Router", "ms/MiB", resultAdded, undefined, "≤ 0.2"),
+    );
+
+    // Router memory: 8 clients each send a 256 MiB request at once (one program, one 256 MiB
+    // blob: every client's first attempt misses and sends the blob).
+    _progress("memory");
+    const big = _bytesProgram(randomBytes(256 << 20));
+    const idle = _rssMiB(router.pid);
+    let peak = idle;
+    const sampler = setInterval(() => (peak = Math.max(peak, _rssMiB(router.pid))), 20);
+    await Promise.all(Array.from({ length: 8 }, async () => {
+      await using client = new Client(router.url);
+      const out = await client.execute(big);
+      if (out.get("n") !== 256 << 20) throw new Error("wrong length");
+    }));
+    clearInterval(sampler);
+    rows.push(row("Router RSS, idle", "MiB", [idle]));
+    rows.push(
+      row("Router RSS above idle, 8 × 256 MiB in flight", "MiB", [peak - idle], undefined, "≤ 64"),
+    );
+  } finally {
+    await node.stop();
+    await router.stop();
+  }
+
+  // CPU per request with many connected nodes (a fresh Router for each count).
+  for (const count of [1, 10, 100, 500]) {
+    _progress(`CPU with ${count} node links`);
+    const r = await _startRouter();
+    const stop = await _fakeNodes(r.url, count, {});
+    try {
+      await _waitForCapacity(r.url, count);
+      const body = new TextEncoder().encode("x");
+      for (let i = 0; i < 200; i++) await _post(r.url, body);
+      const requests = quick ? 1000 : 3000;
+      const before = _cpuMs(r.pid);
+      let sent = 0;
+      await Promise.all(Array.from({ length: 8 }, async () => {
+        while (sent < requests) (sent++, await _post(r.url, body));
+      }));
+      const perRequest = (_cpuMs(r.pid) - before) / sent;
+      rows.push(
+        row(`Router CPU per request, ${count} node link(s) (load generator)`, "ms", [perRequest]),
+      );
+    } finally {
+      stop();
+      await r.stop();
+    }
+  }
+  return rows;
+}
+
+if (import.meta.main) {
+  const arg = (name: string) => {
+    const i = Deno.args.indexOf(name);
+    return i >= 0 ? Deno.args[i + 1] : undefined;
+  };
+  const mode = (arg("--mode") ?? "cpu") as RouterBenchOptions["mode"];
+  console.log(`## Router (${mode}) — ${new Date().toISOString()}\n`);
+  console.log(table(await runRouterBench({ mode, quick: Deno.args.includes("--quick") })));
+}
