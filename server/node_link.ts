@@ -23,6 +23,7 @@ import {
   encodeMessage,
   type HeaderEntry,
   LinkMessageError,
+  MAX_TEXT_BYTES,
   parseSlotMessage,
   PROTOCOL_VERSION,
   type RequestHead,
@@ -31,6 +32,7 @@ import {
 import type { EventLog } from "../http/events.ts";
 import type { App } from "./app.ts";
 import { BodyReceiver, BodySender } from "../http/tunnel_body.ts";
+import { WebSocketClient } from "../http/websocket_client.ts";
 
 /** How a node links to its Router. */
 export interface NodeLinkOptions {
@@ -156,7 +158,7 @@ class _Request {
 class _Slot {
   readonly #o: NodeLinkOptions;
   #stopping = false;
-  #socket: WebSocket | null = null;
+  #socket: WebSocketClient | null = null;
   #request: _Request | null = null;
   #wake: (() => void) | null = null;
   #done: Promise<void> = Promise.resolve();
@@ -204,15 +206,15 @@ class _Slot {
     if (o.nodeToken !== null) headers.authorization = bearer(o.nodeToken);
     const attempt: _Attempt = { acked: false, expected: false };
     return new Promise<_Attempt>((resolve) => {
-      let socket: WebSocket;
+      let socket: WebSocketClient;
       try {
-        // Deno's WebSocket takes request headers (the token never goes into the URL).
-        socket = new WebSocket(url, { headers } as unknown as string[]);
+        // The token goes in a request header, never into the URL. Not the platform's
+        // WebSocket: it keeps Nagle's algorithm on (http/websocket_client.ts says why).
+        socket = new WebSocketClient(url, { headers, maxMessageBytes: MAX_TEXT_BYTES });
       } catch {
         resolve(attempt);
         return;
       }
-      socket.binaryType = "arraybuffer";
       this.#socket = socket;
       const timer = setTimeout(
         () => this.#close(4004, "no ack in time"),

@@ -167,13 +167,14 @@ Deno.test({
       await t.step(
         "SIGTERM on a node finishes its request in flight, then it exits 0",
         async () => {
+          const accepted = () =>
+            nodes[1].events().filter((e) => e.event === "request_accepted").length;
+          const before = accepted();
           const running = postProgram(router.url, callProgram(SLEEP, "f", [1.5]), {
             headers: { "x-kcoral-node": "cpu-b" },
           });
-          await waitUntil(
-            "the request runs on cpu-b",
-            () => nodes[1].events().some((e) => e.event === "request_accepted"),
-          );
+          // This request (not an earlier one) has reached cpu-b's pipeline.
+          await waitUntil("the request runs on cpu-b", () => accepted() > before);
           const node = nodes.pop()!;
           const server = serverPid(node);
           const stopping = node.stop();

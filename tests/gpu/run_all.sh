@@ -3,6 +3,8 @@
 #   bash tests/gpu/run_all.sh checks   # end-to-end tests, compile flow, CLI tools, sandbox
 #   bash tests/gpu/run_all.sh bench    # deno task bench --mode gpu
 #   bash tests/gpu/run_all.sh two      # two-GPU checks (a machine with 2 GPUs)
+#   bash tests/gpu/run_all.sh router   # a GPU node behind kcoral router; CLI tools through it
+#   bash tests/gpu/run_all.sh router-bench  # bench/router_bench.ts --mode gpu
 # Logs go to $OUT (or ./gpu-logs); a summary goes to stdout.
 set -u
 cd "$(dirname "$0")/../.."
@@ -44,6 +46,31 @@ fi
 if [ "$part" = two ]; then # two GPUs: gpu_count=2, NCCL all-reduce, cpu_only, scheduling, isolation
   step two_gpu 400 deno run -A tests/gpu/two_gpu.ts
   KCORAL_TEST_SANDBOX=bubblewrap step two_gpu_sandbox 400 deno run -A tests/gpu/two_gpu.ts
+fi
+if [ "$part" = router ]; then # one GPU node behind a Router: tensors, CUDA-event times, CLI tools
+  rm -f "$OUT/router.done"
+  deno run -A tests/gpu/router_gpu.ts --hold-until "$OUT/router.done" >"$OUT/router_gpu.log" 2>&1 &
+  checks=$!
+  for _ in $(seq 1 240); do
+    grep -q "ROUTER_URL=\|RESULT" "$OUT/router_gpu.log" && break
+    sleep 1
+  done
+  url=$(sed -n 's/^ROUTER_URL=//p' "$OUT/router_gpu.log")
+  if [ -n "$url" ]; then
+    for _ in $(seq 1 120); do grep -q "holding the deployment" "$OUT/router_gpu.log" && break; sleep 1; done
+    KCORAL_URL=$url step cli_gpu_routed 300 bash tests/gpu/cli_gpu.sh
+  fi
+  touch "$OUT/router.done"
+  wait "$checks"
+  echo "== router_gpu: rc=$?"
+  grep -E "PASS|FAIL|RESULT" "$OUT/router_gpu.log"
+fi
+if [ "$part" = router-bench ]; then
+  start=$SECONDS
+  timeout 540 deno run -A bench/router_bench.ts --mode gpu >"$OUT/bench-router.md" 2>"$OUT/bench-router.err"
+  echo "== bench router: rc=$? ($((SECONDS - start)) s)"
+  cat "$OUT/bench-router.md"
+  tail -5 "$OUT/bench-router.err"
 fi
 if [ "$part" = final2 ]; then
   step compile_gpu 100 deno run -A tests/gpu/compile_gpu.ts --expect-arch sm_90a
