@@ -74,9 +74,10 @@ export class BodySender {
   }
 
   /**
-   * A new data frame of this body with room for a full payload after its header (at
-   * {@linkcode DATA_HEADER_BYTES}): fill it in place (e.g. with a BYOB read) and pass it to
-   * {@linkcode BodySender.sendFilled}.
+   * A new data frame of this body with room for `capacity` payload bytes (at most 256 KiB, the
+   * default) after its header (at {@linkcode DATA_HEADER_BYTES}): fill it in place (e.g. with
+   * a BYOB read) and pass it to {@linkcode BodySender.sendFilled}. Size it to the payload
+   * expected: a new buffer is zeroed, which costs more than the bytes it will carry.
    *
    * @example
    * ```ts
@@ -85,10 +86,11 @@ export class BodySender {
    * const sender = new BodySender("0f6c2b4e-1111-4222-8333-444455556666", () => {}, () => {});
    * const frame = sender.newFrame();
    * if (frame[0] !== 1 || frame.length !== DATA_HEADER_BYTES + 262144) throw new Error();
+   * if (sender.newFrame(100).length !== DATA_HEADER_BYTES + 100) throw new Error();
    * ```
    */
-  newFrame(): Uint8Array<ArrayBuffer> {
-    const frame = new Uint8Array(DATA_HEADER_BYTES + MAX_DATA_BYTES);
+  newFrame(capacity: number = MAX_DATA_BYTES): Uint8Array<ArrayBuffer> {
+    const frame = new Uint8Array(DATA_HEADER_BYTES + Math.min(capacity, MAX_DATA_BYTES));
     frame.set(this.#header);
     return frame;
   }
@@ -145,8 +147,8 @@ export class BodySender {
   }
 
   /**
-   * Sends `chunk`, copied into 256 KiB frames (small chunks are gathered into one). Resolves
-   * once it is handed to the connection; rejects once the slot failed.
+   * Sends `chunk`, copied into frames of at most 256 KiB (small chunks are gathered into one).
+   * Resolves once it is handed to the connection; rejects once the slot failed.
    *
    * @example
    * ```ts
@@ -163,9 +165,18 @@ export class BodySender {
     let rest = chunk;
     while (rest.length > 0) {
       if (this.#failure) throw this.#failure;
-      this.#stage ??= this.newFrame();
+      const room = (this.#stage?.length ?? DATA_HEADER_BYTES) - DATA_HEADER_BYTES - this.#staged;
+      if (room < rest.length && room < MAX_DATA_BYTES - this.#staged) {
+        // Grow the stage (from what this write needs, at least 16 KiB, by doubling): a small
+        // answer costs a small frame, a large one full frames.
+        const capacity = Math.max(16384, this.#staged + rest.length, 2 * (this.#staged || 1));
+        const grown = this.newFrame(capacity);
+        if (this.#stage) grown.set(this.#stage.subarray(0, DATA_HEADER_BYTES + this.#staged));
+        this.#stage = grown;
+      }
+      const stage = this.#stage!;
       const n = Math.min(rest.length, MAX_DATA_BYTES - this.#staged);
-      this.#stage.set(rest.subarray(0, n), DATA_HEADER_BYTES + this.#staged);
+      stage.set(rest.subarray(0, n), DATA_HEADER_BYTES + this.#staged);
       this.#staged += n;
       rest = rest.subarray(n);
       if (this.#staged === MAX_DATA_BYTES) await this.#flush();
@@ -250,17 +261,19 @@ export class BodySender {
  * @example
  * ```ts
  * import { BodyReceiver } from "./tunnel_body.ts";
+ * import { CREDIT_WINDOW } from "../protocol/node_link.ts";
  *
  * const grants: number[] = [];
  * const receiver = new BodyReceiver((n) => grants.push(n));
- * for (let i = 0; i < 8; i++) receiver.push(new Uint8Array([i]));
+ * for (let i = 0; i < CREDIT_WINDOW; i++) receiver.push(new Uint8Array([i]));
  * const reader = receiver.stream.getReader();
- * for (let i = 0; i < 4; i++) await reader.read();
- * if (grants.join() !== "4") throw new Error(grants.join()); // room for 4 more frames
+ * for (let i = 0; i < CREDIT_WINDOW / 2; i++) await reader.read();
+ * // Half the window read: that much credit goes back.
+ * if (grants.join() !== String(CREDIT_WINDOW / 2)) throw new Error(grants.join());
  * receiver.end();
  * let rest = 0;
  * while (!(await reader.read()).done) rest++;
- * if (rest !== 4) throw new Error();
+ * if (rest !== CREDIT_WINDOW / 2) throw new Error();
  * ```
  */
 export class BodyReceiver {

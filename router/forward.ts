@@ -260,7 +260,7 @@ async function _upload(
   trace: _Trace,
 ): Promise<_RouterError | null> {
   try {
-    const total = body ? await _sendBody(body, exchange, limit, trace) : 0;
+    const total = body ? await _sendBody(body, exchange, length, limit, trace) : 0;
     if (total instanceof _RouterError) return total;
     if (length !== null && total !== length) {
       return new _RouterError(
@@ -292,6 +292,7 @@ async function _upload(
 async function _sendBody(
   body: ReadableStream<Uint8Array>,
   exchange: TunnelExchange,
+  length: number | null,
   limit: number,
   trace: _Trace,
 ): Promise<number | _RouterError> {
@@ -322,13 +323,17 @@ async function _sendBody(
   }
   try {
     for (let done = false; !done;) {
-      let frame = exchange.upload.newFrame();
+      // Sized to the rest of a body of known length (+1: the read that sees its end).
+      let frame = exchange.upload.newFrame(
+        length === null ? MAX_DATA_BYTES : Math.max(length - total, 0) + 1,
+      );
+      const capacity = frame.length - DATA_HEADER_BYTES;
       let filled = 0;
-      while (filled < MAX_DATA_BYTES) {
+      while (filled < capacity) {
         let read: ReadableStreamReadResult<Uint8Array>;
         try {
           read = await byob.read(
-            new Uint8Array(frame.buffer, DATA_HEADER_BYTES + filled, MAX_DATA_BYTES - filled),
+            new Uint8Array(frame.buffer, DATA_HEADER_BYTES + filled, capacity - filled),
           );
         } catch {
           return clientFailed();
