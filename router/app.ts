@@ -148,16 +148,8 @@ class _Router implements RouterApp {
   }
 
   async #execute(request: Request): Promise<Response> {
-    if (this.#inFlight.closing) {
-      return jsonResponse(
-        503,
-        JSON.stringify({
-          status: "ERROR",
-          error: { kind: "router_busy", message: "router is shutting down" },
-        }),
-      );
-    }
-    // In flight until the attempt has finished: its answer streamed, abandoned or refused.
+    // Once stopping, the registry refuses every request: a 503 router_busy with its request
+    // id and Retry-After, like any other refusal. In flight until the attempt has finished: its answer streamed, abandoned or refused.
     this.#inFlight.enter();
     let left = false;
     const leave = () => {

@@ -67,7 +67,12 @@ const _IDLE_TIMEOUT_S = 30;
 export function acceptNodeLink(request: Request, ctx: HubContext): Response {
   // The token comes first: nothing else of an unauthenticated peer is read.
   if (!bearerMatches(request.headers.get("authorization"), ctx.nodeToken)) {
-    ctx.events.emit("WARNING", "node_link_refused", { reason: "invalid node bearer token" });
+    const link = new URL(request.url).pathname === CONTROL_PATH ? "control" : "slot";
+    ctx.events.emit("WARNING", "node_link_refused", {
+      link,
+      code: "unauthenticated",
+      reason: "invalid node bearer token",
+    });
     return jsonResponse(
       401,
       JSON.stringify({

@@ -760,6 +760,8 @@ export class NodeRegistry {
       if (this.#eligible(node, now)) capacity += node.slots.size;
       inProgress += node.inFlight;
     }
+    // A closed registry (the Router is stopping) takes no more work: unavailable, no capacity.
+    if (this.#closed) (ok = false, capacity = 0);
     return {
       ok,
       load: {

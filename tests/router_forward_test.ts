@@ -560,6 +560,16 @@ Deno.test("router: a stop lets queued requests go (503) and finishes the running
     assert.equal(letGo.status, 503);
     assert.equal(letGo.headers.get("retry-after"), "1");
     assert.equal((await letGo.json()).error.message, "router is shutting down");
+    // While stopping: a new request is refused like any other (ids, Retry-After), /health is 503.
+    const late = await r.router.fetch(new Request(`${r.url}/execute`, { method: "POST", body: "c" }));
+    assert.equal(late.status, 503);
+    assert.equal(late.headers.get("retry-after"), "1");
+    const lateBody = await late.json();
+    assert.equal(lateBody.error.kind, "router_busy");
+    assert.equal(lateBody.request_id, late.headers.get("x-request-id"));
+    const health = await r.router.fetch(new Request(`${r.url}/health`));
+    assert.equal(health.status, 503);
+    assert.equal((await health.json()).load.request_capacity, 0);
     release();
     const answer = await running;
     assert.equal(await answer.text(), "done");
