@@ -561,7 +561,9 @@ Deno.test("router: a stop lets queued requests go (503) and finishes the running
     assert.equal(letGo.headers.get("retry-after"), "1");
     assert.equal((await letGo.json()).error.message, "router is shutting down");
     // While stopping: a new request is refused like any other (ids, Retry-After), /health is 503.
-    const late = await r.router.fetch(new Request(`${r.url}/execute`, { method: "POST", body: "c" }));
+    const late = await r.router.fetch(
+      new Request(`${r.url}/execute`, { method: "POST", body: "c" }),
+    );
     assert.equal(late.status, 503);
     assert.equal(late.headers.get("retry-after"), "1");
     const lateBody = await late.json();
