@@ -33,7 +33,7 @@ import type { OptionTable, OptionTableValues } from "../../options/spec.ts";
 import { isValidNodeId } from "../../protocol/node_link.ts";
 import { probeOrigin } from "./probe.ts";
 import type { ChildCommand } from "./process_tree.ts";
-import { nodeServerEnv, type SupervisorOptions } from "./supervisor.ts";
+import { nodeServerEnv, type SupervisorOptions, type SupervisorTimings } from "./supervisor.ts";
 
 export type { OptionRule, OptionSource };
 export type { ChildCommand } from "./process_tree.ts";
@@ -185,31 +185,13 @@ export const nodeOptions = {
 } as const satisfies OptionTable;
 
 /** The node fields of a `kcoral server` configuration (what {@linkcode nodeOptions} sets). */
-export interface NodeConfig {
+export interface NodeConfig extends SupervisorTimings {
   /** The Router's HTTP(S) origin; `null` for a standalone server. */
   routerEndpoint: string | null;
   /** The node's stable name; set whenever `routerEndpoint` is. */
   nodeId: string | null;
   /** The bearer token of node connections, or `null`. */
   nodeToken: string | null;
-  /** Between health probes, and between control heartbeats. */
-  healthIntervalSeconds: number;
-  /** One health probe's limit. */
-  healthTimeoutSeconds: number;
-  /** Consecutive failed probes that restart the server. */
-  failureThreshold: number;
-  /** Failed probes are not counted for this long after a start. */
-  startupGraceSeconds: number;
-  /** A healthy run this long resets the restart backoff. */
-  stableResetSeconds: number;
-  /** Between SIGTERM and SIGKILL when restarting an unhealthy server. */
-  terminationGraceSeconds: number;
-  /** The first restart delay. */
-  restartMinDelaySeconds: number;
-  /** The largest restart delay, before jitter. */
-  restartMaxDelaySeconds: number;
-  /** Random variation of restart delays. */
-  restartJitter: number;
 }
 
 // `NodeConfig` is exactly what the table defines.

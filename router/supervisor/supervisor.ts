@@ -49,20 +49,11 @@ import { type ChildCommand, DescendantsSurvivedError, ProcessTree } from "./proc
 
 export type { ChildCommand } from "./process_tree.ts";
 
-/** What {@linkcode runSupervisor} runs and how. Durations are in seconds. */
-export interface SupervisorOptions {
-  /** The node's stable name. */
-  nodeId: string;
-  /** The Router's HTTP(S) origin. */
-  routerEndpoint: string;
-  /** The shared node token, or `null`. */
-  nodeToken: string | null;
-  /** The origin the local server is probed at (see `probeOrigin` in probe.ts). */
-  serverUrl: string;
-  /** The server command; its `env` should include {@linkcode nodeServerEnv}. */
-  child: ChildCommand;
-  /** The child's stdout and stderr: the supervisor's (default) or `/dev/null`. */
-  childStdio?: "inherit" | "null";
+/**
+ * The supervisor's timings: the advanced options of `kcoral server --router`
+ * (router/supervisor/options.ts). Durations are in seconds.
+ */
+export interface SupervisorTimings {
   /** Between probes, and between control heartbeats. */
   healthIntervalSeconds: number;
   /** One probe's limit, connect included. */
@@ -81,6 +72,22 @@ export interface SupervisorOptions {
   restartMaxDelaySeconds: number;
   /** Random variation of restart delays, a fraction in [0, 0.5]. */
   restartJitter: number;
+}
+
+/** What {@linkcode runSupervisor} runs and how. Durations are in seconds. */
+export interface SupervisorOptions extends SupervisorTimings {
+  /** The node's stable name. */
+  nodeId: string;
+  /** The Router's HTTP(S) origin. */
+  routerEndpoint: string;
+  /** The shared node token, or `null`. */
+  nodeToken: string | null;
+  /** The origin the local server is probed at (see `probeOrigin` in probe.ts). */
+  serverUrl: string;
+  /** The server command; its `env` should include {@linkcode nodeServerEnv}. */
+  child: ChildCommand;
+  /** The child's stdout and stderr: the supervisor's (default) or `/dev/null`. */
+  childStdio?: "inherit" | "null";
   /** How long the control connection may take to open; default 2. */
   controlConnectTimeoutSeconds?: number;
   /** The first control reconnect delay; default 1. */
