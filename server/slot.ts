@@ -9,6 +9,7 @@
  * @module
  */
 import { encodeFrame, type Frame, readFrames } from "./ipc.ts";
+import { monotonicOffsetMs } from "./monotonic_clock.ts";
 import type { ChildExit, ChildReady, SeatChild, SeatSlot, ZygoteHello } from "./worker_handles.ts";
 import { FrameShapeError, parseZygoteReport } from "./worker_protocol.ts";
 
@@ -401,7 +402,9 @@ export class Slot implements SeatSlot {
           python: frame.python,
           versions: frame.versions,
           mode: frame.mode,
-          clockOffsetMs: performance.now() - frame.monotonic_ns / 1e6,
+          // Exact when the monotonic clock can be read here (FFI); else an estimate that the
+          // fastest fork round trip refines below.
+          clockOffsetMs: monotonicOffsetMs() ?? performance.now() - frame.monotonic_ns / 1e6,
         };
         this.#helloWaiter?.resolve(this.hello);
         this.#helloWaiter = null;
@@ -411,7 +414,10 @@ export class Slot implements SeatSlot {
         return;
       case "forked": {
         const asked = this.#forkAsked.get(frame.c);
-        if (asked !== undefined && this.hello && typeof frame.monotonic_ns === "number") {
+        if (
+          asked !== undefined && this.hello && typeof frame.monotonic_ns === "number" &&
+          monotonicOffsetMs() === null
+        ) {
           const now = performance.now();
           if (now - asked < this.#bestRoundTripMs) {
             this.#bestRoundTripMs = now - asked;
