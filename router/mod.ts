@@ -1,0 +1,52 @@
+/**
+ * The KCoral Router as a library (docs/router.md): {@linkcode createRouter} builds it from a
+ * {@linkcode RouterConfig} ({@linkcode parseRouterArgs} makes one from `kcoral router`'s flags),
+ * {@linkcode serve} listens. Nodes join it with `kcoral server --router URL --node-id NAME`.
+ *
+ * @example
+ * ```ts
+ * import { createRouter, parseRouterArgs, serve } from "./mod.ts";
+ *
+ * const router = createRouter(parseRouterArgs([], {}), { logConsole: false });
+ * const server = await serve(router, { port: 0, handleSignals: false, log: () => {} });
+ * const health = await fetch(`${server.url}/health`);
+ * await health.body?.cancel();
+ * if (health.status !== 503) throw new Error("no node yet: 503"); // no node has joined
+ * await server.shutdown();
+ * ```
+ *
+ * @module
+ */
+
+export { createRouter, type RouterApp, type RouterAppOptions } from "./app.ts";
+export {
+  parseRouterArgs,
+  type RouterConfig,
+  RouterHelp,
+  routerHelpText,
+  routerOptions,
+} from "./options.ts";
+export type { HealthLoad, RouterHealthBody } from "../protocol/health.ts";
+export { type HttpApp, type RunningServer, serve, type ServeOptions } from "../http/serve.ts";
+export {
+  type ControlHandle,
+  LinkRefusal,
+  NodeRegistry,
+  type NodeSnapshot,
+  type NodeState,
+  type RegistryConfig,
+  type RegistryEventListener,
+  type RegistryHealth,
+  type RegistryOptions,
+  type RegistrySnapshot,
+  type SlotHandle,
+  type SlotLease,
+} from "./registry.ts";
+export {
+  LINK_CLOSE,
+  type LinkCloseName,
+  type NodeStatus,
+  type SlotHello,
+} from "../protocol/node_link.ts";
+export type { HealthBody } from "../protocol/health.ts";
+export type { EventLevel, EventLog, EventLogOptions } from "../http/events.ts";
