@@ -25,6 +25,7 @@ import { type BenchRow, row, summarize, table } from "./_stats.ts";
 import { WebSocketClient } from "../http/websocket_client.ts";
 import {
   CONTROL_PATH,
+  encodeDataFrame,
   encodeMessage,
   type NodeStatus,
   parseSlotMessage,
@@ -237,11 +238,7 @@ async function _fakeNodes(routerUrl: string, count: number, versions: Record<str
           status: 200,
           headers: [["content-type", "application/json"]],
         }));
-        const frame = new Uint8Array(37 + answer.length);
-        frame[0] = 1;
-        for (let k = 0; k < 36; k++) frame[1 + k] = id.charCodeAt(k);
-        frame.set(answer, 37);
-        slot.send(frame);
+        slot.send(encodeDataFrame(id, answer));
         slot.send(encodeMessage({ t: "end", request_id: id }));
       }
     };
