@@ -23,6 +23,8 @@ import { randomBytes, trivialProgram } from "./_programs.ts";
 import { closedLoop } from "./_load.ts";
 import { type BenchRow, row, summarize, table } from "./_stats.ts";
 import { WebSocketClient } from "../http/websocket_client.ts";
+import { ownCpuMs, rssMiB } from "./_proc.ts";
+import { type NodeMode, startNodeProcess, startRouterProcess, waitForCapacity } from "./_routed.ts";
 import {
   CONTROL_PATH,
   encodeDataFrame,
@@ -32,139 +34,16 @@ import {
   SLOT_PATH,
 } from "../protocol/node_link.ts";
 
-const _CLI = new URL("../cli.ts", import.meta.url).pathname;
-
 /** What to measure. */
 export interface RouterBenchOptions {
   /** The node's device. */
-  mode: "cpu" | "sim" | "gpu";
+  mode: NodeMode;
   /** Shorter runs. */
   quick?: boolean;
 }
 
 function _progress(phase: string): void {
   console.error(`router bench: ${phase} (${new Date().toISOString()})`);
-}
-
-function _freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (listener.addr as Deno.NetAddr).port;
-  listener.close();
-  return port;
-}
-
-interface _Process {
-  url: string;
-  pid: number;
-  stop(): Promise<void>;
-}
-
-async function _spawn(args: string[], env: Record<string, string>, ready: string, port: number) {
-  const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", _CLI, ...args],
-    env,
-    stdin: "null",
-    stdout: "null",
-    stderr: "piped",
-  }).spawn();
-  const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
-  let seen = "";
-  while (!seen.includes(ready)) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error(`exited before it was ready:\n${seen}`);
-    seen += value;
-  }
-  (async () => {
-    while (!(await reader.read()).done) { /* drained */ }
-  })();
-  return {
-    url: `http://127.0.0.1:${port}`,
-    pid: child.pid,
-    async stop() {
-      try {
-        child.kill("SIGTERM");
-      } catch {
-        // gone
-      }
-      await child.status;
-    },
-  };
-}
-
-function _startRouter(extra: string[] = []): Promise<_Process> {
-  const port = _freePort();
-  return _spawn(
-    ["router", "--port", String(port), "--recovery-threshold", "1", ...extra],
-    {},
-    "KCoral router listening",
-    port,
-  );
-}
-
-/** A node: `kcoral server --router`, its supervisor reporting to the Router; returns the
- * server's own URL (for direct requests) and the supervisor's process. */
-async function _startNode(
-  mode: RouterBenchOptions["mode"],
-  routerUrl: string,
-  workers: number,
-): Promise<_Process> {
-  const port = _freePort();
-  const device = mode === "cpu"
-    ? ["--device", "cpu", "--num-workers", String(workers)]
-    : ["--device", "gpu", "--gpus", "0", "--workers-per-gpu", String(workers)];
-  return await _spawn(
-    [
-      "server",
-      "--router",
-      routerUrl,
-      "--node-id",
-      "bench-node",
-      "--port",
-      String(port),
-      ...device,
-      ...(mode === "sim" ? ["--simulate-gpus"] : []),
-      "--sandbox",
-      "none",
-      "--max-requests-per-worker",
-      "0",
-      "--log-dir",
-      "",
-      "--no-log-console",
-      "--disk-cache-dir",
-      "",
-      "--max-request-bytes",
-      String(300 << 20),
-      // A lenient probe: on a 2-core machine, 8 concurrent 256 MiB uploads hold the server's
-      // answers for seconds (docs/decisions.md, known limits), and a supervisor with the default
-      // 1 s probe would restart it mid-benchmark.
-      "--health-timeout-seconds",
-      "10",
-    ],
-    {},
-    "connected outbound supervisor control stream",
-    port,
-  );
-}
-
-async function _waitForCapacity(url: string, capacity: number): Promise<void> {
-  for (let i = 0; i < 600; i++) {
-    const body = await (await fetch(`${url}/health`)).json();
-    if (body.load.request_capacity >= capacity) return;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  throw new Error("the node did not join the Router");
-}
-
-/** Resident memory of `pid`, in MiB. */
-function _rssMiB(pid: number): number {
-  const status = Deno.readTextFileSync(`/proc/${pid}/status`);
-  return Number(/VmRSS:\s+(\d+)/.exec(status)![1]) / 1024;
-}
-
-/** CPU time (user + system) of `pid`, in ms. */
-function _cpuMs(pid: number): number {
-  const fields = Deno.readTextFileSync(`/proc/${pid}/stat`).split(") ")[1].split(" ");
-  return (Number(fields[11]) + Number(fields[12])) * 10;
 }
 
 function _bytesProgram(bytes: Uint8Array): Program {
@@ -265,10 +144,10 @@ async function _post(url: string, body: Uint8Array<ArrayBuffer>): Promise<void> 
 export async function runRouterBench(options: RouterBenchOptions): Promise<BenchRow[]> {
   const quick = options.quick ?? false;
   const rows: BenchRow[] = [];
-  const router = await _startRouter(["--max-request-bytes", String(300 << 20)]);
-  const node = await _startNode(options.mode, router.url, 8);
+  const router = await startRouterProcess(["--max-request-bytes", String(300 << 20)]);
+  const node = await startNodeProcess(options.mode, router.url, 8);
   try {
-    await _waitForCapacity(router.url, 8);
+    await waitForCapacity(router.url, 8);
     await using direct = new Client(node.url);
     await using routed = new Client(router.url);
     const trivial = trivialProgram();
@@ -360,9 +239,9 @@ export async function runRouterBench(options: RouterBenchOptions): Promise<Bench
     // blob: every client's first attempt misses and sends the blob).
     _progress("memory");
     const big = _bytesProgram(randomBytes(256 << 20));
-    const idle = _rssMiB(router.pid);
+    const idle = rssMiB(router.pid);
     let peak = idle;
-    const sampler = setInterval(() => (peak = Math.max(peak, _rssMiB(router.pid))), 20);
+    const sampler = setInterval(() => (peak = Math.max(peak, rssMiB(router.pid))), 20);
     try {
       await Promise.all(Array.from({ length: 8 }, async () => {
         await using client = new Client(router.url);
@@ -384,18 +263,18 @@ export async function runRouterBench(options: RouterBenchOptions): Promise<Bench
   // CPU per request with many connected nodes (a fresh Router for each count).
   for (const count of [1, 10, 100, 500]) {
     _progress(`CPU with ${count} node links`);
-    const r = await _startRouter();
+    const r = await startRouterProcess();
     const stop = await _fakeNodes(r.url, count, {});
     try {
-      await _waitForCapacity(r.url, count);
+      await waitForCapacity(r.url, count);
       const body = new TextEncoder().encode("x");
       for (let i = 0; i < 200; i++) await _post(r.url, body);
       // One client: no request waits in the Router's queue, whatever the node count (a queue
       // would add its own work with one link of one slot, and none with 500).
       const requests = quick ? 1000 : 3000;
-      const before = _cpuMs(r.pid);
+      const before = ownCpuMs(r.pid);
       for (let sent = 0; sent < requests; sent++) await _post(r.url, body);
-      const perRequest = (_cpuMs(r.pid) - before) / requests;
+      const perRequest = (ownCpuMs(r.pid) - before) / requests;
       rows.push(
         row(`Router CPU per request, ${count} node link(s) (load generator)`, "ms", [perRequest]),
       );

@@ -11,38 +11,13 @@
  * @module
  */
 import { closedLoop } from "../_load.ts";
+import { processCpuMs } from "../_proc.ts";
 import { startReusedServer } from "./_probe.ts";
 import { trivialProgram } from "../_programs.ts";
 
 function _flag(name: string, fallback: number): number {
   const at = Deno.args.indexOf(name);
   return at >= 0 ? Number(Deno.args[at + 1]) : fallback;
-}
-
-/** CPU ms (user + system) of `pid` and of all its descendants, from /proc. */
-function _cpuMs(root: number): { own: number; below: number } {
-  const tick = 10; // ms per clock tick (USER_HZ 100)
-  const parents = new Map<number, number>();
-  const cpu = new Map<number, number>();
-  for (const entry of Deno.readDirSync("/proc")) {
-    if (!/^\d+$/.test(entry.name)) continue;
-    try {
-      const stat = Deno.readTextFileSync(`/proc/${entry.name}/stat`);
-      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      parents.set(Number(entry.name), Number(fields[1]));
-      cpu.set(Number(entry.name), (Number(fields[11]) + Number(fields[12])) * tick);
-    } catch { /* gone */ }
-  }
-  let below = 0;
-  for (const [pid, ms] of cpu) {
-    for (let up = parents.get(pid); up !== undefined && up > 1; up = parents.get(up)) {
-      if (up === root) {
-        below += ms;
-        break;
-      }
-    }
-  }
-  return { own: cpu.get(root) ?? 0, below };
 }
 
 const clients = _flag("--clients", 8);
@@ -54,10 +29,10 @@ try {
   const frontMs: number[] = [];
   const workerMs: number[] = [];
   for (let round = 0; round < 3; round++) {
-    const before = _cpuMs(server.child.pid);
+    const before = processCpuMs(server.child.pid);
     const { rate, done } = await closedLoop(server.url, program, clients, seconds);
     rates.push(rate);
-    const after = _cpuMs(server.child.pid);
+    const after = processCpuMs(server.child.pid);
     frontMs.push((after.own - before.own) / done);
     workerMs.push((after.below - before.below) / done);
   }

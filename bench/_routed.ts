@@ -1,0 +1,127 @@
+/**
+ * A routed deployment as processes on loopback, for the Router benchmark and probes: a
+ * `kcoral router` and a node (`kcoral server --router`: its supervisor, its server, its workers),
+ * each started and awaited until it is ready.
+ */
+
+const _CLI = new URL("../cli.ts", import.meta.url).pathname;
+
+/** The node's device: a CPU server, simulated GPUs or GPU 0. */
+export type NodeMode = "cpu" | "sim" | "gpu";
+
+/** A started process. */
+export interface RoutedProcess {
+  /** `http://127.0.0.1:<port>`: the Router's, or the node's own server's. */
+  url: string;
+  /** The process: the Router, or the node's supervisor. */
+  pid: number;
+  /** SIGTERM, then waits for it. */
+  stop(): Promise<void>;
+}
+
+/** A free loopback port (bound, read, released). */
+export function freePort(): number {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (listener.addr as Deno.NetAddr).port;
+  listener.close();
+  return port;
+}
+
+/** Spawns `kcoral ARGS` and waits until its stderr shows `ready` (the rest is drained). */
+async function _spawn(args: string[], ready: string, port: number): Promise<RoutedProcess> {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", _CLI, ...args],
+    stdin: "null",
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
+  let seen = "";
+  while (!seen.includes(ready)) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`exited before it was ready:\n${seen}`);
+    seen += value;
+  }
+  (async () => {
+    while (!(await reader.read()).done) { /* drained */ }
+  })();
+  return {
+    url: `http://127.0.0.1:${port}`,
+    pid: child.pid,
+    async stop() {
+      try {
+        child.kill("SIGTERM");
+      } catch {
+        // gone
+      }
+      await child.status;
+    },
+  };
+}
+
+/** Starts `kcoral router` on a free port (`extra` flags after the defaults). */
+export function startRouterProcess(extra: string[] = []): Promise<RoutedProcess> {
+  const port = freePort();
+  return _spawn(
+    ["router", "--port", String(port), "--recovery-threshold", "1", ...extra],
+    "KCoral router listening",
+    port,
+  );
+}
+
+/**
+ * Starts a node joined to `routerUrl` with `workers` reused workers, sandbox none; resolves once
+ * its supervisor's control link is up. `url` is the node's own server (for direct requests),
+ * `pid` its supervisor.
+ */
+export function startNodeProcess(
+  mode: NodeMode,
+  routerUrl: string,
+  workers: number,
+): Promise<RoutedProcess> {
+  const port = freePort();
+  const device = mode === "cpu"
+    ? ["--device", "cpu", "--num-workers", String(workers)]
+    : ["--device", "gpu", "--gpus", "0", "--workers-per-gpu", String(workers)];
+  return _spawn(
+    [
+      "server",
+      "--router",
+      routerUrl,
+      "--node-id",
+      "bench-node",
+      "--port",
+      String(port),
+      ...device,
+      ...(mode === "sim" ? ["--simulate-gpus"] : []),
+      "--sandbox",
+      "none",
+      "--max-requests-per-worker",
+      "0",
+      "--log-dir",
+      "",
+      "--no-log-console",
+      "--disk-cache-dir",
+      "",
+      "--max-request-bytes",
+      String(300 << 20),
+      // A lenient probe: on a 2-core machine, 8 concurrent 256 MiB uploads hold the server's
+      // answers for seconds (docs/decisions.md, known limits), and a supervisor with the default
+      // 1 s probe would restart it mid-benchmark.
+      "--health-timeout-seconds",
+      "10",
+    ],
+    "connected outbound supervisor control stream",
+    port,
+  );
+}
+
+/** Waits until the Router's `/health` counts `capacity` slots. */
+export async function waitForCapacity(url: string, capacity: number): Promise<void> {
+  for (let i = 0; i < 600; i++) {
+    const body = await (await fetch(`${url}/health`)).json();
+    if (body.load.request_capacity >= capacity) return;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new Error("the node did not join the Router");
+}
