@@ -38,23 +38,14 @@ if (Deno.args[0] === "--peer") {
       const { socket, response } = Deno.upgradeWebSocket(request);
       socket.binaryType = "arraybuffer";
       if (mode === "receive") {
-        let got = 0;
-        let read = 0;
+        const received = _receiver((text) => socket.send(text));
         socket.onmessage = (event) => {
-          if (typeof event.data === "string") return;
-          got++;
-          if (++read >= WINDOW / 2) (socket.send(String(read)), read = 0);
-          if (got === FRAMES) socket.send("done");
+          if (typeof event.data !== "string" && received()) socket.send("done");
         };
       } else {
-        const payload = new Uint8Array(FRAME).fill(7);
-        let credit = WINDOW;
-        let sent = 0;
-        const pump = () => {
-          for (; credit > 0 && sent < FRAMES; credit--, sent++) socket.send(payload);
-        };
-        socket.onmessage = (event) => (credit += Number(event.data), pump());
-        socket.onopen = pump;
+        const sender = _sender((bytes) => socket.send(bytes));
+        socket.onmessage = (event) => sender.credit(event.data);
+        socket.onopen = sender.start;
       }
       return response;
     });
@@ -74,6 +65,28 @@ if (Deno.args[0] === "--peer") {
       `${name}: ${times.map((t) => (t / MIB).toFixed(2)).join(", ")} ms/MiB (${MIB} MiB, 3 runs)`,
     );
   }
+}
+
+/** Sends FRAMES messages, never more than WINDOW ahead of the credit the receiver gave. */
+function _sender(send: (bytes: Uint8Array) => void) {
+  const payload = new Uint8Array(FRAME).fill(7);
+  let credit = WINDOW;
+  let sent = 0;
+  const start = () => {
+    for (; credit > 0 && sent < FRAMES; credit--, sent++) send(payload);
+  };
+  return { start, credit: (text: string) => (credit += Number(text), start()) };
+}
+
+/** Counts received messages, returning credit every half window; `true` once all arrived. */
+function _receiver(sendCredit: (text: string) => void): () => boolean {
+  let got = 0;
+  let read = 0;
+  return () => {
+    got++;
+    if (++read >= WINDOW / 2) (sendCredit(String(read)), read = 0);
+    return got === FRAMES;
+  };
 }
 
 async function _run(mode: string): Promise<number> {
@@ -100,25 +113,16 @@ async function _run(mode: string): Promise<number> {
     await new Promise<void>((resolve, reject) => {
       socket.onerror = (event) => reject(new Error(event.message));
       if (mode === "receive") {
-        const payload = new Uint8Array(FRAME).fill(7);
-        let credit = WINDOW;
-        let sent = 0;
-        const pump = () => {
-          for (; credit > 0 && sent < FRAMES; credit--, sent++) socket.send(payload);
-        };
-        socket.onopen = pump;
+        const sender = _sender((bytes) => socket.send(bytes));
+        socket.onopen = sender.start;
         socket.onmessage = (event) => {
           if (event.data === "done") resolve();
-          else (credit += Number(event.data), pump());
+          else sender.credit(event.data as string);
         };
       } else {
-        let got = 0;
-        let read = 0;
+        const received = _receiver((text) => socket.send(text));
         socket.onmessage = (event) => {
-          if (typeof event.data === "string") return;
-          got++;
-          if (++read >= WINDOW / 2) (socket.send(String(read)), read = 0);
-          if (got === FRAMES) resolve();
+          if (typeof event.data !== "string" && received()) resolve();
         };
       }
     });
