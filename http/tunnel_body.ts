@@ -165,12 +165,11 @@ export class BodySender {
     let rest = chunk;
     while (rest.length > 0) {
       if (this.#failure) throw this.#failure;
-      const room = (this.#stage?.length ?? DATA_HEADER_BYTES) - DATA_HEADER_BYTES - this.#staged;
-      if (room < rest.length && room < MAX_DATA_BYTES - this.#staged) {
-        // Grow the stage (from what this write needs, at least 16 KiB, by doubling): a small
+      const capacity = (this.#stage?.length ?? DATA_HEADER_BYTES) - DATA_HEADER_BYTES;
+      if (capacity < MAX_DATA_BYTES && capacity - this.#staged < rest.length) {
+        // Grow the stage (to what this write needs, at least 16 KiB, by doubling): a small
         // answer costs a small frame, a large one full frames.
-        const capacity = Math.max(16384, this.#staged + rest.length, 2 * (this.#staged || 1));
-        const grown = this.newFrame(capacity);
+        const grown = this.newFrame(Math.max(16384, this.#staged + rest.length, 2 * this.#staged));
         if (this.#stage) grown.set(this.#stage.subarray(0, DATA_HEADER_BYTES + this.#staged));
         this.#stage = grown;
       }
