@@ -27,10 +27,19 @@ export function freePort(): number {
   return port;
 }
 
-/** Spawns `kcoral ARGS` and waits until its stderr shows `ready` (the rest is drained). */
-async function _spawn(args: string[], ready: string, port: number): Promise<RoutedProcess> {
+/**
+ * Spawns `kcoral ARGS` and waits until its stderr shows `ready` (the rest is drained). `tree`
+ * is another checkout to run it from (its own `deno.json`), for A/B probes.
+ */
+async function _spawn(
+  args: string[],
+  ready: string,
+  port: number,
+  tree?: string,
+): Promise<RoutedProcess> {
   const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", _CLI, ...args],
+    args: ["run", "-A", tree ? `${tree}/cli.ts` : _CLI, ...args],
+    cwd: tree,
     stdin: "null",
     stdout: "null",
     stderr: "piped",
@@ -59,25 +68,27 @@ async function _spawn(args: string[], ready: string, port: number): Promise<Rout
   };
 }
 
-/** Starts `kcoral router` on a free port (`extra` flags after the defaults). */
-export function startRouterProcess(extra: string[] = []): Promise<RoutedProcess> {
+/** Starts `kcoral router` on a free port (`extra` flags after the defaults), from `tree`. */
+export function startRouterProcess(extra: string[] = [], tree?: string): Promise<RoutedProcess> {
   const port = freePort();
   return _spawn(
     ["router", "--port", String(port), "--recovery-threshold", "1", ...extra],
     "KCoral router listening",
     port,
+    tree,
   );
 }
 
 /**
  * Starts a node joined to `routerUrl` with `workers` reused workers, sandbox none; resolves once
  * its supervisor's control link is up. `url` is the node's own server (for direct requests),
- * `pid` its supervisor.
+ * `pid` its supervisor. `tree`: another checkout to run it from.
  */
 export function startNodeProcess(
   mode: NodeMode,
   routerUrl: string,
   workers: number,
+  tree?: string,
 ): Promise<RoutedProcess> {
   const port = freePort();
   const device = mode === "cpu"
@@ -113,6 +124,7 @@ export function startNodeProcess(
     ],
     "connected outbound supervisor control stream",
     port,
+    tree,
   );
 }
 

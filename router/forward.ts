@@ -213,7 +213,7 @@ async function _exchange(
     lease.release(false);
     throw new _RouterError(502, "server_transport", _TRANSPORT_MESSAGE, "tunnel_disconnected");
   }
-  const upload = _upload(request.body, exchange, length, ctx.maxRequestBytes, trace);
+  const upload = _upload(request, exchange, length, ctx.maxRequestBytes, trace);
   let head: ResponseHead;
   try {
     // The head, or an upload that failed first (an upload that ended leaves the head to come).
@@ -253,14 +253,19 @@ function _cancelReason(reason: FinishReason) {
 
 /** Sends the client's body; resolves with the error to answer, or `null` once `end` went out. */
 async function _upload(
-  body: ReadableStream<Uint8Array> | null,
+  request: Request,
   exchange: TunnelExchange,
   length: number | null,
   limit: number,
   trace: _Trace,
 ): Promise<_RouterError | null> {
   try {
-    const total = body ? await _sendBody(body, exchange, length, limit, trace) : 0;
+    const body = request.body;
+    const total = !body
+      ? 0
+      : length !== null && length <= MAX_DATA_BYTES
+      ? await _sendSmallBody(request, exchange, trace)
+      : await _sendBody(body, exchange, length, limit, trace);
     if (total instanceof _RouterError) return total;
     if (length !== null && total !== length) {
       return new _RouterError(
@@ -284,6 +289,40 @@ async function _upload(
   }
 }
 
+const _clientFailed = () =>
+  new _RouterError(
+    400,
+    "invalid_request",
+    "client request body failed while streaming",
+    "client_disconnected",
+  );
+
+/**
+ * A body that fits one data frame by its `Content-Length`: read whole, sent as one frame
+ * (setting up a BYOB reader costs more than copying a small body once); the byte count, or the
+ * error to answer. A body longer than declared is caught by the caller's length check.
+ */
+async function _sendSmallBody(
+  request: Request,
+  exchange: TunnelExchange,
+  trace: _Trace,
+): Promise<number | _RouterError> {
+  let bytes: Uint8Array;
+  try {
+    bytes = await request.bytes();
+  } catch {
+    return _clientFailed();
+  }
+  if (bytes.length > MAX_DATA_BYTES) return bytes.length;
+  if (bytes.length > 0) {
+    const frame = exchange.upload.newFrame(bytes.length);
+    frame.set(bytes, DATA_HEADER_BYTES);
+    await exchange.upload.sendFilled(frame, bytes.length);
+  }
+  trace.requestBytes = exchange.upload.sentBytes;
+  return bytes.length;
+}
+
 /**
  * Reads the client's body straight into data frames (a BYOB read fills each frame's payload in
  * place: reading a large body chunk by chunk costs far more) and sends them; the byte count, or
@@ -296,13 +335,6 @@ async function _sendBody(
   limit: number,
   trace: _Trace,
 ): Promise<number | _RouterError> {
-  const clientFailed = () =>
-    new _RouterError(
-      400,
-      "invalid_request",
-      "client request body failed while streaming",
-      "client_disconnected",
-    );
   const tooLarge = () =>
     new _RouterError(413, "request_too_large", "request body is too large", "request_rejected");
   let byob: ReadableStreamBYOBReader | null = null;
@@ -336,7 +368,7 @@ async function _sendBody(
             new Uint8Array(frame.buffer, DATA_HEADER_BYTES + filled, capacity - filled),
           );
         } catch {
-          return clientFailed();
+          return _clientFailed();
         }
         if (read.value) {
           frame = new Uint8Array(read.value.buffer as ArrayBuffer); // the same memory, new owner
@@ -376,7 +408,8 @@ function _responseBody(
     trace.reason = reason;
     if (cancel) exchange.cancel(_cancelReason(cancel));
     lease.release(reusable);
-    trace.finish(ctx);
+    // The log line is written once the client's answer has gone out, not before it.
+    setTimeout(() => trace.finish(ctx), 0);
   };
   return new ReadableStream<Uint8Array>({
     async pull(controller) {
@@ -396,11 +429,12 @@ function _responseBody(
         return;
       }
       if (next.done) {
-        // The node's end is in: the slot is reusable only if the upload had ended too (its
-        // `end` was sent before the node's could come back, unless the node answered early).
+        // The client's answer is complete first (the bookkeeping and its log line come after).
+        // The slot is reusable only if the upload had ended too (its `end` was sent before the
+        // node's could come back, unless the node answered early).
+        controller.close();
         if (exchange.upload.ended) settle("completed", true);
         else settle("completed", false, "request_rejected");
-        controller.close();
         return;
       }
       trace.responseBytes += next.value.length;
