@@ -1,22 +1,25 @@
 /**
- * The `kcoral` command: dispatches on its first argument (`run`, `server`, `router`) before any
- * parsing, as upstream does, so each sub-command owns its own syntax.
+ * The `kcoral` command: dispatches on its first argument (`run`, `server`, `router`, `health`)
+ * before any parsing, as upstream does, so each sub-command owns its own syntax.
  *
  * @module
  */
+import { versionLine } from "../options/version.ts";
 
-const _HELP = `usage: kcoral [-h] {server,router,run} ...
+const _HELP = `usage: kcoral [-h] [--version] {server,router,run,health} ...
 
 KCoral remote execution.
 
 positional arguments:
-  {server,router,run}
-    server      start a standalone server or join a Router
-    router      route requests across compute nodes
-    run         run a tool on a remote server
+  {server,router,run,health}
+    server              start a standalone server or join a Router
+    router              route requests across compute nodes
+    run                 run a tool on a remote server
+    health              show whether a server or Router is up, and its load
 
 options:
-  -h, --help    show this help message and exit`;
+  -h, --help            show this help message and exit
+  --version             show program's version number and exit`;
 
 /** Runs `kcoral ARGS`; resolves with the process exit status. */
 export async function main(argv: string[]): Promise<number> {
@@ -33,6 +36,14 @@ export async function main(argv: string[]): Promise<number> {
     const { runMain } = await import("./run/main.ts");
     return await runMain(rest);
   }
+  if (command === "health") {
+    const { healthMain } = await import("./health.ts");
+    return await healthMain(rest);
+  }
+  if (command === "--version") {
+    console.log(versionLine());
+    return 0;
+  }
   if (command === undefined || command === "-h" || command === "--help") {
     console.log(_HELP);
     return 0;
@@ -41,7 +52,7 @@ export async function main(argv: string[]): Promise<number> {
   console.error(
     command.startsWith("-")
       ? `kcoral: error: unrecognized arguments: ${command}`
-      : `kcoral: error: argument command: invalid choice: '${command}' (choose from 'server', 'router', 'run')`,
+      : `kcoral: error: argument command: invalid choice: '${command}' (choose from 'server', 'router', 'run', 'health')`,
   );
   return 2;
 }

@@ -9,7 +9,7 @@
  * @module
  */
 import { CommandLineError } from "../options/command.ts";
-import { parseRouterArgs, RouterHelp, routerHelpText } from "../router/options.ts";
+import { parseRouterArgs, RouterHelp, routerUsage } from "../router/options.ts";
 
 /**
  * Runs `kcoral router ARGS`; resolves with the process exit status (0 after a clean stop, 1 for
@@ -39,7 +39,7 @@ export async function routerMain(
       return 0;
     }
     if (error instanceof CommandLineError) {
-      if (error.exitCode === 2) console.error(routerHelpText(env).split("\n")[0]);
+      if (error.exitCode === 2) console.error(routerUsage().trimEnd());
       console.error(error.message);
       return error.exitCode;
     }

@@ -22,11 +22,14 @@ import {
   CommandLineError,
   commandLineHelp,
   type CommandLineSpec,
+  commandLineUsage,
   parseCommandLine,
 } from "../options/command.ts";
 import { optionTableSchema } from "../options/schema.ts";
+import { versionLine } from "../options/version.ts";
 import { serverConfigOptions, serverListenOptions } from "../server/config_options.ts";
 import { type ServerConfig, serverConfigSchema } from "../server/config.ts";
+import { selfCommand } from "./self_command.ts";
 import {
   checkNodeCommandLine,
   childServerArgs,
@@ -87,6 +90,7 @@ const serverCommandLine: CommandLineSpec = {
   name: "kcoral server",
   description: "Start a KCoral server; add --router and --node-id to join a Router.",
   epilog: "Ctrl+C (or SIGTERM) stops new work and lets running benchmarks finish.",
+  version: versionLine(),
 };
 
 /**
@@ -99,8 +103,9 @@ const serverCommandLine: CommandLineSpec = {
  * import { serverHelpText } from "./server.ts";
  *
  * const help = serverHelpText({ HOME: "/home/u" });
- * assert.ok(help.startsWith("Usage: kcoral server [options]"));
- * assert.ok(help.includes("(default /home/u/.cache/kcoral/files)"));
+ * assert.ok(help.startsWith("usage: kcoral server [-h] [--version] [--host HOST]"));
+ * // Descriptions wrap at 80 columns under column 24.
+ * assert.ok(help.replace(/\n {24}/g, " ").includes("(default /home/u/.cache/kcoral/files)"));
  * ```
  */
 export function serverHelpText(env: Record<string, string | undefined>): string {
@@ -170,7 +175,9 @@ export async function serverMain(
       return 0;
     }
     if (error instanceof ServerArgsError) {
-      if (error.exitCode === 2) console.error(serverHelpText(env).split("\n")[0]);
+      if (error.exitCode === 2) {
+        console.error(commandLineUsage(serverOptions, serverCommandLine).trimEnd());
+      }
       console.error(error.message);
       return error.exitCode;
     }
@@ -245,16 +252,13 @@ async function _superviseNode(
     host: args.host,
     port: args.port,
     child: {
-      command: Deno.execPath(),
-      args: [
-        "run",
-        "-A",
-        new URL("../cli.ts", import.meta.url).href,
+      // `deno run -A <cli.ts> server …`, or the binary itself when this is a compiled `kcoral`.
+      ...selfCommand([
         "server",
         ...childServerArgs(argv),
         `--host=${args.host}`,
         `--port=${args.port}`,
-      ],
+      ]),
       env: childEnv,
     },
     signal: shutdown.signal,

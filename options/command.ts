@@ -29,8 +29,9 @@
 import { Command, CommanderError, Option } from "commander";
 import { resolveOptionDefault } from "./defaults.ts";
 import { describeOption, optionFlags } from "./help.ts";
+import { helpRow, usageLines, wrapText } from "./help_layout.ts";
 import { assertOptionTable, type OptionTableSchema } from "./schema.ts";
-import type { Env, OptionField, OptionTable, OptionTableValues } from "./spec.ts";
+import type { Env, OptionField, OptionSpec, OptionTable, OptionTableValues } from "./spec.ts";
 import { OptionTextError, readOptionText } from "./text.ts";
 
 /** How a command presents itself in `--help` and in error messages. */
@@ -41,6 +42,8 @@ export interface CommandLineSpec {
   readonly description: string;
   /** Text after the options. */
   readonly epilog?: string;
+  /** The version `--version` prints (`kcoral 0.1.0`); no `--version` without it. */
+  readonly version?: string;
 }
 
 /** Where an option's value came from. */
@@ -59,7 +62,7 @@ export interface CommandLineValues<V> {
   readonly sources: Readonly<Partial<Record<keyof V & string, OptionSource>>>;
 }
 
-/** `-h`/`--help` was given: `text` is the help to print (exit status 0). */
+/** `-h`/`--help` (or `--version`) was given: `text` is what to print (exit status 0). */
 export interface CommandLineHelp {
   /** Says what this is. */
   readonly kind: "help";
@@ -119,7 +122,18 @@ export function parseCommandLine<T extends OptionTable>(
   } catch (error) {
     if (error instanceof CommanderError) {
       if (error.code === "commander.helpDisplayed" || error.code === "commander.help") {
-        return { kind: "help", text: helpText(command, spec) };
+        return { kind: "help", text: helpText(table, spec, env) };
+      }
+      if (error.code === "commander.version") return { kind: "help", text: spec.version! };
+      const unknown = error.code === "commander.unknownOption"
+        ? /unknown option '([^']*)'/.exec(error.message)
+        : null;
+      if (unknown) {
+        // argparse's words, as every other kcoral command says it.
+        throw new CommandLineError(
+          `${spec.name}: error: unrecognized arguments: ${unknown[1]}`,
+          2,
+        );
       }
       throw new CommandLineError(
         `${spec.name}: error: ${error.message.replace(/^error: /, "")}`,
@@ -170,8 +184,8 @@ export function parseCommandLine<T extends OptionTable>(
 
 /**
  * The `--help` text of a command with the options of `table` (the text `parseCommandLine`
- * returns for `--help`). Its first line is the usage line, printed before a malformed command
- * line's error.
+ * returns for `--help`), laid out as argparse does (options/help_layout.ts). It starts with
+ * {@linkcode commandLineUsage}.
  *
  * @example
  * ```ts
@@ -182,12 +196,38 @@ export function parseCommandLine<T extends OptionTable>(
  *   host: { flag: "--host", env: "EXAMPLE_HOST", type: "string", default: "127.0.0.1",
  *     placeholder: "host", help: "bind address" },
  * }, { name: "example", description: "An example." }, {});
- * assert.equal(help.split("\n")[0], "Usage: example [options]");
- * assert.ok(help.includes("bind address (default 127.0.0.1) [env: EXAMPLE_HOST]"));
+ * assert.equal(help.split("\n")[0], "usage: example [-h] [--host HOST]");
+ * assert.ok(help.includes("  --host HOST           bind address (default 127.0.0.1) [env:"));
  * ```
  */
 export function commandLineHelp(table: OptionTable, spec: CommandLineSpec, env: Env): string {
-  return helpText(commandOf(table, spec, env).command, spec);
+  assertOptionTable(table);
+  return helpText(table, spec, env);
+}
+
+/**
+ * The usage lines of a command (ends with a newline): what a malformed command line's error
+ * is printed after, as argparse does.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { commandLineUsage } from "./command.ts";
+ *
+ * const usage = commandLineUsage({
+ *   mode: { flag: "--mode", type: "choice", choices: ["fast", "safe"], default: "safe",
+ *     help: "mode" },
+ *   quiet: { flag: "--quiet", type: "boolean", default: false, help: "less output" },
+ * }, { name: "example", description: "An example.", version: "example 1.0" });
+ * assert.equal(usage, "usage: example [-h] [--version] [--mode {fast,safe}] [--quiet]\n");
+ * ```
+ */
+export function commandLineUsage(table: OptionTable, spec: CommandLineSpec): string {
+  const groups = ["[-h]", ...(spec.version ? ["[--version]"] : [])];
+  for (const entry of Object.values(table)) {
+    if (!entry.hidden) groups.push(`[${_invocation(entry)}]`);
+  }
+  return usageLines(spec.name, groups);
 }
 
 /**
@@ -235,7 +275,7 @@ function commandOf(
   assertOptionTable(table);
   const command = new Command(spec.name)
     .description(spec.description)
-    .helpOption("-h, --help", "show this help and exit")
+    .helpOption("-h, --help", "show this help message and exit")
     .allowExcessArguments(false)
     .exitOverride()
     .configureOutput({ writeOut: () => {}, writeErr: () => {} });
@@ -264,10 +304,31 @@ function commandOf(
     command.addOption(option);
     options.set(field, option);
   }
+  if (spec.version) command.version(spec.version, "--version");
   return { command, options };
 }
 
-function helpText(command: Command, spec: CommandLineSpec): string {
-  const help = command.helpInformation();
-  return spec.epilog === undefined ? help : `${help}\n${spec.epilog}\n`;
+/** `--port PORT`, `--device {gpu,cpu}`, or the bare flag of a switch (argparse's metavars). */
+function _invocation(entry: OptionSpec): string {
+  if (entry.type === "boolean") return entry.flag;
+  if (entry.type === "choice") return `${entry.flag} {${entry.choices.join(",")}}`;
+  const name = entry.placeholder === "s" ? "seconds" : entry.placeholder ?? "value";
+  return `${entry.flag} ${name.toUpperCase().replace(/[^A-Z0-9]+/g, "_")}`;
+}
+
+function helpText(table: OptionTable, spec: CommandLineSpec, env: Env): string {
+  const rows = [helpRow("  -h, --help", "show this help message and exit")];
+  if (spec.version) rows.push(helpRow("  --version", "show program's version number and exit"));
+  for (const entry of Object.values(table)) {
+    if (!entry.hidden) rows.push(helpRow(`  ${_invocation(entry)}`, describeOption(entry, env)));
+  }
+  const lines = [
+    commandLineUsage(table, spec),
+    ...wrapText(spec.description, 0),
+    "",
+    "options:",
+    ...rows,
+  ];
+  if (spec.epilog !== undefined) lines.push("", ...wrapText(spec.epilog, 0));
+  return lines.join("\n") + "\n";
 }

@@ -23,10 +23,12 @@ import {
   checkCommandLineValues,
   commandLineHelp,
   type CommandLineSpec,
+  commandLineUsage,
   parseCommandLine,
 } from "../options/command.ts";
 import { type OptionRule, type OptionTableSchema, optionTableSchema } from "../options/schema.ts";
 import type { OptionTable } from "../options/spec.ts";
+import { versionLine } from "../options/version.ts";
 import type { RegistryConfig } from "./registry.ts";
 
 /**
@@ -235,6 +237,7 @@ const routerCommandLine: CommandLineSpec = {
   name: "kcoral router",
   description: "Start a KCoral Router: one address for a pool of compute nodes.",
   epilog: "Ctrl+C (or SIGTERM) stops the Router.",
+  version: versionLine(),
 };
 
 /**
@@ -246,12 +249,27 @@ const routerCommandLine: CommandLineSpec = {
  * import { routerHelpText } from "./options.ts";
  *
  * const help = routerHelpText({});
- * assert.ok(help.startsWith("Usage: kcoral router [options]"));
- * assert.ok(help.includes("[env: KCORAL_NODE_TOKEN]"));
+ * assert.ok(help.startsWith("usage: kcoral router [-h] [--version] [--host HOST]"));
+ * assert.ok(help.replace(/\n {24}/g, " ").includes("[env: KCORAL_NODE_TOKEN]"));
  * ```
  */
 export function routerHelpText(env: Readonly<Record<string, string | undefined>>): string {
   return commandLineHelp(routerOptions, routerCommandLine, withoutEmptyToken(env));
+}
+
+/**
+ * The usage lines of `kcoral router` (ends with a newline), printed before a malformed command
+ * line's error.
+ *
+ * @example
+ * ```ts
+ * import { routerUsage } from "./options.ts";
+ *
+ * if (!routerUsage().startsWith("usage: kcoral router [-h] [--version]")) throw new Error();
+ * ```
+ */
+export function routerUsage(): string {
+  return commandLineUsage(routerOptions, routerCommandLine);
 }
 
 /**

@@ -6,9 +6,12 @@
  */
 
 import { TOOL_NAMES, type ToolName, TOOLS } from "./tools.ts";
+import {
+  helpRow as _row,
+  usageLines as _usage,
+  wrapText as _wrap,
+} from "../../options/help_layout.ts";
 
-const _WIDTH = 80;
-const _COLUMN = 24;
 const _CHOICES = `{${TOOL_NAMES.join(",")}}`;
 
 /**
@@ -192,44 +195,3 @@ const _TOOL_NOTES: Record<ToolName, string[]> = {
     "bash -c 'COMMANDS' for pipes, redirections or variable expansion.",
   ],
 };
-
-// argparse-style usage: "usage: PROG " then groups, wrapped under the first group.
-function _usage(prog: string, groups: string[]): string {
-  const prefix = `usage: ${prog} `;
-  const indent = " ".repeat(prefix.length);
-  const lines: string[] = [];
-  let line = prefix;
-  for (const group of groups) {
-    if (line.length > prefix.length && line.length + 1 + group.length > _WIDTH) {
-      lines.push(line);
-      line = indent;
-    }
-    line += (line.length > prefix.length && line !== indent ? " " : "") + group;
-  }
-  lines.push(line);
-  return lines.map((text) => text.trimEnd()).join("\n") + "\n";
-}
-
-// One option row: the invocation, then the description from column 24, wrapped.
-function _row(invocation: string, description: string): string {
-  const text = _wrap(description, _COLUMN);
-  if (invocation.length + 2 <= _COLUMN) {
-    return [invocation.padEnd(_COLUMN) + text[0].trimStart(), ...text.slice(1)].join("\n");
-  }
-  return [invocation, ...text].join("\n");
-}
-
-function _wrap(text: string, indent: number): string[] {
-  const lines: string[] = [];
-  let line = "";
-  for (const word of text.split(" ")) {
-    if (line !== "" && indent + line.length + 1 + word.length > _WIDTH) {
-      lines.push(" ".repeat(indent) + line);
-      line = word;
-    } else {
-      line = line === "" ? word : `${line} ${word}`;
-    }
-  }
-  lines.push(" ".repeat(indent) + line);
-  return lines;
-}
