@@ -7,8 +7,10 @@
  * (`server/runtime_files.ts` materializes it when needed), and `kcoral run`
  * uploads the tool runner sources in every request without depending on the
  * server. From a local checkout the URLs are `file:`; when this package runs
- * from a registry (`jsr:`), they are `https:` URLs of the published files,
- * which travel with this module.
+ * from a registry (`jsr:`) or an HTTP URL, they are `https:` URLs of the
+ * published files, which travel with this module; in a `deno compile` binary
+ * they are `file:` URLs of its embedded file system, which Python cannot open
+ * (`server/runtime_files.ts` extracts them into the user's cache for it).
  *
  * @module
  */
@@ -54,8 +56,21 @@ export function runtimeFileUrl(name: string): URL {
  */
 export async function readRuntimeFile(name: string): Promise<string> {
   const url = runtimeFileUrl(name);
+  // Inside a `deno compile` binary the `file:` URL is in its embedded file system, which
+  // Deno's file APIs read.
   if (url.protocol === "file:") return await Deno.readTextFile(url);
-  const response = await fetch(url);
-  if (!response.ok) throw new Error(`cannot fetch ${url}: HTTP ${response.status}`);
+  const fail = (reason: string) =>
+    new Error(`cannot fetch the KCoral Python runtime (file ${name}) from ${url}: ${reason}`);
+  let response: Response;
+  try {
+    response = await fetch(url);
+  } catch (error) {
+    const cause = (error as { cause?: unknown }).cause;
+    throw fail(cause instanceof Error ? `${error} (${cause.message})` : String(error));
+  }
+  if (!response.ok) {
+    await response.body?.cancel();
+    throw fail(`HTTP ${response.status}`);
+  }
   return await response.text();
 }

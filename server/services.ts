@@ -90,7 +90,7 @@ export async function startServices(
     store = new BlobStore(await _blobDir(runtimeDir), config.cacheCapacityBytes);
     await disk.prepare();
     const python = await pythonInfo(config.python, options.env);
-    const runtimePath = await runtimePythonPath(runtimeDir);
+    const runtimePath = await runtimePythonPath();
     const gpuMode = config.device === "gpu";
     const devices = !gpuMode
       ? []
