@@ -35,7 +35,7 @@ import { pyListRepr } from "../protocol/python_repr.ts";
 import { pySorted } from "../protocol/python_str.ts";
 import { KCoralError, ProtocolError, TransportError, ValidationError } from "./errors.ts";
 import { Program } from "./program.ts";
-import type { ExecuteOptions } from "./program_options.ts";
+import type { ExecuteOptions, TransferProgress } from "./program_options.ts";
 import { ProgramResult, RESULT_FACTORIES } from "./result.ts";
 import { RemoteFunction, type RemoteFunctionOptions } from "./remote_function.ts";
 import { SharedHashThread } from "./_shared_hash_thread.ts";
@@ -215,6 +215,7 @@ export class Client implements AsyncDisposable {
       headers?: Record<string, string>;
       observe?: (headers: Headers) => BodyObserver | undefined;
       signal?: AbortSignal;
+      onSent?: (sent: number, total: number) => void;
     } = {},
   ): Promise<TransportResponse> {
     if (this.#closed) throw new TransportError("the client has been closed");
@@ -229,6 +230,7 @@ export class Client implements AsyncDisposable {
       body: init.body,
       observe: init.observe,
       signal,
+      onSent: init.onSent,
     });
   }
 
@@ -332,7 +334,10 @@ export class Client implements AsyncDisposable {
     const programBytes = new TextEncoder().encode(program.toJson(options));
     const { signal } = options;
 
-    let attempt = await this.#post(program, programBytes, new Set(), null, signal);
+    const { onProgress } = options;
+    const post = (include: ReadonlySet<string>, route: string | null) =>
+      this.#post(program, programBytes, include, route, signal, onProgress);
+    let attempt = await post(new Set(), null);
     if (attempt.body.get("status") === "CACHE_MISS") {
       if (attempt.parts.size > 0) {
         throw new ProtocolError("CACHE_MISS response must not contain binary parts");
@@ -344,10 +349,10 @@ export class Client implements AsyncDisposable {
           `server misses blobs with no local bytes to send: ${pyListRepr(pySorted(unavailable))}`,
         );
       }
-      attempt = await this.#post(program, programBytes, missing, attempt.route, signal);
+      attempt = await post(missing, attempt.route);
       if (attempt.body.get("status") === "CACHE_MISS") {
         const everything = new Set(program.blobs.keys());
-        attempt = await this.#post(program, programBytes, everything, attempt.route, signal);
+        attempt = await post(everything, attempt.route);
       }
       if (attempt.body.get("status") === "CACHE_MISS") {
         throw new ProtocolError("server still reports CACHE_MISS after a complete blob resend");
@@ -366,6 +371,7 @@ export class Client implements AsyncDisposable {
     include: ReadonlySet<string>,
     route: string | null,
     signal: AbortSignal | undefined,
+    onProgress?: (progress: TransferProgress) => void,
   ): Promise<ResponseBody & { route: string | null; knownDigest: KnownDigest }> {
     const parts: MultipartInput[] = [
       { name: "program", contentType: "application/json", body: programBytes },
@@ -394,8 +400,11 @@ export class Client implements AsyncDisposable {
             ? this.#hashes.take()
             : undefined;
           threaded = thread !== undefined;
-          return digests = thread ? PartDigests.forMultipart(responseHeaders, thread) : multipart;
+          digests = thread ? PartDigests.forMultipart(responseHeaders, thread) : multipart;
+          return onProgress ? _reporting(digests, length, onProgress) : digests;
         },
+        onSent: onProgress &&
+          ((bytes, total) => onProgress({ direction: "upload", bytes, total })),
       });
       await digests?.settle();
     } finally {
@@ -463,3 +472,18 @@ function _serverError(response: TransportResponse): KCoralError {
 
 /** Multipart responses this large are hashed on a thread while they arrive. */
 const _THREAD_HASH_BYTES = 8 * 1024 * 1024;
+
+/** `observer` (if any), also reporting the download's progress to `onProgress`. */
+function _reporting(
+  observer: BodyObserver | undefined,
+  total: number,
+  onProgress: (progress: TransferProgress) => void,
+): BodyObserver {
+  return {
+    pad: (prefix) => observer?.pad(prefix) ?? 0,
+    update(body, received) {
+      onProgress({ direction: "download", bytes: received, total });
+      return observer?.update(body, received);
+    },
+  };
+}

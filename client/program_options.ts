@@ -231,4 +231,34 @@ export interface ExecuteOptions {
    * Whether the program ran is then unknown. Not sent to the server.
    */
   signal?: AbortSignal;
+  /**
+   * Called as the request goes out and the answer comes in (e.g. to show a progress line for
+   * large uploads and results). Reported on plain `http://` servers, where the client writes
+   * and reads the bytes itself; over `fetch` (`https://`, proxies) it is not called. Not sent
+   * to the server.
+   */
+  onProgress?: (progress: TransferProgress) => void;
+}
+
+/**
+ * How far a request's upload or its answer's download has come.
+ *
+ * @example
+ * ```ts
+ * import type { TransferProgress } from "./program_options.ts";
+ *
+ * const shown: string[] = [];
+ * const onProgress = (p: TransferProgress) =>
+ *   shown.push(`${p.direction} ${Math.round((100 * p.bytes) / p.total)}%`);
+ * onProgress({ direction: "upload", bytes: 512, total: 1024 });
+ * if (shown[0] !== "upload 50%") throw new Error();
+ * ```
+ */
+export interface TransferProgress {
+  /** `"upload"`: the request going out; `"download"`: the answer coming in. */
+  direction: "upload" | "download";
+  /** Bytes so far. */
+  bytes: number;
+  /** All the bytes of this request or answer. */
+  total: number;
 }

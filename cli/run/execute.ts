@@ -12,7 +12,7 @@ import { type ByteSink, writeText } from "./io.ts";
 import { assertNewOutput, OutputExistsError, prepareOutput } from "./output.ts";
 import { PackError, packInputs } from "./pack.ts";
 import { buildToolProgram } from "./program.ts";
-import { describePacking, formatBytes, Progress } from "./progress.ts";
+import { describePacking, formatBytes, Progress, TransferLine } from "./progress.ts";
 import { RemoteFailure, replayResult } from "./replay.ts";
 import { readToolSources } from "./sources.ts";
 import { watchWaiting } from "./watch.ts";
@@ -70,7 +70,13 @@ export async function runTool(args: RunArgs, io: RunIO): Promise<number> {
       });
     }
     const { program, options } = buildToolProgram(sources, packed.tar, args);
-    const result = await _waiting(args.url, progress, () => client.execute(program, options));
+    const transfer = new TransferLine(progress);
+    const result = await _waiting(
+      args.url,
+      progress,
+      () => transfer.active,
+      () => client.execute(program, { ...options, onProgress: (p) => transfer.update(p) }),
+    );
     progress.clear();
     return await replayResult(result, {
       stdout: io.stdout,
@@ -109,11 +115,17 @@ export function describeError(error: unknown): string {
   return `${error.name}: ${error.message}`;
 }
 
-// While `request` runs, show the waiting line, polling the server's load on terminals.
-async function _waiting<T>(url: string, progress: Progress, request: () => Promise<T>): Promise<T> {
+// While `request` runs, show the waiting line, polling the server's load on terminals (paused
+// while a transfer line shows bytes moving).
+async function _waiting<T>(
+  url: string,
+  progress: Progress,
+  paused: () => boolean,
+  request: () => Promise<T>,
+): Promise<T> {
   if (!progress.enabled) return await request();
   const health = new Client(url, { connectTimeoutSeconds: 2 });
-  const watch = watchWaiting({ progress, health: () => health.health() });
+  const watch = watchWaiting({ progress, health: () => health.health(), paused });
   try {
     return await request();
   } finally {

@@ -142,3 +142,81 @@ export function formatElapsed(milliseconds: number): string {
 export function describePacking(files: number, bytes: number): string {
   return `kcoral: packing inputs: ${files} file${files === 1 ? "" : "s"}, ${formatBytes(bytes)}`;
 }
+
+/**
+ * The transfer line of a large upload or download: bytes so far of the total, percent and the
+ * mean rate since it began.
+ *
+ * @example
+ * ```ts
+ * import { describeTransfer } from "./progress.ts";
+ *
+ * const line = describeTransfer("upload", 128 * 1048576, 256 * 1048576, 500);
+ * if (line !== "kcoral: uploading 128.0 MiB of 256.0 MiB (50%), 256.0 MiB/s") throw new Error(line);
+ * ```
+ */
+export function describeTransfer(
+  direction: "upload" | "download",
+  bytes: number,
+  total: number,
+  elapsedMs: number,
+): string {
+  const verb = direction === "upload" ? "uploading" : "downloading";
+  const percent = total > 0 ? Math.floor((100 * bytes) / total) : 100;
+  const rate = elapsedMs > 0 ? `, ${formatBytes(Math.round((bytes * 1000) / elapsedMs))}/s` : "";
+  return `kcoral: ${verb} ${formatBytes(bytes)} of ${formatBytes(total)} (${percent}%)${rate}`;
+}
+
+/** Transfers smaller than this show no transfer line (the waiting line goes on). */
+export const TRANSFER_LINE_BYTES = 1 << 20;
+
+/**
+ * The transfer line of `kcoral run`: bytes, percent and rate while a large body moves (the
+ * client's `onProgress` feeds it); {@linkcode TransferLine.active} tells the waiting line to
+ * stay away meanwhile. Bodies under {@linkcode TRANSFER_LINE_BYTES} show nothing.
+ *
+ * @example
+ * ```ts
+ * import { Progress, TransferLine } from "./progress.ts";
+ *
+ * let clock = 0;
+ * let shown = "";
+ * const progress = new Progress({ write: (t) => (shown = t), isTerminal: true, now: () => clock });
+ * const line = new TransferLine(progress, () => clock);
+ * line.update({ direction: "upload", bytes: 0, total: 8 << 20 });
+ * clock = 1000;
+ * line.update({ direction: "upload", bytes: 4 << 20, total: 8 << 20 });
+ * if (!line.active || !shown.includes("uploading 4.0 MiB of 8.0 MiB (50%), 4.0 MiB/s")) {
+ *   throw new Error(shown);
+ * }
+ * ```
+ */
+export class TransferLine {
+  readonly #progress: Progress;
+  readonly #now: () => number;
+  #direction: "upload" | "download" | null = null;
+  #started = 0;
+  /** Whether bytes are moving now. */
+  active = false;
+
+  /** A line on `progress`; `now` is the clock in milliseconds (default `Date.now`). */
+  constructor(progress: Progress, now: () => number = Date.now) {
+    this.#progress = progress;
+    this.#now = now;
+  }
+
+  /** One progress report of the client. */
+  update(p: { direction: "upload" | "download"; bytes: number; total: number }): void {
+    if (!this.#progress.enabled || p.total < TRANSFER_LINE_BYTES) return;
+    if (p.direction !== this.#direction) {
+      this.#direction = p.direction;
+      this.#started = this.#now();
+    }
+    const done = p.bytes >= p.total;
+    this.active = !done;
+    this.#progress.update(
+      describeTransfer(p.direction, p.bytes, p.total, this.#now() - this.#started),
+      { force: done },
+    );
+  }
+}

@@ -84,6 +84,8 @@ export interface WatchOptions {
   now?: () => number;
   /** Consecutive failed polls after which polling stops (default 3). */
   maxFailures?: number;
+  /** While this says true (bytes are moving: another line shows them), nothing is rendered. */
+  paused?: () => boolean;
 }
 
 /** A running {@linkcode watchWaiting}. */
@@ -116,7 +118,9 @@ export function watchWaiting(options: WatchOptions): Watch {
   const start = now();
   const stopping = new AbortController();
   let load: ServerLoad | null = null;
-  const render = () => progress.update(describeWait(now() - start, load), { force: true });
+  const render = () => {
+    if (!options.paused?.()) progress.update(describeWait(now() - start, load), { force: true });
+  };
   render();
   const timer = setInterval(render, intervalMs);
   const loop = (async () => {

@@ -37,6 +37,7 @@ export class Http1Transport implements Transport {
         request.body,
         request.observe,
         signal,
+        request.onSent,
       );
     } catch (error) {
       if (signal?.aborted) throw signal.reason;

@@ -120,6 +120,7 @@ export class Http1Agent {
     body: readonly Uint8Array[] = [],
     observe?: (headers: Headers) => BodyObserver | undefined,
     signal?: AbortSignal,
+    onSent?: (sent: number, total: number) => void,
   ): Promise<TransportResponse> {
     signal?.throwIfAborted();
     let length = 0;
@@ -160,6 +161,7 @@ export class Http1Agent {
           observe,
           pooled,
           prepare,
+          onSent,
         ).finally(() => this.#prefault.end(prepare));
         this.#prefault.record(allocated.bytes, allocated.prefaulted);
         if (reusable && !this.#closed) this.#park(conn);
@@ -193,6 +195,7 @@ async function _exchange(
   observe: ((headers: Headers) => BodyObserver | undefined) | undefined,
   pooled: _Idle | undefined,
   expectedBody: number,
+  onSent?: (sent: number, total: number) => void,
 ): Promise<{ response: TransportResponse; reusable: boolean; allocated: Allocation }> {
   // The body is written while the response is read: a server may answer early (413) without
   // reading the rest, and that answer must not be lost behind a blocked write.
@@ -202,7 +205,15 @@ async function _exchange(
   let spare: Prefault | null = null;
   const writing = (async () => {
     try {
-      for (const piece of pieces) await _writeAll(conn, piece);
+      if (onSent) {
+        const total = pieces.reduce((n, piece) => n + piece.length, 0);
+        let sent = 0;
+        for (const piece of pieces) {
+          await _writeAll(conn, piece, (n) => onSent(sent += n, total));
+        }
+      } else {
+        for (const piece of pieces) await _writeAll(conn, piece);
+      }
       written = true;
       if (expectedBody > 0) spare = new Prefault(expectedBody + PREFAULT_SLACK);
     } catch {
@@ -232,9 +243,17 @@ async function _exchange(
   };
 }
 
-async function _writeAll(conn: Deno.TcpConn, bytes: Uint8Array): Promise<void> {
+async function _writeAll(
+  conn: Deno.TcpConn,
+  bytes: Uint8Array,
+  wrote?: (bytes: number) => void,
+): Promise<void> {
   let view = bytes;
-  while (view.length > 0) view = view.subarray(await conn.write(view));
+  while (view.length > 0) {
+    const n = await conn.write(view);
+    wrote?.(n);
+    view = view.subarray(n);
+  }
 }
 
 function _closeQuietly(conn: Deno.TcpConn): void {

@@ -34,6 +34,11 @@ export interface TransportRequest {
   observe?: (headers: Headers) => BodyObserver | undefined;
   /** Aborting closes the connection; the request then rejects with the signal's reason. */
   signal?: AbortSignal;
+  /**
+   * Called as the request goes out with the bytes written so far and the request's total size
+   * (head included). Transports that cannot watch their writes (`fetch`) never call it.
+   */
+  onSent?: (sent: number, total: number) => void;
 }
 
 /** A complete response. */
