@@ -24,6 +24,8 @@ import type { HttpApp } from "../http/serve.ts";
 import { forwardExecute } from "./forward.ts";
 import { acceptNodeLink } from "./hub.ts";
 import { NodeRegistry } from "./registry.ts";
+import { RouterMetrics } from "./metrics.ts";
+import { metricsResponse } from "../http/metrics_response.ts";
 import { registryConfig, type RouterConfig } from "./options.ts";
 
 /** Options of {@linkcode createRouter} besides its configuration. */
@@ -72,6 +74,7 @@ class _Router implements RouterApp {
   readonly #inFlight: InFlight;
   readonly #sockets = new Set<WebSocket>();
   readonly #routes: Route[];
+  readonly #metrics: RouterMetrics;
 
   constructor(config: RouterConfig, options: RouterAppOptions) {
     this.#config = config;
@@ -85,6 +88,7 @@ class _Router implements RouterApp {
     this.registry = new NodeRegistry(registryConfig(config), {
       onEvent: (event, fields) => this.events.emit("INFO", event, fields),
     });
+    this.#metrics = new RouterMetrics(this.events, this.registry);
     const link = (request: Request) =>
       acceptNodeLink(request, {
         registry: this.registry,
@@ -95,6 +99,7 @@ class _Router implements RouterApp {
     this.#routes = [
       { path: "/health", methods: ["GET"], handler: () => this.#health() },
       { path: "/execute", methods: ["POST"], handler: (request) => this.#execute(request) },
+      { path: "/metrics", methods: ["GET"], handler: () => this.#metricsText() },
       { path: CONTROL_PATH, methods: ["GET"], handler: link },
       { path: SLOT_PATH, methods: ["GET"], handler: link },
     ];
@@ -130,7 +135,12 @@ class _Router implements RouterApp {
       }
     }
     this.events.emit("INFO", "router_stopped", {});
+    this.#metrics.close();
     this.events.close();
+  }
+
+  #metricsText(): Promise<Response> {
+    return metricsResponse(this.#metrics.registry);
   }
 
   #health(): Response {

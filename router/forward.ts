@@ -75,6 +75,8 @@ class _Trace {
   status = 0;
   queueWaitMs = 0;
   reason: FinishReason = "client_disconnected";
+  /** The kind of an answer the Router made itself (`router_busy`, `server_transport`, ...). */
+  errorKind: string | null = null;
   requestBytes = 0;
   responseBytes = 0;
   #done = false;
@@ -92,6 +94,7 @@ class _Trace {
       request_bytes: this.requestBytes,
       response_bytes: this.responseBytes,
       finish_reason: this.reason,
+      error_kind: this.errorKind,
     });
     ctx.onFinished?.();
   }
@@ -100,6 +103,7 @@ class _Trace {
 function _errorResponse(error: _RouterError, trace: _Trace, ctx: ForwardContext): Response {
   trace.status = error.status;
   trace.reason = error.reason;
+  trace.errorKind = error.kind;
   trace.finish(ctx);
   const headers = new Headers({ "content-type": "application/json", "x-request-id": trace.id });
   if (error.status === 503) headers.set("retry-after", "1");

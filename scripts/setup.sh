@@ -5,6 +5,11 @@
 set -euo pipefail
 want_apt=()
 command -v bwrap >/dev/null 2>&1 || want_apt+=(bubblewrap)
+# The official Prometheus client's text-format parser reads /metrics in the tests (Debian's
+# package, for Debian's python3: tests/_prometheus_parse.py finds an interpreter that has it).
+python3 -c 'import prometheus_client' >/dev/null 2>&1 ||
+  /usr/bin/python3 -c 'import prometheus_client' >/dev/null 2>&1 ||
+  want_apt+=(python3-prometheus-client)
 if [ ${#want_apt[@]} -gt 0 ]; then
   sudo_cmd=""
   [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"

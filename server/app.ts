@@ -1,6 +1,7 @@
 /**
- * A KCoral server as an HTTP application: the routes (`GET /health`, `POST /execute`, the
- * loopback-only `GET /internal/worker-status`) and the lifecycle (start, graceful stop). The
+ * A KCoral server as an HTTP application: the routes (`GET /health`, `POST /execute`,
+ * `GET /metrics`, the loopback-only `GET /internal/worker-status`) and the lifecycle (start,
+ * graceful stop). The
  * work is elsewhere: startup in `services.ts`, `/execute` in `pipeline.ts` (intake → admission
  * → dispatch → finish). The front-end never touches a GPU.
  *
@@ -15,6 +16,8 @@ import { jsonResponse, peerHost, type Route, route } from "../http/routes.ts";
 import type { HttpApp } from "../http/serve.ts";
 import { ERROR_MESSAGES } from "../protocol/errors.ts";
 import { distinctGpuCount, resolveServerConfig, type ServerConfig } from "./config.ts";
+import { ServerMetrics } from "./metrics.ts";
+import { metricsResponse } from "../http/metrics_response.ts";
 import { executeRequest } from "./pipeline.ts";
 import type { WorkerPool } from "./pool.ts";
 import { type Services, startServices, stopServices } from "./services.ts";
@@ -101,6 +104,7 @@ class _ServerApp implements App {
   readonly #options: AppOptions;
   readonly #inFlight: InFlight;
   readonly #routes: Route[];
+  readonly #metrics: ServerMetrics;
   #started = false;
   #stopping = false;
 
@@ -114,9 +118,14 @@ class _ServerApp implements App {
       consoleWrite: options.consoleWrite,
     });
     this.#inFlight = new InFlight(this.events);
+    this.#metrics = new ServerMetrics(this.events, () => {
+      const s = this.services;
+      return s && { pool: s.pool, store: s.store, disk: s.caches.disk };
+    });
     this.#routes = [
       { path: "/health", methods: ["GET"], handler: () => this.#health() },
       { path: "/execute", methods: ["POST"], handler: (r, info) => this.#execute(r, info) },
+      { path: "/metrics", methods: ["GET"], handler: () => this.#metricsText() },
       {
         path: "/internal/worker-status",
         methods: ["GET"],
@@ -165,6 +174,7 @@ class _ServerApp implements App {
     if (this.services) await stopServices(this.services);
     this.events.emit("INFO", "shutdown_complete");
     this.events.emit("INFO", "server_stopped");
+    this.#metrics.close();
     this.events.close();
   }
 
@@ -190,6 +200,10 @@ class _ServerApp implements App {
 
   #health(): Response {
     return jsonResponse(200, JSON.stringify(this.health()));
+  }
+
+  #metricsText(): Promise<Response> {
+    return metricsResponse(this.#metrics.registry);
   }
 
   #execute(request: Request, info: Deno.ServeHandlerInfo | undefined): Promise<Response> {

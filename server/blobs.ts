@@ -105,21 +105,25 @@ export async function resolveBlobs(
       const fileUse = ref.uses.has("file");
       const otherUse = ref.uses.has("tensor") || ref.uses.has("bytes") || ref.uses.has("library");
       if (supplied.has(sha)) continue;
-      if (fileUse) {
+      if (fileUse && disk.enabled) {
         const cached = await disk.get(sha);
         if (cached) {
+          disk.counters.hits++;
           await store.putPinned(sha, cached, false);
           pinned.push(sha);
           sizes.set(sha, cached.length);
           continue;
         }
+        disk.counters.misses++;
       }
       if (otherUse && store.has(sha) && store.pinExisting([sha])) {
+        store.counters.hits++;
         pinned.push(sha);
         await store.written([sha]);
         sizes.set(sha, (await Deno.stat(store.path(sha))).size);
         continue;
       }
+      if (otherUse) store.counters.misses++;
       missing.push(sha);
     }
     if (diskWrites.length > 0) {

@@ -8,6 +8,7 @@
  */
 import { writeNewFile } from "./_write_file.ts";
 import { sha256Hex } from "../protocol/hash.ts";
+import { CacheCounters } from "./cache_counters.ts";
 
 /** The disk file cache; disabled when its directory is `null` or its capacity is 0. */
 export class DiskFileCache {
@@ -15,6 +16,9 @@ export class DiskFileCache {
   readonly dir: string | null;
   /** Capacity in bytes. */
   readonly capacityBytes: number;
+  /** Hits, misses (counted by the blob resolution) and evictions. */
+  readonly counters: CacheCounters = new CacheCounters();
+  #bytes = 0;
 
   /** Opens the cache; call {@linkcode DiskFileCache.prepare} before use. */
   constructor(dir: string | null, capacityBytes: number) {
@@ -25,6 +29,11 @@ export class DiskFileCache {
   /** Whether the cache stores anything. */
   get enabled(): boolean {
     return this.dir !== null;
+  }
+
+  /** Bytes stored, as measured at start and after the last write batch. */
+  get bytes(): number {
+    return this.#bytes;
   }
 
   /** Creates the directory and evicts down to capacity (removing stale temporary files). */
@@ -123,6 +132,7 @@ export class DiskFileCache {
         }
       }
     }
+    this.#bytes = total;
     if (total <= this.capacityBytes) return;
     objects.sort((a, b) => a.mtime - b.mtime);
     for (const object of objects) {
@@ -130,9 +140,11 @@ export class DiskFileCache {
       try {
         await Deno.remove(object.path);
         total -= object.size;
+        this.counters.evictions++;
       } catch {
         // vanished
       }
     }
+    this.#bytes = total;
   }
 }

@@ -7,6 +7,7 @@
  * @module
  */
 import { writeNewFile } from "./_write_file.ts";
+import { CacheCounters } from "./cache_counters.ts";
 
 /** Blobs up to this size are written without leaving the event loop. */
 const _SYNC_WRITE_BYTES = 64 * 1024;
@@ -24,6 +25,8 @@ export class BlobStore {
   readonly dir: string;
   /** Retention capacity in bytes. */
   readonly capacityBytes: number;
+  /** Hits, misses (counted by the blob resolution) and evictions. */
+  readonly counters: CacheCounters = new CacheCounters();
   #entries = new Map<string, _Entry>(); // insertion order = LRU order (first = least recent)
   #retainedBytes = 0;
   #writes = new Map<string, Promise<void>>();
@@ -174,6 +177,7 @@ export class BlobStore {
       if (this.#retainedBytes <= this.capacityBytes) break;
       if (!entry.retained || entry.pins > 0) continue;
       this.#drop(sha);
+      this.counters.evictions++;
     }
   }
 

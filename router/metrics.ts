@@ -1,0 +1,182 @@
+/**
+ * The Router's Prometheus metrics (`GET /metrics`, text exposition format, through
+ * `prom-client`). Forwarded requests are counted from the Router's `request_finished` events;
+ * nodes, capacity, load and the queue are read from the registry when scraped.
+ *
+ * ```
+ *  request_finished ─▶ kcoral_router_requests_total{code,outcome,error_kind}
+ *                      kcoral_router_queue_wait_seconds
+ *                      kcoral_router_request_bytes_total / response_bytes_total
+ *  scrape           ─▶ kcoral_router_nodes{state}, kcoral_router_node_capacity{node},
+ *                      kcoral_router_node_busy{node}, kcoral_router_node_available{node},
+ *                      kcoral_router_queue_length, kcoral_router_requests_in_flight
+ * ```
+ *
+ * The `node` label takes the ids of the deployment's own nodes (a bounded set an operator
+ * chose); no request ids or paths are labels.
+ *
+ * @module
+ */
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import type { EventLog } from "../http/events.ts";
+import type { NodeRegistry, NodeState } from "./registry.ts";
+import { DURATION_BUCKETS } from "../http/metrics_response.ts";
+
+const _STATES: readonly NodeState[] = [
+  "starting",
+  "ready",
+  "recovering",
+  "incompatible",
+  "unhealthy",
+];
+
+/**
+ * A Router's metrics, fed by its event log and read from its registry when scraped.
+ *
+ * @example
+ * ```ts
+ * import { EventLog } from "../http/events.ts";
+ * import { NodeRegistry } from "./registry.ts";
+ * import { RouterMetrics } from "./metrics.ts";
+ *
+ * const events = new EventLog({ logDir: null, console: false, programs: false });
+ * const registry = new NodeRegistry({
+ *   maxStatusAgeMs: 5000, unhealthyThreshold: 3, recoveryThreshold: 2, nodeRetentionMs: 600_000,
+ *   statusCheckIntervalMs: 1000, maxQueuedRequests: 0, queueWaitTimeoutMs: 0,
+ * });
+ * const metrics = new RouterMetrics(events, registry);
+ * events.emit("WARNING", "request_finished", {
+ *   http_status: 503, finish_reason: "queue_full", error_kind: "router_busy", queue_wait_ms: 0,
+ *   request_bytes: 0, response_bytes: 0,
+ * });
+ * const text = await metrics.render();
+ * if (!text.includes('outcome="queue_full",error_kind="router_busy"} 1')) throw new Error(text);
+ * if (!text.includes('kcoral_router_nodes{state="ready"} 0')) throw new Error(text);
+ * metrics.close();
+ * registry.close();
+ * ```
+ */
+export class RouterMetrics {
+  /** The registry `render` exposes. */
+  readonly registry: Registry = new Registry();
+  readonly #unsubscribe: () => void;
+  readonly #requests: Counter<"code" | "outcome" | "error_kind">;
+  readonly #queueWait: Histogram;
+  readonly #requestBytes: Counter;
+  readonly #responseBytes: Counter;
+
+  /** Observes `events`; reads `registry` when scraped. */
+  constructor(events: EventLog, registry: NodeRegistry) {
+    const registers = [this.registry];
+    this.#requests = new Counter({
+      name: "kcoral_router_requests_total",
+      help: "Requests the Router finished, by HTTP status, outcome (finish reason) and the kind " +
+        "of an answer the Router made itself (router_busy, no_node, server_transport, ...).",
+      labelNames: ["code", "outcome", "error_kind"],
+      registers,
+    });
+    this.#queueWait = new Histogram({
+      name: "kcoral_router_queue_wait_seconds",
+      help: "Time a request waited at the Router for a node's slot.",
+      buckets: [...DURATION_BUCKETS],
+      registers,
+    });
+    this.#requestBytes = new Counter({
+      name: "kcoral_router_request_bytes_total",
+      help: "Request body bytes forwarded to nodes.",
+      registers,
+    });
+    this.#responseBytes = new Counter({
+      name: "kcoral_router_response_bytes_total",
+      help: "Response body bytes streamed back to clients.",
+      registers,
+    });
+    new Gauge({
+      name: "kcoral_router_nodes",
+      help: "Node records by state.",
+      labelNames: ["state"],
+      registers,
+      collect() {
+        const counts = new Map<string, number>(_STATES.map((s) => [s, 0]));
+        for (const node of registry.snapshot().workers) {
+          counts.set(node.status, (counts.get(node.status) ?? 0) + 1);
+        }
+        for (const [state, count] of counts) this.set({ state }, count);
+      },
+    });
+    const perNode = (name: string, help: string, pick: (n: NodeSnapshotLike) => number) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ["node"],
+        registers,
+        collect() {
+          this.reset();
+          for (const node of registry.snapshot().workers) this.set({ node: node.name }, pick(node));
+        },
+      });
+    perNode(
+      "kcoral_router_node_capacity",
+      "Workers of a node (its last healthy report).",
+      (n) => n.capacity,
+    );
+    perNode(
+      "kcoral_router_node_busy",
+      "Requests running on a node through this Router.",
+      (n) => n.in_flight,
+    );
+    perNode(
+      "kcoral_router_node_available",
+      "Idle slots a node can take requests on now.",
+      (n) => n.available_capacity,
+    );
+    new Gauge({
+      name: "kcoral_router_queue_length",
+      help: "Requests waiting for a slot.",
+      registers,
+      collect() {
+        this.set(registry.snapshot().queue_length);
+      },
+    });
+    new Gauge({
+      name: "kcoral_router_requests_in_flight",
+      help: "Requests running on nodes, all nodes together.",
+      registers,
+      collect() {
+        this.set(registry.snapshot().active_requests);
+      },
+    });
+    this.#unsubscribe = events.subscribe((record) => this.#observe(record));
+  }
+
+  #observe(record: Record<string, unknown>): void {
+    if (record.event !== "request_finished") return;
+    this.#requests.inc({
+      code: String(record.http_status ?? 0),
+      outcome: typeof record.finish_reason === "string" ? record.finish_reason : "unknown",
+      error_kind: typeof record.error_kind === "string" ? record.error_kind : "none",
+    });
+    if (typeof record.queue_wait_ms === "number") {
+      this.#queueWait.observe(record.queue_wait_ms / 1000);
+    }
+    if (typeof record.request_bytes === "number") this.#requestBytes.inc(record.request_bytes);
+    if (typeof record.response_bytes === "number") this.#responseBytes.inc(record.response_bytes);
+  }
+
+  /** The exposition text. */
+  render(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  /** Stops observing the event log. */
+  close(): void {
+    this.#unsubscribe();
+  }
+}
+
+/** The fields of a registry node snapshot the per-node gauges read. */
+interface NodeSnapshotLike {
+  capacity: number;
+  in_flight: number;
+  available_capacity: number;
+}

@@ -1,0 +1,271 @@
+/**
+ * The server's Prometheus metrics (`GET /metrics`, text exposition format, through the
+ * `prom-client` library). Nothing here runs on the measured path: counters and histograms move
+ * when the event log records what happened (one listener on {@linkcode EventLog}), and the
+ * gauges (workers, queue, caches) are read from the running parts when scraped.
+ *
+ * ```
+ *  request_finished ─▶ kcoral_requests_total{code,finish_reason,error_kind}
+ *                      kcoral_request_queue_seconds / lease_wait / lease_held {gpu}
+ *                      kcoral_response_bytes_total
+ *  request_accepted ─▶ kcoral_request_bytes_total
+ *  worker_retired   ─▶ kcoral_worker_replacements_total{reason}
+ *  worker_ready     ─▶ kcoral_worker_replacement_seconds (retired → ready again)
+ *  scrape           ─▶ kcoral_requests_in_flight, kcoral_requests_queued, kcoral_workers{device,state},
+ *                      kcoral_cache_{hits,misses,evictions}_total{cache}, kcoral_cache_bytes{cache}
+ * ```
+ *
+ * Label values are bounded: status codes, finish reasons and error kinds of the protocol, GPU
+ * ids of the configuration, worker states; never request ids or paths.
+ *
+ * @module
+ */
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import type { EventLog } from "../http/events.ts";
+import { DURATION_BUCKETS } from "../http/metrics_response.ts";
+import type { BlobStore } from "./cache_memory.ts";
+import type { DiskFileCache } from "./cache_disk.ts";
+import type { WorkerPool } from "./pool.ts";
+
+/** The running parts the gauges read (absent before the server has started). */
+export interface MetricSources {
+  /** The worker pool. */
+  pool: WorkerPool;
+  /** The memory cache. */
+  store: BlobStore;
+  /** The disk cache. */
+  disk: DiskFileCache;
+}
+
+function _text(value: unknown, fallback: string): string {
+  return typeof value === "string" && value !== "" ? value : fallback;
+}
+
+function _gpu(value: unknown): string {
+  return typeof value === "number" ? String(value) : "cpu";
+}
+
+/**
+ * A server's metrics: its own registry (several servers may share a process), fed by its event
+ * log and read from `sources()` when scraped.
+ *
+ * @example
+ * ```ts
+ * import { EventLog } from "../http/events.ts";
+ * import { ServerMetrics } from "./metrics.ts";
+ *
+ * const events = new EventLog({ logDir: null, console: false, programs: false });
+ * const metrics = new ServerMetrics(events, () => null);
+ * events.emit("INFO", "request_finished", {
+ *   http_status: 200, finish_reason: "completed", error_kind: null, gpu_id: 0,
+ *   queue_ms: 1.5, lease_wait_ms: 0.2, lease_held_ms: 12, response_bytes: 300,
+ * });
+ * const text = await metrics.render();
+ * if (!text.includes('kcoral_requests_total{code="200",finish_reason="completed",error_kind="none"} 1')) {
+ *   throw new Error(text);
+ * }
+ * if (!text.includes('kcoral_lease_held_seconds_count{gpu="0"} 1')) throw new Error(text);
+ * metrics.close();
+ * ```
+ */
+export class ServerMetrics {
+  /** The registry `render` exposes. */
+  readonly registry: Registry = new Registry();
+  readonly #unsubscribe: () => void;
+  readonly #retiredAt = new Map<string, number>();
+  readonly #requests: Counter<"code" | "finish_reason" | "error_kind">;
+  readonly #queue: Histogram<"gpu">;
+  readonly #leaseWait: Histogram<"gpu">;
+  readonly #leaseHeld: Histogram<"gpu">;
+  readonly #requestBytes: Counter;
+  readonly #responseBytes: Counter;
+  readonly #replacements: Counter<"reason">;
+  readonly #replacementSeconds: Histogram;
+
+  /** Observes `events`; `sources` gives the running parts (or `null`) at scrape time. */
+  constructor(events: EventLog, sources: () => MetricSources | null) {
+    const registers = [this.registry];
+    this.#requests = new Counter({
+      name: "kcoral_requests_total",
+      help: "Finished /execute requests by HTTP status, finish reason and error kind.",
+      labelNames: ["code", "finish_reason", "error_kind"],
+      registers,
+    });
+    const histogram = (name: string, help: string) =>
+      new Histogram({
+        name,
+        help,
+        labelNames: ["gpu"],
+        buckets: [...DURATION_BUCKETS],
+        registers,
+      });
+    this.#queue = histogram(
+      "kcoral_request_queue_seconds",
+      'Time a request waited for a worker, per GPU (gpu="cpu" on CPU servers).',
+    );
+    this.#leaseWait = histogram(
+      "kcoral_lease_wait_seconds",
+      "Time a request's worker waited for the GPU lease, per GPU.",
+    );
+    this.#leaseHeld = histogram(
+      "kcoral_lease_held_seconds",
+      "Time a request held the GPU lease (its measured run), per GPU.",
+    );
+    this.#requestBytes = new Counter({
+      name: "kcoral_request_bytes_total",
+      help: "Bytes of accepted /execute request bodies.",
+      registers,
+    });
+    this.#responseBytes = new Counter({
+      name: "kcoral_response_bytes_total",
+      help: "Bytes of /execute response bodies.",
+      registers,
+    });
+    this.#replacements = new Counter({
+      name: "kcoral_worker_replacements_total",
+      help: "Workers retired and replaced, by reason.",
+      labelNames: ["reason"],
+      registers,
+    });
+    this.#replacementSeconds = new Histogram({
+      name: "kcoral_worker_replacement_seconds",
+      help: "Time from a worker's retirement to its replacement being ready.",
+      buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+      registers,
+    });
+    new Gauge({
+      name: "kcoral_requests_in_flight",
+      help: "Requests holding a worker.",
+      registers,
+      collect() {
+        this.set(sources()?.pool.load().requests_in_progress ?? 0);
+      },
+    });
+    new Gauge({
+      name: "kcoral_requests_queued",
+      help: "Requests waiting for a worker.",
+      registers,
+      collect() {
+        this.set(sources()?.pool.load().requests_waiting ?? 0);
+      },
+    });
+    new Gauge({
+      name: "kcoral_workers",
+      help: "Worker seats by device and state (starting, idle, busy, replacing, broken).",
+      labelNames: ["device", "state"],
+      registers,
+      collect() {
+        this.reset();
+        for (const seat of sources()?.pool.seats ?? []) {
+          this.inc({ device: seat.gpus.length > 0 ? "gpu" : "cpu", state: seat.state });
+        }
+      },
+    });
+    const caches = (pick: (c: { hits: number; misses: number; evictions: number }) => number) =>
+      function (this: Counter<"cache">) {
+        const s = sources();
+        this.reset();
+        if (!s) return;
+        this.inc({ cache: "memory" }, pick(s.store.counters));
+        this.inc({ cache: "disk" }, pick(s.disk.counters));
+      };
+    new Counter({
+      name: "kcoral_cache_hits_total",
+      help: "Blob lookups found in the memory cache or the disk file cache.",
+      labelNames: ["cache"],
+      registers,
+      collect: caches((c) => c.hits),
+    });
+    new Counter({
+      name: "kcoral_cache_misses_total",
+      help: "Blob lookups not found (the client is asked to send them).",
+      labelNames: ["cache"],
+      registers,
+      collect: caches((c) => c.misses),
+    });
+    new Counter({
+      name: "kcoral_cache_evictions_total",
+      help: "Objects evicted to keep a cache within its capacity.",
+      labelNames: ["cache"],
+      registers,
+      collect: caches((c) => c.evictions),
+    });
+    new Gauge({
+      name: "kcoral_cache_bytes",
+      help: "Bytes a cache holds (memory: retained blobs; disk: as of its last write batch).",
+      labelNames: ["cache"],
+      registers,
+      collect() {
+        const s = sources();
+        this.set({ cache: "memory" }, s?.store.retainedBytes ?? 0);
+        this.set({ cache: "disk" }, s?.disk.bytes ?? 0);
+      },
+    });
+    this.#unsubscribe = events.subscribe((record) => this.#observe(record));
+  }
+
+  #observe(record: Record<string, unknown>): void {
+    switch (record.event) {
+      case "request_finished": {
+        this.#requests.inc({
+          code: String(record.http_status ?? 0),
+          finish_reason: _text(record.finish_reason, "unknown"),
+          error_kind: _text(record.error_kind, "none"),
+        });
+        if (typeof record.response_bytes === "number") {
+          this.#responseBytes.inc(record.response_bytes);
+        }
+        const gpu = { gpu: _gpu(record.gpu_id) };
+        const seconds = (value: unknown) => typeof value === "number" ? value / 1000 : null;
+        const queue = seconds(record.queue_ms);
+        const wait = seconds(record.lease_wait_ms);
+        const held = seconds(record.lease_held_ms);
+        if (queue !== null) this.#queue.observe(gpu, queue);
+        if (wait !== null) this.#leaseWait.observe(gpu, wait);
+        if (held !== null) this.#leaseHeld.observe(gpu, held);
+        return;
+      }
+      case "request_accepted":
+        if (typeof record.request_bytes === "number") this.#requestBytes.inc(record.request_bytes);
+        return;
+      case "worker_retired":
+        this.#replacements.inc({ reason: _text(record.reason, "unknown") });
+        this.#retiredAt.set(String(record.worker_id), performance.now());
+        return;
+      case "worker_ready": {
+        const id = String(record.worker_id);
+        const since = this.#retiredAt.get(id);
+        if (since !== undefined) {
+          this.#retiredAt.delete(id);
+          this.#replacementSeconds.observe((performance.now() - since) / 1000);
+        }
+        return;
+      }
+    }
+  }
+
+  /**
+   * The exposition text.
+   *
+   * @example
+   * ```ts
+   * import { EventLog } from "../http/events.ts";
+   * import { ServerMetrics } from "./metrics.ts";
+   *
+   * const metrics = new ServerMetrics(
+   *   new EventLog({ logDir: null, console: false, programs: false }),
+   *   () => null,
+   * );
+   * if (!(await metrics.render()).includes("# TYPE kcoral_workers gauge")) throw new Error();
+   * metrics.close();
+   * ```
+   */
+  render(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  /** Stops observing the event log. */
+  close(): void {
+    this.#unsubscribe();
+  }
+}
