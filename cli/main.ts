@@ -1,21 +1,22 @@
 /**
- * The `kcoral` command: dispatches on its first argument (`run`, `server`, `router`, `health`)
- * before any parsing, as upstream does, so each sub-command owns its own syntax.
+ * The `kcoral` command: dispatches on its first argument (`run`, `server`, `router`, `health`,
+ * `mcp`) before any parsing, as upstream does, so each sub-command owns its own syntax.
  *
  * @module
  */
 import { versionLine } from "../options/version.ts";
 
-const _HELP = `usage: kcoral [-h] [--version] {server,router,run,health} ...
+const _HELP = `usage: kcoral [-h] [--version] {server,router,run,health,mcp} ...
 
 KCoral remote execution.
 
 positional arguments:
-  {server,router,run,health}
+  {server,router,run,health,mcp}
     server              start a standalone server or join a Router
     router              route requests across compute nodes
     run                 run a tool on a remote server
     health              show whether a server or Router is up, and its load
+    mcp                 serve KCoral to agent hosts as MCP tools over stdio
 
 options:
   -h, --help            show this help message and exit
@@ -40,6 +41,10 @@ export async function main(argv: string[]): Promise<number> {
     const { healthMain } = await import("./health.ts");
     return await healthMain(rest);
   }
+  if (command === "mcp") {
+    const { mcpMain } = await import("./mcp/main.ts");
+    return await mcpMain(rest);
+  }
   if (command === "--version") {
     console.log(versionLine());
     return 0;
@@ -52,7 +57,7 @@ export async function main(argv: string[]): Promise<number> {
   console.error(
     command.startsWith("-")
       ? `kcoral: error: unrecognized arguments: ${command}`
-      : `kcoral: error: argument command: invalid choice: '${command}' (choose from 'server', 'router', 'run', 'health')`,
+      : `kcoral: error: argument command: invalid choice: '${command}' (choose from 'server', 'router', 'run', 'health', 'mcp')`,
   );
   return 2;
 }
