@@ -47,10 +47,16 @@ export async function routerMain(
   }
   const { createRouter } = await import("../router/app.ts");
   const { serve } = await import("../http/serve.ts");
+  const { consoleMessage } = await import("../http/events.ts");
   const router = createRouter(config);
   let running;
   try {
-    running = await serve(router, { host: config.host, port: config.port, label: "KCoral router" });
+    running = await serve(router, {
+      host: config.host,
+      port: config.port,
+      label: "KCoral router",
+      log: (line) => console.error(consoleMessage(config.logFormat, line, "router_console")),
+    });
   } catch (error) {
     console.error(
       `kcoral router: cannot start the Router: ${error instanceof Error ? error.message : error}`,

@@ -25,6 +25,7 @@ import {
   commandLineUsage,
   parseCommandLine,
 } from "../options/command.ts";
+import { consoleMessage } from "../http/events.ts";
 import { optionTableSchema } from "../options/schema.ts";
 import { versionLine } from "../options/version.ts";
 import { serverConfigOptions, serverListenOptions } from "../server/config_options.ts";
@@ -201,7 +202,12 @@ export async function serverMain(
   }
   let running;
   try {
-    running = await serve(app, { host: args.host, port: args.port });
+    const format = app.config.logFormat;
+    running = await serve(app, {
+      host: args.host,
+      port: args.port,
+      log: (line) => console.error(consoleMessage(format, line, "server_console")),
+    });
   } catch (error) {
     console.error(
       `kcoral server: cannot start the server: ${error instanceof Error ? error.message : error}`,
@@ -235,6 +241,7 @@ async function _superviseNode(
   env: Record<string, string | undefined>,
 ): Promise<number> {
   const { runSupervisor } = await import("../router/supervisor/supervisor.ts");
+  const format = args.config.logFormat ?? "text";
   const { supervisorOptionsFrom } = await import("../router/supervisor/options.ts");
   const shutdown = new AbortController();
   const signals = ["SIGTERM", "SIGINT"] as const;
@@ -262,6 +269,8 @@ async function _superviseNode(
       env: childEnv,
     },
     signal: shutdown.signal,
+    log: (line) =>
+      console.error(consoleMessage(format, line, "supervisor", { node_id: args.node.nodeId })),
   }));
   for (const signal of signals) Deno.removeSignalListener(signal, onSignal);
   return code;

@@ -23,6 +23,46 @@ export interface EventLogOptions {
   programs: boolean;
   /** Where console lines go (default: stderr). */
   consoleWrite?: (line: string) => void;
+  /**
+   * `"text"` (default): `TIMESTAMP LEVEL event key=value ...`; `"json"`: one JSON object per
+   * line, the record `events.jsonl` has, for log shippers.
+   */
+  consoleFormat?: LogFormat;
+}
+
+/** How console lines are written: readable text or one JSON object per line. */
+export type LogFormat = "text" | "json";
+
+/**
+ * A console message that is not an event (a listening line, a supervisor's message) in the
+ * console's format: as it is for `"text"`, as `{"timestamp","level","event","message"}` for
+ * `"json"`.
+ *
+ * @example
+ * ```ts
+ * import { consoleMessage } from "./events.ts";
+ *
+ * if (consoleMessage("text", "listening", "serve") !== "listening") throw new Error();
+ * const record = JSON.parse(consoleMessage("json", "listening", "serve"));
+ * if (record.event !== "serve" || record.message !== "listening" || record.level !== "INFO") {
+ *   throw new Error();
+ * }
+ * ```
+ */
+export function consoleMessage(
+  format: LogFormat,
+  message: string,
+  event: string,
+  fields: Record<string, unknown> = {},
+): string {
+  if (format === "text") return message;
+  return _jsonLine({
+    timestamp: new Date().toISOString(),
+    level: "INFO",
+    event,
+    ...fields,
+    message,
+  });
 }
 
 const _CONSOLE_SKIPPED = new Set(["traceback", "versions", "config", "ops", "uploads"]);
@@ -35,6 +75,7 @@ export class EventLog {
   #file: Deno.FsFile | null = null;
   #console: ((line: string) => void) | null;
   #programs: boolean;
+  #json: boolean;
   #listeners = new Set<(record: Record<string, unknown>) => void>();
 
   /** Opens the log, creating a fresh run directory when `logDir` is set. */
@@ -43,6 +84,7 @@ export class EventLog {
       ? (options.consoleWrite ?? ((line) => Deno.stderr.writeSync(_encoder.encode(line + "\n"))))
       : null;
     this.#programs = options.programs;
+    this.#json = options.consoleFormat === "json";
     this.runDir = null;
     if (options.logDir) {
       try {
@@ -78,7 +120,9 @@ export class EventLog {
     }
     if (this.#console) {
       try {
-        this.#console(_consoleLine(timestamp, level, event, fields));
+        this.#console(
+          this.#json ? _jsonLine(record) : _consoleLine(timestamp, level, event, fields),
+        );
       } catch {
         // best effort
       }

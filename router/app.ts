@@ -83,6 +83,7 @@ class _Router implements RouterApp {
       console: options.logConsole ?? true,
       programs: false,
       consoleWrite: options.consoleWrite,
+      consoleFormat: config.logFormat,
     });
     this.#inFlight = new InFlight(this.events);
     this.registry = new NodeRegistry(registryConfig(config), {

@@ -135,6 +135,15 @@ export const routerOptions = {
     placeholder: "bytes",
     help: "maximum accepted request body size, in bytes",
   },
+  /** Console lines as text, or one JSON object per line. */
+  logFormat: {
+    flag: "--log-format",
+    env: "KCORAL_LOG_FORMAT",
+    type: "choice",
+    choices: ["text", "json"],
+    default: "text",
+    help: "console lines: text, or json (one object per line)",
+  },
   /** The shared token nodes must present; `null`: every node is accepted. */
   nodeToken: {
     flag: "--node-token",
@@ -180,6 +189,8 @@ export interface RouterConfig {
   nodeRetentionSeconds: number;
   /** Largest accepted request body, in bytes. */
   maxRequestBytes: number;
+  /** Console lines as text or JSON. */
+  logFormat: "text" | "json";
   /** The token nodes must present, or `null` for none. */
   nodeToken: string | null;
 }

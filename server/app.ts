@@ -116,6 +116,7 @@ class _ServerApp implements App {
       console: config.logConsole,
       programs: config.logPrograms,
       consoleWrite: options.consoleWrite,
+      consoleFormat: config.logFormat,
     });
     this.#inFlight = new InFlight(this.events);
     this.#metrics = new ServerMetrics(this.events, () => {

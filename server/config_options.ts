@@ -288,6 +288,15 @@ export const serverConfigOptions = {
     default: true,
     help: "do not mirror events to stderr",
   },
+  /** Console lines as text, or one JSON object per line (the `events.jsonl` record). */
+  logFormat: {
+    flag: "--log-format",
+    env: "KCORAL_LOG_FORMAT",
+    type: "choice",
+    choices: ["text", "json"],
+    default: "text",
+    help: "console lines: text, or json (one object per line, as events.jsonl)",
+  },
   /** Record every accepted program under `programs/<request-id>.json`. */
   logPrograms: {
     flag: "--no-log-programs",

@@ -302,8 +302,10 @@ Deno.test("kcoral server: flags, variables and defaults are the server guide's (
     "--log-dir": ["logs", "KCORAL_LOG_DIR"],
     "--no-log-console": [undefined],
     "--no-log-programs": [undefined],
-    // Not in the guide: the worker interpreter (ours) and the hidden test mode.
+    // Not in the guide: the worker interpreter and JSON console lines (ours), and the hidden
+    // test mode.
     "--python": ["python3", "KCORAL_PYTHON"],
+    "--log-format": ["text", "KCORAL_LOG_FORMAT"],
   };
   const lines = helpLines(ENV);
   const visible = Object.values(SERVER_OPTIONS).filter((spec) => !spec.hidden);
@@ -329,6 +331,7 @@ Deno.test("kcoral server: every variable of the table is read, and its flag wins
     device: ["cpu", "cpu", "gpu", "gpu"],
     gpus: ["2,3", [2, 3], "1", [1]],
     logDir: ["", null, "/var/log/k", "/var/log/k"],
+    logFormat: ["json", "json", "text", "text"],
     python: ["/opt/py", "/opt/py", "/usr/bin/python3", "/usr/bin/python3"],
   };
   const withEnv = Object.entries(SERVER_OPTIONS).filter(([, spec]) => spec.env !== undefined);

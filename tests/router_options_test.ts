@@ -33,6 +33,8 @@ Deno.test("router options: the seed's flags and defaults, nothing more", () => {
     "--max-queued-requests",
     "--node-retention-seconds",
     "--max-request-bytes",
+    // Ours, not the seed's: JSON console lines for log shippers.
+    "--log-format",
     "--node-token",
   ]);
   assert.deepEqual(parseRouterArgs([], {}), {
@@ -46,6 +48,7 @@ Deno.test("router options: the seed's flags and defaults, nothing more", () => {
     maxQueuedRequests: 1024,
     nodeRetentionSeconds: 600,
     maxRequestBytes: 268435456,
+    logFormat: "text",
     nodeToken: null,
   });
 });
