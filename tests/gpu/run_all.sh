@@ -5,6 +5,7 @@
 #   bash tests/gpu/run_all.sh two      # two-GPU checks (a machine with 2 GPUs)
 #   bash tests/gpu/run_all.sh router   # a GPU node behind kcoral router; CLI tools through it
 #   bash tests/gpu/run_all.sh router-bench  # bench/router_bench.ts --mode gpu
+#   bash tests/gpu/run_all.sh mcp      # kcoral mcp: benchmark_kernel and profile on the GPU
 # Logs go to $OUT (or ./gpu-logs); a summary goes to stdout.
 set -u
 cd "$(dirname "$0")/../.."
@@ -64,6 +65,10 @@ if [ "$part" = router ]; then # one GPU node behind a Router: tensors, CUDA-even
   wait "$checks"
   echo "== router_gpu: rc=$?"
   grep -E "PASS|FAIL|RESULT" "$OUT/router_gpu.log"
+fi
+if [ "$part" = mcp ]; then # kcoral mcp through the SDK's client: health, benchmark_kernel, profile
+  step mcp_gpu 600 deno run -A tests/gpu/mcp_gpu.ts --expect-arch sm_90a
+  sed -n '/^PASS\|^FAIL/,/^}/p' "$OUT/mcp_gpu.log" | grep -E '"(median|min|max|device|arch|summary|errors|nvcc_command)"' | head -40
 fi
 if [ "$part" = router-bench ]; then
   start=$SECONDS
