@@ -656,3 +656,36 @@ Deno.test("kcoral mcp: through a Router and a node", async () => {
     await router.stop();
   }
 });
+
+Deno.test("kcoral mcp --help, --version and malformed command lines serve nothing", async () => {
+  const run = async (args: string[]) => {
+    const output = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", CLI, "mcp", ...args],
+      env: { NO_COLOR: "1" },
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const decode = (bytes: Uint8Array) => new TextDecoder().decode(bytes);
+    return { code: output.code, stdout: decode(output.stdout), stderr: decode(output.stderr) };
+  };
+  const help = await run(["--help"]);
+  assert.equal(help.code, 0);
+  assert.match(help.stdout, /^usage: kcoral mcp \[-h\] \[--version\] \[--url URL\]/);
+  assert.match(help.stdout, /--files-dir DIR +directory for returned files too large to inline/);
+  const version = await run(["--version"]);
+  assert.equal(version.code, 0);
+  assert.match(version.stdout, /^kcoral \d+\.\d+\.\d+\n$/);
+  const both = await run(["--url", "http://x:1", "--port", "2"]);
+  assert.equal(both.code, 2);
+  assert.match(both.stderr, /kcoral mcp: error: --url cannot be combined with --host or --port\n$/);
+  const scheme = await run(["--url", "ftp://x"]);
+  assert.equal(scheme.code, 2);
+  assert.match(
+    scheme.stderr,
+    /kcoral mcp: error: --url must be an http or https URL: ftp:\/\/x\n$/,
+  );
+  const unknown = await run(["--bogus"]);
+  assert.equal(unknown.code, 2);
+  assert.match(unknown.stderr, /^usage: kcoral mcp/);
+});
