@@ -25,6 +25,8 @@ import { forwardExecute } from "./forward.ts";
 import { acceptNodeLink } from "./hub.ts";
 import { NodeRegistry } from "./registry.ts";
 import { RouterMetrics } from "./metrics.ts";
+import { RouterStatus } from "./status.ts";
+import { statusPageResponse } from "../http/status_page.ts";
 import { metricsResponse } from "../http/metrics_response.ts";
 import { registryConfig, type RouterConfig } from "./options.ts";
 
@@ -75,6 +77,7 @@ class _Router implements RouterApp {
   readonly #sockets = new Set<WebSocket>();
   readonly #routes: Route[];
   readonly #metrics: RouterMetrics;
+  readonly #status: RouterStatus;
 
   constructor(config: RouterConfig, options: RouterAppOptions) {
     this.#config = config;
@@ -90,6 +93,7 @@ class _Router implements RouterApp {
       onEvent: (event, fields) => this.events.emit("INFO", event, fields),
     });
     this.#metrics = new RouterMetrics(this.events, this.registry);
+    this.#status = new RouterStatus(this.events, this.registry, this.instanceId, this.#startedAt);
     const link = (request: Request) =>
       acceptNodeLink(request, {
         registry: this.registry,
@@ -101,6 +105,12 @@ class _Router implements RouterApp {
       { path: "/health", methods: ["GET"], handler: () => this.#health() },
       { path: "/execute", methods: ["POST"], handler: (request) => this.#execute(request) },
       { path: "/metrics", methods: ["GET"], handler: () => this.#metricsText() },
+      { path: "/status", methods: ["GET"], handler: () => statusPageResponse() },
+      {
+        path: "/status/data",
+        methods: ["GET"],
+        handler: () => jsonResponse(200, JSON.stringify(this.#status.data())),
+      },
       { path: CONTROL_PATH, methods: ["GET"], handler: link },
       { path: SLOT_PATH, methods: ["GET"], handler: link },
     ];
@@ -137,6 +147,7 @@ class _Router implements RouterApp {
     }
     this.events.emit("INFO", "router_stopped", {});
     this.#metrics.close();
+    this.#status.close();
     this.events.close();
   }
 

@@ -10,6 +10,8 @@ command -v bwrap >/dev/null 2>&1 || want_apt+=(bubblewrap)
 python3 -c 'import prometheus_client' >/dev/null 2>&1 ||
   /usr/bin/python3 -c 'import prometheus_client' >/dev/null 2>&1 ||
   want_apt+=(python3-prometheus-client)
+# A headless browser for the status page tests (driven by puppeteer-core from npm).
+command -v chromium >/dev/null 2>&1 || want_apt+=(chromium)
 if [ ${#want_apt[@]} -gt 0 ]; then
   sudo_cmd=""
   [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"

@@ -1,7 +1,7 @@
 /**
  * A KCoral server as an HTTP application: the routes (`GET /health`, `POST /execute`,
- * `GET /metrics`, the loopback-only `GET /internal/worker-status`) and the lifecycle (start,
- * graceful stop). The
+ * `GET /metrics`, the status page `GET /status` and its `GET /status/data`, the loopback-only
+ * `GET /internal/worker-status`) and the lifecycle (start, graceful stop). The
  * work is elsewhere: startup in `services.ts`, `/execute` in `pipeline.ts` (intake → admission
  * → dispatch → finish). The front-end never touches a GPU.
  *
@@ -17,6 +17,8 @@ import type { HttpApp } from "../http/serve.ts";
 import { ERROR_MESSAGES } from "../protocol/errors.ts";
 import { distinctGpuCount, resolveServerConfig, type ServerConfig } from "./config.ts";
 import { ServerMetrics } from "./metrics.ts";
+import { ServerStatus } from "./status.ts";
+import { statusPageResponse } from "../http/status_page.ts";
 import { metricsResponse } from "../http/metrics_response.ts";
 import { executeRequest } from "./pipeline.ts";
 import type { WorkerPool } from "./pool.ts";
@@ -105,6 +107,7 @@ class _ServerApp implements App {
   readonly #inFlight: InFlight;
   readonly #routes: Route[];
   readonly #metrics: ServerMetrics;
+  readonly #status: ServerStatus;
   #started = false;
   #stopping = false;
 
@@ -123,10 +126,20 @@ class _ServerApp implements App {
       const s = this.services;
       return s && { pool: s.pool, store: s.store, disk: s.caches.disk };
     });
+    this.#status = new ServerStatus(this.events, () => {
+      const s = this.services;
+      return s && { pool: s.pool, leases: s.leases, store: s.store, disk: s.caches.disk };
+    });
     this.#routes = [
       { path: "/health", methods: ["GET"], handler: () => this.#health() },
       { path: "/execute", methods: ["POST"], handler: (r, info) => this.#execute(r, info) },
       { path: "/metrics", methods: ["GET"], handler: () => this.#metricsText() },
+      { path: "/status", methods: ["GET"], handler: () => statusPageResponse() },
+      {
+        path: "/status/data",
+        methods: ["GET"],
+        handler: () => jsonResponse(200, JSON.stringify(this.#status.data(this.health()))),
+      },
       {
         path: "/internal/worker-status",
         methods: ["GET"],
@@ -176,6 +189,7 @@ class _ServerApp implements App {
     this.events.emit("INFO", "shutdown_complete");
     this.events.emit("INFO", "server_stopped");
     this.#metrics.close();
+    this.#status.close();
     this.events.close();
   }
 

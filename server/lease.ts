@@ -41,6 +41,14 @@ export interface LeaseInterval {
   initialization: boolean;
 }
 
+/** A GPU's lease now and its recent holds ({@linkcode GpuLeases.timeline}). */
+export interface LeaseTimeline {
+  /** The current holder, or `null` when the GPU is free. */
+  holder: { holderId: string; initialization: boolean; since: number } | null;
+  /** Finished holds, oldest first (the last 256). */
+  holds: LeaseInterval[];
+}
+
 const _HISTORY = 256;
 
 /** A waiter was removed before it got the lease. */
@@ -76,6 +84,26 @@ export class GpuLeases {
   /** Number of waiters in the FIFO. */
   get waiting(): number {
     return this.#queue.length;
+  }
+
+  /**
+   * GPU `gpu` as an operator sees it: who holds it now (and since when) and its last finished
+   * holds, oldest first (`performance.now()` clock). Copies; `null` for a GPU not managed here.
+   */
+  timeline(gpu: number): LeaseTimeline | null {
+    const history = this.#history.get(gpu);
+    if (!history) return null;
+    const current = this.#heldBy.get(gpu);
+    return {
+      holder: current
+        ? {
+          holderId: current.id,
+          initialization: current.initialization === true,
+          since: this.#holds.get(current)!.since,
+        }
+        : null,
+      holds: history.map((interval) => ({ ...interval })),
+    };
   }
 
   /**

@@ -1,0 +1,39 @@
+/**
+ * The last few records of one event, kept for a status page: a ring of at most `size` picked
+ * fields (never program sources, outputs or tokens: only what `pick` takes).
+ *
+ * @example
+ * ```ts
+ * import { Recent } from "./recent.ts";
+ *
+ * const recent = new Recent(2, (r) => ({ id: r.request_id }));
+ * for (const id of ["a", "b", "c"]) recent.add({ request_id: id });
+ * if (recent.list().map((r) => r.id).join() !== "c,b") throw new Error();
+ * ```
+ *
+ * @module
+ */
+
+/** A bounded list of the newest entries. */
+export class Recent<T> {
+  readonly #size: number;
+  readonly #pick: (record: Record<string, unknown>) => T;
+  #items: T[] = [];
+
+  /** Keeps at most `size` entries made by `pick`. */
+  constructor(size: number, pick: (record: Record<string, unknown>) => T) {
+    this.#size = size;
+    this.#pick = pick;
+  }
+
+  /** Adds one record. */
+  add(record: Record<string, unknown>): void {
+    this.#items.push(this.#pick(record));
+    if (this.#items.length > this.#size) this.#items.shift();
+  }
+
+  /** The entries, newest first. */
+  list(): T[] {
+    return [...this.#items].reverse();
+  }
+}

@@ -1,0 +1,122 @@
+/**
+ * What the Router's status page shows (`GET /status`, data at `GET /status/data`): its nodes
+ * with state, capacity, load, connected slots and last error, the queue, and the recent
+ * forwarded requests (from its `request_finished` events).
+ *
+ * @module
+ */
+import type { EventLog } from "../http/events.ts";
+import { Recent } from "../http/recent.ts";
+import type { NodeRegistry, NodeSnapshot } from "./registry.ts";
+
+/** One recent forwarded request. */
+export interface RoutedRequest {
+  /** The Router's request id. */
+  request_id: string;
+  /** When it finished (ISO). */
+  time: string;
+  /** The node that served it (`""` when none was chosen). */
+  node: string;
+  /** HTTP status (0 when the client went away first). */
+  http_status: number | null;
+  /** Why the attempt ended. */
+  finish_reason: string | null;
+  /** The kind of an answer the Router made itself. */
+  error_kind: string | null;
+  /** Waiting for a slot, ms. */
+  queue_wait_ms: number | null;
+  /** The whole attempt, ms. */
+  duration_ms: number | null;
+}
+
+/** The Router status page's data. */
+export interface RouterStatusData {
+  /** `"router"`. */
+  kind: "router";
+  /** The Router's clock now, ms since the epoch. */
+  now: number;
+  /** The Router's instance. */
+  instance_id: string;
+  /** When it started. */
+  started_at: string;
+  /** Requests running on nodes. */
+  active_requests: number;
+  /** Requests waiting for a slot. */
+  queue_length: number;
+  /** The node records. */
+  nodes: NodeSnapshot[];
+  /** The last requests, newest first. */
+  requests: RoutedRequest[];
+}
+
+const _num = (value: unknown) => typeof value === "number" ? value : null;
+const _str = (value: unknown) => typeof value === "string" ? value : null;
+
+/**
+ * The Router's status: its recent requests (observed on `events`) and its registry.
+ *
+ * @example
+ * ```ts
+ * import { EventLog } from "../http/events.ts";
+ * import { NodeRegistry } from "./registry.ts";
+ * import { RouterStatus } from "./status.ts";
+ *
+ * const events = new EventLog({ logDir: null, console: false, programs: false });
+ * const registry = new NodeRegistry({
+ *   maxStatusAgeMs: 5000, unhealthyThreshold: 3, recoveryThreshold: 2, nodeRetentionMs: 600_000,
+ *   statusCheckIntervalMs: 1000, maxQueuedRequests: 0, queueWaitTimeoutMs: 0,
+ * });
+ * const status = new RouterStatus(events, registry, "i", "s");
+ * events.emit("INFO", "request_finished", { request_id: "r1", node: "gpu-a", http_status: 200 });
+ * const data = status.data();
+ * if (data.nodes.length !== 0 || data.requests[0].node !== "gpu-a") throw new Error();
+ * status.close();
+ * registry.close();
+ * ```
+ */
+export class RouterStatus {
+  readonly #recent = new Recent<RoutedRequest>(50, (r) => ({
+    request_id: String(r.request_id),
+    time: String(r.timestamp),
+    node: String(r.node ?? ""),
+    http_status: _num(r.http_status),
+    finish_reason: _str(r.finish_reason),
+    error_kind: _str(r.error_kind),
+    queue_wait_ms: _num(r.queue_wait_ms),
+    duration_ms: _num(r.duration_ms),
+  }));
+  readonly #registry: NodeRegistry;
+  readonly #instanceId: string;
+  readonly #startedAt: string;
+  readonly #unsubscribe: () => void;
+
+  /** Observes `events`; reads `registry` when asked. */
+  constructor(events: EventLog, registry: NodeRegistry, instanceId: string, startedAt: string) {
+    this.#registry = registry;
+    this.#instanceId = instanceId;
+    this.#startedAt = startedAt;
+    this.#unsubscribe = events.subscribe((record) => {
+      if (record.event === "request_finished") this.#recent.add(record);
+    });
+  }
+
+  /** The page's data now. */
+  data(): RouterStatusData {
+    const snapshot = this.#registry.snapshot();
+    return {
+      kind: "router",
+      now: Date.now(),
+      instance_id: this.#instanceId,
+      started_at: this.#startedAt,
+      active_requests: snapshot.active_requests,
+      queue_length: snapshot.queue_length,
+      nodes: snapshot.workers,
+      requests: this.#recent.list(),
+    };
+  }
+
+  /** Stops observing the event log. */
+  close(): void {
+    this.#unsubscribe();
+  }
+}
