@@ -12,7 +12,7 @@
  *
  * const response = statusPageResponse();
  * if (!response.headers.get("content-type")?.startsWith("text/html")) throw new Error();
- * if (!(await response.text()).includes("/status/data")) throw new Error();
+ * if (!(await response.text()).includes('fetch("status/data"')) throw new Error();
  * ```
  *
  * @module

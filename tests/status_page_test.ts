@@ -7,7 +7,7 @@
  * `KCORAL_SCREENSHOTS_DIR` set, screenshots of both pages are written there (docs/ has them).
  */
 import assert from "node:assert/strict";
-import puppeteer, { type Browser, type Page } from "npm:puppeteer-core@^24";
+import puppeteer, { type Browser, type Page } from "puppeteer-core";
 import { Client, Program } from "../mod.ts";
 import { startServer } from "./_server.ts";
 import { startNode, startRouter, waitForCapacity } from "./_router.ts";
