@@ -21,6 +21,8 @@ import type { OptionTable } from "../options/spec.ts";
 import { versionLine } from "../options/version.ts";
 import type { HealthBody, RouterHealthBody } from "../protocol/health.ts";
 import { DEFAULT_HOST, DEFAULT_PORT, resolveConnection } from "./run/connection.ts";
+import { readCaFile } from "../http/access_options.ts";
+import { describeTlsFailure } from "../protocol/tls_failure.ts";
 
 /** The options of `kcoral health`. */
 export const healthOptions = {
@@ -53,6 +55,24 @@ export const healthOptions = {
     default: 10,
     placeholder: "s",
     help: "how long to wait for the answer",
+  },
+  token: {
+    flag: "--token",
+    env: "KCORAL_TOKEN",
+    type: "string",
+    nullable: true,
+    default: null,
+    placeholder: "token",
+    help: "client token, sent as 'Authorization: Bearer TOKEN' (prefer the variable)",
+  },
+  caFile: {
+    flag: "--ca-file",
+    env: "KCORAL_CA_FILE",
+    type: "string",
+    nullable: true,
+    default: null,
+    placeholder: "path",
+    help: "trust this PEM CA certificate for an https:// URL (self-signed deployments)",
   },
   json: {
     flag: "--json",
@@ -134,6 +154,14 @@ function _isHealthBody(value: unknown): value is HealthBody | RouterHealthBody {
     typeof body.target === "object" && typeof body.versions === "object";
 }
 
+/** What {@linkcode fetchHealth} sends besides the request: a token, trusted CAs. */
+export interface HealthAccess {
+  /** A client token (`--token`, `KCORAL_TOKEN`). */
+  token?: string | null;
+  /** Extra trusted CA certificates (PEM), for `https://` (`--ca-file`, `KCORAL_CA_FILE`). */
+  caCerts?: readonly string[];
+}
+
 /**
  * Asks `url` for `/health`; throws an `Error` that names the URL and the reason when there is
  * no health answer (nothing listening, a timeout, not a KCoral server).
@@ -146,18 +174,43 @@ function _isHealthBody(value: unknown): value is HealthBody | RouterHealthBody {
  * if (!failed.startsWith("cannot reach http://127.0.0.1:1/health")) throw new Error(failed);
  * ```
  */
-export async function fetchHealth(url: string, timeoutMs: number): Promise<HealthAnswer> {
+export async function fetchHealth(
+  url: string,
+  timeoutMs: number,
+  access: HealthAccess = {},
+): Promise<HealthAnswer> {
   const target = `${url.replace(/\/+$/, "")}/health`;
   let response: Response;
+  const headers: Record<string, string> = {};
+  if (access.token) headers.authorization = `Bearer ${access.token}`;
+  const client = Deno.createHttpClient({ caCerts: [...(access.caCerts ?? [])] });
+  let text: string;
   try {
-    response = await fetch(target, { signal: AbortSignal.timeout(timeoutMs) });
-  } catch (error) {
-    const why = error instanceof DOMException && error.name === "TimeoutError"
-      ? `no answer within ${timeoutMs / 1000} s`
-      : _reason(error);
-    throw new Error(`cannot reach ${target}: ${why}`);
+    try {
+      response = await fetch(target, { headers, client, signal: AbortSignal.timeout(timeoutMs) });
+    } catch (error) {
+      const why = error instanceof DOMException && error.name === "TimeoutError"
+        ? `no answer within ${timeoutMs / 1000} s`
+        : describeTlsFailure(error) ?? _reason(error);
+      throw new Error(`cannot reach ${target}: ${why}`);
+    }
+    text = await response.text();
+  } finally {
+    client.close();
   }
-  const text = await response.text();
+  if (response.status === 401) {
+    let message = text.slice(0, 200);
+    try {
+      message = JSON.parse(text).error.message ?? message;
+    } catch {
+      // not an ERROR body: the text as it is
+    }
+    throw new Error(
+      `${target} refused the request (HTTP 401: ${message}); ` +
+        (access.token ? "the token given is not accepted" : "give a client token") +
+        " (--token or KCORAL_TOKEN)",
+    );
+  }
   let body: unknown;
   try {
     body = JSON.parse(text);
@@ -194,6 +247,7 @@ export async function healthMain(
   let url: string;
   let json: boolean;
   let timeoutMs: number;
+  let access: HealthAccess;
   try {
     const parsed = parseCommandLine(argv, healthOptions, _COMMAND, env);
     if (parsed.kind === "help") {
@@ -218,6 +272,13 @@ export async function healthMain(
     url = connection.url;
     json = v.json ?? false;
     timeoutMs = (v.timeoutSeconds ?? 10) * 1000;
+    let caCerts: string[] = [];
+    try {
+      if (v.caFile) caCerts = [readCaFile(v.caFile)];
+    } catch (error) {
+      throw new CommandLineError(`kcoral health: ${(error as Error).message}`, 1);
+    }
+    access = { token: v.token || null, caCerts };
   } catch (error) {
     if (!(error instanceof CommandLineError)) throw error;
     if (error.exitCode === 2) console.error(commandLineUsage(healthOptions, _COMMAND).trimEnd());
@@ -226,7 +287,7 @@ export async function healthMain(
   }
   let answer: HealthAnswer;
   try {
-    answer = await fetchHealth(url, timeoutMs);
+    answer = await fetchHealth(url, timeoutMs, access);
   } catch (error) {
     console.error(`kcoral health: ${error instanceof Error ? error.message : error}`);
     return 1;

@@ -9,7 +9,7 @@
  * @module
  */
 import { CommandLineError } from "../options/command.ts";
-import { parseRouterArgs, RouterHelp, routerUsage } from "../router/options.ts";
+import { parseRouterCommandLine, RouterHelp, routerUsage } from "../router/options.ts";
 
 /**
  * Runs `kcoral router ARGS`; resolves with the process exit status (0 after a clean stop, 1 for
@@ -31,8 +31,9 @@ export async function routerMain(
   env: Record<string, string | undefined> = Deno.env.toObject(),
 ): Promise<number> {
   let config;
+  let accessConfig;
   try {
-    config = parseRouterArgs(argv, env);
+    ({ config, access: accessConfig } = parseRouterCommandLine(argv, env));
   } catch (error) {
     if (error instanceof RouterHelp) {
       console.log(error.text);
@@ -48,12 +49,22 @@ export async function routerMain(
   const { createRouter } = await import("../router/app.ts");
   const { serve } = await import("../http/serve.ts");
   const { consoleMessage } = await import("../http/events.ts");
-  const router = createRouter(config);
+  const { loadAccess } = await import("../http/access_options.ts");
+  let access;
+  try {
+    access = loadAccess(accessConfig);
+  } catch (error) {
+    console.error(`kcoral router: ${error instanceof Error ? error.message : error}`);
+    return 1;
+  }
+  const router = createRouter(config, { clientTokens: access.tokens });
   let running;
   try {
     running = await serve(router, {
       host: config.host,
       port: config.port,
+      tls: access.tls,
+      clientTokens: access.tokens,
       label: "KCoral router",
       log: (line) => console.error(consoleMessage(config.logFormat, line, "router_console")),
     });

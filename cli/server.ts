@@ -29,6 +29,7 @@ import { consoleMessage } from "../http/events.ts";
 import { optionTableSchema } from "../options/schema.ts";
 import { versionLine } from "../options/version.ts";
 import { serverConfigOptions, serverListenOptions } from "../server/config_options.ts";
+import { type AccessConfig, accessOptions, checkAccessConfig } from "../http/access_options.ts";
 import { type ServerConfig, serverConfigSchema } from "../server/config.ts";
 import { selfCommand } from "./self_command.ts";
 import {
@@ -53,6 +54,8 @@ export interface ServerArgs {
   warnings: string[];
   /** The node options; `routerEndpoint` `null` for a standalone server. */
   node: NodeConfig;
+  /** Client tokens and TLS (http/access_options.ts); kept out of `config` and its log. */
+  access: AccessConfig;
 }
 
 /**
@@ -80,10 +83,15 @@ export class ServerHelp extends Error {
 }
 
 /**
- * Every option of `kcoral server`, in `--help` order: where to listen, the node options, then
- * the configuration.
+ * Every option of `kcoral server`, in `--help` order: where to listen, client tokens and TLS,
+ * the node options, then the configuration.
  */
-const serverOptions = { ...serverListenOptions, ...nodeOptions, ...serverConfigOptions };
+const serverOptions = {
+  ...serverListenOptions,
+  ...accessOptions,
+  ...nodeOptions,
+  ...serverConfigOptions,
+};
 
 const serverListenSchema = optionTableSchema(serverListenOptions);
 
@@ -135,7 +143,22 @@ export function parseServerArgs(
     const parsed = parseCommandLine(argv, serverOptions, serverCommandLine, env);
     if (parsed.kind === "help") throw new ServerHelp(parsed.text);
     const node = checkNodeCommandLine(parsed);
-    const { host, port, ...rest } = parsed.values;
+    const { host, port, clientTokens, clientTokenFile, protectHealth, tlsCert, tlsKey, ...rest } =
+      parsed.values;
+    let access: AccessConfig;
+    try {
+      access = checkAccessConfig({ clientTokens, clientTokenFile, protectHealth, tlsCert, tlsKey });
+    } catch (error) {
+      throw new CommandLineError((error as Error).message, 1);
+    }
+    if (node.routerEndpoint !== null && access.tlsCert !== null) {
+      // The supervisor probes its server over plain HTTP on loopback; clients reach a node
+      // through its Router, which is where TLS belongs.
+      throw new CommandLineError(
+        "--tls-cert cannot be combined with --router: serve TLS on the Router",
+        1,
+      );
+    }
     const given = Object.fromEntries(
       Object.entries(rest).filter(([field]) => !(field in nodeOptions)),
     ) as Partial<ServerConfig>;
@@ -152,7 +175,7 @@ export function parseServerArgs(
           "workers are pinned to --gpus",
       );
     }
-    return { config, host: listen.host, port: listen.port, warnings, node };
+    return { config, host: listen.host, port: listen.port, warnings, node, access };
   } catch (error) {
     if (error instanceof CommandLineError) throw new ServerArgsError(error.message, error.exitCode);
     throw error;
@@ -190,12 +213,18 @@ export async function serverMain(
   }
   const { createApp } = await import("../server/app.ts");
   const { serve } = await import("../http/serve.ts");
+  const { loadAccess } = await import("../http/access_options.ts");
   const { nodeLinkTargetFromEnv, withNodeLink } = await import("../server/node_link.ts");
   let app;
+  let access;
   try {
+    access = loadAccess(args.access);
     // A node's server, started by its supervisor: linked to the Router (spec router §1.6).
     const target = nodeLinkTargetFromEnv(env);
-    app = target ? withNodeLink(createApp(args.config), target) : createApp(args.config);
+    const options = { clientTokens: access.tokens };
+    app = target
+      ? withNodeLink(createApp(args.config, options), target)
+      : createApp(args.config, options);
   } catch (error) {
     console.error(`kcoral server: ${error instanceof Error ? error.message : error}`);
     return 1;
@@ -206,6 +235,8 @@ export async function serverMain(
     running = await serve(app, {
       host: args.host,
       port: args.port,
+      tls: access.tls,
+      clientTokens: access.tokens,
       log: (line) => console.error(consoleMessage(format, line, "server_console")),
     });
   } catch (error) {
@@ -234,6 +265,27 @@ function _stopWithSupervisor(): void {
   Deno.unrefTimer(timer);
 }
 
+/**
+ * `args` without every `flag VALUE` and `flag=VALUE` (before a `--`).
+ *
+ * @example
+ * ```ts
+ * import { withoutFlag } from "./server.ts";
+ *
+ * const args = withoutFlag(["--client-token", "a", "--port", "1", "--client-token=b"], "--client-token");
+ * if (args.join(" ") !== "--port 1") throw new Error(args.join(" "));
+ * ```
+ */
+export function withoutFlag(args: readonly string[], flag: string): string[] {
+  const kept: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    if (args[i] === "--") return [...kept, ...args.slice(i)];
+    if (args[i] === flag) i++;
+    else if (!args[i].startsWith(`${flag}=`)) kept.push(args[i]);
+  }
+  return kept;
+}
+
 /** `kcoral server --router ...`: the node's supervisor, running this command as its server. */
 async function _superviseNode(
   argv: string[],
@@ -243,17 +295,29 @@ async function _superviseNode(
   const { runSupervisor } = await import("../router/supervisor/supervisor.ts");
   const format = args.config.logFormat ?? "text";
   const { supervisorOptionsFrom } = await import("../router/supervisor/options.ts");
+  const { readCaFile } = await import("../http/access_options.ts");
+  let caCerts: string[] = [];
+  try {
+    if (args.node.caFile !== null) caCerts = [readCaFile(args.node.caFile)];
+  } catch (error) {
+    console.error(`kcoral server: ${error instanceof Error ? error.message : error}`);
+    return 1;
+  }
   const shutdown = new AbortController();
   const signals = ["SIGTERM", "SIGINT"] as const;
   const onSignal = () => shutdown.abort();
   for (const signal of signals) Deno.addSignalListener(signal, onSignal);
   // The child's environment: this one, less the routing variables (the supervisor sets its
-  // own), never the token on a command line.
+  // own), never a token on a command line: client tokens given as flags travel in
+  // KCORAL_CLIENT_TOKEN (the rest of the access options stay flags).
   const childEnv: Record<string, string> = {};
   for (const [name, value] of Object.entries(env)) {
     if (value === undefined) continue;
     if (["KCORAL_ROUTER_ENDPOINT", "KCORAL_NODE_ID", "KCORAL_NODE_TOKEN"].includes(name)) continue;
     childEnv[name] = value;
+  }
+  if (args.access.clientTokens.length > 0) {
+    childEnv[accessOptions.clientTokens.env] = args.access.clientTokens.join(",");
   }
   const code = await runSupervisor(supervisorOptionsFrom(args.node, {
     host: args.host,
@@ -262,12 +326,13 @@ async function _superviseNode(
       // `deno run -A <cli.ts> server …`, or the binary itself when this is a compiled `kcoral`.
       ...selfCommand([
         "server",
-        ...childServerArgs(argv),
+        ...withoutFlag(childServerArgs(argv), accessOptions.clientTokens.flag),
         `--host=${args.host}`,
         `--port=${args.port}`,
       ]),
       env: childEnv,
     },
+    caCerts,
     signal: shutdown.signal,
     log: (line) =>
       console.error(consoleMessage(format, line, "supervisor", { node_id: args.node.nodeId })),

@@ -62,6 +62,16 @@ export interface ClientOptions {
   /** Headers sent with every request (e.g. authorization for a proxy). */
   headers?: HeadersInit;
   /**
+   * A client token (a server or Router started with `--client-token`): sent as
+   * `Authorization: Bearer <token>` on every request, over any `Authorization` in `headers`.
+   */
+  token?: string;
+  /**
+   * Certificates (PEM text) of the authorities that sign an `https://` server's certificate,
+   * trusted besides the system's (a self-signed deployment's CA; `--ca-file` in the CLIs).
+   */
+  caCerts?: readonly string[];
+  /**
    * Limit for opening a TCP connection to the server, in seconds (default
    * 10); `null` disables it. It never limits how long a program runs.
    */
@@ -173,6 +183,18 @@ export class Client implements AsyncDisposable {
     }
     this.baseUrl = String(baseUrl).replace(/\/+$/, "");
     this.#headers = new Headers(options.headers);
+    if (options.token !== undefined) {
+      if (typeof options.token !== "string" || !/^[\x21-\x7e]+$/.test(options.token)) {
+        throw new ValidationError("token must be a non-empty string of visible ASCII characters");
+      }
+      this.#headers.set("authorization", `Bearer ${options.token}`);
+    }
+    if (
+      options.caCerts !== undefined &&
+      !(Array.isArray(options.caCerts) && options.caCerts.every((pem) => typeof pem === "string"))
+    ) {
+      throw new ValidationError("caCerts must be an array of PEM strings");
+    }
     // Credentials in the URL are Basic authentication, on every transport.
     if (!this.#headers.has("authorization")) {
       const authorization = basicAuthorization(url);
@@ -189,6 +211,7 @@ export class Client implements AsyncDisposable {
     }
     this.#transport = openTransport(url, {
       kind: options.transport ?? "auto",
+      caCerts: options.caCerts ?? [],
       connectTimeoutMs: timeout === null ? null : Math.min(timeout * 1000, 2 ** 31 - 1),
     });
   }

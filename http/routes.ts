@@ -3,8 +3,12 @@
  * answers and its handler, shared by the server and the Router; plus the small JSON answers
  * every route uses.
  *
+ * A route marked `access: "client"` (or `"health"`) is guarded by the client tokens given to
+ * {@linkcode route} (http/client_tokens.ts): without them every route is open, as upstream.
+ *
  * @module
  */
+import { type ClientTokens, type RefusalReason, unauthorizedResponse } from "./client_tokens.ts";
 
 /** Handles one matched request. */
 export type Handler = (
@@ -22,11 +26,27 @@ export interface Route {
   handler: Handler;
   /** Only loopback clients see it (others get 404), as upstream's `/internal/worker-status`. */
   loopbackOnly?: boolean;
+  /**
+   * Who may call it when client tokens are configured: `"client"` needs a token, `"health"`
+   * needs one only with `protectHealth`; absent: always open (node links have their own
+   * token, the loopback-only routes none).
+   */
+  access?: "client" | "health";
+}
+
+/** How {@linkcode route} guards the routes marked with `access`. */
+export interface RouteGuard {
+  /** The accepted client tokens; `null`: every route is open. */
+  readonly tokens: ClientTokens | null;
+  /** Told about each refused request (never given the header itself). */
+  onRefused?(refusal: { path: string; method: string; reason: RefusalReason }): void;
 }
 
 /**
  * Finds the route of `request` and runs it: 404 `{"detail":"Not Found"}` for an unknown path,
- * 405 with `Allow` for a method the route does not answer (FastAPI's bodies, as upstream).
+ * 405 with `Allow` for a method the route does not answer (FastAPI's bodies, as upstream),
+ * and, with `guard`'s tokens, 401 `unauthorized` for a guarded route without an accepted
+ * bearer token (checked before the method, so nothing about a guarded route shows).
  *
  * @example
  * ```ts
@@ -43,10 +63,23 @@ export async function route(
   routes: readonly Route[],
   request: Request,
   info: Deno.ServeHandlerInfo | undefined,
+  guard?: RouteGuard,
 ): Promise<Response> {
   const path = new URL(request.url).pathname;
   const match = routes.find((r) => r.path === path && (!r.loopbackOnly || isLoopback(info)));
   if (!match) return jsonResponse(404, '{"detail":"Not Found"}');
+  const tokens = guard?.tokens;
+  if (
+    tokens && (match.access === "client" || (match.access === "health" && tokens.protectHealth))
+  ) {
+    const reason = tokens.check(request);
+    if (reason !== null) {
+      guard!.onRefused?.({ path, method: request.method, reason });
+      // The body of a refused upload is not read.
+      await request.body?.cancel().catch(() => {});
+      return unauthorizedResponse(reason, crypto.randomUUID());
+    }
+  }
   const method = request.method === "HEAD" && match.methods.includes("GET")
     ? "GET"
     : request.method;

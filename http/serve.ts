@@ -6,11 +6,23 @@
  * one reports how many requests are left, as every request that finishes meanwhile does. A
  * listener that
  * fails (`Deno.serve` stops accepting for good when the process runs out of file descriptors)
- * is opened again on the same address, while connections already accepted go on.
+ * is opened again on the same address, while connections already accepted go on. With `tls`
+ * it serves HTTPS (Deno.serve's own TLS); with `clientTokens`, SIGHUP reads their token file
+ * again (a failed reload keeps the previous set and logs a warning naming the file, never a
+ * token).
  *
  * @module
  */
+import type { ClientTokens } from "./client_tokens.ts";
 import type { EventLog } from "./events.ts";
+
+/** A certificate chain and its private key, PEM-encoded (the files' contents). */
+export interface TlsFiles {
+  /** The certificate chain, leaf first. */
+  cert: string;
+  /** The private key. */
+  key: string;
+}
 
 /** What {@linkcode serve} runs: Web-standard request handling around a start and a stop. */
 export interface HttpApp {
@@ -47,6 +59,10 @@ export interface ServeOptions {
   log?: (line: string) => void;
   /** What the listening line calls the application (default `KCoral server`). */
   label?: string;
+  /** Serve HTTPS with this certificate and key (default: plain HTTP). */
+  tls?: TlsFiles | null;
+  /** Client tokens whose file SIGHUP reads again (with `handleSignals`). */
+  clientTokens?: ClientTokens | null;
 }
 
 /** A running HTTP server. */
@@ -88,8 +104,14 @@ export async function serve(app: HttpApp, options: ServeOptions = {}): Promise<R
   await app.start();
   let resolveAddr!: (addr: Deno.NetAddr) => void;
   const listening = new Promise<Deno.NetAddr>((resolve) => (resolveAddr = resolve));
+  const tls = options.tls ?? null;
   const listen = (port: number, onListen: (addr: Deno.NetAddr) => void) =>
-    Deno.serve({ hostname: options.host ?? "127.0.0.1", port, onListen }, app.fetch);
+    Deno.serve({
+      hostname: options.host ?? "127.0.0.1",
+      port,
+      onListen,
+      ...(tls ? { cert: tls.cert, key: tls.key } : {}),
+    }, app.fetch);
   let server: Deno.HttpServer<Deno.NetAddr>;
   try {
     server = listen(options.port ?? 8000, resolveAddr);
@@ -99,7 +121,7 @@ export async function serve(app: HttpApp, options: ServeOptions = {}): Promise<R
   }
   const addr = await listening;
   const host = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
-  const url = `http://${host}:${addr.port}`;
+  const url = `${tls ? "https" : "http"}://${host}:${addr.port}`;
   options.onListen?.(addr);
   log(`${options.label ?? "KCoral server"} listening on ${url}`);
   log("Application startup complete.");
@@ -149,6 +171,21 @@ export async function serve(app: HttpApp, options: ServeOptions = {}): Promise<R
       };
       Deno.addSignalListener(signal, handler);
       signalHandlers.push([signal, handler]);
+    }
+    const tokens = options.clientTokens;
+    if (tokens?.file) {
+      const reload = () => {
+        const result = tokens.reload();
+        if (result.ok) {
+          app.events.emit("INFO", "client_tokens_reloaded", { tokens: result.count });
+          log(`client tokens reloaded from ${tokens.file}: ${result.count} accepted`);
+        } else {
+          app.events.emit("WARNING", "client_tokens_reload_failed", { error: result.error });
+          log(`client tokens not reloaded (the previous ones stay): ${result.error}`);
+        }
+      };
+      Deno.addSignalListener("SIGHUP", reload);
+      signalHandlers.push(["SIGHUP", reload]);
     }
   }
   const closed = (async () => {

@@ -19,6 +19,7 @@
  *
  * @module
  */
+import { describeTlsFailure } from "../protocol/tls_failure.ts";
 
 /** What {@linkcode WebSocketClient} accepts besides the URL. */
 export interface WebSocketClientOptions {
@@ -26,6 +27,8 @@ export interface WebSocketClientOptions {
   headers?: Record<string, string>;
   /** The largest message accepted, in bytes (larger: closed with 1009). Default 16 MiB. */
   maxMessageBytes?: number;
+  /** Extra trusted certificate authorities (PEM) for `wss:` (default: the system's only). */
+  caCerts?: readonly string[];
 }
 
 /** The close event's fields, as the platform's `CloseEvent` has them. */
@@ -93,11 +96,13 @@ export class WebSocketClient {
   #closeTimer: ReturnType<typeof setTimeout> | undefined;
   #closeInfo: WebSocketCloseInfo | null = null;
   readonly #maxMessage: number;
+  readonly #caCerts: string[];
   readonly #decoder = new TextDecoder("utf-8", { fatal: true });
 
   /** Opens a connection to `url` (`ws:` or `wss:`). */
   constructor(url: string | URL, options: WebSocketClientOptions = {}) {
     this.#maxMessage = options.maxMessageBytes ?? 16 * 1024 * 1024;
+    this.#caCerts = [...(options.caCerts ?? [])];
     this.#run(new URL(url), options.headers ?? {});
   }
 
@@ -145,7 +150,9 @@ export class WebSocketClient {
       if (this.#state === WebSocketClient.CLOSED) return;
       // Our own close of the connection (after the closing handshake) ends the read too.
       if (this.#closeInfo) return this.#finish(this.#closeInfo);
-      this.onerror?.({ message: error instanceof Error ? error.message : String(error) });
+      const message = describeTlsFailure(error) ??
+        (error instanceof Error ? error.message : String(error));
+      this.onerror?.({ message });
       this.#finish({ code: 1006, reason: "", wasClean: false });
     }
   }
@@ -156,7 +163,15 @@ export class WebSocketClient {
     const port = Number(url.port) || (secure ? 443 : 80);
     const tcp = await Deno.connect({ hostname, port });
     tcp.setNoDelay(true);
-    return secure ? await Deno.startTls(tcp, { hostname }) : tcp;
+    if (!secure) return tcp;
+    const tls = await Deno.startTls(tcp, { hostname, caCerts: this.#caCerts });
+    try {
+      await tls.handshake(); // certificate problems surface here, not at the first read
+    } catch (error) {
+      tls.close();
+      throw error;
+    }
+    return tls;
   }
 
   /** Sends the upgrade request and checks the answer; returns bytes read past the head. */

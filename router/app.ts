@@ -5,10 +5,15 @@
  *
  * ```
  *  GET  /health              registry.health() ─▶ 200 "ok" / 503 "unavailable"
+ *  GET  /metrics, /status    Prometheus text, the status page (and /status/data)
  *  POST /execute             forwardExecute (router/forward.ts)
  *  GET  /kcoral/v1/control   acceptNodeLink ─▶ a supervisor's status stream
  *  GET  /kcoral/v1/slot      acceptNodeLink ─▶ one worker slot of a node's server
  * ```
+ *
+ * With client tokens, `/execute`, `/metrics` and `/status` (and `/health` with
+ * `protectHealth`) need one (http/client_tokens.ts); the node paths keep their own node token,
+ * and a client's `Authorization` never crosses to a node (router/headers.ts).
  *
  * A stop turns new requests away (503), lets requests in flight finish, then closes every node
  * connection.
@@ -19,7 +24,8 @@ import { CONTROL_PATH, SLOT_PATH } from "../protocol/node_link.ts";
 import type { RouterHealthBody } from "../protocol/health.ts";
 import { EventLog } from "../http/events.ts";
 import { InFlight } from "../http/in_flight.ts";
-import { jsonResponse, type Route, route } from "../http/routes.ts";
+import type { ClientTokens } from "../http/client_tokens.ts";
+import { jsonResponse, type Route, route, type RouteGuard } from "../http/routes.ts";
 import type { HttpApp } from "../http/serve.ts";
 import { forwardExecute } from "./forward.ts";
 import { acceptNodeLink } from "./hub.ts";
@@ -36,6 +42,8 @@ export interface RouterAppOptions {
   logConsole?: boolean;
   /** Where console lines go (default stderr). */
   consoleWrite?: (line: string) => void;
+  /** Client tokens: `/execute`, `/metrics`, `/status` then need one (default: all open). */
+  clientTokens?: ClientTokens | null;
 }
 
 /** A Router application. */
@@ -76,6 +84,7 @@ class _Router implements RouterApp {
   readonly #inFlight: InFlight;
   readonly #sockets = new Set<WebSocket>();
   readonly #routes: Route[];
+  readonly #guard: RouteGuard;
   readonly #metrics: RouterMetrics;
   readonly #status: RouterStatus;
 
@@ -101,14 +110,34 @@ class _Router implements RouterApp {
         events: this.events,
         sockets: this.#sockets,
       });
+    this.#guard = {
+      tokens: options.clientTokens ?? null,
+      onRefused: (refusal) => this.events.emit("WARNING", "client_unauthorized", refusal),
+    };
     this.#routes = [
-      { path: "/health", methods: ["GET"], handler: () => this.#health() },
-      { path: "/execute", methods: ["POST"], handler: (request) => this.#execute(request) },
-      { path: "/metrics", methods: ["GET"], handler: () => this.#metricsText() },
-      { path: "/status", methods: ["GET"], handler: () => statusPageResponse() },
+      { path: "/health", methods: ["GET"], access: "health", handler: () => this.#health() },
+      {
+        path: "/execute",
+        methods: ["POST"],
+        access: "client",
+        handler: (request) => this.#execute(request),
+      },
+      {
+        path: "/metrics",
+        methods: ["GET"],
+        access: "client",
+        handler: () => this.#metricsText(),
+      },
+      {
+        path: "/status",
+        methods: ["GET"],
+        access: "client",
+        handler: () => statusPageResponse(),
+      },
       {
         path: "/status/data",
         methods: ["GET"],
+        access: "client",
         handler: () => jsonResponse(200, JSON.stringify(this.#status.data())),
       },
       { path: CONTROL_PATH, methods: ["GET"], handler: link },
@@ -118,7 +147,7 @@ class _Router implements RouterApp {
   }
 
   fetch(request: Request, info?: Deno.ServeHandlerInfo): Promise<Response> {
-    return route(this.#routes, request, info);
+    return route(this.#routes, request, info, this.#guard);
   }
 
   start(): Promise<void> {
@@ -128,6 +157,7 @@ class _Router implements RouterApp {
       host: this.#config.host,
       port: this.#config.port,
       node_token: this.#config.nodeToken !== null,
+      client_tokens: this.#guard.tokens !== null,
     });
     return Promise.resolve();
   }

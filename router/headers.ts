@@ -1,8 +1,9 @@
 /**
  * Which headers cross the Router (spec router §2.2 items 5 and 8): hop-by-hop headers never do
  * (`connection`, `keep-alive`, `proxy-*`, `te`, `trailer`, `transfer-encoding`, `upgrade`, and
- * any header `Connection` names), nor the ones the Router sets itself. Repeated `set-cookie`
- * headers stay separate entries.
+ * any header `Connection` names), nor the ones the Router sets itself. Nor does a client's
+ * `Authorization`: a client token is the Router's to check, never a node's to see (the node
+ * link has its own token). Repeated `set-cookie` headers stay separate entries.
  *
  * @module
  */
@@ -27,6 +28,7 @@ export const DROPPED_REQUEST_HEADERS: readonly string[] = [
   "content-length",
   "x-kcoral-node",
   "x-request-id",
+  "authorization",
 ];
 
 /** Response headers the Router drops besides the hop-by-hop ones. */

@@ -21,6 +21,7 @@
  */
 import {
   checkCommandLineValues,
+  CommandLineError,
   commandLineHelp,
   type CommandLineSpec,
   commandLineUsage,
@@ -29,6 +30,7 @@ import {
 import { type OptionRule, type OptionTableSchema, optionTableSchema } from "../options/schema.ts";
 import type { OptionTable } from "../options/spec.ts";
 import { versionLine } from "../options/version.ts";
+import { type AccessConfig, accessOptions, checkAccessConfig } from "../http/access_options.ts";
 import type { RegistryConfig } from "./registry.ts";
 
 /**
@@ -244,6 +246,9 @@ export class RouterHelp extends Error {
   }
 }
 
+/** The command line's table: the Router's options, then client tokens and TLS. */
+const routerCommandOptions = { ...routerOptions, ...accessOptions };
+
 const routerCommandLine: CommandLineSpec = {
   name: "kcoral router",
   description: "Start a KCoral Router: one address for a pool of compute nodes.",
@@ -265,7 +270,7 @@ const routerCommandLine: CommandLineSpec = {
  * ```
  */
 export function routerHelpText(env: Readonly<Record<string, string | undefined>>): string {
-  return commandLineHelp(routerOptions, routerCommandLine, withoutEmptyToken(env));
+  return commandLineHelp(routerCommandOptions, routerCommandLine, withoutEmptyToken(env));
 }
 
 /**
@@ -280,7 +285,7 @@ export function routerHelpText(env: Readonly<Record<string, string | undefined>>
  * ```
  */
 export function routerUsage(): string {
-  return commandLineUsage(routerOptions, routerCommandLine);
+  return commandLineUsage(routerCommandOptions, routerCommandLine);
 }
 
 /**
@@ -306,10 +311,47 @@ export function parseRouterArgs(
   argv: readonly string[],
   env: Readonly<Record<string, string | undefined>>,
 ): RouterConfig {
+  return parseRouterCommandLine(argv, env).config;
+}
+
+/**
+ * Parses `kcoral router` arguments as {@linkcode parseRouterArgs} does, and the access options
+ * (client tokens, TLS: http/access_options.ts) kept apart from the configuration, so that no
+ * token reaches what the Router logs. An invalid access setting is a `CommandLineError` with
+ * exit status 1.
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { parseRouterCommandLine } from "./options.ts";
+ *
+ * const { config, access } = parseRouterCommandLine(["--client-token", "a,b"], {});
+ * assert.equal(config.port, 9000);
+ * assert.deepEqual(access.clientTokens, ["a", "b"]);
+ * ```
+ */
+export function parseRouterCommandLine(
+  argv: readonly string[],
+  env: Readonly<Record<string, string | undefined>>,
+): { config: RouterConfig; access: AccessConfig } {
   const readable = withoutEmptyToken(env);
-  const parsed = parseCommandLine(argv, routerOptions, routerCommandLine, readable);
+  const parsed = parseCommandLine(argv, routerCommandOptions, routerCommandLine, readable);
   if (parsed.kind === "help") throw new RouterHelp(parsed.text);
-  return checkCommandLineValues(routerConfigSchema, parsed.values, readable);
+  const { clientTokens, clientTokenFile, protectHealth, tlsCert, tlsKey, ...values } =
+    parsed.values;
+  const config = checkCommandLineValues(routerConfigSchema, values, readable);
+  try {
+    const access = checkAccessConfig({
+      clientTokens,
+      clientTokenFile,
+      protectHealth,
+      tlsCert,
+      tlsKey,
+    });
+    return { config, access };
+  } catch (error) {
+    throw new CommandLineError((error as Error).message, 1);
+  }
 }
 
 /**

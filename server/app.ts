@@ -12,7 +12,8 @@ import type { EventLog as EventLogType } from "../http/events.ts";
 import { EventLog } from "../http/events.ts";
 import { InFlight } from "../http/in_flight.ts";
 import { Rejection } from "../http/rejection.ts";
-import { jsonResponse, peerHost, type Route, route } from "../http/routes.ts";
+import type { ClientTokens } from "../http/client_tokens.ts";
+import { jsonResponse, peerHost, type Route, route, type RouteGuard } from "../http/routes.ts";
 import type { HttpApp } from "../http/serve.ts";
 import { ERROR_MESSAGES } from "../protocol/errors.ts";
 import { distinctGpuCount, resolveServerConfig, type ServerConfig } from "./config.ts";
@@ -33,6 +34,11 @@ export interface AppOptions {
    * process's environment).
    */
   env?: Record<string, string>;
+  /**
+   * Client tokens (http/client_tokens.ts): `/execute`, `/metrics` and `/status` then need an
+   * accepted bearer token, `/health` too with `protectHealth` (default: every route open).
+   */
+  clientTokens?: ClientTokens | null;
 }
 
 /** A KCoral server application. */
@@ -106,6 +112,7 @@ class _ServerApp implements App {
   readonly #options: AppOptions;
   readonly #inFlight: InFlight;
   readonly #routes: Route[];
+  readonly #guard: RouteGuard;
   readonly #metrics: ServerMetrics;
   readonly #status: ServerStatus;
   #started = false;
@@ -130,14 +137,34 @@ class _ServerApp implements App {
       const s = this.services;
       return s && { pool: s.pool, leases: s.leases, store: s.store, disk: s.caches.disk };
     });
+    this.#guard = {
+      tokens: options.clientTokens ?? null,
+      onRefused: (refusal) => this.events.emit("WARNING", "client_unauthorized", refusal),
+    };
     this.#routes = [
-      { path: "/health", methods: ["GET"], handler: () => this.#health() },
-      { path: "/execute", methods: ["POST"], handler: (r, info) => this.#execute(r, info) },
-      { path: "/metrics", methods: ["GET"], handler: () => this.#metricsText() },
-      { path: "/status", methods: ["GET"], handler: () => statusPageResponse() },
+      { path: "/health", methods: ["GET"], access: "health", handler: () => this.#health() },
+      {
+        path: "/execute",
+        methods: ["POST"],
+        access: "client",
+        handler: (r, info) => this.#execute(r, info),
+      },
+      {
+        path: "/metrics",
+        methods: ["GET"],
+        access: "client",
+        handler: () => this.#metricsText(),
+      },
+      {
+        path: "/status",
+        methods: ["GET"],
+        access: "client",
+        handler: () => statusPageResponse(),
+      },
       {
         path: "/status/data",
         methods: ["GET"],
+        access: "client",
         handler: () => jsonResponse(200, JSON.stringify(this.#status.data(this.health()))),
       },
       {
@@ -155,7 +182,7 @@ class _ServerApp implements App {
   }
 
   fetch(request: Request, info?: Deno.ServeHandlerInfo): Promise<Response> {
-    return route(this.#routes, request, info);
+    return route(this.#routes, request, info, this.#guard);
   }
 
   async start(): Promise<void> {

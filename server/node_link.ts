@@ -33,6 +33,7 @@ import type { EventLog } from "../http/events.ts";
 import type { App } from "./app.ts";
 import { BodyReceiver, BodySender } from "../http/tunnel_body.ts";
 import { WebSocketClient } from "../http/websocket_client.ts";
+import { readCaFile } from "../http/access_options.ts";
 
 /** How a node links to its Router. */
 export interface NodeLinkOptions {
@@ -42,6 +43,8 @@ export interface NodeLinkOptions {
   nodeId: string;
   /** The node token, or `null`. */
   nodeToken: string | null;
+  /** Extra trusted certificate authorities (PEM) for a `wss://` Router. */
+  caCerts?: readonly string[];
   /** The server's `instance_id`. */
   serverInstanceId: string;
   /** How many slots (the server's workers). */
@@ -210,7 +213,11 @@ class _Slot {
       try {
         // The token goes in a request header, never into the URL. Not the platform's
         // WebSocket: it keeps Nagle's algorithm on (http/websocket_client.ts says why).
-        socket = new WebSocketClient(url, { headers, maxMessageBytes: MAX_TEXT_BYTES });
+        socket = new WebSocketClient(url, {
+          headers,
+          maxMessageBytes: MAX_TEXT_BYTES,
+          caCerts: o.caCerts ?? [],
+        });
       } catch {
         resolve(attempt);
         return;
@@ -416,12 +423,15 @@ export interface NodeLinkTarget {
   nodeId: string;
   /** The node token, or `null`. */
   nodeToken: string | null;
+  /** Extra trusted certificate authorities (PEM) for a `wss://` Router. */
+  caCerts?: readonly string[];
 }
 
 /**
  * The routing settings a supervisor passes its server in the environment (spec router §1.6):
  * `KCORAL_NODE_SERVER=1` with `KCORAL_ROUTER_ENDPOINT`, `KCORAL_NODE_ID` and, when set,
- * `KCORAL_NODE_TOKEN`; `null` when this process is not a node's server.
+ * `KCORAL_NODE_TOKEN` and `KCORAL_CA_FILE` (read here: an unreadable file is an `Error` naming
+ * it); `null` when this process is not a node's server.
  *
  * @example
  * ```ts
@@ -443,7 +453,13 @@ export function nodeLinkTargetFromEnv(
   if (!routerEndpoint || !nodeId) {
     throw new Error("a node's server needs KCORAL_ROUTER_ENDPOINT and KCORAL_NODE_ID");
   }
-  return { routerEndpoint, nodeId, nodeToken: env.KCORAL_NODE_TOKEN || null };
+  const caFile = env.KCORAL_CA_FILE || null;
+  return {
+    routerEndpoint,
+    nodeId,
+    nodeToken: env.KCORAL_NODE_TOKEN || null,
+    caCerts: caFile === null ? [] : [readCaFile(caFile)],
+  };
 }
 
 /**

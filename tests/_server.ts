@@ -5,7 +5,7 @@
 import { appInternals, type AppOptions, createApp } from "../server/app.ts";
 import type { WorkerPool } from "../server/pool.ts";
 import type { ServerConfig } from "../server/config.ts";
-import { type RunningServer, serve } from "../http/serve.ts";
+import { type RunningServer, serve, type ServeOptions } from "../http/serve.ts";
 
 /** A server started for a test. */
 export interface TestServer {
@@ -22,6 +22,7 @@ export interface TestServer {
 export async function startServer(
   config: Partial<ServerConfig> = {},
   options: AppOptions = {},
+  serveOptions: ServeOptions = {},
 ): Promise<TestServer> {
   const diskCacheDir = config.diskCacheDir === undefined
     ? await Deno.makeTempDir({ prefix: "kcoral-test-disk-" })
@@ -37,7 +38,12 @@ export async function startServer(
   }, options);
   const events: Record<string, unknown>[] = [];
   app.subscribe((record) => events.push(record));
-  const server = await serve(app, { port: 0, handleSignals: false, log: () => {} });
+  const server = await serve(app, {
+    port: 0,
+    handleSignals: false,
+    log: () => {},
+    ...serveOptions,
+  });
   return {
     url: server.url,
     server,

@@ -48,6 +48,7 @@ Deno.test("node options: defaults, standalone and routed", () => {
     routerEndpoint: null,
     nodeId: null,
     nodeToken: null,
+    caFile: null,
     healthIntervalSeconds: 2,
     healthTimeoutSeconds: 1,
     failureThreshold: 3,
@@ -138,7 +139,7 @@ Deno.test("node options: variables fill in, explicit flags win", () => {
 
 Deno.test("node options: advanced options require --router; --router and --node-id go together", () => {
   for (const spec of Object.values(nodeOptions)) {
-    if (["--router", "--node-id", "--node-token"].includes(spec.flag)) continue;
+    if (["--router", "--node-id", "--node-token", "--ca-file"].includes(spec.flag)) continue;
     assert.deepEqual(failure([`${spec.flag}=1`]), [
       2,
       `kcoral server: error: ${spec.flag} requires --router`,

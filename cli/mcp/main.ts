@@ -10,6 +10,7 @@
  * @module
  */
 import process from "node:process";
+import { readCaFile } from "../../http/access_options.ts";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import {
   CommandLineError,
@@ -62,6 +63,24 @@ export const mcpOptions = {
     default: "kcoral-mcp-files",
     placeholder: "dir",
     help: "directory for returned files too large to inline (one subdirectory per call)",
+  },
+  token: {
+    flag: "--token",
+    env: "KCORAL_TOKEN",
+    type: "string",
+    nullable: true,
+    default: null,
+    placeholder: "token",
+    help: "client token, sent as 'Authorization: Bearer TOKEN' (prefer the variable)",
+  },
+  caFile: {
+    flag: "--ca-file",
+    env: "KCORAL_CA_FILE",
+    type: "string",
+    nullable: true,
+    default: null,
+    placeholder: "path",
+    help: "trust this PEM CA certificate for https:// URLs (self-signed deployments)",
   },
   inlineLimit: {
     flag: "--inline-limit",
@@ -118,9 +137,16 @@ export function parseMcpArgs(
         );
       }
     }
+    let caCerts: string[] = [];
+    try {
+      if (v.caFile) caCerts = [readCaFile(v.caFile)];
+    } catch (error) {
+      throw new CommandLineError(`kcoral mcp: ${(error as Error).message}`, 1);
+    }
     return {
       settings: {
         url: connection.url.replace(/\/+$/, ""),
+        client: { ...(v.token ? { token: v.token } : {}), caCerts },
         ...(v.compileUrl ? { compileUrl: v.compileUrl.replace(/\/+$/, "") } : {}),
         filesDir: v.filesDir ?? "kcoral-mcp-files",
         inlineLimit: v.inlineLimit ?? 65536,

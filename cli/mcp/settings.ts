@@ -4,11 +4,17 @@
  *
  * @module
  */
+import type { ClientOptions } from "../../client/mod.ts";
 
 /** The settings of one `kcoral mcp` process. */
 export interface McpSettings {
   /** The KCoral server or Router URL (`--url`). */
   url: string;
+  /**
+   * Client options of every server asked (`--url` and `--compile-url`): the client token
+   * (`--token`, `KCORAL_TOKEN`) and trusted CAs (`--ca-file`, `KCORAL_CA_FILE`).
+   */
+  client?: ClientOptions;
   /** Where a compile for `benchmark_kernel` runs when the call names none (`--compile-url`). */
   compileUrl?: string;
   /** Directory the host allows for saved files (`--files-dir`), absolute or relative to `cwd`. */

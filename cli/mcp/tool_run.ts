@@ -83,7 +83,7 @@ export async function executeToolRun(
     outputLimitBytes: spec.outputLimitBytes,
   });
   spec.extend?.(program);
-  await using client = new Client(settings.url);
+  await using client = new Client(settings.url, settings.client);
   call.progress.phase(`running ${spec.tool} on ${settings.url}`);
   const result = await client.execute(program, {
     ...options,

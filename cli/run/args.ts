@@ -27,6 +27,10 @@ export interface RunArgs {
   tool: ToolName;
   /** Server base URL (`--url`, `http://HOST:PORT`, or `KCORAL_URL`). */
   url: string;
+  /** Client token (`--token`, or `KCORAL_TOKEN`); `null`: none. */
+  token: string | null;
+  /** CA certificate file trusted for `https://` (`--ca-file`, or `KCORAL_CA_FILE`); `null`: none. */
+  caFile: string | null;
   /** `--timeout`: positive integer seconds (values beyond 2^53-1 are clamped). */
   timeoutSeconds: number;
   /** `--output-limit-bytes`: positive integer bytes (values beyond 2^53-1 are clamped). */
@@ -163,6 +167,12 @@ export function parseRunArgs(
   );
   if (connection.warning !== undefined) warnings.push(connection.warning);
   if ("error" in connection) return _error(tool, connection.error, warnings);
+  const token = text("token") ?? (env.KCORAL_TOKEN || null);
+  if (token !== null && !/^[\x21-\x7e]+$/.test(token)) {
+    return _error(tool, "--token must be visible ASCII characters, without spaces", warnings);
+  }
+  const caFile = text("ca_file") ?? (env.KCORAL_CA_FILE || null);
+  if (caFile === "") return _error(tool, "--ca-file must not be empty", warnings);
   const timeout = integer("timeout") ?? BigInt(DEFAULT_TIMEOUT_SECONDS);
   if (timeout <= 0n) return _error(tool, "--timeout must be positive", warnings);
   const limit = integer("output_limit_bytes") ?? BigInt(DEFAULT_OUTPUT_LIMIT_BYTES);
@@ -184,6 +194,8 @@ export function parseRunArgs(
     kind: "ok",
     tool,
     url: connection.url,
+    token,
+    caFile,
     timeoutSeconds: _clamp(timeout),
     outputLimitBytes: _clamp(limit),
     send: scanned.appends.get("send") ?? [],
@@ -201,6 +213,8 @@ function _toolOptions(profiler: boolean): OptionSpec[] {
     { strings: ["--url"], dest: "url", action: "store" },
     { strings: ["--host"], dest: "host", action: "store" },
     { strings: ["--port"], dest: "port", action: "store", int: true },
+    { strings: ["--token"], dest: "token", action: "store" },
+    { strings: ["--ca-file"], dest: "ca_file", action: "store" },
     { strings: ["--timeout"], dest: "timeout", action: "store", int: true },
     { strings: ["--output-limit-bytes"], dest: "output_limit_bytes", action: "store", int: true },
     { strings: ["--send"], dest: "send", action: "append" },

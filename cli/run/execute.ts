@@ -6,7 +6,8 @@
  * @module
  */
 
-import { Client, ValidationError } from "../../client/mod.ts";
+import { Client, type ClientOptions, ValidationError } from "../../client/mod.ts";
+import { readCaFile } from "../../http/access_options.ts";
 import type { RunArgs } from "./args.ts";
 import { type ByteSink, writeText } from "./io.ts";
 import { assertNewOutput, OutputExistsError, prepareOutput } from "./output.ts";
@@ -58,7 +59,8 @@ export async function runTool(args: RunArgs, io: RunIO): Promise<number> {
   });
   try {
     if (args.out !== undefined) await assertNewOutput(args.out, cwd);
-    await using client = new Client(args.url);
+    const access = clientAccess(args);
+    await using client = new Client(args.url, access);
     const destination = args.out === undefined ? undefined : await prepareOutput(args.out, cwd);
     const sources = await readToolSources(args.tool);
     const packed = await packInputs(args.send, cwd, {
@@ -73,6 +75,7 @@ export async function runTool(args: RunArgs, io: RunIO): Promise<number> {
     const transfer = new TransferLine(progress);
     const result = await _waiting(
       args.url,
+      access,
       progress,
       () => transfer.active,
       () => client.execute(program, { ...options, onProgress: (p) => transfer.update(p) }),
@@ -88,6 +91,27 @@ export async function runTool(args: RunArgs, io: RunIO): Promise<number> {
     writeText(io.stderr, `kcoral run ${args.tool}: ${describeError(error)}\n`);
     return 1;
   }
+}
+
+/**
+ * The client options of a command line's token and CA file (the file is read here: an
+ * unreadable one is an `Error` naming it).
+ *
+ * @example
+ * ```ts
+ * import { clientAccess } from "./execute.ts";
+ *
+ * const options = clientAccess({ token: "s3cret", caFile: null });
+ * if (options.token !== "s3cret" || options.caCerts?.length !== 0) throw new Error();
+ * ```
+ */
+export function clientAccess(
+  args: { token: string | null; caFile: string | null },
+): ClientOptions {
+  return {
+    ...(args.token === null ? {} : { token: args.token }),
+    caCerts: args.caFile === null ? [] : [readCaFile(args.caFile)],
+  };
 }
 
 /**
@@ -119,12 +143,13 @@ export function describeError(error: unknown): string {
 // while a transfer line shows bytes moving).
 async function _waiting<T>(
   url: string,
+  access: ClientOptions,
   progress: Progress,
   paused: () => boolean,
   request: () => Promise<T>,
 ): Promise<T> {
   if (!progress.enabled) return await request();
-  const health = new Client(url, { connectTimeoutSeconds: 2 });
+  const health = new Client(url, { ...access, connectTimeoutSeconds: 2 });
   const watch = watchWaiting({ progress, health: () => health.health(), paused });
   try {
     return await request();

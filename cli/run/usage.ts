@@ -74,6 +74,8 @@ export function toolUsage(tool: ToolName): string {
     "[--url URL]",
     "[--host HOST]",
     "[--port PORT]",
+    "[--token TOKEN]",
+    "[--ca-file PATH]",
     "[--timeout SECONDS]",
     "[--output-limit-bytes N]",
     "[--send PATH]",
@@ -132,6 +134,17 @@ export function toolHelp(tool: ToolName): string {
       "  --port PORT",
       "HTTP server port, 1 through 65535; overrides KCORAL_URL (default with --host alone: " +
         "8000)",
+    ),
+    _row(
+      "  --token TOKEN",
+      "client token of a server or Router started with --client-token, sent as " +
+        "'Authorization: Bearer TOKEN' (default: KCORAL_TOKEN, which keeps it out of the " +
+        "process list)",
+    ),
+    _row(
+      "  --ca-file PATH",
+      "trust this PEM CA certificate for an https:// URL, for self-signed deployments " +
+        "(default: KCORAL_CA_FILE)",
     ),
     _row(
       "  --timeout SECONDS",

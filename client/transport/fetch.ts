@@ -19,6 +19,7 @@ import { concatBytes } from "../../protocol/bytes.ts";
 import { TransportError } from "../errors.ts";
 import { ConnectError, connectTcp, type Endpoint } from "./connect.ts";
 import type { Transport, TransportRequest, TransportResponse } from "./transport.ts";
+import { describeTlsFailure } from "../../protocol/tls_failure.ts";
 
 /** Bodies larger than this are streamed from their pieces instead of joined first. */
 const _STREAM_BODY_BYTES = 8 * 1024 * 1024;
@@ -31,6 +32,8 @@ export interface FetchTransportOptions {
   probe: Endpoint;
   /** Limit of the connect probe; `null`: no probe. */
   connectTimeoutMs: number | null;
+  /** Extra trusted certificate authorities (PEM), besides the system's. */
+  caCerts?: readonly string[];
 }
 
 /** {@linkcode Transport} over `fetch`, with a connect probe before every request. */
@@ -52,8 +55,9 @@ export class FetchTransport implements Transport {
     this.#base = options.base;
     this.#probe = options.probe;
     this.#connectTimeoutMs = options.connectTimeoutMs;
-    this.#http = Deno.createHttpClient({});
-    this.#httpOnce = Deno.createHttpClient({ poolMaxIdlePerHost: 0 });
+    const caCerts = [...(options.caCerts ?? [])];
+    this.#http = Deno.createHttpClient({ caCerts });
+    this.#httpOnce = Deno.createHttpClient({ caCerts, poolMaxIdlePerHost: 0 });
   }
 
   /** Closes both `fetch` clients. */
@@ -102,7 +106,8 @@ export class FetchTransport implements Transport {
       return { status: response.status, headers: response.headers, body: responseBody };
     } catch (error) {
       if (signal?.aborted) throw signal.reason;
-      throw new TransportError(`${method} ${path} failed: ${(error as Error).message}`, {
+      const tls = describeTlsFailure(error);
+      throw new TransportError(`${method} ${path} failed: ${tls ?? (error as Error).message}`, {
         cause: error,
       });
     }

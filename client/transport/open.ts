@@ -17,6 +17,8 @@ export interface OpenTransportOptions {
   kind: "auto" | "fetch";
   /** Limit for opening a TCP connection, in milliseconds; `null`: none. */
   connectTimeoutMs: number | null;
+  /** Extra trusted certificate authorities (PEM) for `https://` (default: the system's). */
+  caCerts?: readonly string[];
 }
 
 /**
@@ -45,5 +47,6 @@ export function openTransport(url: URL, options: OpenTransportOptions): Transpor
     base: url.origin + pathPrefix,
     probe: proxy ?? endpointOf(url),
     connectTimeoutMs,
+    caCerts: options.caCerts ?? [],
   });
 }

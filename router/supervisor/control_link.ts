@@ -44,6 +44,7 @@ import {
   type NodeStatus,
   parseControlMessage,
 } from "../../protocol/node_link.ts";
+import { WebSocketClient } from "../../http/websocket_client.ts";
 import { Backoff, sleepUnlessAborted } from "./backoff.ts";
 import type { ServerHealth } from "./probe.ts";
 
@@ -247,6 +248,8 @@ export interface ControlLinkOptions {
   routerEndpoint: string;
   /** The shared node token, or `null` for none. */
   nodeToken: string | null;
+  /** Extra trusted certificate authorities (PEM) for a `wss://` Router (`--ca-file`). */
+  caCerts?: readonly string[];
   /** The status to send, computed at send time. */
   snapshot: () => NodeStatus;
   /** The heartbeat interval (the supervisor's health interval). */
@@ -286,7 +289,7 @@ export class ControlLink {
   readonly #url: string;
   readonly #backoff: Backoff;
   readonly #stop = new AbortController();
-  #socket: WebSocket | null = null;
+  #socket: WebSocketClient | null = null;
   #acknowledged = false;
   #running: Promise<void> | null = null;
   #connections = 0;
@@ -372,7 +375,7 @@ export class ControlLink {
    */
   report(): void {
     const socket = this.#socket;
-    if (socket === null || socket.readyState !== WebSocket.OPEN) return;
+    if (socket === null || socket.readyState !== WebSocketClient.OPEN) return;
     try {
       socket.send(encodeMessage(this.#options.snapshot()));
     } catch (error) {
@@ -417,12 +420,12 @@ export class ControlLink {
     const options = this.#options;
     this.#connections++;
     return new Promise((resolve) => {
-      let socket: WebSocket;
+      let socket: WebSocketClient;
       try {
         const headers: Record<string, string> = {};
         if (options.nodeToken !== null) headers.authorization = bearer(options.nodeToken);
-        // Deno's WebSocket takes request headers as a second-argument option.
-        socket = new WebSocket(this.#url, { headers } as unknown as string[]);
+        // Our own client, as the slot links: the platform's WebSocket cannot be given a CA.
+        socket = new WebSocketClient(this.#url, { headers, caCerts: options.caCerts ?? [] });
       } catch (error) {
         resolve(`cannot connect: ${error instanceof Error ? error.message : error}`);
         return;
@@ -450,7 +453,10 @@ export class ControlLink {
       };
       const close = (reason: string, code: number) => {
         why ||= reason;
-        if (socket.readyState === WebSocket.OPEN || socket.readyState === WebSocket.CONNECTING) {
+        if (
+          socket.readyState === WebSocketClient.OPEN ||
+          socket.readyState === WebSocketClient.CONNECTING
+        ) {
           socket.close(code, reason.slice(0, 120));
         }
         // A Router that never completes the closing handshake is not waited for.
@@ -489,7 +495,7 @@ export class ControlLink {
         this.#log("connected outbound supervisor control stream");
       };
       socket.onerror = (event) => {
-        why ||= (event instanceof ErrorEvent ? event.message : "") || "connection error";
+        why ||= event.message || "connection error";
       };
       socket.onclose = (event) => {
         end(why || `closed by the Router: ${event.code}${event.reason ? ` ${event.reason}` : ""}`);

@@ -82,6 +82,17 @@ export const nodeOptions = {
     placeholder: "token",
     help: "bearer token for node connections",
   },
+  /** A CA certificate (PEM) trusted for a `https://` Router, besides the system's. */
+  caFile: {
+    flag: "--ca-file",
+    env: "KCORAL_CA_FILE",
+    type: "string",
+    nullable: true,
+    nonEmpty: true,
+    default: null,
+    placeholder: "path",
+    help: "trust this PEM CA certificate for an https:// Router (self-signed deployments)",
+  },
   /** Between health probes, and between control heartbeats. */
   healthIntervalSeconds: {
     flag: "--health-interval-seconds",
@@ -192,6 +203,8 @@ export interface NodeConfig extends SupervisorTimings {
   nodeId: string | null;
   /** The bearer token of node connections, or `null`. */
   nodeToken: string | null;
+  /** A CA certificate file trusted for a `https://` Router, or `null`. */
+  caFile: string | null;
 }
 
 // `NodeConfig` is exactly what the table defines.
@@ -346,7 +359,10 @@ export function checkNodeCommandLine(
   }
   if (values.routerEndpoint === undefined) {
     for (const [field, spec] of Object.entries(nodeOptions) as [NodeField, OptionTable[string]][]) {
-      if (sources[field] === "flag" && !["routerEndpoint", "nodeId", "nodeToken"].includes(field)) {
+      if (
+        sources[field] === "flag" &&
+        !["routerEndpoint", "nodeId", "nodeToken", "caFile"].includes(field)
+      ) {
         throw new CommandLineError(`${name}: error: ${spec.flag} requires --router`, 2);
       }
     }
@@ -407,6 +423,8 @@ export interface SupervisedServer {
   signal?: AbortSignal;
   /** Where log lines go; default stderr. */
   log?: (line: string) => void;
+  /** The PEM text of `caFile` (read by the caller), for the control link. */
+  caCerts?: readonly string[];
 }
 
 /**
@@ -442,6 +460,7 @@ export function supervisorOptionsFrom(
     routerEndpoint: config.routerEndpoint,
     nodeId: config.nodeId,
     nodeToken: config.nodeToken,
+    caFile: config.caFile,
     host: server.host,
     port: server.port,
   });
@@ -449,6 +468,7 @@ export function supervisorOptionsFrom(
     nodeId: config.nodeId,
     routerEndpoint: config.routerEndpoint,
     nodeToken: config.nodeToken,
+    caCerts: server.caCerts ?? [],
     serverUrl: probeOrigin(server.host, server.port),
     child: {
       command: server.child.command,

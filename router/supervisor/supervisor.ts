@@ -82,6 +82,8 @@ export interface SupervisorOptions extends SupervisorTimings {
   routerEndpoint: string;
   /** The shared node token, or `null`. */
   nodeToken: string | null;
+  /** Extra trusted certificate authorities (PEM) for a `wss://` Router's control link. */
+  caCerts?: readonly string[];
   /** The origin the local server is probed at (see `probeOrigin` in probe.ts). */
   serverUrl: string;
   /** The server command; its `env` should include {@linkcode nodeServerEnv}. */
@@ -108,6 +110,8 @@ export interface NodeServerEnvInput {
   nodeId: string;
   /** The node token, or `null`. */
   nodeToken: string | null;
+  /** A CA file trusted for a `https://` Router (its path travels), or `null`/absent. */
+  caFile?: string | null;
   /** The server's bind address (brackets of an IPv6 address are removed). */
   host: string;
   /** The server's port. */
@@ -141,6 +145,7 @@ export function nodeServerEnv(input: NodeServerEnvInput): Record<string, string>
     KCORAL_NODE_ID: input.nodeId,
   };
   if (input.nodeToken !== null) env.KCORAL_NODE_TOKEN = input.nodeToken;
+  if (input.caFile) env.KCORAL_CA_FILE = input.caFile;
   env.KCORAL_SERVER_HOST = host;
   env.KCORAL_SERVER_PORT = String(input.port);
   return env;
@@ -201,6 +206,7 @@ export async function runSupervisor(options: SupervisorOptions): Promise<number>
   const link = new ControlLink({
     routerEndpoint: options.routerEndpoint,
     nodeToken: options.nodeToken,
+    caCerts: options.caCerts ?? [],
     snapshot: () => report.snapshot(),
     heartbeatSeconds: options.healthIntervalSeconds,
     connectTimeoutSeconds: options.controlConnectTimeoutSeconds,

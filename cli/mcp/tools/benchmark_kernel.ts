@@ -196,7 +196,7 @@ async function _benchmark(input: _Input, settings: McpSettings, call: CallContex
   call.progress.phase(`compiling for ${arch} on ${compileUrl}`);
   let compiler: Client;
   try {
-    compiler = new Client(compileUrl);
+    compiler = new Client(compileUrl, settings.client);
   } catch (error) {
     throw new ToolFailure("invalid_input", `compile_url: ${(error as Error).message}`);
   }
@@ -218,7 +218,7 @@ async function _benchmark(input: _Input, settings: McpSettings, call: CallContex
 
   call.progress.phase(`timing ${input.entry} on ${settings.url}`);
   const timing = { warmup: input.warmup, repeat: input.repeat, flushL2: input.flush_l2 };
-  await using client = new Client(settings.url);
+  await using client = new Client(settings.url, settings.client);
   const timed = await client.execute(timingProgram(library, input.entry, input.args, timing), {
     timeoutSeconds: input.timeout_seconds,
     signal: call.signal,

@@ -72,7 +72,7 @@ export function registerRunProgram(server: McpServer, settings: McpSettings): vo
     (input: z.infer<z.ZodObject<typeof runProgramInput>>, extra: ToolExtra) =>
       runCall("run_program", extra, async (call) => {
         const program = await buildJsonProgram(input.instructions, settings.cwd);
-        await using client = new Client(settings.url);
+        await using client = new Client(settings.url, settings.client);
         call.progress.phase(`running the program on ${settings.url}`);
         const result = await client.execute(program, {
           timeoutSeconds: input.timeout_seconds,

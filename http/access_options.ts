@@ -1,0 +1,232 @@
+/**
+ * Who may talk to a server or Router, and over what: the client-token and TLS options shared
+ * by `kcoral server` and `kcoral router` (all off by default), declared once as an options
+ * table. They are kept out of the server's and the Router's configurations, so that no token
+ * reaches the configuration a server logs at start.
+ *
+ * ```
+ *  --client-token T[,T]  (repeatable) / KCORAL_CLIENT_TOKEN   ┐
+ *  --client-token-file PATH           / KCORAL_CLIENT_TOKEN_FILE ├─▶ ClientTokens (401 on
+ *  --protect-health                                            ┘    /execute /metrics /status)
+ *  --tls-cert PATH / KCORAL_TLS_CERT, --tls-key PATH / KCORAL_TLS_KEY ─▶ Deno.serve's TLS
+ * ```
+ *
+ * @example
+ * ```ts
+ * import { accessOptions, checkAccessConfig } from "./access_options.ts";
+ *
+ * const config = checkAccessConfig({ clientTokens: ["a,b"], protectHealth: true });
+ * if (config.clientTokens.join(" ") !== "a b" || accessOptions.tlsCert.env !== "KCORAL_TLS_CERT") {
+ *   throw new Error();
+ * }
+ * ```
+ *
+ * @module
+ */
+import type { OptionTable } from "../options/spec.ts";
+import { ClientTokens, splitTokens } from "./client_tokens.ts";
+import type { TlsFiles } from "./serve.ts";
+
+/**
+ * The access options of `kcoral server` and `kcoral router`, in `--help` order.
+ *
+ * @example
+ * ```ts
+ * import { accessOptions } from "./access_options.ts";
+ *
+ * if (accessOptions.clientTokens.env !== "KCORAL_CLIENT_TOKEN") throw new Error();
+ * ```
+ */
+export const accessOptions = {
+  /** Bearer tokens clients must send; comma-separated, repeatable. */
+  clientTokens: {
+    flag: "--client-token",
+    env: "KCORAL_CLIENT_TOKEN",
+    type: "list",
+    items: { type: "string" },
+    default: [],
+    placeholder: "token",
+    help: "require 'Authorization: Bearer TOKEN' on /execute, /metrics and /status " +
+      "(comma-separated; prefer the variable, or --client-token-file, to keep tokens out of " +
+      "the process list)",
+  },
+  /** A file of tokens, one per line (`#` comments), read again on SIGHUP. */
+  clientTokenFile: {
+    flag: "--client-token-file",
+    env: "KCORAL_CLIENT_TOKEN_FILE",
+    type: "string",
+    nonEmpty: true,
+    nullable: true,
+    default: null,
+    placeholder: "path",
+    help: "accepted client tokens, one per line ('#' comments); read again on SIGHUP",
+  },
+  /** `/health` needs a token too. */
+  protectHealth: {
+    flag: "--protect-health",
+    type: "boolean",
+    default: false,
+    help: "require a client token on /health too",
+  },
+  /** The PEM certificate chain to serve HTTPS with. */
+  tlsCert: {
+    flag: "--tls-cert",
+    env: "KCORAL_TLS_CERT",
+    type: "string",
+    nonEmpty: true,
+    nullable: true,
+    default: null,
+    placeholder: "path",
+    help: "serve HTTPS with this PEM certificate chain (with --tls-key)",
+  },
+  /** The PEM private key of `--tls-cert`. */
+  tlsKey: {
+    flag: "--tls-key",
+    env: "KCORAL_TLS_KEY",
+    type: "string",
+    nonEmpty: true,
+    nullable: true,
+    default: null,
+    placeholder: "path",
+    help: "the PEM private key of --tls-cert",
+  },
+} as const satisfies OptionTable;
+
+/** The access settings of a server or Router (what {@linkcode accessOptions} sets). */
+export interface AccessConfig {
+  /** Accepted client tokens given directly (split on commas). */
+  clientTokens: string[];
+  /** A token file, or `null`. */
+  clientTokenFile: string | null;
+  /** `/health` needs a token too. */
+  protectHealth: boolean;
+  /** PEM certificate chain file, or `null` for plain HTTP. */
+  tlsCert: string | null;
+  /** PEM private key file, or `null`. */
+  tlsKey: string | null;
+}
+
+/**
+ * Completes and checks access settings as a command line gives them (throws a `TypeError`
+ * whose message starts with the flag at fault, never quoting a token): tokens split on commas
+ * and of RFC 6750's characters, `--tls-cert` and `--tls-key` together, `--protect-health`
+ * only with tokens. An empty `KCORAL_CLIENT_TOKEN` (an empty list here) means no token.
+ *
+ * @example
+ * ```ts
+ * import { checkAccessConfig } from "./access_options.ts";
+ *
+ * try {
+ *   checkAccessConfig({ tlsCert: "cert.pem" });
+ *   throw new Error("accepted");
+ * } catch (error) {
+ *   if ((error as Error).message !== "--tls-cert requires --tls-key") throw error;
+ * }
+ * ```
+ */
+export function checkAccessConfig(values: Readonly<Partial<AccessConfig>>): AccessConfig {
+  const flat = (values.clientTokens ?? []).filter((value) => value.trim() !== "");
+  const config: AccessConfig = {
+    clientTokens: splitTokens(flat, accessOptions.clientTokens.flag),
+    clientTokenFile: values.clientTokenFile ?? null,
+    protectHealth: values.protectHealth ?? false,
+    tlsCert: values.tlsCert ?? null,
+    tlsKey: values.tlsKey ?? null,
+  };
+  if (config.tlsCert !== null && config.tlsKey === null) {
+    throw new TypeError("--tls-cert requires --tls-key");
+  }
+  if (config.tlsKey !== null && config.tlsCert === null) {
+    throw new TypeError("--tls-key requires --tls-cert");
+  }
+  if (
+    config.protectHealth && config.clientTokens.length === 0 && config.clientTokenFile === null
+  ) {
+    throw new TypeError("--protect-health requires --client-token or --client-token-file");
+  }
+  return config;
+}
+
+/** What the access settings make: the token set (or `null`) and the TLS files (or `null`). */
+export interface Access {
+  /** The accepted client tokens; `null`: every route is open. */
+  tokens: ClientTokens | null;
+  /** The certificate and key read from their files; `null`: plain HTTP. */
+  tls: TlsFiles | null;
+}
+
+/**
+ * Reads what `config` names: the token file and the certificate and key files. Throws an
+ * `Error` naming the file that cannot be read or used (never a token).
+ *
+ * @example
+ * ```ts
+ * import { loadAccess } from "./access_options.ts";
+ *
+ * const access = loadAccess({
+ *   clientTokens: ["s3cret"], clientTokenFile: null, protectHealth: false,
+ *   tlsCert: null, tlsKey: null,
+ * });
+ * if (access.tokens?.count !== 1 || access.tls !== null) throw new Error();
+ * ```
+ */
+export function loadAccess(config: AccessConfig): Access {
+  const anyToken = config.clientTokens.length > 0 || config.clientTokenFile !== null;
+  const tokens = anyToken
+    ? new ClientTokens({
+      tokens: config.clientTokens,
+      file: config.clientTokenFile,
+      protectHealth: config.protectHealth,
+    })
+    : null;
+  const tls = config.tlsCert !== null && config.tlsKey !== null
+    ? { cert: _readPem(config.tlsCert, "certificate"), key: _readPem(config.tlsKey, "private key") }
+    : null;
+  return { tokens, tls };
+}
+
+function _readPem(path: string, what: string): string {
+  let text: string;
+  try {
+    text = Deno.readTextFileSync(path);
+  } catch (error) {
+    throw new Error(
+      `cannot read the TLS ${what} ${path}: ${error instanceof Error ? error.message : error}`,
+    );
+  }
+  if (!text.includes("-----BEGIN ")) throw new Error(`the TLS ${what} ${path} is not PEM`);
+  return text;
+}
+
+/**
+ * The PEM text of a CA file (`--ca-file`, `KCORAL_CA_FILE`); an `Error` naming the file when it
+ * cannot be read or holds no PEM certificate.
+ *
+ * @example
+ * ```ts
+ * import { readCaFile } from "./access_options.ts";
+ *
+ * try {
+ *   readCaFile("/nonexistent/ca.pem");
+ *   throw new Error("read");
+ * } catch (error) {
+ *   if (!(error as Error).message.startsWith("cannot read the CA file /nonexistent/ca.pem")) {
+ *     throw error;
+ *   }
+ * }
+ * ```
+ */
+export function readCaFile(path: string): string {
+  let text: string;
+  try {
+    text = Deno.readTextFileSync(path);
+  } catch (error) {
+    throw new Error(
+      `cannot read the CA file ${path}: ${error instanceof Error ? error.message : error}`,
+    );
+  }
+  if (!text.includes("-----BEGIN CERTIFICATE-----")) {
+    throw new Error(`the CA file ${path} holds no PEM certificate`);
+  }
+  return text;
+}
