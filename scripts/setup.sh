@@ -12,6 +12,8 @@ python3 -c 'import prometheus_client' >/dev/null 2>&1 ||
   want_apt+=(python3-prometheus-client)
 # A headless browser for the status page tests (driven by puppeteer-core from npm).
 command -v chromium >/dev/null 2>&1 || want_apt+=(chromium)
+# Certificates for the TLS tests (tests/tls_test.ts makes a CA and server certificates).
+command -v openssl >/dev/null 2>&1 || want_apt+=(openssl)
 if [ ${#want_apt[@]} -gt 0 ]; then
   sudo_cmd=""
   [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
