@@ -129,6 +129,20 @@ export class HashThreads implements HashSink {
     for (const thread of this.#threads) thread.warm();
   }
 
+  /**
+   * Stops every thread with nothing open; each starts again on its next use. An idle thread
+   * collects no garbage, so the shared buffers it was sent stay allocated until it ends.
+   */
+  rest(): void {
+    for (let i = 0; i < this.#threads.length; i++) {
+      const thread = this.#threads[i];
+      if ((this.#open.get(thread) ?? 0) > 0) continue;
+      thread.close();
+      this.#open.delete(thread);
+      this.#threads[i] = new HashThread();
+    }
+  }
+
   /** Stops every thread. */
   close(): void {
     for (const thread of this.#threads) thread.close();

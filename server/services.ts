@@ -11,9 +11,11 @@ import { HashThreads } from "../protocol/hash_threads.ts";
 import { Background } from "../http/background.ts";
 import { BodyBuffers } from "../http/body_buffers.ts";
 import type { EventLog } from "../http/events.ts";
+import { IdleRelease } from "../http/idle_release.ts";
 import type { InFlight } from "../http/in_flight.ts";
 import type { AdmissionServices } from "./admission.ts";
 import { DiskFileCache } from "./cache_disk.ts";
+import { collectGarbage } from "./collect_garbage.ts";
 import { BlobStore } from "./cache_memory.ts";
 import type { ServerConfig } from "./config.ts";
 import { detectDevices, simulatedDevices } from "./devices.ts";
@@ -27,8 +29,12 @@ import { pythonInfo } from "./python_info.ts";
 
 /** Large-body receive buffers and mirrors up to this size are pooled (two of each). */
 const _POOLED_BODY_BYTES = 256 * 1024 * 1024;
-/** Pooled ones are freed after this long without a large body (up to 1 GiB idle otherwise). */
-const _IDLE_BODY_BUFFERS_MS = 60_000;
+/**
+ * This long after the last large body, once no request is in flight, the pools are emptied, the
+ * hashing threads stopped and the garbage collected (docs/decisions.md, "Memory comes back after
+ * large requests").
+ */
+const _IDLE_RELEASE_MS = 10_000;
 
 /** A running server's parts. */
 export interface Services extends AdmissionServices, DispatchServices {
@@ -48,6 +54,8 @@ export interface Services extends AdmissionServices, DispatchServices {
   readonly mirrors: BodyBuffers<SharedArrayBuffer>;
   /** Work left running after answers. */
   readonly background: Background;
+  /** Gives the memory of large bodies back once the server is idle. */
+  readonly idleRelease: IdleRelease;
 }
 
 /** What startup takes besides the configuration. */
@@ -74,12 +82,21 @@ export async function startServices(
   const hashes = new HashThreads(
     Math.max(1, Math.min(8, (navigator.hardwareConcurrency ?? 2) - 1)),
   );
-  const bodies = new BodyBuffers(2, _POOLED_BODY_BYTES, (size) => new ArrayBuffer(size), {
-    releaseAfterMs: _IDLE_BODY_BUFFERS_MS,
+  const idleRelease = new IdleRelease({
+    afterMs: _IDLE_RELEASE_MS,
+    busy: () => inFlight.count > 0,
+    release: () => {
+      bodies.clear();
+      mirrors.clear();
+      hashes.rest();
+      collectGarbage();
+    },
   });
+  const onUse = () => idleRelease.touch();
+  const bodies = new BodyBuffers(2, _POOLED_BODY_BYTES, (size) => new ArrayBuffer(size), { onUse });
   // Shared copies of large bodies that the hashing threads read (reading never waits).
   const mirrors = new BodyBuffers(2, _POOLED_BODY_BYTES, (size) => new SharedArrayBuffer(size), {
-    releaseAfterMs: _IDLE_BODY_BUFFERS_MS,
+    onUse,
   });
   const disk = new DiskFileCache(config.diskCacheDir, config.diskCacheCapacityMbytes * 1024 * 1024);
   let runtimeDir = "";
@@ -160,9 +177,20 @@ export async function startServices(
       stagingDir: (requestId) => `${runtimeDir}/responses/${requestId}-${responses++}`,
       track,
       background,
+      idleRelease,
     };
   } catch (error) {
-    await _takeDown({ config, pool, background, store, hashes, bodies, mirrors, runtimeDir });
+    await _takeDown({
+      config,
+      pool,
+      background,
+      store,
+      hashes,
+      bodies,
+      mirrors,
+      idleRelease,
+      runtimeDir,
+    });
     throw error;
   }
 }
@@ -181,11 +209,13 @@ async function _takeDown(parts: {
   hashes: HashThreads;
   bodies: BodyBuffers<ArrayBuffer>;
   mirrors: BodyBuffers<SharedArrayBuffer>;
+  idleRelease: IdleRelease;
   runtimeDir: string;
 }): Promise<void> {
   await parts.pool?.close(parts.config.workerTerminationGraceSeconds * 1000);
   await parts.background.settled();
   parts.store?.close();
+  parts.idleRelease.close();
   parts.hashes.close();
   parts.bodies.clear();
   parts.mirrors.clear();

@@ -461,3 +461,29 @@ Deno.test("hash threads: digests, in-place hashing of shared bytes, spool files,
 function _exists(path: string): Promise<boolean> {
   return Deno.lstat(path).then(() => true, () => false);
 }
+
+Deno.test("hash threads: rest stops the threads with nothing open; they start again on use", async () => {
+  const { HashThreads } = await import("../protocol/hash_threads.ts");
+  const threads = new HashThreads(2);
+  try {
+    const data = randomBytes(1 << 20);
+    const busy = threads.open(); // on one thread, left open across the rest
+    await threads.update(busy, data.subarray(0, 1000));
+    const done = threads.open(); // on the other
+    await threads.update(done, data);
+    assert.equal(await threads.digest(done), sha256Hex(data));
+    threads.rest();
+    // The open hash's thread kept running: its hash goes on where it was.
+    await threads.update(busy, data.subarray(1000));
+    assert.equal(await threads.digest(busy), sha256Hex(data));
+    // The stopped one was replaced by a fresh thread: hashes open and finish as before.
+    const ids = [threads.open(), threads.open()];
+    await Promise.all(ids.map((id) => threads.update(id, data)));
+    assert.deepEqual(await Promise.all(ids.map((id) => threads.digest(id))), [
+      sha256Hex(data),
+      sha256Hex(data),
+    ]);
+  } finally {
+    threads.close();
+  }
+});

@@ -27,20 +27,17 @@ Deno.test("body buffers: reused smallest-fit, largest kept, oversized and detach
   assert.equal(pool.idle, 0);
 });
 
-Deno.test("body buffers: idle ones are freed after releaseAfterMs without use, use postpones it", async () => {
-  const pool = new BodyBuffers(2, 1000, (size) => new ArrayBuffer(size), { releaseAfterMs: 200 });
-  try {
-    pool.give(pool.take(100));
-    await new Promise((resolve) => setTimeout(resolve, 150));
-    assert.equal(pool.idle, 1, "released early");
-    pool.give(pool.take(100)); // used again: the 200 ms count from here
-    await new Promise((resolve) => setTimeout(resolve, 150));
-    assert.equal(pool.idle, 1, "use did not postpone the release");
-    await new Promise((resolve) => setTimeout(resolve, 400));
-    assert.equal(pool.idle, 0, "not released after 200 ms idle");
-    pool.give(pool.take(100)); // a new buffer after the release is pooled (and timed) again
-    assert.equal(pool.idle, 1);
-  } finally {
-    pool.clear();
-  }
+Deno.test("body buffers: onUse hears every take and give", () => {
+  let uses = 0;
+  const pool = new BodyBuffers(1, 1000, (size) => new ArrayBuffer(size), { onUse: () => uses++ });
+  const a = pool.take(100);
+  const b = pool.take(100);
+  assert.equal(uses, 2);
+  pool.give(a);
+  pool.give(b); // not kept (one idle at most), still a use
+  pool.give(new ArrayBuffer(5000)); // oversized, dropped, still a use
+  assert.equal(uses, 5);
+  assert.equal(pool.idle, 1);
+  pool.clear();
+  assert.equal(pool.idle, 0);
 });

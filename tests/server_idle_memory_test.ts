@@ -1,0 +1,87 @@
+// After large requests the server's resident memory comes back once it is idle
+// (docs/decisions.md, "Memory comes back after large requests"): its body pools, the hashing
+// threads' views of them and the garbage of the requests are given back, and the next large
+// request works as before. A real server process, so that its RSS is its own.
+import assert from "node:assert/strict";
+import { Client, Program } from "../mod.ts";
+import { randomBytes } from "./_bytes.ts";
+
+const _MIB = 1 << 20;
+
+function _status(pid: number, field: "VmRSS" | "VmHWM"): number {
+  const status = Deno.readTextFileSync(`/proc/${pid}/status`);
+  return Number(new RegExp(`${field}:\\s+(\\d+)`).exec(status)![1]) * 1024;
+}
+
+function _lengthProgram(value: Uint8Array): Program {
+  const program = new Program();
+  const mod = program.upload({ kind: "module", source: "def size(b):\n    return len(b)\n" });
+  const arg = program.upload({ kind: "bytes", value });
+  const fn = program.getFunction({ module: mod, name: "size" });
+  program.return_({ key: "n", value: program.run({ fn, args: [arg] }) });
+  return program;
+}
+
+Deno.test({
+  name: "server: RSS returns near its idle baseline after large uploads",
+  ignore: Deno.build.os !== "linux",
+  async fn() {
+    const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    const port = (listener.addr as Deno.NetAddr).port;
+    listener.close();
+    const child = new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "-A",
+        new URL("../cli.ts", import.meta.url).pathname,
+        "server",
+        ...["--device", "cpu", "--num-workers", "1", "--max-requests-per-worker", "0"],
+        ...["--sandbox", "none", "--port", String(port), "--no-log-console", "--log-dir", ""],
+        ...["--disk-cache-dir", "", "--cache-capacity-bytes", "0"],
+      ],
+      stdout: "null",
+      stderr: "piped",
+    }).spawn();
+    const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
+    try {
+      let seen = "";
+      while (!seen.includes("Application startup complete.")) {
+        const { value, done } = await reader.read();
+        if (done) throw new Error(`server exited:\n${seen}`);
+        seen += value;
+      }
+      (async () => {
+        while (!(await reader.read()).done) { /* drained */ }
+      })();
+      await using client = new Client(`http://127.0.0.1:${port}`);
+      const payload = randomBytes(192 * _MIB);
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      const baseline = _status(child.pid, "VmRSS");
+      Deno.writeTextFileSync(`/proc/${child.pid}/clear_refs`, "5"); // VmHWM := VmRSS
+      const first = await client.execute(_lengthProgram(payload));
+      assert.equal(first.get("n"), payload.length, JSON.stringify(first.error));
+      const rise = _status(child.pid, "VmHWM") - baseline;
+      assert.ok(rise >= 300 * _MIB, `the upload raised RSS by only ${rise / _MIB} MiB`);
+      // Idle from here: back within 256 MiB of the baseline well before 25 s.
+      const idleStart = performance.now();
+      let rss = _status(child.pid, "VmRSS");
+      while (rss > baseline + 256 * _MIB && performance.now() - idleStart < 25_000) {
+        await new Promise((resolve) => setTimeout(resolve, 250));
+        rss = _status(child.pid, "VmRSS");
+      }
+      assert.ok(
+        rss <= baseline + 256 * _MIB,
+        `RSS ${(rss / _MIB).toFixed(0)} MiB after 25 s idle (baseline ${
+          (baseline / _MIB).toFixed(0)
+        } MiB, peak +${(rise / _MIB).toFixed(0)} MiB)`,
+      );
+      // The next large upload is served as before (new hashing threads, new buffers).
+      payload[0] ^= 1;
+      const second = await client.execute(_lengthProgram(payload));
+      assert.equal(second.get("n"), payload.length, JSON.stringify(second.error));
+    } finally {
+      child.kill("SIGTERM");
+      await child.status;
+    }
+  },
+});
