@@ -59,7 +59,19 @@ export {
 } from "./server/config_options.ts";
 export type * from "./options/spec.ts";
 export type { OptionRule } from "./options/schema.ts";
-export { type HttpApp, type RunningServer, serve, type ServeOptions } from "./http/serve.ts";
+export {
+  type HttpApp,
+  type RunningServer,
+  serve,
+  type ServeOptions,
+  type TlsFiles,
+} from "./http/serve.ts";
+export {
+  ClientTokens,
+  type ClientTokensOptions,
+  type RefusalReason,
+  type ReloadResult,
+} from "./http/client_tokens.ts";
 export type { EventLevel, EventLog, EventLogOptions } from "./http/events.ts";
 
 // `deno run -A jsr:@kcoral/cli …` runs the command line; importing stays side-effect free.

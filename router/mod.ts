@@ -27,7 +27,19 @@ export {
   routerOptions,
 } from "./options.ts";
 export type { HealthLoad, RouterHealthBody } from "../protocol/health.ts";
-export { type HttpApp, type RunningServer, serve, type ServeOptions } from "../http/serve.ts";
+export {
+  type HttpApp,
+  type RunningServer,
+  serve,
+  type ServeOptions,
+  type TlsFiles,
+} from "../http/serve.ts";
+export {
+  ClientTokens,
+  type ClientTokensOptions,
+  type RefusalReason,
+  type ReloadResult,
+} from "../http/client_tokens.ts";
 export {
   type ControlHandle,
   LinkRefusal,

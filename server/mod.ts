@@ -26,5 +26,17 @@ export {
   serverListenOptions,
 } from "./config_options.ts";
 export type { HealthBody, HealthLoad } from "../protocol/health.ts";
-export { type HttpApp, type RunningServer, serve, type ServeOptions } from "../http/serve.ts";
+export {
+  type HttpApp,
+  type RunningServer,
+  serve,
+  type ServeOptions,
+  type TlsFiles,
+} from "../http/serve.ts";
+export {
+  ClientTokens,
+  type ClientTokensOptions,
+  type RefusalReason,
+  type ReloadResult,
+} from "../http/client_tokens.ts";
 export type { EventLevel, EventLog, EventLogOptions } from "../http/events.ts";
