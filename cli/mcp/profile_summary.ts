@@ -155,7 +155,8 @@ export function parseNcuDetails(csv: string): NcuKernel[] {
   ].map(column);
   const kernels = new Map<string, NcuKernel>();
   for (const row of rows.slice(headerAt + 1)) {
-    if (row.length < header.length) continue;
+    // Metric rows stop after `Metric Value` (a trailing empty field); rule rows go on.
+    if (row.length <= Math.max(id, name, metric, value)) continue;
     const key = row[id];
     let kernel = kernels.get(key);
     if (kernel === undefined) {
