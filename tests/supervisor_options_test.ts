@@ -95,11 +95,11 @@ Deno.test("node options: defaults, standalone and routed", () => {
 
 Deno.test("node options: help shows the connection options, not the advanced ones", () => {
   const help = commandLineHelp(table, SERVER, { HOME: "/h" }).replace(/\n {20,}/g, " ");
-  assert.ok(help.includes("--router <url>"));
+  assert.ok(help.includes("--router URL"));
   assert.ok(help.includes("[env: KCORAL_ROUTER_ENDPOINT]"));
-  assert.ok(help.includes("--node-id <id>"));
+  assert.ok(help.includes("--node-id ID"));
   assert.ok(help.includes("[env: KCORAL_NODE_ID]"));
-  assert.ok(help.includes("--node-token <token>"));
+  assert.ok(help.includes("--node-token TOKEN"));
   assert.ok(help.includes("[env: KCORAL_NODE_TOKEN]"));
   const hidden = Object.values(nodeOptions).filter((spec) => "hidden" in spec && spec.hidden);
   assert.equal(hidden.length, 9);
