@@ -72,7 +72,7 @@ export {
   type RefusalReason,
   type ReloadResult,
 } from "./http/client_tokens.ts";
-export type { EventLevel, EventLog, EventLogOptions } from "./http/events.ts";
+export type { EventLevel, EventLog, EventLogOptions, LogFormat } from "./http/events.ts";
 
 // `deno run -A jsr:@kcoral/cli …` runs the command line; importing stays side-effect free.
 if (import.meta.main) {

@@ -61,4 +61,4 @@ export {
   type SlotHello,
 } from "../protocol/node_link.ts";
 export type { HealthBody } from "../protocol/health.ts";
-export type { EventLevel, EventLog, EventLogOptions } from "../http/events.ts";
+export type { EventLevel, EventLog, EventLogOptions, LogFormat } from "../http/events.ts";

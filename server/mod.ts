@@ -39,4 +39,4 @@ export {
   type RefusalReason,
   type ReloadResult,
 } from "../http/client_tokens.ts";
-export type { EventLevel, EventLog, EventLogOptions } from "../http/events.ts";
+export type { EventLevel, EventLog, EventLogOptions, LogFormat } from "../http/events.ts";
