@@ -91,7 +91,12 @@ Deno.test("kcoral health: unreachable, not KCoral, malformed command lines", asy
 });
 
 Deno.test("kcoral --version, and each command's", async () => {
-  for (const args of [["--version"], ["server", "--version"], ["router", "--version"]]) {
+  for (
+    const args of [["--version"], ["server", "--version"], ["router", "--version"], [
+      "run",
+      "--version",
+    ], ["health", "--version"]]
+  ) {
     const result = await kcoral(args);
     assert.equal(result.code, 0, `${args}: ${result.stderr}`);
     assert.match(result.stdout, /^kcoral \d+\.\d+\.\d+\n$/, args.join(" "));

@@ -15,6 +15,7 @@ import { pyStrRepr } from "../../protocol/python_repr.ts";
 import { isToolName, TOOL_NAMES, type ToolName, TOOLS } from "./tools.ts";
 import { dispatcherHelp, dispatcherUsage, toolHelp, toolUsage } from "./usage.ts";
 import { validateToolArguments } from "./validators.ts";
+import { versionLine } from "../../options/version.ts";
 
 /** Default `--timeout`, in seconds. */
 export const DEFAULT_TIMEOUT_SECONDS = 300;
@@ -111,6 +112,8 @@ export type RunDispatchResult = RunDispatch | RunHelp | RunArgsError;
 export function parseRunDispatcher(argv: readonly string[]): RunDispatchResult {
   const tool = argv[0];
   if (tool === undefined) return _dispatchError("the following arguments are required: tool");
+  // Ours (upstream has no --version): the usage line stays upstream's.
+  if (tool === "--version") return { kind: "help", exitCode: 0, text: `${versionLine()}\n` };
   const help: OptionSpec = { strings: ["-h", "--help"], dest: "help", action: "help" };
   if (!isPositional(tool, help.strings)) {
     const scanned = scanOptions([help], [tool]);

@@ -48,6 +48,7 @@ export function dispatcherHelp(): string {
     "",
     "options:",
     _row("  -h, --help", "show this help message and exit"),
+    _row("  --version", "show program's version number and exit"),
     "",
     ..._wrap(
       "'kcoral run TOOL --help' shows the KCoral options of one tool. Help never contacts " +
