@@ -10,6 +10,15 @@
  * @module
  */
 
+import {
+  type FinalAnswer,
+  isLiveOutput,
+  LIVE_OUTPUT_HEADER,
+  LIVE_OUTPUT_VALUE,
+  LiveOutputError,
+  LiveOutputReader,
+  type OutputChunk,
+} from "../protocol/live_output.ts";
 import { PartDigests } from "../protocol/part_digests.ts";
 import type { KnownDigest } from "../protocol/values.ts";
 import {
@@ -239,6 +248,7 @@ export class Client implements AsyncDisposable {
       observe?: (headers: Headers) => BodyObserver | undefined;
       signal?: AbortSignal;
       onSent?: (sent: number, total: number) => void;
+      watch?: (headers: Headers) => ((piece: Uint8Array) => void) | undefined;
     } = {},
   ): Promise<TransportResponse> {
     if (this.#closed) throw new TransportError("the client has been closed");
@@ -254,6 +264,7 @@ export class Client implements AsyncDisposable {
       observe: init.observe,
       signal,
       onSent: init.onSent,
+      watch: init.watch,
     });
   }
 
@@ -357,9 +368,9 @@ export class Client implements AsyncDisposable {
     const programBytes = new TextEncoder().encode(program.toJson(options));
     const { signal } = options;
 
-    const { onProgress } = options;
+    const { onProgress, onOutput } = options;
     const post = (include: ReadonlySet<string>, route: string | null) =>
-      this.#post(program, programBytes, include, route, signal, onProgress);
+      this.#post(program, programBytes, include, route, signal, onProgress, onOutput);
     let attempt = await post(new Set(), null);
     if (attempt.body.get("status") === "CACHE_MISS") {
       if (attempt.parts.size > 0) {
@@ -395,6 +406,7 @@ export class Client implements AsyncDisposable {
     route: string | null,
     signal: AbortSignal | undefined,
     onProgress?: (progress: TransferProgress) => void,
+    onOutput?: (chunk: OutputChunk) => void,
   ): Promise<ResponseBody & { route: string | null; knownDigest: KnownDigest }> {
     const parts: MultipartInput[] = [
       { name: "program", contentType: "application/json", body: programBytes },
@@ -407,6 +419,8 @@ export class Client implements AsyncDisposable {
     const encoded = _encodeBody(parts, program);
     const headers: Record<string, string> = { "content-type": encoded.contentType };
     if (route !== null) headers["x-kcoral-node"] = route;
+    if (onOutput) headers[LIVE_OUTPUT_HEADER] = LIVE_OUTPUT_VALUE;
+    let live: LiveOutputReader | null = null;
     let digests: PartDigests | undefined;
     let threaded = false;
     let response: TransportResponse;
@@ -428,10 +442,18 @@ export class Client implements AsyncDisposable {
         },
         onSent: onProgress &&
           ((bytes, total) => onProgress({ direction: "upload", bytes, total })),
+        watch: onOutput && ((responseHeaders) => {
+          if (!isLiveOutput(responseHeaders.get("content-type"))) return undefined;
+          const reader = live = new LiveOutputReader(onOutput);
+          return (piece) => reader.push(piece);
+        }),
       });
       await digests?.settle();
     } finally {
       if (threaded) this.#hashes.release();
+    }
+    if (response.status === 200 && onOutput && isLiveOutput(response.headers.get("content-type"))) {
+      response = _liveFinal(response, live, onOutput);
     }
     if (response.status !== 200) throw _serverError(response);
     let nextRoute = response.headers.get("x-kcoral-node");
@@ -483,6 +505,35 @@ function _protocol<T>(fn: () => T): T {
     if (error instanceof ResponseError) throw new ProtocolError(error.message, { cause: error });
     throw error;
   }
+}
+
+/**
+ * The answer inside a live-output response (protocol/live_output.ts). A transport that showed
+ * no pieces (`reader` null) has its whole body read here, chunks included.
+ */
+function _liveFinal(
+  response: TransportResponse,
+  reader: LiveOutputReader | null,
+  onOutput: (chunk: OutputChunk) => void,
+): TransportResponse {
+  return _protocol(() => {
+    let final: FinalAnswer;
+    try {
+      if (!reader) {
+        reader = new LiveOutputReader(onOutput);
+        reader.push(response.body);
+      }
+      final = reader.finish();
+    } catch (error) {
+      if (error instanceof LiveOutputError) throw new ProtocolError(error.message);
+      throw error;
+    }
+    // The outer answer's routing header (a Router's) stays with the inner one.
+    const headers = new Headers(final.headers);
+    const node = response.headers.get("x-kcoral-node");
+    if (node !== null && !headers.has("x-kcoral-node")) headers.set("x-kcoral-node", node);
+    return { status: final.status, headers, body: final.body };
+  });
 }
 
 function _serverError(response: TransportResponse): KCoralError {

@@ -31,3 +31,4 @@ export { ReturnedFile, ReturnedFolder } from "./artifacts.ts";
 export { ProgramResult, type ResultValue } from "./result.ts";
 export * from "./client.ts";
 export * from "./remote_function.ts";
+export type { OutputChunk } from "../protocol/live_output.ts";

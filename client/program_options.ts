@@ -5,6 +5,7 @@
  * @module
  */
 
+import type { OutputChunk } from "../protocol/live_output.ts";
 import type { Register } from "./register.ts";
 
 /**
@@ -238,6 +239,25 @@ export interface ExecuteOptions {
    * to the server.
    */
   onProgress?: (progress: TransferProgress) => void;
+  /**
+   * Asks for live output (`X-KCoral-Stream: output`, docs/live-output.md): called with each
+   * piece of the program's stdout or stderr while it runs, in order. The pieces of a stream,
+   * joined, are a prefix of the result's `stdout`/`stderr` (all of it unless the result is
+   * cut by the output limit's decoding at its very end: compare before printing the rest). A
+   * server that does not stream (upstream) never calls it: the result is the same either way.
+   * Not sent to the server.
+   *
+   * @example
+   * ```ts
+   * import type { ExecuteOptions, OutputChunk } from "../mod.ts";
+   *
+   * const seen: OutputChunk[] = [];
+   * const options: ExecuteOptions = { onOutput: (chunk) => seen.push(chunk) };
+   * options.onOutput?.({ stream: "stdout", data: "step 1\n" });
+   * if (seen.length !== 1) throw new Error();
+   * ```
+   */
+  onOutput?: (chunk: OutputChunk) => void;
 }
 
 /**

@@ -203,6 +203,26 @@ export class BodySender {
     this.#sendEnd();
   }
 
+  /**
+   * Sends what is gathered now, without waiting for a full frame (a live-output answer's
+   * chunks must not wait for 256 KiB of them).
+   *
+   * @example
+   * ```ts
+   * import { BodySender } from "./tunnel_body.ts";
+   *
+   * let frames = 0;
+   * const sender = new BodySender("0f6c2b4e-1111-4222-8333-444455556666", () => frames++, () => {});
+   * await sender.write(new Uint8Array(10));
+   * await sender.flush();
+   * if (frames !== 1) throw new Error();
+   * ```
+   */
+  async flush(): Promise<void> {
+    await this.#flush();
+    if (this.#failure) throw this.#failure;
+  }
+
   /** Whether `end` has been sent. */
   get ended(): boolean {
     return this.#ended;

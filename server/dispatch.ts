@@ -19,6 +19,7 @@ import type { ProgramOutcome } from "./finish.ts";
 import { type GpuSet, takeGpuSet } from "./gpu_sets.ts";
 import type { WorkerLaunch } from "./launch.ts";
 import type { GpuLeases, LeaseHolder } from "./lease.ts";
+import type { LiveOutput } from "./live_output.ts";
 import { outputTail } from "./output_tail.ts";
 import { PoolBusy, type Retiring, type Seat, type WorkerPool } from "./pool.ts";
 import { buildResultBody, crashError, crashResultBody, type ResponseMeta } from "./result_body.ts";
@@ -48,12 +49,17 @@ export interface DispatchServices {
  * Runs `admitted` on a seat; resolves with its 200 outcome or throws a {@linkcode Rejection}
  * (any other error is unexpected: the seat's child is then retired).
  *
+ * With `live`, the capture files are read while the program runs and what they gain goes to it
+ * (server/live_output.ts); the last of it before this resolves or throws.
+ *
  * Exercised end to end by the server tests (tests/server_execute_test.ts and others); the
- * run itself by tests/execution_test.ts with a fake child.
+ * run itself by tests/execution_test.ts with a fake child; live output by
+ * tests/live_output_test.ts.
  */
 export async function dispatchRequest(
   services: DispatchServices,
   admitted: Admitted,
+  live?: LiveOutput,
 ): Promise<ProgramOutcome> {
   const queueStart = performance.now();
   let seat: Seat;
@@ -68,7 +74,7 @@ export async function dispatchRequest(
     throw error;
   }
   try {
-    return await new _SeatRun(services, admitted, seat, performance.now() - queueStart).run();
+    return await new _SeatRun(services, admitted, seat, performance.now() - queueStart, live).run();
   } finally {
     admitted.releaseBlobs();
   }
@@ -88,8 +94,16 @@ class _SeatRun {
   /** The worker answered before its reuse hygiene (see `runProgram`'s `cleanup`). */
   #workerCleanup: Promise<string | null> | null = null;
   #released = false;
+  readonly #live: LiveOutput | undefined;
 
-  constructor(services: DispatchServices, admitted: Admitted, seat: Seat, queueMs: number) {
+  constructor(
+    services: DispatchServices,
+    admitted: Admitted,
+    seat: Seat,
+    queueMs: number,
+    live?: LiveOutput,
+  ) {
+    this.#live = live;
     this.#s = services;
     this.#a = admitted;
     this.#seat = seat;
@@ -165,7 +179,10 @@ class _SeatRun {
 
     // This request's own lines on the slot's stderr (where output goes when capture is off).
     const stderrMark = child.slot.stderrSeen;
-    const run = await runProgram({
+    const liveTail = this.#live && this.#a.outputLimit > 0
+      ? this.#live.tail(seat.resultsDir, this.#a.outputLimit, this.#s.stagingDir(requestId))
+      : null;
+    const running = runProgram({
       child,
       leases,
       gpus,
@@ -189,6 +206,8 @@ class _SeatRun {
         ...(launch.sandboxed ? {} : { reply_before_reset: true }),
       },
     });
+    // The tail's last read comes before anything takes the capture files.
+    const run = await running.finally(() => liveTail?.stop());
     this.#workerCleanup = run.cleanup;
     const end = run.end;
     if (set) {

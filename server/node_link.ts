@@ -32,6 +32,7 @@ import {
 import type { EventLog } from "../http/events.ts";
 import type { App } from "./app.ts";
 import { BodyReceiver, BodySender } from "../http/tunnel_body.ts";
+import { isLiveOutput } from "../protocol/live_output.ts";
 import { WebSocketClient } from "../http/websocket_client.ts";
 import { readCaFile } from "../http/access_options.ts";
 
@@ -371,7 +372,12 @@ class _Slot {
     }));
     try {
       if (response.body) {
-        for await (const chunk of response.body) await request.response.write(chunk);
+        // A live-output answer's pieces go out as they come (others fill whole frames).
+        const live = isLiveOutput(response.headers.get("content-type"));
+        for await (const chunk of response.body) {
+          await request.response.write(chunk);
+          if (live) await request.response.flush();
+        }
       }
       await request.response.end();
     } catch {

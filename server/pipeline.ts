@@ -11,15 +11,21 @@
  * It takes a Web `Request` and gives a Web `Response`, so `Deno.serve` is only one way to drive
  * it: a node linked to a Router feeds it the requests it tunnels.
  *
+ * A request with `X-KCoral-Stream: output` that is admitted as a program is answered at once
+ * with a live-output stream (server/live_output.ts): dispatch and finish then run behind it,
+ * and the answer finish makes becomes the stream's final part.
+ *
  * @module
  */
 import { ERROR_MESSAGES } from "../protocol/errors.ts";
+import { wantsLiveOutput } from "../protocol/live_output.ts";
 import { Rejection } from "../http/rejection.ts";
 import { requestId } from "../http/request_id.ts";
 import { admitRequest } from "./admission.ts";
 import { dispatchRequest } from "./dispatch.ts";
 import { finishRequest } from "./finish.ts";
 import type { ReceivedBody } from "./intake.ts";
+import { LiveOutput } from "./live_output.ts";
 import type { Services } from "./services.ts";
 
 /**
@@ -41,6 +47,7 @@ export async function executeRequest(
   });
   services.inFlight.enter();
   let received: ReceivedBody | null = null;
+  let handedOff = false;
   try {
     if (services.inFlight.closing) {
       await request.body?.cancel().catch(() => {});
@@ -53,6 +60,19 @@ export async function executeRequest(
       request.headers.get("content-type"),
       id,
     );
+    if (admitted.kind !== "cache_miss" && wantsLiveOutput(request.headers)) {
+      const live = new LiveOutput();
+      const body = received;
+      const final = dispatchRequest(services, admitted, live)
+        .then((outcome) => finishRequest(services.events, id, outcome))
+        .catch((error) => finishRequest(services.events, id, error))
+        .finally(() => {
+          body.release();
+          services.inFlight.leave();
+        });
+      handedOff = true;
+      return live.response(id, final);
+    }
     const outcome = admitted.kind === "cache_miss"
       ? admitted
       : await dispatchRequest(services, admitted);
@@ -60,7 +80,9 @@ export async function executeRequest(
   } catch (error) {
     return finishRequest(services.events, id, error);
   } finally {
-    received?.release();
-    services.inFlight.leave();
+    if (!handedOff) {
+      received?.release();
+      services.inFlight.leave();
+    }
   }
 }

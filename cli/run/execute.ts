@@ -6,7 +6,7 @@
  * @module
  */
 
-import { Client, type ClientOptions, ValidationError } from "../../client/mod.ts";
+import { Client, type ClientOptions, type OutputChunk, ValidationError } from "../../client/mod.ts";
 import { readCaFile } from "../../http/access_options.ts";
 import type { RunArgs } from "./args.ts";
 import { type ByteSink, writeText } from "./io.ts";
@@ -73,17 +73,31 @@ export async function runTool(args: RunArgs, io: RunIO): Promise<number> {
     }
     const { program, options } = buildToolProgram(sources, packed.tar, args);
     const transfer = new TransferLine(progress);
+    // Live output (docs/live-output.md): printed as it comes from a server that streams it; the
+    // replay then writes only the rest. Against one that does not, nothing is printed early.
+    const printed = { stdout: "", stderr: "" };
+    const onOutput = (chunk: OutputChunk) => {
+      progress.clear();
+      printed[chunk.stream] += chunk.data;
+      writeText(chunk.stream === "stdout" ? io.stdout : io.stderr, chunk.data);
+    };
     const result = await _waiting(
       args.url,
       access,
       progress,
       () => transfer.active,
-      () => client.execute(program, { ...options, onProgress: (p) => transfer.update(p) }),
+      () =>
+        client.execute(program, {
+          ...options,
+          onProgress: (p) => transfer.update(p),
+          onOutput,
+        }),
     );
     progress.clear();
     return await replayResult(result, {
       stdout: io.stdout,
       stderr: io.stderr,
+      printed,
       ...(args.out === undefined ? {} : { out: args.out, destination }),
     });
   } catch (error) {

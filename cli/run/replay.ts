@@ -29,6 +29,11 @@ export interface ReplayTarget {
   stdout: ByteSink;
   /** Local stderr: the remote stderr, then KCoral's own messages. */
   stderr: ByteSink;
+  /**
+   * What live output already printed of each stream: only the rest of the result's output is
+   * written (all of it when what was printed is not its beginning).
+   */
+  printed?: { stdout: string; stderr: string };
   /** `--out` as given (shown in the "saved artifacts" message). */
   out?: string;
   /** Where to save the artifacts folder (see `prepareOutput`); required with `out`. */
@@ -62,8 +67,8 @@ export interface ReplayTarget {
  * ```
  */
 export async function replayResult(result: ProgramResult, target: ReplayTarget): Promise<number> {
-  writeText(target.stdout, result.stdout);
-  writeText(target.stderr, result.stderr);
+  writeText(target.stdout, _rest(result.stdout, target.printed?.stdout ?? ""));
+  writeText(target.stderr, _rest(result.stderr, target.printed?.stderr ?? ""));
   if (result.stdoutTruncated || result.stderrTruncated) {
     writeText(target.stderr, "kcoral: remote output was truncated\n");
   }
@@ -84,4 +89,9 @@ export async function replayResult(result: ProgramResult, target: ReplayTarget):
     writeText(target.stderr, `kcoral: missing artifacts: ${outcome.missing.join(", ")}\n`);
   }
   return exitStatus(outcome);
+}
+
+/** `text` less its beginning `printed` (all of it when `printed` is not its beginning). */
+function _rest(text: string, printed: string): string {
+  return text.startsWith(printed) ? text.slice(printed.length) : text;
 }

@@ -102,7 +102,10 @@ export class FetchTransport implements Transport {
         client: method === "GET" || method === "HEAD" ? this.#http : this.#httpOnce,
         signal,
       });
-      const responseBody = new Uint8Array(await response.arrayBuffer());
+      const sink = request.watch?.(response.headers);
+      const responseBody = sink && response.body
+        ? await _watched(response.body, sink)
+        : new Uint8Array(await response.arrayBuffer());
       return { status: response.status, headers: response.headers, body: responseBody };
     } catch (error) {
       if (signal?.aborted) throw signal.reason;
@@ -112,4 +115,17 @@ export class FetchTransport implements Transport {
       });
     }
   }
+}
+
+/** A body read piece by piece, each shown to `sink` as it arrives. */
+async function _watched(
+  body: ReadableStream<Uint8Array>,
+  sink: (piece: Uint8Array) => void,
+): Promise<Uint8Array> {
+  const pieces: Uint8Array[] = [];
+  for await (const piece of body) {
+    pieces.push(piece);
+    sink(piece);
+  }
+  return concatBytes(pieces);
 }

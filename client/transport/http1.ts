@@ -38,6 +38,7 @@ export class Http1Transport implements Transport {
         request.observe,
         signal,
         request.onSent,
+        request.watch,
       );
     } catch (error) {
       if (signal?.aborted) throw signal.reason;

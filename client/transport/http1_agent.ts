@@ -121,6 +121,7 @@ export class Http1Agent {
     observe?: (headers: Headers) => BodyObserver | undefined,
     signal?: AbortSignal,
     onSent?: (sent: number, total: number) => void,
+    watch?: (headers: Headers) => ((piece: Uint8Array) => void) | undefined,
   ): Promise<TransportResponse> {
     signal?.throwIfAborted();
     let length = 0;
@@ -162,6 +163,7 @@ export class Http1Agent {
           pooled,
           prepare,
           onSent,
+          watch,
         ).finally(() => this.#prefault.end(prepare));
         this.#prefault.record(allocated.bytes, allocated.prefaulted);
         if (reusable && !this.#closed) this.#park(conn);
@@ -196,6 +198,7 @@ async function _exchange(
   pooled: _Idle | undefined,
   expectedBody: number,
   onSent?: (sent: number, total: number) => void,
+  watch?: (headers: Headers) => ((piece: Uint8Array) => void) | undefined,
 ): Promise<{ response: TransportResponse; reusable: boolean; allocated: Allocation }> {
   // The body is written while the response is read: a server may answer early (413) without
   // reading the rest, and that answer must not be lost behind a blocked write.
@@ -223,7 +226,7 @@ async function _exchange(
   const reader = new ResponseReader(conn, pooled, (total) => spare?.take(total) ?? null);
   let parsed;
   try {
-    parsed = await readResponse(reader, method, observe);
+    parsed = await readResponse(reader, method, observe, watch);
   } catch (error) {
     _closeQuietly(conn);
     await writing;

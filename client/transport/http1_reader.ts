@@ -53,6 +53,7 @@ export async function readResponse(
   reader: ResponseReader,
   method: string,
   observe?: (headers: Headers) => BodyObserver | undefined,
+  watch?: (headers: Headers) => ((piece: Uint8Array) => void) | undefined,
 ): Promise<{ response: TransportResponse; keepAlive: boolean }> {
   for (;;) {
     const head = await reader.readHead();
@@ -78,6 +79,7 @@ export async function readResponse(
     let keepAlive = status !== 101 &&
       (minor === "1" ? !/\bclose\b/.test(connection) : /\bkeep-alive\b/.test(connection));
     let body: Uint8Array;
+    const sink = watch?.(headers);
     const encoding = (headers.get("transfer-encoding") ?? "").toLowerCase().trim();
     const lengthHeader = headers.get("content-length");
     if (method === "HEAD" || status === 101 || status === 204 || status === 304) {
@@ -87,7 +89,7 @@ export async function readResponse(
       if (encoding !== "chunked") {
         throw new Error(`unsupported transfer-encoding: ${encoding}`);
       }
-      body = await reader.readChunked();
+      body = await reader.readChunked(sink);
     } else if (lengthHeader !== null) {
       const values = new Set(lengthHeader.split(",").map((v) => v.trim()));
       const [value] = values;
@@ -99,6 +101,8 @@ export async function readResponse(
       body = await reader.readToEnd();
       keepAlive = false;
     }
+    // Chunked bodies were shown piece by piece; others arrive whole.
+    if (sink && encoding === "" && body.length > 0) sink(body);
     return { response: { status, headers, body }, keepAlive };
   }
 }
@@ -250,8 +254,8 @@ export class ResponseReader {
     return prepared ? prepared.subarray(0, total) : new Uint8Array(total);
   }
 
-  /** A chunked body (trailer fields are read and ignored). */
-  async readChunked(): Promise<Uint8Array> {
+  /** A chunked body (trailer fields are read and ignored); `sink` sees each chunk. */
+  async readChunked(sink?: (piece: Uint8Array) => void): Promise<Uint8Array> {
     let body = new Uint8Array(64 * 1024);
     let length = 0;
     for (;;) {
@@ -268,6 +272,7 @@ export class ResponseReader {
         body = grown;
       }
       await this.readInto(body.subarray(length, length + size));
+      sink?.(body.slice(length, length + size));
       length += size;
       if ((await this.readLine()) !== "") throw new Error("malformed chunked body");
     }

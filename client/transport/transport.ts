@@ -32,6 +32,12 @@ export interface TransportRequest {
    * returns sees the body arrive. Transports that cannot watch a body (`fetch`) never call it.
    */
   observe?: (headers: Headers) => BodyObserver | undefined;
+  /**
+   * Called with the response headers before any body is read; the function it returns sees
+   * every piece of the body as it arrives (every transport calls it; the whole body is still
+   * the response's `body`). Live output reads its chunks this way.
+   */
+  watch?: (headers: Headers) => ((piece: Uint8Array) => void) | undefined;
   /** Aborting closes the connection; the request then rejects with the signal's reason. */
   signal?: AbortSignal;
   /**
