@@ -32,8 +32,7 @@ import { acceptNodeLink } from "./hub.ts";
 import { NodeRegistry } from "./registry.ts";
 import { RouterMetrics } from "./metrics.ts";
 import { RouterStatus } from "./status.ts";
-import { statusPageResponse } from "../http/status_page.ts";
-import { metricsResponse } from "../http/metrics_response.ts";
+import { operatorRoutes } from "../http/operator_routes.ts";
 import { registryConfig, type RouterConfig } from "./options.ts";
 
 /** Options of {@linkcode createRouter} besides its configuration. */
@@ -122,24 +121,7 @@ class _Router implements RouterApp {
         access: "client",
         handler: (request) => this.#execute(request),
       },
-      {
-        path: "/metrics",
-        methods: ["GET"],
-        access: "client",
-        handler: () => this.#metricsText(),
-      },
-      {
-        path: "/status",
-        methods: ["GET"],
-        access: "client",
-        handler: () => statusPageResponse(),
-      },
-      {
-        path: "/status/data",
-        methods: ["GET"],
-        access: "client",
-        handler: () => jsonResponse(200, JSON.stringify(this.#status.data())),
-      },
+      ...operatorRoutes(this.#metrics.registry, () => this.#status.data()),
       { path: CONTROL_PATH, methods: ["GET"], handler: link },
       { path: SLOT_PATH, methods: ["GET"], handler: link },
     ];
@@ -179,10 +161,6 @@ class _Router implements RouterApp {
     this.#metrics.close();
     this.#status.close();
     this.events.close();
-  }
-
-  #metricsText(): Promise<Response> {
-    return metricsResponse(this.#metrics.registry);
   }
 
   #health(): Response {

@@ -19,8 +19,7 @@ import { ERROR_MESSAGES } from "../protocol/errors.ts";
 import { distinctGpuCount, resolveServerConfig, type ServerConfig } from "./config.ts";
 import { ServerMetrics } from "./metrics.ts";
 import { ServerStatus } from "./status.ts";
-import { statusPageResponse } from "../http/status_page.ts";
-import { metricsResponse } from "../http/metrics_response.ts";
+import { operatorRoutes } from "../http/operator_routes.ts";
 import { executeRequest } from "./pipeline.ts";
 import type { WorkerPool } from "./pool.ts";
 import { type Services, startServices, stopServices } from "./services.ts";
@@ -149,24 +148,7 @@ class _ServerApp implements App {
         access: "client",
         handler: (r, info) => this.#execute(r, info),
       },
-      {
-        path: "/metrics",
-        methods: ["GET"],
-        access: "client",
-        handler: () => this.#metricsText(),
-      },
-      {
-        path: "/status",
-        methods: ["GET"],
-        access: "client",
-        handler: () => statusPageResponse(),
-      },
-      {
-        path: "/status/data",
-        methods: ["GET"],
-        access: "client",
-        handler: () => jsonResponse(200, JSON.stringify(this.#status.data(this.health()))),
-      },
+      ...operatorRoutes(this.#metrics.registry, () => this.#status.data(this.health())),
       {
         path: "/internal/worker-status",
         methods: ["GET"],
@@ -242,10 +224,6 @@ class _ServerApp implements App {
 
   #health(): Response {
     return jsonResponse(200, JSON.stringify(this.health()));
-  }
-
-  #metricsText(): Promise<Response> {
-    return metricsResponse(this.#metrics.registry);
   }
 
   #execute(request: Request, info: Deno.ServeHandlerInfo | undefined): Promise<Response> {

@@ -23,6 +23,7 @@ import {
   LIVE_OUTPUT_VALUE,
   type OutputChunk,
 } from "../protocol/live_output.ts";
+import { concatBytes } from "../protocol/bytes.ts";
 
 /** How often a running program's capture files are read. */
 export const LIVE_OUTPUT_INTERVAL_MS = 50;
@@ -99,7 +100,7 @@ export class LiveOutput {
         if (this.#queue.length > 0) {
           const lines = this.#queue;
           this.#queue = [];
-          yield _join(lines);
+          yield lines.length === 1 ? lines[0] : concatBytes(lines);
           continue;
         }
         if (this.#answer) break;
@@ -128,19 +129,6 @@ async function _finalBody(
   }
   const bytes = new Uint8Array(await response.arrayBuffer());
   return { length: bytes.length, pieces: [bytes] };
-}
-
-function _join(pieces: Uint8Array[]): Uint8Array {
-  if (pieces.length === 1) return pieces[0];
-  let total = 0;
-  for (const piece of pieces) total += piece.length;
-  const out = new Uint8Array(total);
-  let at = 0;
-  for (const piece of pieces) {
-    out.set(piece, at);
-    at += piece.length;
-  }
-  return out;
 }
 
 interface _Stream {
