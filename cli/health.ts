@@ -20,34 +20,14 @@ import {
 import type { OptionTable } from "../options/spec.ts";
 import { versionLine } from "../options/version.ts";
 import type { HealthBody, RouterHealthBody } from "../protocol/health.ts";
-import { DEFAULT_HOST, DEFAULT_PORT, resolveConnection } from "./run/connection.ts";
-import { readCaFile } from "../http/access_options.ts";
+import { resolveServerAddress, serverAddressOptions } from "./server_address.ts";
 import { describeTlsFailure } from "../protocol/tls_failure.ts";
 
 /** The options of `kcoral health`. */
 export const healthOptions = {
-  url: {
-    flag: "--url",
-    type: "string",
-    nullable: true,
-    default: null,
-    placeholder: "url",
-    help: `server or Router URL (default $KCORAL_URL, else http://${DEFAULT_HOST}:${DEFAULT_PORT})`,
-  },
-  host: {
-    flag: "--host",
-    type: "string",
-    default: DEFAULT_HOST,
-    placeholder: "host",
-    help: "server host, instead of --url",
-  },
-  port: {
-    flag: "--port",
-    type: "int",
-    default: DEFAULT_PORT,
-    placeholder: "port",
-    help: "server port, instead of --url",
-  },
+  url: serverAddressOptions.url,
+  host: serverAddressOptions.host,
+  port: serverAddressOptions.port,
   timeoutSeconds: {
     flag: "--timeout",
     type: "number",
@@ -56,24 +36,8 @@ export const healthOptions = {
     placeholder: "s",
     help: "how long to wait for the answer",
   },
-  token: {
-    flag: "--token",
-    env: "KCORAL_TOKEN",
-    type: "string",
-    nullable: true,
-    default: null,
-    placeholder: "token",
-    help: "client token, sent as 'Authorization: Bearer TOKEN' (prefer the variable)",
-  },
-  caFile: {
-    flag: "--ca-file",
-    env: "KCORAL_CA_FILE",
-    type: "string",
-    nullable: true,
-    default: null,
-    placeholder: "path",
-    help: "trust this PEM CA certificate for an https:// URL (self-signed deployments)",
-  },
+  token: serverAddressOptions.token,
+  caFile: serverAddressOptions.caFile,
   json: {
     flag: "--json",
     type: "boolean",
@@ -255,30 +219,12 @@ export async function healthMain(
       return 0;
     }
     const v = parsed.values;
-    const given = {
-      url: v.url ?? undefined,
-      host: parsed.sources.host === "flag" ? v.host : undefined,
-      port: parsed.sources.port === "flag" ? BigInt(v.port!) : undefined,
-    };
-    // As `kcoral run` selects its server, except that with nothing given the local default
-    // server is asked.
-    const connection = Object.values(given).every((value) => value === undefined)
-      ? { url: env.KCORAL_URL || `http://${DEFAULT_HOST}:${DEFAULT_PORT}` }
-      : resolveConnection(given, env.KCORAL_URL);
-    if ("error" in connection) {
-      throw new CommandLineError(`kcoral health: error: ${connection.error}`, 2);
-    }
-    if (connection.warning) console.error(connection.warning);
-    url = connection.url;
+    const address = resolveServerAddress(v, parsed.sources, env, "kcoral health");
+    if (address.warning) console.error(address.warning);
+    url = address.url;
     json = v.json ?? false;
     timeoutMs = (v.timeoutSeconds ?? 10) * 1000;
-    let caCerts: string[] = [];
-    try {
-      if (v.caFile) caCerts = [readCaFile(v.caFile)];
-    } catch (error) {
-      throw new CommandLineError(`kcoral health: ${(error as Error).message}`, 1);
-    }
-    access = { token: v.token || null, caCerts };
+    access = { token: address.token, caCerts: address.caCerts };
   } catch (error) {
     if (!(error instanceof CommandLineError)) throw error;
     if (error.exitCode === 2) console.error(commandLineUsage(healthOptions, _COMMAND).trimEnd());

@@ -10,7 +10,6 @@
  * @module
  */
 import process from "node:process";
-import { readCaFile } from "../../http/access_options.ts";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import {
   CommandLineError,
@@ -20,34 +19,15 @@ import {
 } from "../../options/command.ts";
 import type { OptionTable } from "../../options/spec.ts";
 import { versionLine } from "../../options/version.ts";
-import { DEFAULT_HOST, DEFAULT_PORT, resolveConnection } from "../run/connection.ts";
+import { resolveServerAddress, serverAddressOptions } from "../server_address.ts";
 import { createMcpServer } from "./server.ts";
 import type { McpSettings } from "./settings.ts";
 
 /** The options of `kcoral mcp`. */
 export const mcpOptions = {
-  url: {
-    flag: "--url",
-    type: "string",
-    nullable: true,
-    default: null,
-    placeholder: "url",
-    help: `server or Router URL (default $KCORAL_URL, else http://${DEFAULT_HOST}:${DEFAULT_PORT})`,
-  },
-  host: {
-    flag: "--host",
-    type: "string",
-    default: DEFAULT_HOST,
-    placeholder: "host",
-    help: "server host, instead of --url",
-  },
-  port: {
-    flag: "--port",
-    type: "int",
-    default: DEFAULT_PORT,
-    placeholder: "port",
-    help: "server port, instead of --url",
-  },
+  url: serverAddressOptions.url,
+  host: serverAddressOptions.host,
+  port: serverAddressOptions.port,
   compileUrl: {
     flag: "--compile-url",
     type: "string",
@@ -64,24 +44,8 @@ export const mcpOptions = {
     placeholder: "dir",
     help: "directory for returned files too large to inline (one subdirectory per call)",
   },
-  token: {
-    flag: "--token",
-    env: "KCORAL_TOKEN",
-    type: "string",
-    nullable: true,
-    default: null,
-    placeholder: "token",
-    help: "client token, sent as 'Authorization: Bearer TOKEN' (prefer the variable)",
-  },
-  caFile: {
-    flag: "--ca-file",
-    env: "KCORAL_CA_FILE",
-    type: "string",
-    nullable: true,
-    default: null,
-    placeholder: "path",
-    help: "trust this PEM CA certificate for https:// URLs (self-signed deployments)",
-  },
+  token: serverAddressOptions.token,
+  caFile: serverAddressOptions.caFile,
   inlineLimit: {
     flag: "--inline-limit",
     type: "int",
@@ -118,18 +82,8 @@ export function parseMcpArgs(
     const parsed = parseCommandLine(argv, mcpOptions, _COMMAND, env);
     if (parsed.kind === "help") return { help: parsed.text.trimEnd() };
     const v = parsed.values;
-    const given = {
-      url: v.url ?? undefined,
-      host: parsed.sources.host === "flag" ? v.host : undefined,
-      port: parsed.sources.port === "flag" ? BigInt(v.port!) : undefined,
-    };
-    const connection = Object.values(given).every((value) => value === undefined)
-      ? { url: env.KCORAL_URL || `http://${DEFAULT_HOST}:${DEFAULT_PORT}` }
-      : resolveConnection(given, env.KCORAL_URL);
-    if ("error" in connection) {
-      throw new CommandLineError(`kcoral mcp: error: ${connection.error}`, 2);
-    }
-    for (const [name, url] of [["--url", connection.url], ["--compile-url", v.compileUrl]]) {
+    const address = resolveServerAddress(v, parsed.sources, env, "kcoral mcp");
+    for (const [name, url] of [["--url", address.url], ["--compile-url", v.compileUrl]]) {
       if (url && !/^https?:\/\/[^/]/.test(url)) {
         throw new CommandLineError(
           `kcoral mcp: error: ${name} must be an http or https URL: ${url}`,
@@ -137,16 +91,10 @@ export function parseMcpArgs(
         );
       }
     }
-    let caCerts: string[] = [];
-    try {
-      if (v.caFile) caCerts = [readCaFile(v.caFile)];
-    } catch (error) {
-      throw new CommandLineError(`kcoral mcp: ${(error as Error).message}`, 1);
-    }
     return {
       settings: {
-        url: connection.url.replace(/\/+$/, ""),
-        client: { ...(v.token ? { token: v.token } : {}), caCerts },
+        url: address.url,
+        client: { ...(address.token ? { token: address.token } : {}), caCerts: address.caCerts },
         ...(v.compileUrl ? { compileUrl: v.compileUrl.replace(/\/+$/, "") } : {}),
         filesDir: v.filesDir ?? "kcoral-mcp-files",
         inlineLimit: v.inlineLimit ?? 65536,
