@@ -5,6 +5,7 @@
 import assert from "node:assert/strict";
 import { Client, Program } from "../mod.ts";
 import { randomBytes } from "./_bytes.ts";
+import { freePort, KcoralProcess } from "./_router.ts";
 
 const _MIB = 1 << 20;
 
@@ -26,48 +27,31 @@ Deno.test({
   name: "server: RSS returns near its idle baseline after large uploads",
   ignore: Deno.build.os !== "linux",
   async fn() {
-    const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-    const port = (listener.addr as Deno.NetAddr).port;
-    listener.close();
-    const child = new Deno.Command(Deno.execPath(), {
-      args: [
-        "run",
-        "-A",
-        new URL("../cli.ts", import.meta.url).pathname,
-        "server",
-        ...["--device", "cpu", "--num-workers", "1", "--max-requests-per-worker", "0"],
-        ...["--sandbox", "none", "--port", String(port), "--no-log-console", "--log-dir", ""],
-        ...["--disk-cache-dir", "", "--cache-capacity-bytes", "0"],
-      ],
-      stdout: "null",
-      stderr: "piped",
-    }).spawn();
-    const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
+    const port = freePort();
+    const server = new KcoralProcess([
+      "server",
+      ...["--device", "cpu", "--num-workers", "1", "--max-requests-per-worker", "0"],
+      ...["--sandbox", "none", "--port", String(port), "--no-log-console", "--log-dir", ""],
+      ...["--disk-cache-dir", "", "--cache-capacity-bytes", "0"],
+    ]);
+    const pid = server.child.pid;
     try {
-      let seen = "";
-      while (!seen.includes("Application startup complete.")) {
-        const { value, done } = await reader.read();
-        if (done) throw new Error(`server exited:\n${seen}`);
-        seen += value;
-      }
-      (async () => {
-        while (!(await reader.read()).done) { /* drained */ }
-      })();
+      await server.waitForLine(/Application startup complete\./, 60_000);
       await using client = new Client(`http://127.0.0.1:${port}`);
       const payload = randomBytes(192 * _MIB);
       await new Promise((resolve) => setTimeout(resolve, 1000));
-      const baseline = _status(child.pid, "VmRSS");
-      Deno.writeTextFileSync(`/proc/${child.pid}/clear_refs`, "5"); // VmHWM := VmRSS
+      const baseline = _status(pid, "VmRSS");
+      Deno.writeTextFileSync(`/proc/${pid}/clear_refs`, "5"); // VmHWM := VmRSS
       const first = await client.execute(_lengthProgram(payload));
       assert.equal(first.get("n"), payload.length, JSON.stringify(first.error));
-      const rise = _status(child.pid, "VmHWM") - baseline;
+      const rise = _status(pid, "VmHWM") - baseline;
       assert.ok(rise >= 300 * _MIB, `the upload raised RSS by only ${rise / _MIB} MiB`);
       // Idle from here: back within 256 MiB of the baseline well before 25 s.
       const idleStart = performance.now();
-      let rss = _status(child.pid, "VmRSS");
+      let rss = _status(pid, "VmRSS");
       while (rss > baseline + 256 * _MIB && performance.now() - idleStart < 25_000) {
         await new Promise((resolve) => setTimeout(resolve, 250));
-        rss = _status(child.pid, "VmRSS");
+        rss = _status(pid, "VmRSS");
       }
       assert.ok(
         rss <= baseline + 256 * _MIB,
@@ -80,8 +64,7 @@ Deno.test({
       const second = await client.execute(_lengthProgram(payload));
       assert.equal(second.get("n"), payload.length, JSON.stringify(second.error));
     } finally {
-      child.kill("SIGTERM");
-      await child.status;
+      await server.stop();
     }
   },
 });
