@@ -14,56 +14,11 @@
 import { Client, type ClientOptions } from "../../mod.ts";
 import { startReusedServer } from "./_probe.ts";
 import { trivialProgram } from "../_programs.ts";
+import { makePki } from "../../tests/_pki.ts";
 
 const TOKEN = "bench-Token_1";
-const dir = await Deno.makeTempDir({ prefix: "kcoral-bench-tls-" });
-const openssl = async (...args: string[]) => {
-  const out = await new Deno.Command("openssl", { args, cwd: dir, stderr: "piped" }).output();
-  if (!out.success) throw new Error(new TextDecoder().decode(out.stderr));
-};
-const ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
-await openssl(
-  "req",
-  "-x509",
-  ...ec,
-  "-keyout",
-  "ca.key",
-  "-out",
-  "ca.pem",
-  "-days",
-  "2",
-  "-subj",
-  "/CN=bench CA",
-);
-await openssl(
-  "req",
-  ...ec,
-  "-keyout",
-  "server.key",
-  "-out",
-  "server.csr",
-  "-subj",
-  "/CN=localhost",
-);
-await Deno.writeTextFile(`${dir}/ext`, "subjectAltName=IP:127.0.0.1\n");
-await openssl(
-  "x509",
-  "-req",
-  "-in",
-  "server.csr",
-  "-CA",
-  "ca.pem",
-  "-CAkey",
-  "ca.key",
-  "-CAcreateserial",
-  "-out",
-  "server.pem",
-  "-days",
-  "2",
-  "-extfile",
-  "ext",
-);
-const ca = await Deno.readTextFile(`${dir}/ca.pem`);
+const pki = await makePki();
+const ca = await Deno.readTextFile(pki.ca);
 
 // A token on a command line is fine for a throwaway bench server (docs/security.md).
 const plain = await startReusedServer(2);
@@ -73,9 +28,9 @@ const tls = await startReusedServer(2, {
     "--client-token",
     TOKEN,
     "--tls-cert",
-    `${dir}/server.pem`,
+    pki.cert,
     "--tls-key",
-    `${dir}/server.key`,
+    pki.key,
   ],
 });
 
@@ -116,5 +71,5 @@ try {
   }
 } finally {
   await Promise.all([plain.stop(), token.stop(), tls.stop()]);
-  await Deno.remove(dir, { recursive: true });
+  await Deno.remove(pki.dir, { recursive: true });
 }
