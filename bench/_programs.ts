@@ -37,3 +37,13 @@ export function trivialProgram(): Program {
   program.return_({ key: "y", value: y });
   return program;
 }
+
+/** A program taking `bytes` as a `bytes` upload and returning its length under `n`. */
+export function lengthProgram(bytes: Uint8Array): Program {
+  const program = new Program();
+  const mod = program.upload({ kind: "module", source: "def size(b):\n    return len(b)\n" });
+  const arg = program.upload({ kind: "bytes", value: bytes });
+  const fn = program.getFunction({ module: mod, name: "size" });
+  program.return_({ key: "n", value: program.run({ fn, args: [arg] }) });
+  return program;
+}

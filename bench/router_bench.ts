@@ -19,7 +19,7 @@
  * @module
  */
 import { Client, Program } from "../mod.ts";
-import { randomBytes, trivialProgram } from "./_programs.ts";
+import { lengthProgram, randomBytes, trivialProgram } from "./_programs.ts";
 import { closedLoop } from "./_load.ts";
 import { type BenchRow, row, summarize, table } from "./_stats.ts";
 import { WebSocketClient } from "../http/websocket_client.ts";
@@ -44,17 +44,6 @@ export interface RouterBenchOptions {
 
 function _progress(phase: string): void {
   console.error(`router bench: ${phase} (${new Date().toISOString()})`);
-}
-
-function _bytesProgram(bytes: Uint8Array): Program {
-  const program = new Program();
-  const mod = program.upload({ kind: "module", source: "def n(b):\n    return len(b)\n" });
-  const blob = program.upload({ kind: "bytes", value: bytes });
-  program.return_({
-    key: "n",
-    value: program.run({ fn: program.getFunction({ module: mod, name: "n" }), args: [blob] }),
-  });
-  return program;
 }
 
 function _resultProgram(mib: number): Program {
@@ -208,7 +197,7 @@ export async function runRouterBench(options: RouterBenchOptions): Promise<Bench
     for (let r = 0; r < (quick ? 3 : 5); r++) {
       const times: number[] = [];
       for (const client of [direct, routed]) {
-        const program = _bytesProgram(randomBytes(mib << 20));
+        const program = lengthProgram(randomBytes(mib << 20));
         const start = performance.now();
         const out = await client.execute(program);
         if (out.get("n") !== mib << 20) throw new Error("wrong length");
@@ -238,7 +227,7 @@ export async function runRouterBench(options: RouterBenchOptions): Promise<Bench
     // Router memory: 8 clients each send a 256 MiB request at once (one program, one 256 MiB
     // blob: every client's first attempt misses and sends the blob).
     _progress("memory");
-    const big = _bytesProgram(randomBytes(256 << 20));
+    const big = lengthProgram(randomBytes(256 << 20));
     const idle = rssMiB(router.pid);
     let peak = idle;
     const sampler = setInterval(() => (peak = Math.max(peak, rssMiB(router.pid))), 20);

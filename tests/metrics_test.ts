@@ -5,9 +5,10 @@
  * TYPE, and the counters move with the requests just made.
  */
 import assert from "node:assert/strict";
-import { Client, Program } from "../mod.ts";
+import { Client } from "../mod.ts";
 import { callProgram, postProgram, startServer } from "./_server.ts";
 import { startNode, startRouter, waitForCapacity } from "./_router.ts";
+import { lengthProgram } from "../bench/_programs.ts";
 
 interface Sample {
   name: string;
@@ -77,17 +78,6 @@ function total(scraped: Scraped, name: string): number {
   return scraped.samples.filter((s) => s.name === name).reduce((n, s) => n + Number(s.value), 0);
 }
 
-function bytesProgram(bytes: Uint8Array): Program {
-  const program = new Program();
-  const mod = program.upload({ kind: "module", source: "def n(b):\n    return len(b)\n" });
-  const blob = program.upload({ kind: "bytes", value: bytes });
-  program.return_({
-    key: "n",
-    value: program.run({ fn: program.getFunction({ module: mod, name: "n" }), args: [blob] }),
-  });
-  return program;
-}
-
 Deno.test("metrics: a CPU server's counters, histograms and gauges move with real requests", async () => {
   const server = await startServer();
   try {
@@ -121,7 +111,7 @@ Deno.test("metrics: a CPU server's counters, histograms and gauges move with rea
     await using client = new Client(server.url);
     const payload = new Uint8Array(4096).fill(7);
     for (let i = 0; i < 3; i++) {
-      assert.equal((await client.execute(bytesProgram(payload))).get("n"), 4096);
+      assert.equal((await client.execute(lengthProgram(payload))).get("n"), 4096);
     }
     // A program that fails, and a malformed request.
     const failed = await postProgram(
@@ -179,7 +169,7 @@ Deno.test("metrics: lease wait and hold per GPU on a simulated-GPU server", asyn
   try {
     await using client = new Client(server.url);
     for (let i = 0; i < 4; i++) {
-      assert.equal((await client.execute(bytesProgram(new Uint8Array(8)))).get("n"), 8);
+      assert.equal((await client.execute(lengthProgram(new Uint8Array(8)))).get("n"), 8);
     }
     const scraped = await scrape(server.url);
     const held = scraped.samples.filter((s) => s.name === "kcoral_lease_held_seconds_count");
@@ -214,7 +204,7 @@ Deno.test({
       await waitForCapacity(router.url, 1);
       await using client = new Client(router.url);
       for (let i = 0; i < 2; i++) {
-        assert.equal((await client.execute(bytesProgram(new Uint8Array(10)))).get("n"), 10);
+        assert.equal((await client.execute(lengthProgram(new Uint8Array(10)))).get("n"), 10);
       }
       // The log line (and the counter) come right after the answer.
       let families = await scrape(router.url);

@@ -3,24 +3,16 @@
 // threads' views of them and the garbage of the requests are given back, and the next large
 // request works as before. A real server process, so that its RSS is its own.
 import assert from "node:assert/strict";
-import { Client, Program } from "../mod.ts";
+import { Client } from "../mod.ts";
 import { randomBytes } from "./_bytes.ts";
 import { freePort, KcoralProcess } from "./_router.ts";
+import { lengthProgram } from "../bench/_programs.ts";
 
 const _MIB = 1 << 20;
 
 function _status(pid: number, field: "VmRSS" | "VmHWM"): number {
   const status = Deno.readTextFileSync(`/proc/${pid}/status`);
   return Number(new RegExp(`${field}:\\s+(\\d+)`).exec(status)![1]) * 1024;
-}
-
-function _lengthProgram(value: Uint8Array): Program {
-  const program = new Program();
-  const mod = program.upload({ kind: "module", source: "def size(b):\n    return len(b)\n" });
-  const arg = program.upload({ kind: "bytes", value });
-  const fn = program.getFunction({ module: mod, name: "size" });
-  program.return_({ key: "n", value: program.run({ fn, args: [arg] }) });
-  return program;
 }
 
 Deno.test({
@@ -42,7 +34,7 @@ Deno.test({
       await new Promise((resolve) => setTimeout(resolve, 1000));
       const baseline = _status(pid, "VmRSS");
       Deno.writeTextFileSync(`/proc/${pid}/clear_refs`, "5"); // VmHWM := VmRSS
-      const first = await client.execute(_lengthProgram(payload));
+      const first = await client.execute(lengthProgram(payload));
       assert.equal(first.get("n"), payload.length, JSON.stringify(first.error));
       const rise = _status(pid, "VmHWM") - baseline;
       assert.ok(rise >= 300 * _MIB, `the upload raised RSS by only ${rise / _MIB} MiB`);
@@ -61,7 +53,7 @@ Deno.test({
       );
       // The next large upload is served as before (new hashing threads, new buffers).
       payload[0] ^= 1;
-      const second = await client.execute(_lengthProgram(payload));
+      const second = await client.execute(lengthProgram(payload));
       assert.equal(second.get("n"), payload.length, JSON.stringify(second.error));
     } finally {
       await server.stop();

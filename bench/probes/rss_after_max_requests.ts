@@ -14,7 +14,7 @@
  */
 import { Client, Program } from "../../mod.ts";
 import { rssMiB } from "../_proc.ts";
-import { randomBytes } from "../_programs.ts";
+import { lengthProgram, randomBytes } from "../_programs.ts";
 import { startServerProcess } from "./_probe.ts";
 
 const _PAYLOAD = 255 * 1024 * 1024;
@@ -27,16 +27,6 @@ function _arg(name: string, fallback: string): string {
 const idleMarks = _arg("--idle", "10,30,60").split(",").map(Number);
 const rows = _arg("--rows", "up1,up4,up8,down4,rep").split(",");
 const rounds = Number(_arg("--rounds", "10"));
-
-/** A program taking `value` as a `bytes` upload and returning its length. */
-function uploadProgram(value: Uint8Array): Program {
-  const program = new Program();
-  const mod = program.upload({ kind: "module", source: "def size(b):\n    return len(b)\n" });
-  const arg = program.upload({ kind: "bytes", value });
-  const fn = program.getFunction({ module: mod, name: "size" });
-  program.return_({ key: "n", value: program.run({ fn, args: [arg] }) });
-  return program;
-}
 
 /** A program returning `bytes` of `n` bytes. */
 function resultProgram(n: number): Program {
@@ -168,7 +158,7 @@ for (const row of rows) {
         `${n} × 255 MiB upload`,
         1,
         n,
-        (s, r) => uploadProgram(payload(s, r)),
+        (s, r) => lengthProgram(payload(s, r)),
         uploaded,
       ),
     );
@@ -182,7 +172,7 @@ for (const row of rows) {
         `${rounds} rounds × 4 × 255 MiB upload`,
         rounds,
         4,
-        (s, r) => uploadProgram(payload(s, r)),
+        (s, r) => lengthProgram(payload(s, r)),
         uploaded,
       ),
     );
