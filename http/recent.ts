@@ -37,3 +37,31 @@ export class Recent<T> {
     return [...this.#items].reverse();
   }
 }
+
+/**
+ * A record field that should be a number, or `null` (for the picked entries of a status page).
+ *
+ * @example
+ * ```ts
+ * import { numberOrNull } from "./recent.ts";
+ *
+ * if (numberOrNull(1.5) !== 1.5 || numberOrNull("1.5") !== null) throw new Error();
+ * ```
+ */
+export function numberOrNull(value: unknown): number | null {
+  return typeof value === "number" ? value : null;
+}
+
+/**
+ * A record field that should be a string, or `null`.
+ *
+ * @example
+ * ```ts
+ * import { stringOrNull } from "./recent.ts";
+ *
+ * if (stringOrNull("ok") !== "ok" || stringOrNull(7) !== null) throw new Error();
+ * ```
+ */
+export function stringOrNull(value: unknown): string | null {
+  return typeof value === "string" ? value : null;
+}

@@ -6,7 +6,7 @@
  * @module
  */
 import type { EventLog } from "../http/events.ts";
-import { Recent } from "../http/recent.ts";
+import { numberOrNull, Recent, stringOrNull } from "../http/recent.ts";
 import type { NodeRegistry, NodeSnapshot } from "./registry.ts";
 
 /** One recent forwarded request. */
@@ -49,9 +49,6 @@ export interface RouterStatusData {
   requests: RoutedRequest[];
 }
 
-const _num = (value: unknown) => typeof value === "number" ? value : null;
-const _str = (value: unknown) => typeof value === "string" ? value : null;
-
 /**
  * The Router's status: its recent requests (observed on `events`) and its registry.
  *
@@ -79,11 +76,11 @@ export class RouterStatus {
     request_id: String(r.request_id),
     time: String(r.timestamp),
     node: String(r.node ?? ""),
-    http_status: _num(r.http_status),
-    finish_reason: _str(r.finish_reason),
-    error_kind: _str(r.error_kind),
-    queue_wait_ms: _num(r.queue_wait_ms),
-    duration_ms: _num(r.duration_ms),
+    http_status: numberOrNull(r.http_status),
+    finish_reason: stringOrNull(r.finish_reason),
+    error_kind: stringOrNull(r.error_kind),
+    queue_wait_ms: numberOrNull(r.queue_wait_ms),
+    duration_ms: numberOrNull(r.duration_ms),
   }));
   readonly #registry: NodeRegistry;
   readonly #instanceId: string;

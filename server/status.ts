@@ -8,7 +8,7 @@
  * @module
  */
 import type { EventLog } from "../http/events.ts";
-import { Recent } from "../http/recent.ts";
+import { numberOrNull, Recent, stringOrNull } from "../http/recent.ts";
 import type { HealthBody } from "../protocol/health.ts";
 import type { BlobStore } from "./cache_memory.ts";
 import type { DiskFileCache } from "./cache_disk.ts";
@@ -56,9 +56,6 @@ export interface StatusSources {
   disk: DiskFileCache;
 }
 
-const _num = (value: unknown) => typeof value === "number" ? value : null;
-const _str = (value: unknown) => typeof value === "string" ? value : null;
-
 /**
  * The server's status: the recent requests (observed on `events`) and the live parts.
  *
@@ -87,15 +84,15 @@ export class ServerStatus {
   readonly #recent = new Recent<RecentRequest>(50, (r) => ({
     request_id: String(r.request_id),
     time: String(r.timestamp),
-    http_status: _num(r.http_status),
-    finish_reason: _str(r.finish_reason),
-    status: _str(r.status),
-    error_kind: _str(r.error_kind),
-    gpu_id: _num(r.gpu_id),
-    queue_ms: _num(r.queue_ms),
-    elapsed_ms: _num(r.elapsed_ms),
-    lease_wait_ms: _num(r.lease_wait_ms),
-    lease_held_ms: _num(r.lease_held_ms),
+    http_status: numberOrNull(r.http_status),
+    finish_reason: stringOrNull(r.finish_reason),
+    status: stringOrNull(r.status),
+    error_kind: stringOrNull(r.error_kind),
+    gpu_id: numberOrNull(r.gpu_id),
+    queue_ms: numberOrNull(r.queue_ms),
+    elapsed_ms: numberOrNull(r.elapsed_ms),
+    lease_wait_ms: numberOrNull(r.lease_wait_ms),
+    lease_held_ms: numberOrNull(r.lease_held_ms),
   }));
   readonly #sources: () => StatusSources | null;
   readonly #unsubscribe: () => void;
