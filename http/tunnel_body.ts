@@ -1,20 +1,24 @@
 /**
  * A body through a node-link slot, both ends (protocol/node_link.ts): the sender cuts it into
  * data frames of at most 256 KiB and sends one only while it holds credit; the receiver hands
- * frames to its reader as a `ReadableStream` and returns credit as they are read. Neither end
- * holds more than {@linkcode CREDIT_WINDOW} frames of one body, however slow the other side's
- * reader: what bounds the Router's memory per request (a WebSocket has no back-pressure of its
- * own). The Router's slots and the server's node link both use these.
+ * frames to its reader as a `ReadableStream`, or, for a small body, takes them whole as they come
+ * (no stream), and returns credit as they are read. Neither end holds more than
+ * {@linkcode CREDIT_WINDOW} frames of one body, however slow the other side's reader: what bounds
+ * the Router's memory per request (a WebSocket has no back-pressure of its own). The Router's
+ * slots and the server's node link both use these.
  *
  * ```
  *  sender                                   receiver
  *   write(chunk) ──data (credit − 1)──▶      push(bytes) ─▶ queue ─▶ reader pulls
  *                ◀──credit n──────────        every window/2 frames read
  *   end()        ──end──────────────▶        end() ─▶ stream closes after the queue
+ *                                            (whole(limit): frames taken as they come,
+ *                                             the bytes at end)
  * ```
  *
  * @module
  */
+import { concatBytes } from "../protocol/bytes.ts";
 import {
   CREDIT_WINDOW,
   encodeDataFrame,
@@ -296,10 +300,10 @@ export class BodySender {
  * ```
  */
 export class BodyReceiver {
-  /** The body, for its reader. */
-  readonly stream: ReadableStream<Uint8Array>;
   readonly #grant: (frames: number) => void;
   readonly #queue: Uint8Array[] = [];
+  #stream: ReadableStream<Uint8Array> | null = null;
+  #whole: _WholeTake | null = null;
   #outstanding = CREDIT_WINDOW;
   #read = 0;
   #ended = false;
@@ -324,13 +328,76 @@ export class BodyReceiver {
    */
   constructor(grant: (frames: number) => void) {
     this.#grant = grant;
-    this.stream = new ReadableStream<Uint8Array>({
+  }
+
+  /**
+   * The body, for its reader (made on first use; not with {@linkcode BodyReceiver.whole}).
+   *
+   * @example
+   * ```ts
+   * import { BodyReceiver } from "./tunnel_body.ts";
+   *
+   * const receiver = new BodyReceiver(() => {});
+   * receiver.push(new Uint8Array([1, 2]));
+   * receiver.end();
+   * if ((await new Response(receiver.stream).bytes()).length !== 2) throw new Error();
+   * ```
+   */
+  get stream(): ReadableStream<Uint8Array> {
+    if (this.#whole) throw new Error("the body is being taken whole");
+    return this.#stream ??= new ReadableStream<Uint8Array>({
       pull: (controller) => this.#deliver(controller),
-      cancel: (reason) => {
-        this.#cancelled = true;
-        this.onCancel?.(reason);
-      },
+      cancel: (reason) => this.#cancel(reason),
     }, { highWaterMark: 0 });
+  }
+
+  /**
+   * The whole body, without a stream (a small body): frames are taken as they come, credit goes
+   * back as the stream's reader would return it, and the promise resolves at `end` with the
+   * bytes (one frame's own bytes when there was one). Once more than `limit` bytes came, it
+   * resolves at once with them, and the rest of the body is dropped, as a stream's reader that
+   * stops there would leave it. Rejects when the slot fails before the end. One reader per body:
+   * this or {@linkcode BodyReceiver.stream}.
+   *
+   * @example
+   * ```ts
+   * import { BodyReceiver } from "./tunnel_body.ts";
+   *
+   * const receiver = new BodyReceiver(() => {});
+   * receiver.push(new Uint8Array([1, 2, 3]));
+   * const body = receiver.whole(3);
+   * receiver.end();
+   * if ((await body).length !== 3) throw new Error();
+   * ```
+   */
+  whole(limit: number): Promise<Uint8Array> {
+    if (this.#stream || this.#whole) throw new Error("the body already has a reader");
+    if (this.#cancelled) throw new Error("the body was discarded");
+    const { promise, resolve, reject } = Promise.withResolvers<Uint8Array>();
+    this.#whole = { limit, chunks: [], bytes: 0, resolve, reject, settled: false };
+    for (const chunk of this.#queue.splice(0)) this.#take(chunk);
+    this.#settleWhole();
+    return promise;
+  }
+
+  /**
+   * The reader gives the body up (as cancelling its stream does): later frames are dropped
+   * and no more credit goes back. A pending {@linkcode BodyReceiver.whole} is left unsettled.
+   *
+   * @example
+   * ```ts
+   * import { BodyReceiver } from "./tunnel_body.ts";
+   *
+   * const receiver = new BodyReceiver(() => {});
+   * receiver.discard();
+   * receiver.push(new Uint8Array(1));
+   * if (!receiver.cancelled || receiver.receivedBytes !== 1) throw new Error();
+   * ```
+   */
+  discard(reason?: unknown): void {
+    if (this.#whole) this.#whole.settled = true;
+    this.#stream?.cancel(reason).catch(() => {});
+    this.#cancel(reason);
   }
 
   /** Whether the reader cancelled the stream. */
@@ -362,6 +429,11 @@ export class BodyReceiver {
     this.#outstanding--;
     this.receivedBytes += bytes.length;
     if (this.#cancelled) return;
+    if (this.#whole) {
+      this.#take(bytes);
+      this.#settleWhole();
+      return;
+    }
     this.#queue.push(bytes);
     this.#wake();
   }
@@ -381,6 +453,7 @@ export class BodyReceiver {
   end(): void {
     if (this.#ended) throw new LinkMessageError("a second end of the body");
     this.#ended = true;
+    this.#settleWhole();
     this.#wake();
   }
 
@@ -405,7 +478,57 @@ export class BodyReceiver {
   fail(error: Error): void {
     if (this.#ended) return;
     this.#failure ??= error;
+    this.#settleWhole();
     this.#wake();
+  }
+
+  #cancel(reason: unknown): void {
+    if (this.#cancelled) return;
+    this.#cancelled = true;
+    this.onCancel?.(reason);
+  }
+
+  /** A frame taken by {@linkcode BodyReceiver.whole}: counted as read, as a stream pull counts it. */
+  #take(chunk: Uint8Array): void {
+    const whole = this.#whole!;
+    if (whole.settled) return;
+    whole.chunks.push(chunk);
+    whole.bytes += chunk.length;
+    this.#credit();
+  }
+
+  /** Resolves or rejects a pending {@linkcode BodyReceiver.whole} once its body is decided. */
+  #settleWhole(): void {
+    const whole = this.#whole;
+    if (!whole || whole.settled) return;
+    const over = whole.bytes > whole.limit;
+    if (!over && !this.#ended) {
+      if (this.#failure) {
+        whole.settled = true;
+        whole.reject(this.#failure);
+      }
+      return;
+    }
+    whole.settled = true;
+    // Past the limit, the rest is not wanted (a stream's reader would have cancelled).
+    if (over) this.#cancel(undefined);
+    const { chunks } = whole;
+    whole.resolve(
+      chunks.length === 1
+        ? chunks[0]
+        : chunks.length === 0
+        ? new Uint8Array(0)
+        : concatBytes(chunks),
+    );
+  }
+
+  /** One more frame read: every half window, that much credit goes back (none after `end`). */
+  #credit(): void {
+    if (++this.#read >= CREDIT_WINDOW / 2 && !this.#ended) {
+      this.#outstanding += this.#read;
+      this.#grant(this.#read);
+      this.#read = 0;
+    }
   }
 
   async #deliver(controller: ReadableStreamDefaultController<Uint8Array>): Promise<void> {
@@ -415,11 +538,7 @@ export class BodyReceiver {
     const next = this.#queue.shift();
     if (next) {
       controller.enqueue(next);
-      if (++this.#read >= CREDIT_WINDOW / 2 && !this.#ended) {
-        this.#outstanding += this.#read;
-        this.#grant(this.#read);
-        this.#read = 0;
-      }
+      this.#credit();
     } else if (this.#failure) {
       controller.error(this.#failure);
     } else {
@@ -432,4 +551,14 @@ export class BodyReceiver {
     this.#pull = null;
     pull?.();
   }
+}
+
+/** A pending {@linkcode BodyReceiver.whole}. */
+interface _WholeTake {
+  readonly limit: number;
+  readonly chunks: Uint8Array[];
+  bytes: number;
+  readonly resolve: (body: Uint8Array) => void;
+  readonly reject: (error: Error) => void;
+  settled: boolean;
 }

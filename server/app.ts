@@ -21,6 +21,7 @@ import { ServerMetrics } from "./metrics.ts";
 import { ServerStatus } from "./status.ts";
 import { operatorRoutes } from "../http/operator_routes.ts";
 import { executeRequest } from "./pipeline.ts";
+import { discardBody, type WholeBodyRequest } from "./intake.ts";
 import type { WorkerPool } from "./pool.ts";
 import { type Services, startServices, stopServices } from "./services.ts";
 
@@ -53,9 +54,10 @@ export interface App extends HttpApp {
   /**
    * Runs one `/execute` request through the pipeline (intake → admission → dispatch → finish)
    * without HTTP routing or a listener: a node linked to a Router feeds the requests it tunnels
-   * here. `client` is the client's host, for the log.
+   * here (a small body as a {@linkcode WholeBodyRequest}). `client` is the client's host, for
+   * the log.
    */
-  execute(request: Request, client?: string | null): Promise<Response>;
+  execute(request: Request | WholeBodyRequest, client?: string | null): Promise<Response>;
 }
 
 /**
@@ -230,10 +232,13 @@ class _ServerApp implements App {
     return this.execute(request, peerHost(info));
   }
 
-  async execute(request: Request, client: string | null = null): Promise<Response> {
+  async execute(
+    request: Request | WholeBodyRequest,
+    client: string | null = null,
+  ): Promise<Response> {
     if (!this.services) {
       // Not started, or failed to: nothing can run (as a stopping server answers).
-      await request.body?.cancel().catch(() => {});
+      await discardBody(request);
       const busy = new Rejection(503, "busy", ERROR_MESSAGES.busy, "no_worker");
       return busy.response(crypto.randomUUID());
     }

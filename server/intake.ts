@@ -3,7 +3,8 @@
  * body and reads it. A declared `Content-Length` over the limit is refused before anything is
  * read (413); up to four large bodies at once are read in place into reused buffers while their
  * parts are scanned, hashed and spooled on other threads (docs/decisions.md, "The large-data path"); a body
- * cut short is a 400; a stop ends bodies still arriving with a 503.
+ * cut short is a 400; a stop ends bodies still arriving with a 503. A {@linkcode WholeBodyRequest}
+ * (a small body a node's link takes whole) skips the stream, under the same rules.
  *
  * @module
  */
@@ -41,6 +42,59 @@ export interface ReceivedBody {
    * reused buffer goes back once the cache writes reading from it have ended. Idempotent.
    */
   release(): void;
+}
+
+/**
+ * An `/execute` request whose body comes whole, without a stream: a small body a node's link
+ * takes whole from its data frames (server/node_link.ts). The pipeline reads the same headers as
+ * a `Request`'s and applies the same limits and answers.
+ *
+ * @example
+ * ```ts
+ * import type { WholeBodyRequest } from "./intake.ts";
+ *
+ * const body = new TextEncoder().encode("--b--\r\n");
+ * const request: WholeBodyRequest = {
+ *   headers: new Headers({ "content-length": String(body.length) }),
+ *   bytes: () => Promise.resolve(body),
+ *   discard: () => {},
+ * };
+ * if ((await request.bytes()).length !== 7) throw new Error();
+ * ```
+ */
+export interface WholeBodyRequest {
+  /** Its headers (`content-length`, `content-type`, `x-request-id`, `x-kcoral-stream`, ...). */
+  readonly headers: Headers;
+  /**
+   * The whole body once it has arrived (called at most once); rejects with the reason it could
+   * not (a 400 `parse`, as a body cut short).
+   */
+  bytes(): Promise<Uint8Array>;
+  /** The body is not wanted (a 413, a stop): what still arrives is dropped. */
+  discard(): void;
+}
+
+/**
+ * Drops `request`'s body unread: a `Request`'s stream is cancelled, a
+ * {@linkcode WholeBodyRequest}'s discarded.
+ *
+ * @example
+ * ```ts
+ * import { discardBody } from "./intake.ts";
+ *
+ * let discarded = false;
+ * await discardBody({
+ *   headers: new Headers(),
+ *   bytes: () => Promise.resolve(new Uint8Array(0)),
+ *   discard: () => (discarded = true),
+ * });
+ * if (!discarded) throw new Error();
+ * await discardBody(new Request("http://x/", { method: "POST", body: "unwanted" })); // cancelled
+ * ```
+ */
+export async function discardBody(request: Request | WholeBodyRequest): Promise<void> {
+  if (request instanceof Request) await request.body?.cancel().catch(() => {});
+  else request.discard();
 }
 
 /**
@@ -85,16 +139,17 @@ export class Intake {
    * read past the limit), 400 `parse` (cut short or framed wrongly), 503 `busy` (the server
    * began stopping while it arrived).
    */
-  async receive(request: Request): Promise<ReceivedBody> {
+  async receive(request: Request | WholeBodyRequest): Promise<ReceivedBody> {
     const { maxRequestBytes, hashes, bodies, mirrors, store } = this.#o;
     const contentLength = request.headers.get("content-length");
     if (
       contentLength !== null && /^\d+$/.test(contentLength) &&
       Number(contentLength) > maxRequestBytes
     ) {
-      await request.body?.cancel().catch(() => {});
+      await discardBody(request);
       throw _tooLarge();
     }
+    if (!(request instanceof Request)) return await this.#receiveWhole(request);
     // At most a few large bodies at once get buffers sized by their Content-Length before their
     // bytes arrive (a declared length costs a client nothing); any others are held as they come.
     const inPlace = contentLength !== null && Number(contentLength) >= LARGE_BODY_BYTES &&
@@ -144,7 +199,45 @@ export class Intake {
       this.#endBody(observed, mirror);
       throw _tooLarge();
     }
-    const { body, digests, pooled } = read;
+    return this.#received(read.body, read.digests, read.pooled, mirror, receiveStart);
+  }
+
+  /**
+   * A {@linkcode WholeBodyRequest}'s body, under the rules a streamed small body is read by:
+   * past the limit 413, not arriving 400, a stop meanwhile 503.
+   */
+  async #receiveWhole(request: WholeBodyRequest): Promise<ReceivedBody> {
+    const receiveStart = performance.now();
+    const receiving = new AbortController();
+    const { promise: stopped, reject: stop } = Promise.withResolvers<never>();
+    receiving.signal.addEventListener("abort", () => stop(receiving.signal.reason), { once: true });
+    this.#receiving.add(receiving);
+    let body: Uint8Array;
+    try {
+      body = await Promise.race([request.bytes(), stopped]);
+    } catch (error) {
+      if (error === _SHUTTING_DOWN) {
+        request.discard();
+        throw new Rejection(503, "busy", ERROR_MESSAGES.busy, "no_worker", { queue_ms: 0 });
+      }
+      const message = error instanceof Error ? error.message : String(error);
+      throw invalidRequest(`the request body could not be read: ${message}`);
+    } finally {
+      this.#receiving.delete(receiving);
+    }
+    if (body.length > this.#o.maxRequestBytes) throw _tooLarge();
+    return this.#received(body, undefined, false, undefined, receiveStart);
+  }
+
+  /** What the pipeline holds of a body that has arrived. */
+  #received(
+    body: Uint8Array,
+    digests: PartDigests | undefined,
+    pooled: boolean,
+    mirror: SharedArrayBuffer | undefined,
+    receiveStart: number,
+  ): ReceivedBody {
+    const bodies = this.#o.bodies;
     let ended = false;
     let released = false;
     let diskWrite: Promise<void> | null = null;

@@ -6,7 +6,9 @@
  *
  * ```
  *  connect ─▶ hello ─▶ ack ─▶ idle
- *    ◀─ request_head: a Request whose body is fed by data frames ─▶ app.execute
+ *    ◀─ request_head ─▶ app.execute: a body that fits one data frame (by its Content-Length)
+ *       taken whole as its frames come (no Request, no stream); any other, a Request whose
+ *       body stream is fed by data frames
  *    ─▶ response_head, data* (within the Router's credit), end
  *    both ends passed ─▶ idle
  *    ◀─ cancel: the request aborted; reconnect at once
@@ -23,6 +25,7 @@ import {
   encodeMessage,
   type HeaderEntry,
   LinkMessageError,
+  MAX_DATA_BYTES,
   MAX_TEXT_BYTES,
   parseSlotMessage,
   PROTOCOL_VERSION,
@@ -31,6 +34,7 @@ import {
 } from "../protocol/node_link.ts";
 import type { EventLog } from "../http/events.ts";
 import type { App } from "./app.ts";
+import type { WholeBodyRequest } from "./intake.ts";
 import { BodyReceiver, BodySender } from "../http/tunnel_body.ts";
 import { isLiveOutput } from "../protocol/live_output.ts";
 import { WebSocketClient } from "../http/websocket_client.ts";
@@ -51,7 +55,7 @@ export interface NodeLinkOptions {
   /** How many slots (the server's workers). */
   slots: number;
   /** Runs one tunnelled `/execute` request (the server's pipeline). */
-  execute: (request: Request, client: string) => Promise<Response>;
+  execute: (request: Request | WholeBodyRequest, client: string) => Promise<Response>;
   /** Where link events go. */
   events: EventLog;
   /** First reconnect delay in ms (default 1000); it doubles up to `reconnectMaxMs`. */
@@ -166,6 +170,7 @@ class _Slot {
   #request: _Request | null = null;
   #wake: (() => void) | null = null;
   #done: Promise<void> = Promise.resolve();
+  #scheme: string | null = null;
   acked = false;
 
   constructor(options: NodeLinkOptions) {
@@ -331,21 +336,23 @@ class _Slot {
     this.#request = request;
     const headers = new Headers();
     for (const [name, value] of head.headers) headers.append(name, value);
-    if (!headers.has("host")) headers.set("host", "kcoral-tunnel");
-    const scheme = new URL(this.#o.routerEndpoint).protocol === "https:" ? "https" : "http";
-    const init: RequestInit & { duplex: "half" } = {
-      method: "POST",
-      headers,
-      body: request.body.stream,
-      signal: request.abort.signal,
-      duplex: "half",
-    };
-    const http = new Request(`${scheme}://kcoral-tunnel/execute`, init);
+    const declared = headers.get("content-length");
+    // A body that fits one data frame goes in whole, as its frames come: no Request and no
+    // stream to read (decisions.md, "A node takes a small tunnelled body whole"). Past its
+    // Content-Length it is cut off where the pipeline's stream reader would cut it off.
+    const input: Request | WholeBodyRequest =
+      declared !== null && /^\d+$/.test(declared) && Number(declared) <= MAX_DATA_BYTES
+        ? {
+          headers,
+          bytes: () => request.body.whole(Number(declared)),
+          discard: () => request.body.discard(),
+        }
+        : this.#streamed(headers, request);
     request.task = (async () => {
       await previous?.task;
       let response: Response;
       try {
-        response = await this.#o.execute(http, "outbound-tunnel");
+        response = await this.#o.execute(input, "outbound-tunnel");
       } catch (error) {
         this.#o.events.emit("ERROR", "tunnel_request_failed", {
           request_id: request.id,
@@ -356,6 +363,20 @@ class _Slot {
       }
       await this.#answer(request, response);
     })();
+  }
+
+  /** A `Request` whose body stream is fed by the request's data frames. */
+  #streamed(headers: Headers, request: _Request): Request {
+    if (!headers.has("host")) headers.set("host", "kcoral-tunnel");
+    this.#scheme ??= new URL(this.#o.routerEndpoint).protocol === "https:" ? "https" : "http";
+    const init: RequestInit & { duplex: "half" } = {
+      method: "POST",
+      headers,
+      body: request.body.stream,
+      signal: request.abort.signal,
+      duplex: "half",
+    };
+    return new Request(`${this.#scheme}://kcoral-tunnel/execute`, init);
   }
 
   async #answer(request: _Request, response: Response): Promise<void> {

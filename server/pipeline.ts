@@ -9,7 +9,8 @@
  * ```
  *
  * It takes a Web `Request` and gives a Web `Response`, so `Deno.serve` is only one way to drive
- * it: a node linked to a Router feeds it the requests it tunnels.
+ * it: a node linked to a Router feeds it the requests it tunnels, a small body as a
+ * {@linkcode WholeBodyRequest} (its bytes, no `Request` or stream).
  *
  * A request with `X-KCoral-Stream: output` that is admitted as a program is answered at once
  * with a live-output stream (server/live_output.ts): dispatch and finish then run behind it,
@@ -24,7 +25,7 @@ import { requestId } from "../http/request_id.ts";
 import { admitRequest } from "./admission.ts";
 import { dispatchRequest } from "./dispatch.ts";
 import { finishRequest } from "./finish.ts";
-import type { ReceivedBody } from "./intake.ts";
+import { discardBody, type ReceivedBody, type WholeBodyRequest } from "./intake.ts";
 import { LiveOutput } from "./live_output.ts";
 import type { Services } from "./services.ts";
 
@@ -36,7 +37,7 @@ import type { Services } from "./services.ts";
  */
 export async function executeRequest(
   services: Services,
-  request: Request,
+  request: Request | WholeBodyRequest,
   client: string | null,
 ): Promise<Response> {
   const id = requestId(request.headers);
@@ -50,7 +51,7 @@ export async function executeRequest(
   let handedOff = false;
   try {
     if (services.inFlight.closing) {
-      await request.body?.cancel().catch(() => {});
+      await discardBody(request);
       throw new Rejection(503, "busy", ERROR_MESSAGES.busy, "no_worker", { queue_ms: 0 });
     }
     received = await services.intake.receive(request);

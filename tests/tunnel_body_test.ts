@@ -56,3 +56,83 @@ Deno.test("tunnel body: the receiver refuses frames beyond its credit", () => {
   for (let i = 0; i < CREDIT_WINDOW; i++) receiver.push(new Uint8Array([i]));
   assert.throws(() => receiver.push(new Uint8Array([0])), /without credit/);
 });
+
+Deno.test("tunnel body: a body taken whole, without a stream: frames before and after, credit", async () => {
+  const grants: number[] = [];
+  const receiver = new BodyReceiver((n) => grants.push(n));
+  receiver.push(_pattern(3, 0));
+  const whole = receiver.whole(1000);
+  // Frames are taken as they come: credit goes back as a stream's reader would return it.
+  for (let i = 1; i < CREDIT_WINDOW; i++) receiver.push(_pattern(3, i));
+  assert.deepEqual(grants, [CREDIT_WINDOW / 2, CREDIT_WINDOW / 2]);
+  receiver.end();
+  const body = await whole;
+  assert.equal(body.length, 3 * CREDIT_WINDOW);
+  assert.deepEqual(body.subarray(3, 6), _pattern(3, 1));
+  assert.ok(receiver.ended && !receiver.cancelled);
+  assert.throws(() => receiver.stream, /taken whole/);
+});
+
+Deno.test("tunnel body: one frame taken whole is that frame's bytes; none is an empty body", async () => {
+  const one = new BodyReceiver(() => {});
+  const frame = _pattern(10, 3);
+  one.push(frame);
+  one.end();
+  assert.equal(await one.whole(10), frame);
+  const none = new BodyReceiver(() => {});
+  const empty = none.whole(0);
+  none.end();
+  assert.equal((await empty).length, 0);
+});
+
+Deno.test("tunnel body: past its limit a whole body resolves at once and the rest is dropped", async () => {
+  const receiver = new BodyReceiver(() => {});
+  let cancelled = 0;
+  receiver.onCancel = () => cancelled++;
+  const whole = receiver.whole(4);
+  receiver.push(_pattern(3, 0));
+  receiver.push(_pattern(3, 1));
+  // As the pipeline's reader of a small body: what came, the frame that went past included.
+  assert.equal((await whole).length, 6);
+  assert.ok(receiver.cancelled);
+  assert.equal(cancelled, 1);
+  receiver.push(_pattern(3, 2));
+  receiver.end();
+  assert.equal(receiver.receivedBytes, 9);
+});
+
+Deno.test("tunnel body: a whole body the slot fails under rejects with the slot's error", async () => {
+  const early = new BodyReceiver(() => {});
+  early.push(_pattern(3, 0));
+  early.fail(new Error("tunnel: client_disconnected"));
+  await assert.rejects(early.whole(10), /^Error: tunnel: client_disconnected$/);
+  const late = new BodyReceiver(() => {});
+  const whole = late.whole(10);
+  late.push(_pattern(3, 0));
+  late.fail(new Error("tunnel: gone"));
+  await assert.rejects(whole, /tunnel: gone/);
+  // After the end, a failure changes nothing.
+  const ended = new BodyReceiver(() => {});
+  ended.push(_pattern(2, 0));
+  ended.end();
+  ended.fail(new Error("late"));
+  assert.equal((await ended.whole(2)).length, 2);
+});
+
+Deno.test("tunnel body: a discarded body drops what comes and returns no credit; one reader", async () => {
+  const grants: number[] = [];
+  const receiver = new BodyReceiver((n) => grants.push(n));
+  const whole = receiver.whole(10);
+  let settled = false;
+  whole.then(() => (settled = true), () => (settled = true));
+  receiver.discard();
+  for (let i = 0; i < CREDIT_WINDOW; i++) receiver.push(_pattern(1, i));
+  receiver.fail(new Error("gone"));
+  await new Promise((resolve) => setTimeout(resolve, 0));
+  assert.ok(receiver.cancelled && !settled);
+  assert.deepEqual(grants, []);
+  assert.throws(() => receiver.whole(10), /already has a reader/);
+  const streamed = new BodyReceiver(() => {});
+  streamed.stream.getReader();
+  assert.throws(() => streamed.whole(10), /already has a reader/);
+});

@@ -1,0 +1,248 @@
+/**
+ * A node's slot links (server/node_link.ts) into a real CPU server, against a Router played by
+ * the test (the slot protocol by hand): a body that fits one data frame goes into the pipeline
+ * whole (no `Request`, no stream), any other as a streamed `Request`, with the same answers and
+ * records either way: results, 413, a body past its Content-Length, a cancel while the body is
+ * still arriving.
+ */
+import assert from "node:assert/strict";
+import { createApp } from "../server/app.ts";
+import { NodeLink } from "../server/node_link.ts";
+import {
+  decodeDataFrame,
+  encodeDataFrame,
+  encodeMessage,
+  type HeaderEntry,
+  parseSlotMessage,
+  SLOT_PATH,
+} from "../protocol/node_link.ts";
+import { concatBytes } from "../protocol/bytes.ts";
+import { callProgram, multipartBody } from "./_server.ts";
+
+type _Message = string | ArrayBuffer | { closed: number; reason: string };
+
+/** One slot connection as the Router sees it. */
+class _RouterSlot {
+  readonly #inbox: _Message[] = [];
+  #waiter: (() => void) | null = null;
+
+  constructor(readonly socket: WebSocket) {
+    socket.binaryType = "arraybuffer";
+    socket.onmessage = (event) => this.#put(event.data);
+    socket.onclose = (event) => this.#put({ closed: event.code, reason: event.reason });
+  }
+
+  #put(message: _Message): void {
+    this.#inbox.push(message);
+    const waiter = this.#waiter;
+    this.#waiter = null;
+    waiter?.();
+  }
+
+  async next(): Promise<_Message> {
+    const deadline = setTimeout(() => this.#put({ closed: -1, reason: "timed out" }), 30_000);
+    while (this.#inbox.length === 0) await new Promise<void>((r) => (this.#waiter = r));
+    clearTimeout(deadline);
+    return this.#inbox.shift()!;
+  }
+
+  /** Sends a request head, `frames` as data frames and, unless told not to, `end`. */
+  request(id: string, headers: HeaderEntry[], frames: Uint8Array[], end = true): void {
+    const length = headers.find(([name]) => name === "content-length")?.[1];
+    this.socket.send(encodeMessage({
+      t: "request_head",
+      request_id: id,
+      headers,
+      content_length: length === undefined ? null : Number(length),
+    }));
+    for (const frame of frames) this.socket.send(encodeDataFrame(id, frame));
+    if (end) this.socket.send(encodeMessage({ t: "end", request_id: id }));
+  }
+
+  /** Reads the node's answer to `id`: head, data frames, end. */
+  async answer(id: string): Promise<{ status: number; json: Record<string, unknown> }> {
+    const head = await this.next();
+    assert.equal(typeof head, "string", JSON.stringify(head));
+    const message = parseSlotMessage(head as string);
+    assert.ok(message.t === "response_head" && message.request_id === id);
+    const chunks: Uint8Array[] = [];
+    for (;;) {
+      const next = await this.next();
+      if (next instanceof ArrayBuffer) {
+        chunks.push(decodeDataFrame(new Uint8Array(next)).bytes);
+        continue;
+      }
+      assert.equal(typeof next, "string", JSON.stringify(next));
+      assert.equal(parseSlotMessage(next as string).t, "end");
+      break;
+    }
+    const text = new TextDecoder().decode(concatBytes(chunks));
+    return { status: message.status, json: JSON.parse(text) };
+  }
+}
+
+/** A Router that acknowledges every slot's hello and hands the slots to the test. */
+function _fakeRouter() {
+  const slots: _RouterSlot[] = [];
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, (request) => {
+    assert.equal(new URL(request.url).pathname, SLOT_PATH);
+    const { socket, response } = Deno.upgradeWebSocket(request);
+    socket.onmessage = (event) => {
+      assert.equal(parseSlotMessage(event.data).t, "hello");
+      socket.send(encodeMessage({ t: "ack" }));
+      slots.push(new _RouterSlot(socket));
+    };
+    return response;
+  });
+  return {
+    url: `http://127.0.0.1:${server.addr.port}`,
+    async slot(index: number): Promise<_RouterSlot> {
+      const deadline = performance.now() + 30_000;
+      while (slots.length <= index) {
+        if (performance.now() > deadline) assert.fail("no slot in time");
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      return slots[index];
+    },
+    stop: () => server.shutdown(),
+  };
+}
+
+Deno.test("node link: small bodies go in whole, others streamed; answers and records match", async () => {
+  const app = createApp({
+    device: "cpu",
+    sandbox: "none",
+    logConsole: false,
+    logDir: null,
+    diskCacheDir: null,
+    numWorkers: 1,
+    maxRequestBytes: 100_000,
+  });
+  const events: Record<string, unknown>[] = [];
+  app.subscribe((e) => events.push(e));
+  await app.start();
+  const router = _fakeRouter();
+  const kinds: string[] = [];
+  const link = new NodeLink({
+    routerEndpoint: router.url,
+    nodeId: "cpu-a",
+    nodeToken: null,
+    serverInstanceId: app.health().instance_id,
+    slots: 1,
+    execute: (request, client) => {
+      kinds.push(request instanceof Request ? "streamed" : "whole");
+      return app.execute(request, client);
+    },
+    events: app.events,
+    reconnectMinMs: 10,
+  });
+  link.start();
+  const recordsOf = (id: string) => events.filter((e) => e.request_id === id);
+  const finished = (id: string) => recordsOf(id).find((e) => e.event === "request_finished")!;
+  try {
+    let slot = await router.slot(0);
+    const { body, contentType } = multipartBody([{
+      name: "program",
+      contentType: "application/json",
+      body: JSON.stringify(callProgram("def f(x):\n    return x * 2\n", "f", [21])),
+    }]);
+    const headers = (id: string, length: number | null): HeaderEntry[] => [
+      ["content-type", contentType],
+      ["x-request-id", id],
+      ...(length === null ? [] : [["content-length", String(length)] as HeaderEntry]),
+    ];
+
+    // Declared and within one frame: whole. Undeclared: streamed, in pieces.
+    const whole = crypto.randomUUID();
+    slot.request(whole, headers(whole, body.length), [body]);
+    const a = await slot.answer(whole);
+    const streamed = crypto.randomUUID();
+    const pieces = [body.subarray(0, 50), body.subarray(50)];
+    slot.request(streamed, headers(streamed, null), pieces);
+    const b = await slot.answer(streamed);
+    assert.deepEqual(kinds, ["whole", "streamed"]);
+    assert.equal(a.status, 200);
+    assert.deepEqual(a.json.results, { out: { type: "integer", value: 42 } });
+    assert.deepEqual(b.json.results, a.json.results);
+    assert.deepEqual(
+      recordsOf(whole).map((e) => e.event),
+      recordsOf(streamed).map((e) => e.event),
+    );
+    const received = recordsOf(whole).find((e) => e.event === "request_received")!;
+    assert.equal(received.client, "outbound-tunnel");
+    assert.equal(received.content_length, String(body.length));
+    assert.equal(
+      recordsOf(whole).find((e) => e.event === "request_accepted")!.request_bytes,
+      body.length,
+    );
+
+    // Over the server's limit: declared (whole) is refused before its body, counted (streamed)
+    // once read past it. Both 413 request_too_large.
+    const big = new Uint8Array(200_000);
+    const declared = crypto.randomUUID();
+    slot.request(declared, headers(declared, 200_000), [], false);
+    const tooLarge = await slot.answer(declared);
+    slot.socket.send(encodeDataFrame(declared, big.subarray(0, 200_000)));
+    slot.socket.send(encodeMessage({ t: "end", request_id: declared }));
+    const counted = crypto.randomUUID();
+    slot.request(counted, headers(counted, null), [
+      big.subarray(0, 60_000),
+      big.subarray(0, 40_001),
+    ]);
+    const tooLargeToo = await slot.answer(counted);
+    assert.deepEqual(kinds.slice(2), ["whole", "streamed"]);
+    for (const answer of [tooLarge, tooLargeToo]) {
+      assert.equal(answer.status, 413);
+      assert.equal((answer.json.error as { kind: string }).kind, "request_too_large");
+    }
+
+    // A body past its Content-Length is cut where a streamed one's reader cuts it: the bytes
+    // that came, then parsed (here: the program and some junk after the closing delimiter).
+    const past = crypto.randomUUID();
+    const junk = new TextEncoder().encode("junk");
+    slot.request(past, headers(past, body.length), [
+      Uint8Array.from([...body, ...junk]),
+    ]);
+    const pastAnswer = await slot.answer(past);
+    assert.equal(kinds.at(-1), "whole");
+    assert.equal(finished(past).http_status, pastAnswer.status);
+    assert.equal(pastAnswer.status, 200);
+    assert.deepEqual(pastAnswer.json.results, a.json.results);
+
+    // A cancel while the body is still arriving: the request is a 400 (its body could not be
+    // read), whole or streamed, and the slot reconnects at once.
+    let reconnects = 1;
+    for (const length of [body.length, null]) {
+      const id = crypto.randomUUID();
+      slot.request(id, headers(id, length), [body.subarray(0, 10)], false);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      slot.socket.send(
+        encodeMessage({ t: "cancel", request_id: id, reason: "client_disconnected" }),
+      );
+      assert.deepEqual(await slot.next(), { closed: 1000, reason: "cancelled" });
+      slot = await router.slot(reconnects++);
+      const deadline = performance.now() + 10_000;
+      while (!recordsOf(id).some((e) => e.event === "request_finished")) {
+        if (performance.now() > deadline) assert.fail("no request_finished");
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      const record = finished(id);
+      assert.equal(record.http_status, 400);
+      assert.equal(
+        record.error_message,
+        "the request body could not be read: tunnel: client_disconnected",
+      );
+      assert.ok(recordsOf(id).some((e) => e.event === "tunnel_request_cancelled"));
+    }
+    assert.deepEqual(kinds.slice(-2), ["whole", "streamed"]);
+
+    // The slot serves on after all that.
+    const again = crypto.randomUUID();
+    slot.request(again, headers(again, body.length), [body]);
+    assert.deepEqual((await slot.answer(again)).json.results, a.json.results);
+  } finally {
+    await link.stop();
+    await router.stop();
+    await app.shutdown();
+  }
+});
