@@ -9,6 +9,10 @@ each launch, outside the timed region, as ``kcoral_runtime.builtins.benchmark`` 
              context, reports, and waits; no context is destroyed during the window)
   teardown   destroy contexts: children created before the window exit during it
   alloc      allocate and free a large block of device memory in a loop (contexts kept)
+  cuinit     initialise the driver only (``cuInit`` through ctypes, no context) and keep the
+             process
+  torchinit  the same through ``torch.cuda.init()`` + ``device_count()``: exactly what a fresh
+             worker does before it takes the lease (``GpuBackend.prepare``)
 
 The cases are interleaved over ``--rounds`` rounds (control, create, teardown, alloc, control,
 ...), so drift affects all alike. Per case and kernel: median, p99 and max of the per-launch
@@ -27,7 +31,7 @@ import time
 
 import torch
 
-CASES = ("control", "create", "teardown", "alloc")
+CASES = ("control", "create", "teardown", "alloc", "cuinit", "torchinit")
 
 
 def _hold_context(ready, release):
@@ -37,13 +41,28 @@ def _hold_context(ready, release):
     release.wait()
 
 
-def _create_loop(stop, rate, children):
+def _hold_driver(ready, release):
+    import ctypes
+
+    assert ctypes.CDLL("libcuda.so.1").cuInit(0) == 0
+    ready.set()
+    release.wait()
+
+
+def _hold_torch_driver(ready, release):
+    torch.cuda.init()
+    assert torch.cuda.device_count() > 0
+    ready.set()
+    release.wait()
+
+
+def _create_loop(stop, rate, children, target=_hold_context):
     """Creates a context every 1/rate s (in a fresh child) and keeps it until told to stop."""
     ctx = mp.get_context("fork")  # this process never initialises CUDA: forking is safe
     release = ctx.Event()
     while not stop.is_set():
         ready = ctx.Event()
-        p = ctx.Process(target=_hold_context, args=(ready, release), daemon=True)
+        p = ctx.Process(target=target, args=(ready, release), daemon=True)
         p.start()
         ready.wait(60)
         children.value += 1
@@ -134,20 +153,25 @@ def main():
     parser.add_argument("--seconds", type=float, default=6.0, help="per kernel, case and round")
     parser.add_argument("--rate", type=float, default=1.0, help="contexts per second per seat")
     parser.add_argument("--alloc-gib", type=float, default=4.0)
+    parser.add_argument("--cases", default=",".join(CASES),
+                        help="comma-separated, from: " + ", ".join(CASES))
     args = parser.parse_args()
+    cases = [c for c in args.cases.split(",") if c]
+    if "control" not in cases or any(c not in CASES for c in cases):
+        parser.error(f"--cases needs control and only {', '.join(CASES)}")
     ctx = mp.get_context("spawn")
     kernels = _kernels()
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     flush = torch.empty(max(2 * l2, 64 << 20) // 4, dtype=torch.int32, device="cuda")
-    samples = {(c, k): [] for c in CASES for k in kernels}
-    round_medians = {(c, k): [] for c in CASES for k in kernels}
+    samples = {(c, k): [] for c in cases for k in kernels}
+    round_medians = {(c, k): [] for c in cases for k in kernels}
     for fn in kernels.values():
         _time(fn, flush, 0.5)  # warm-up
     print(f"# {torch.cuda.get_device_name(0)}, torch {torch.__version__}, {args.seats} seats, "
           f"{args.rounds} rounds x {args.seconds:.0f} s per kernel and case, "
           f"{args.rate}/s contexts per seat", flush=True)
     for rnd in range(args.rounds):
-        for case in CASES:
+        for case in cases:
             stop = ctx.Event()
             procs = []
             counters = []
@@ -156,6 +180,13 @@ def main():
                     counter = ctx.Value("i", 0)
                     counters.append(counter)
                     procs.append(ctx.Process(target=_create_loop, args=(stop, args.rate, counter)))
+            elif case in ("cuinit", "torchinit"):
+                hold = _hold_driver if case == "cuinit" else _hold_torch_driver
+                for _ in range(args.seats):
+                    counter = ctx.Value("i", 0)
+                    counters.append(counter)
+                    procs.append(ctx.Process(
+                        target=_create_loop, args=(stop, args.rate, counter, hold)))
             elif case == "teardown":
                 per_seat = int(args.rate * args.seconds * len(kernels)) + 2
                 ready, go = ctx.Value("i", 0), ctx.Event()
@@ -171,7 +202,7 @@ def main():
                 while ready.value < args.seats:
                     time.sleep(0.1)
                 go.set()
-            elif case in ("create", "alloc"):
+            elif case in ("create", "alloc", "cuinit", "torchinit"):
                 time.sleep(2.0)  # the loops are running
             for name, fn in kernels.items():
                 times = _time(fn, flush, args.seconds)
@@ -184,21 +215,23 @@ def main():
                     p.kill()
             extra = ""
             if counters:
-                extra = f", {sum(c.value for c in counters)} contexts created"
+                made = "contexts created" if case == "create" else "drivers initialised"
+                extra = f", {sum(c.value for c in counters)} {made}"
             print(f"round {rnd + 1} {case} done{extra}", flush=True)
             time.sleep(1.0)
     print()
     print("| kernel | case | launches | median µs | p99 µs | max µs | median / control | "
-          "p99 / control | worst round median µs |")
+          "p99 / control | round medians µs |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name in kernels:
         base = samples[("control", name)]
         bm, bp = statistics.median(base), _p(base, 0.99)
-        for case in CASES:
+        for case in cases:
             s = samples[(case, name)]
             m, p99 = statistics.median(s), _p(s, 0.99)
+            rounds = " ".join(f"{x:.2f}" for x in round_medians[(case, name)])
             print(f"| {name} | {case} | {len(s)} | {m:.2f} | {p99:.2f} | {max(s):.1f} | "
-                  f"{m / bm:.3f} | {p99 / bp:.3f} | {max(round_medians[(case, name)]):.2f} |")
+                  f"{m / bm:.3f} | {p99 / bp:.3f} | {rounds} |")
     sys.stdout.flush()
 
 
