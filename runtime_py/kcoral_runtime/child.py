@@ -1,8 +1,14 @@
 """The per-request process, forked by the zygote (docs/architecture.md §3).
 
-It applies its ``env``/``unset`` first, waits for ``init`` (creates the device context, answers
-``ready`` or ``init_failed``), then serves ``run`` frames until it retires. Every exit is an
-``os._exit``: no interpreter teardown, no atexit handlers inherited from the zygote.
+It applies its ``env``/``unset`` first, does what needs no lease at once (a GPU child
+initialises the driver: ``backend.prepare()``), waits for ``init`` (creates the device context,
+under the server's lease; answers ``ready`` or ``init_failed``), then serves ``run`` frames until
+it retires. Every exit is an ``os._exit``: no interpreter teardown, no atexit handlers inherited
+from the zygote.
+
+```
+  fork ──▶ prepare (no lease) ──▶ wait for init ──▶ init: context (lease) ──▶ ready ──▶ run …
+```
 """
 
 from __future__ import annotations
@@ -13,10 +19,10 @@ import signal
 import socket
 import sys
 import traceback
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import devices, procs
-from .devices import make_backend
+from .devices import CpuBackend, make_backend
 from .engine import Engine
 from .frames import Clean, InitFailed, Outcome, Ready
 from .ipc import FrameSocket
@@ -79,13 +85,28 @@ class Child:
         self.max_requests = max_requests
         self.served = 0
         self.engine: Optional[Engine] = None
+        self.backend: Optional[CpuBackend] = None
+        self.prepare_error: Optional[Tuple[BaseException, str]] = None
 
     # ------------------------------------------------------------------ frames
 
     def _notify_instr(self, index: int) -> None:
         self.channel.send_raw(b'{"t":"instr","i":%d}' % index)
 
+    def prepare(self) -> None:
+        """Makes the backend and does its lease-free set-up; a failure is answered at ``init``."""
+        try:
+            backend = make_backend(self.mode, self.versions, self.sim_devices)
+            # A worker that serves more than one request reuses torch's cached pinned blocks.
+            backend.reused = self.max_requests != 1
+            backend.prepare()
+        except BaseException as exc:
+            self.prepare_error = (exc, traceback.format_exc())
+            return
+        self.backend = backend
+
     def serve(self) -> None:
+        self.prepare()
         while True:
             msg = self.channel.recv()
             if msg is None:
@@ -105,21 +126,25 @@ class Child:
                 log(f"ignoring a {kind!r} frame")
 
     def _init(self) -> None:
-        try:
-            backend = make_backend(self.mode, self.versions, self.sim_devices)
-            # A worker that serves more than one request reuses torch's cached pinned blocks.
-            backend.reused = self.max_requests != 1
-            target, device_uuids = backend.init()
-            install_cpu_only_guard(backend.mode)
-            lease: Any = Lease(self.channel, backend) if backend.uses_lease else NoLease()
-            engine = Engine(backend, lease, self._notify_instr)
-            engine.snapshot_state()
-        except BaseException as exc:
+        failure = self.prepare_error
+        if failure is None:
+            try:
+                backend = self.backend
+                assert backend is not None
+                target, device_uuids = backend.init()
+                install_cpu_only_guard(backend.mode)
+                lease: Any = Lease(self.channel, backend) if backend.uses_lease else NoLease()
+                engine = Engine(backend, lease, self._notify_instr)
+                engine.snapshot_state()
+            except BaseException as exc:
+                failure = (exc, traceback.format_exc())
+        if failure is not None:
+            exc, trace = failure
             self.channel.send(
                 InitFailed(
                     t="init_failed",
                     message=f"{type(exc).__name__}: {exc}",
-                    traceback=traceback.format_exc()[-8192:],
+                    traceback=trace[-8192:],
                 )
             )
             _exit(1)

@@ -186,6 +186,9 @@ class CpuBackend:
         self.versions = versions
         self.libraries = LibraryLoader()
 
+    def prepare(self) -> None:
+        """Work that needs no lease, done as soon as the child is forked (nothing here)."""
+
     def init(self) -> Tuple[Dict[str, str], List[str]]:
         """Create the device context; returns (target, device_uuids)."""
         return {}, []
@@ -277,16 +280,39 @@ class GpuBackend(SimBackend):
             self._pinned = PinnedBlobCache(allocate)
         return self._pinned
 
+    def prepare(self) -> None:
+        """Initialise the driver (``cuInit``), without the lease; best effort.
+
+        ``cuInit`` is ~105 of the ~250 ms a new worker needs on an H200 before its context
+        exists, and it creates no context: other processes calling it in a loop while kernels
+        were timed left every kernel's median and p99 within the control's own round-to-round
+        spread, where context creation stalled launches by milliseconds (docs/decisions.md,
+        "A fresh worker initialises the CUDA driver before it takes the lease"). Only the raw
+        driver call is made here (``torch.cuda.init()`` did disturb a launch-bound kernel in
+        the same probe); torch's own initialisation and the context stay in ``init``, under
+        the lease, which also reports any failure (a failed ``cuInit`` here is retried there).
+        """
+        try:
+            ctypes.CDLL("libcuda.so.1").cuInit(0)
+        except (OSError, AttributeError):
+            pass  # init() meets the same problem under the lease and reports it as torch does
+        try:
+            self._cudart = _CudaErrors.load(self.torch)  # libcudart came with torch's import
+        except RuntimeError:
+            self._cudart = None  # init() loads it again and reports the failure
+
     def init(self) -> Tuple[Dict[str, str], List[str]]:
         torch = self.torch
         torch.cuda.init()
         count = torch.cuda.device_count()
         if count == 0:
             raise RuntimeError("no CUDA device is visible to this worker")
+        self.device_count = count
+        if self._cudart is None:
+            self._cudart = _CudaErrors.load(torch)
         for index in range(count):
             torch.empty(1, device=f"cuda:{index}")  # creates the context on every device
             torch.cuda.synchronize(index)
-        self.device_count = count
         major, minor = torch.cuda.get_device_capability(0)
         arch, arch_list = arch_of(major, minor)
         # cpu_only compiles read these instead of querying the driver off-lease:
@@ -294,7 +320,6 @@ class GpuBackend(SimBackend):
         os.environ.setdefault("TVM_FFI_CUDA_ARCH_LIST", arch_list)
         os.environ.setdefault(ARCH_ENV, arch)
         uuids = [format_uuid(torch.cuda.get_device_properties(i).uuid) for i in range(count)]
-        self._cudart = _CudaErrors.load(torch)
         return {"arch": arch}, uuids
 
     def load_tensor(self, blob_path: str, dtype: str, shape: Sequence[int]) -> Any:

@@ -338,11 +338,20 @@ class _FakeCudaBackend:
     torch = None
     tensor_type = None
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, prepare_error: Optional[BaseException] = None) -> None:
         self.mode = mode
         self.libraries = libraries.LibraryLoader()
+        self.reused = False
+        self.calls: List[str] = []
+        self.prepare_error = prepare_error
+
+    def prepare(self) -> None:
+        self.calls.append("prepare")
+        if self.prepare_error is not None:
+            raise self.prepare_error
 
     def init(self) -> Tuple[Dict[str, str], List[str]]:
+        self.calls.append("init")
         return {"arch": "sm_90a"}, ["GPU-fake"]
 
 
@@ -363,6 +372,7 @@ def test_child_init_installs_the_guard_after_init(monkeypatch, mode, installed) 
     ours, theirs = socket.socketpair()
     try:
         c = child_module.Child(ours, mode, {"v": "1"}, 1, 0)
+        c.prepare()
         c._init()
         gc.unfreeze()
         frame = FrameSocket(theirs).recv()
@@ -373,6 +383,69 @@ def test_child_init_installs_the_guard_after_init(monkeypatch, mode, installed) 
         assert (factory is cuda_guard.cpu_only_guard) if installed else factory is None
     finally:
         devices.set_cpu_only_guard(None)
+        ours.close()
+        theirs.close()
+
+
+class _Exited(Exception):
+    pass
+
+
+def test_child_prepares_at_once_and_creates_the_context_only_at_init(monkeypatch) -> None:
+    """The lease-free part (driver initialisation) runs before ``init`` arrives; the context
+    (``backend.init``) only when it does, with nothing sent in between."""
+    made: List[_FakeCudaBackend] = []
+
+    def make_backend(m: str, versions: Dict[str, str], sim_devices: int) -> _FakeCudaBackend:
+        made.append(_FakeCudaBackend(m))
+        return made[-1]
+
+    monkeypatch.setattr(child_module, "make_backend", make_backend)
+    ours, theirs = socket.socketpair()
+    try:
+        c = child_module.Child(ours, "gpu", {}, 1, 1)
+        c.prepare()
+        assert made[0].calls == ["prepare"]
+        assert made[0].reused is False  # one request per child: no cached pinned staging
+        theirs.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            theirs.recv(1)  # nothing is said before init
+        theirs.setblocking(True)
+        c._init()
+        gc.unfreeze()
+        assert made[0].calls == ["prepare", "init"]
+        assert FrameSocket(theirs).recv()["t"] == "ready"
+    finally:
+        devices.set_cpu_only_guard(None)
+        ours.close()
+        theirs.close()
+
+
+def test_a_failed_prepare_is_answered_at_init(monkeypatch) -> None:
+    exits: List[int] = []
+
+    def no_exit(code: int) -> None:
+        exits.append(code)
+        raise _Exited()
+
+    monkeypatch.setattr(
+        child_module, "make_backend",
+        lambda m, v, n: _FakeCudaBackend(m, RuntimeError("no CUDA device is visible")),
+    )
+    monkeypatch.setattr(child_module, "_exit", no_exit)
+    ours, theirs = socket.socketpair()
+    try:
+        c = child_module.Child(ours, "gpu", {}, 1, 1)
+        c.prepare()  # does not raise: the server hears of it when it asks for the context
+        assert exits == []
+        with pytest.raises(_Exited):
+            c._init()
+        frame = FrameSocket(theirs).recv()
+        assert frame["t"] == "init_failed"
+        assert frame["message"] == "RuntimeError: no CUDA device is visible"
+        assert "no CUDA device is visible" in frame["traceback"]
+        assert exits == [1]
+    finally:
         ours.close()
         theirs.close()
 
