@@ -65,7 +65,7 @@ let WINDOW_MS = 60 * 1000;
 const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
 const ms = (v) => (v === null || v === undefined) ? "–" : (v < 10 ? v.toFixed(2) : v.toFixed(0)) + " ms";
 const bytes = (n) => { if (!n) return "0 B"; const u = ["B", "KiB", "MiB", "GiB", "TiB"]; let i = 0; while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; } return (i ? n.toFixed(1) : n) + " " + u[i]; };
-const short = (id) => String(id).startsWith("init:") ? id : String(id).slice(0, 8);
+const short = (id) => String(id).startsWith("init:") ? id : String(id).startsWith("teardown:") ? "teardown:" + String(id).slice(9, 17) : String(id).slice(0, 8);
 function table(headers, rows) {
   return "<table><tr>" + headers.map((h) => "<th>" + esc(h) + "</th>").join("") + "</tr>" +
     rows.map((r) => "<tr>" + r.map((c) => "<td" + (c && c.cls ? ' class="' + esc(c.cls) + '"' : "") + ">" + esc(c && c.text !== undefined ? c.text : c) + "</td>").join("") + "</tr>").join("") + "</table>";
@@ -74,7 +74,7 @@ function timeline(gpu, now) {
   const start = now - WINDOW_MS;
   const x = (t) => Math.max(0, Math.min(1000, ((t - start) / WINDOW_MS) * 1000));
   const holds = gpu.holds.filter((h) => h.to >= start).map((h) => ({ ...h, open: false }));
-  if (gpu.holder) holds.push({ id: gpu.holder.id, initialization: gpu.holder.initialization, from: gpu.holder.since, to: now, open: true });
+  for (const h of gpu.holders || (gpu.holder ? [gpu.holder] : [])) holds.push({ ...h, from: h.since, to: now, open: true });
   let svg = '<svg viewBox="0 0 1000 46" preserveAspectRatio="none" data-gpu="' + gpu.id + '">';
   const step = WINDOW_MS <= 10000 ? 1 : WINDOW_MS <= 60000 ? 10 : 30;
   for (let s = 0; s <= WINDOW_MS / 1000; s += step) {
@@ -84,10 +84,14 @@ function timeline(gpu, now) {
   }
   for (const h of holds) {
     const x0 = x(h.from), x1 = Math.max(x(h.to), x0 + 1.5);
-    const cls = "hold" + (h.initialization ? " init" : "") + (h.open ? " open" : "");
-    svg += '<rect class="' + cls + '" data-request="' + esc(h.id) + '" x="' + x0.toFixed(2) + '" y="4" width="' + (x1 - x0).toFixed(2) + '" height="26"><title>' +
-      esc(h.id) + " — " + ms(h.to - h.from) + (h.initialization ? " (worker initialization)" : "") + "</title></rect>";
-    if (x1 - x0 > 60) svg += '<text class="hold-label" x="' + (x0 + 3).toFixed(2) + '" y="21">' + esc(short(h.id)) + "</text>";
+    // Requests fill the lane; a worker's context creation (top half) may overlap a retiring
+    // worker's teardown (bottom half), never a request.
+    const worker = h.initialization || h.teardown;
+    const cls = "hold" + (worker ? " init" : "") + (h.open ? " open" : "");
+    const y = h.teardown ? 17 : 4, height = worker ? 13 : 26;
+    svg += '<rect class="' + cls + '" data-request="' + esc(h.id) + '" x="' + x0.toFixed(2) + '" y="' + y + '" width="' + (x1 - x0).toFixed(2) + '" height="' + height + '"><title>' +
+      esc(h.id) + " — " + ms(h.to - h.from) + (h.initialization ? " (worker initialization)" : h.teardown ? " (worker teardown)" : "") + "</title></rect>";
+    if (x1 - x0 > 60) svg += '<text class="hold-label" x="' + (x0 + 3).toFixed(2) + '" y="' + (worker ? y + 10 : 21) + '">' + esc(short(h.id)) + "</text>";
   }
   return svg + "</svg>";
 }
@@ -98,9 +102,10 @@ function renderServer(d) {
   let html = "<h2>Load</h2>" + table(["capacity", "in progress", "waiting for a worker", "waiting for a GPU lease"],
     [[d.load.request_capacity, d.load.requests_in_progress, d.load.requests_waiting, d.lease_waiting]]);
   if (d.gpus.length) {
-    html += '<h2>GPU leases <span class="muted">(one bar per hold, labelled with its request; grey: worker initialization; orange: held now)</span></h2>';
+    html += '<h2>GPU leases <span class="muted">(one bar per hold, labelled with its request; grey: worker context creation, top, or teardown, bottom; orange: held now)</span></h2>';
     for (const g of d.gpus) {
-      const holder = g.holder ? (g.holder.initialization ? "initializing " + g.holder.id : "held by " + g.holder.id) + " for " + ms(d.now - g.holder.since) : "free";
+      const holders = g.holders || (g.holder ? [g.holder] : []);
+      const holder = holders.length ? holders.map((h) => (h.initialization ? "initializing " : h.teardown ? "tearing down " : "held by ") + h.id + " for " + ms(d.now - h.since)).join("; ") : "free";
       html += '<div class="gpu"><div class="gpu-title">GPU ' + g.id + ' — <span class="holder">' + esc(holder) + "</span></div>" + timeline(g, d.now) + "</div>";
     }
   }

@@ -302,9 +302,17 @@ class _ProgramRun {
       });
       return this.#result(end, held, Promise.resolve(), cleanup);
     }
-    // Retiring: the lease stays held through the child's teardown, released once it is gone.
+    // Retiring: the lease stays held through the child's teardown, released once it is gone;
+    // held no longer as the request's but as the teardown's, beside which a new context may
+    // be created (server/lease.ts).
     const held = this.#heldNow();
     leases?.cancel(holder);
+    if (leases && this.#heldSince !== null) {
+      const teardown: LeaseHolder = { id: `teardown:${holder.id}`, teardown: true };
+      this.#leaseHeldMs += leases.handOver(holder, teardown);
+      this.#heldSince = null;
+      return this.#result(end, held, child.exited.then(() => void leases.release(teardown)));
+    }
     return this.#result(end, held, child.exited.then(() => this.#releaseLease()));
   }
 

@@ -4,15 +4,38 @@
  * waiters; a request for "any n GPUs" that cannot be satisfied blocks every GPU, so a waiting
  * set never holds a subset and is never starved by single-GPU work behind it.
  *
+ * Three kinds of holder: a request (always alone on its GPUs), a worker initialization (a new
+ * context) and a worker teardown (a retiring child's exit, handed over from its request by
+ * {@linkcode GpuLeases.handOver}). Neither of the last two is a measurement, so an
+ * initialization may share GPUs that only teardowns hold when its holder says it may
+ * ({@linkcode LeaseHolder.joinsTeardown}); a request never shares.
+ *
+ * ```
+ *   request ──(its child retires)──▶ teardown ──(child gone)──▶ free
+ *                                        ║ shared with
+ *   initialization (only when no request waits for those GPUs) ──▶ free
+ * ```
+ *
  * @module
  */
 
-/** Who holds or waits for a lease (a request, or a worker being initialized). */
+/** Who holds or waits for a lease (a request, a worker being initialized or torn down). */
 export interface LeaseHolder {
   /** Request id, or a label such as `init:gpu0/w3`. */
   readonly id: string;
   /** `true` for a worker initialization (never named as an interfered request). */
   readonly initialization?: boolean;
+  /**
+   * `true` for a retiring worker's exit (never named as an interfered request; an
+   * initialization may share its GPUs). Only {@linkcode GpuLeases.handOver} grants one.
+   */
+  readonly teardown?: boolean;
+  /**
+   * For an initialization: whether it may share GPUs that only teardowns hold, asked each time
+   * it could (default: never). The pool says yes only while no ready worker waits on those
+   * GPUs, so sharing never delays a request that could run.
+   */
+  readonly joinsTeardown?: () => boolean;
 }
 
 interface _Waiter {
@@ -39,12 +62,28 @@ export interface LeaseInterval {
   holderId: string;
   /** The holder was a worker initialization, not a request. */
   initialization: boolean;
+  /** The holder was a worker's teardown, not a request. */
+  teardown: boolean;
+}
+
+/** A current holder of a GPU. */
+export interface LeaseHolding {
+  /** The holder's id. */
+  holderId: string;
+  /** A worker initialization. */
+  initialization: boolean;
+  /** A worker teardown. */
+  teardown: boolean;
+  /** `performance.now()` when it was granted. */
+  since: number;
 }
 
 /** A GPU's lease now and its recent holds ({@linkcode GpuLeases.timeline}). */
 export interface LeaseTimeline {
-  /** The current holder, or `null` when the GPU is free. */
-  holder: { holderId: string; initialization: boolean; since: number } | null;
+  /** The current holder (a request if one holds it, else the earliest), or `null` when free. */
+  holder: LeaseHolding | null;
+  /** Every current holder (more than one only for an initialization beside a teardown). */
+  holders: LeaseHolding[];
   /** Finished holds, oldest first (the last 256). */
   holds: LeaseInterval[];
 }
@@ -64,7 +103,7 @@ export class LeaseCancelled extends Error {
 export class GpuLeases {
   /** The physical GPU ids under arbitration. */
   readonly gpus: readonly number[];
-  #heldBy = new Map<number, LeaseHolder>();
+  #heldBy = new Map<number, Set<LeaseHolder>>();
   #holds = new Map<LeaseHolder, _Hold>();
   #queue: _Waiter[] = [];
   #history = new Map<number, LeaseInterval[]>();
@@ -93,15 +132,15 @@ export class GpuLeases {
   timeline(gpu: number): LeaseTimeline | null {
     const history = this.#history.get(gpu);
     if (!history) return null;
-    const current = this.#heldBy.get(gpu);
+    const holders = [...(this.#heldBy.get(gpu) ?? [])].map((h) => ({
+      holderId: h.id,
+      initialization: h.initialization === true,
+      teardown: h.teardown === true,
+      since: this.#holds.get(h)!.since,
+    })).sort((a, b) => a.since - b.since);
     return {
-      holder: current
-        ? {
-          holderId: current.id,
-          initialization: current.initialization === true,
-          since: this.#holds.get(current)!.since,
-        }
-        : null,
+      holder: holders.find((h) => !h.initialization && !h.teardown) ?? holders[0] ?? null,
+      holders,
       holds: history.map((interval) => ({ ...interval })),
     };
   }
@@ -135,6 +174,7 @@ export class GpuLeases {
     const held = this.#holds.get(holder);
     if (held) return _sameSet(held.gpus, gpus);
     if (gpus.some((g) => !this.#history.has(g) || this.#heldBy.has(g))) return false;
+    if (holder.teardown) throw new Error("a teardown is only handed over");
     if (this.#queue.some((w) => !w.holder.initialization)) return false;
     this.#grant(holder, [...gpus]);
     return true;
@@ -159,22 +199,66 @@ export class GpuLeases {
 
   /** Releases what `holder` holds; returns how long it was held (0 if nothing was). */
   release(holder: LeaseHolder): number {
+    const held = this.#end(holder, performance.now());
+    if (held !== null) this.#dispatch();
+    return held ?? 0;
+  }
+
+  /**
+   * Passes what `holder` holds to `teardown` (a {@linkcode LeaseHolder.teardown} holder) at
+   * once, with no gap in which another request could take the GPUs: a retiring child's exit
+   * stays under the lease, but no longer as its request's. Returns how long `holder` held them
+   * (0, and nothing handed over, if it held nothing).
+   *
+   * @example
+   * ```ts
+   * import { GpuLeases } from "./lease.ts";
+   *
+   * const leases = new GpuLeases([0]);
+   * const request = { id: "req-1" };
+   * const teardown = { id: "teardown:req-1", teardown: true };
+   * await leases.acquire(request, [0]);
+   * leases.handOver(request, teardown);
+   * if (leases.timeline(0)!.holder!.holderId !== "teardown:req-1") throw new Error();
+   * // A new context may be created beside a teardown (when its holder says so); a request
+   * // waits for both.
+   * await leases.acquire({ id: "init:gpu0/w1", initialization: true, joinsTeardown: () => true }, [
+   *   0,
+   * ]);
+   * if (leases.timeline(0)!.holders.length !== 2) throw new Error();
+   * ```
+   */
+  handOver(holder: LeaseHolder, teardown: LeaseHolder): number {
+    if (!teardown.teardown) throw new Error(`${teardown.id} is not a teardown holder`);
+    if (this.#holds.has(teardown)) throw new Error(`${teardown.id} already holds a lease`);
     const hold = this.#holds.get(holder);
     if (!hold) return 0;
     const now = performance.now();
+    this.#end(holder, now);
+    this.#grant(teardown, hold.gpus, now);
+    this.#dispatch();
+    return now - hold.since;
+  }
+
+  /** Ends `holder`'s hold at `now` (history kept); its length, or `null` if it held nothing. */
+  #end(holder: LeaseHolder, now: number): number | null {
+    const hold = this.#holds.get(holder);
+    if (!hold) return null;
     this.#holds.delete(holder);
     for (const gpu of hold.gpus) {
-      this.#heldBy.delete(gpu);
+      const holders = this.#heldBy.get(gpu)!;
+      holders.delete(holder);
+      if (holders.size === 0) this.#heldBy.delete(gpu);
       const history = this.#history.get(gpu)!;
       history.push({
         from: hold.since,
         to: now,
         holderId: holder.id,
         initialization: holder.initialization === true,
+        teardown: holder.teardown === true,
       });
       if (history.length > _HISTORY) history.shift();
     }
-    this.#dispatch();
     return now - hold.since;
   }
 
@@ -195,21 +279,24 @@ export class GpuLeases {
   /**
    * Which request held any of `gpus` at time `at` (`performance.now()` clock), other than
    * `except`: the current holder or one from the history; `null` if none. Worker
-   * initializations are not requests and are never named.
+   * initializations and teardowns are not requests and are never named.
    */
   holderAt(gpus: readonly number[], at: number, except?: LeaseHolder): string | null {
     for (const gpu of gpus) {
-      const current = this.#heldBy.get(gpu);
-      if (
-        current && current !== except && !current.initialization &&
-        this.#holds.get(current)!.since <= at
-      ) {
-        return current.id;
+      for (const current of this.#heldBy.get(gpu) ?? []) {
+        if (
+          current !== except && !current.initialization && !current.teardown &&
+          this.#holds.get(current)!.since <= at
+        ) {
+          return current.id;
+        }
       }
       const history = this.#history.get(gpu) ?? [];
       for (let i = history.length - 1; i >= 0; i--) {
         const interval = history[i];
-        if (interval.initialization || interval.holderId === except?.id) continue;
+        if (interval.initialization || interval.teardown || interval.holderId === except?.id) {
+          continue;
+        }
         if (interval.from <= at && at <= interval.to) return interval.holderId;
       }
     }
@@ -247,6 +334,7 @@ export class GpuLeases {
     // Requests first, in FIFO order. Worker initializations (replacement contexts) only take
     // GPUs no waiting request wants: a request never waits behind a context creation while
     // ready workers exist, and when none is ready no request waits here, so inits proceed.
+    // An initialization may join GPUs that only teardowns hold (neither is a measurement).
     const blocked = new Set<number>();
     let allBlocked = false;
     const remaining = new Set<_Waiter>(this.#queue);
@@ -275,7 +363,10 @@ export class GpuLeases {
       for (const waiter of this.#queue) {
         if (!waiter.holder.initialization || !remaining.has(waiter)) continue;
         const gpus = waiter.gpus ?? [];
-        if (gpus.every((g) => !this.#heldBy.has(g) && !blocked.has(g))) grant(waiter, [...gpus]);
+        const free = gpus.every((g) => !this.#heldBy.has(g) && !blocked.has(g));
+        const beside = !free && gpus.every((g) => this.#onlyTeardowns(g) && !blocked.has(g)) &&
+          waiter.holder.joinsTeardown?.() === true;
+        if (free || beside) grant(waiter, [...gpus]);
         else for (const g of gpus) blocked.add(g);
       }
     }
@@ -283,9 +374,19 @@ export class GpuLeases {
     for (const [waiter, gpus] of granted) waiter.resolve(gpus);
   }
 
-  #grant(holder: LeaseHolder, gpus: number[]): void {
-    this.#holds.set(holder, { gpus, since: performance.now() });
-    for (const gpu of gpus) this.#heldBy.set(gpu, holder);
+  #grant(holder: LeaseHolder, gpus: number[], now = performance.now()): void {
+    this.#holds.set(holder, { gpus, since: now });
+    for (const gpu of gpus) {
+      const holders = this.#heldBy.get(gpu);
+      if (holders) holders.add(holder);
+      else this.#heldBy.set(gpu, new Set([holder]));
+    }
+  }
+
+  /** Whether `gpu` is free or held by teardowns only. */
+  #onlyTeardowns(gpu: number): boolean {
+    for (const holder of this.#heldBy.get(gpu) ?? []) if (!holder.teardown) return false;
+    return true;
   }
 }
 

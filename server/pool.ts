@@ -6,7 +6,8 @@
  * workspace (bound at `/work` by a sandboxed slot) and an empty results directory; a request
  * that takes it waits for the rest of that. A retiring child is replaced in the background: the next
  * child is forked at once, and its device context is created under the per-GPU initialization
- * gate and the lease, after the old child is gone.
+ * gate and the lease, after the old child is gone (beside another seat's teardown when no ready
+ * worker waits on that GPU: server/lease.ts).
  *
  * ```
  *   starting ──▶ idle ◀──────────── busy ──(kept child)──▶ idle, readied in the background
@@ -425,7 +426,14 @@ export class WorkerPool {
     };
     if (leases && !startup) {
       const open = await leases.initializationGate(seat.gpus);
-      const holder: LeaseHolder = { id: `init:${seat.label}`, initialization: true };
+      const key = _key(seat);
+      const holder: LeaseHolder = {
+        id: `init:${seat.label}`,
+        initialization: true,
+        // Beside a retiring worker's teardown only while no ready worker waits on these GPUs:
+        // then no request could use them before this context exists anyway.
+        joinsTeardown: () => (this.#idle.get(key)?.length ?? 0) === 0,
+      };
       try {
         await leases.acquire(holder, seat.gpus);
         try {

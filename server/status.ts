@@ -12,7 +12,7 @@ import { numberOrNull, Recent, stringOrNull } from "../http/recent.ts";
 import type { HealthBody } from "../protocol/health.ts";
 import type { BlobStore } from "./cache_memory.ts";
 import type { DiskFileCache } from "./cache_disk.ts";
-import type { GpuLeases } from "./lease.ts";
+import type { GpuLeases, LeaseHolding } from "./lease.ts";
 import type { WorkerPool } from "./pool.ts";
 
 /** How far back lease holds are shown, in ms. */
@@ -110,18 +110,22 @@ export class ServerStatus {
     const s = this.#sources();
     const wall = (t: number) => performance.timeOrigin + t;
     const now = performance.now();
+    const holding = (h: LeaseHolding) => ({
+      id: h.holderId,
+      initialization: h.initialization,
+      teardown: h.teardown,
+      since: wall(h.since),
+    });
     const gpus = (s?.leases?.gpus ?? []).map((id) => {
       const timeline = s!.leases!.timeline(id)!;
       return {
         id,
-        holder: timeline.holder && {
-          id: timeline.holder.holderId,
-          initialization: timeline.holder.initialization,
-          since: wall(timeline.holder.since),
-        },
+        holder: timeline.holder && holding(timeline.holder),
+        holders: timeline.holders.map(holding),
         holds: timeline.holds.filter((h) => now - h.to <= TIMELINE_MS).map((h) => ({
           id: h.holderId,
           initialization: h.initialization,
+          teardown: h.teardown,
           from: wall(h.from),
           to: wall(h.to),
         })),
@@ -199,11 +203,16 @@ export interface ServerStatusData {
   versions: Record<string, string>;
   /** Requests waiting for a GPU lease. */
   lease_waiting: number;
-  /** Per GPU: the holder now and the holds of the last {@linkcode TIMELINE_MS}. */
+  /**
+   * Per GPU: the holder now (a request if one holds it), every holder now (a new worker's
+   * context may be created beside a retiring worker's teardown) and the holds of the last
+   * {@linkcode TIMELINE_MS}.
+   */
   gpus: {
     id: number;
-    holder: { id: string; initialization: boolean; since: number } | null;
-    holds: { id: string; initialization: boolean; from: number; to: number }[];
+    holder: { id: string; initialization: boolean; teardown: boolean; since: number } | null;
+    holders: { id: string; initialization: boolean; teardown: boolean; since: number }[];
+    holds: { id: string; initialization: boolean; teardown: boolean; from: number; to: number }[];
   }[];
   /** The worker seats. */
   workers: { id: string; gpus: number[]; state: string; generation: number }[];

@@ -188,3 +188,141 @@ Deno.test("lease: tryAcquire takes free GPUs at once, never past a waiting reque
   assert.equal(leases.tryAcquire(c, [1]), true);
   assert.deepEqual(leases.heldBy(c), [1]);
 });
+
+const teardownOf = (id: string): LeaseHolder => ({ id: `teardown:${id}`, teardown: true });
+const initOf = (seat: string, joins = true): LeaseHolder => ({
+  id: `init:${seat}`,
+  initialization: true,
+  joinsTeardown: () => joins,
+});
+
+Deno.test("lease: a hand-over to a teardown leaves no gap for a waiting request", async () => {
+  const leases = new GpuLeases([0]);
+  const a = h("a"), b = h("b"), down = teardownOf("a");
+  await leases.acquire(a, [0]);
+  let granted = false;
+  const pb = leases.acquire(b, [0]).then(() => (granted = true));
+  await tick();
+  assert.ok(leases.handOver(a, down) >= 0);
+  await tick();
+  assert.equal(granted, false, "the request still waits: the teardown holds the GPU");
+  assert.deepEqual(leases.heldBy(a), []);
+  assert.deepEqual(leases.heldBy(down), [0]);
+  assert.equal(leases.timeline(0)!.holder!.holderId, "teardown:a");
+  leases.release(down);
+  await pb;
+  assert.equal(granted, true);
+  const kinds = leases.timeline(0)!.holds.map((i) => [i.holderId, i.teardown]);
+  assert.deepEqual(kinds, [["a", false], ["teardown:a", true]]);
+});
+
+Deno.test("lease: an initialization shares a teardown's GPUs when no request waits", async () => {
+  const leases = new GpuLeases([0]);
+  const a = h("a"), down = teardownOf("a"), init = initOf("gpu0/w2");
+  await leases.acquire(a, [0]);
+  let initGranted = false;
+  const pInit = leases.acquire(init, [0]).then(() => (initGranted = true));
+  await tick();
+  assert.equal(initGranted, false, "never beside a request");
+  leases.handOver(a, down);
+  await pInit;
+  const now = leases.timeline(0)!;
+  assert.deepEqual(now.holders.map((x) => x.holderId).sort(), ["init:gpu0/w2", "teardown:a"]);
+  // A request now waits for both.
+  let bGranted = false;
+  const b = h("b");
+  const pb = leases.acquire(b, [0]).then(() => (bGranted = true));
+  leases.release(down);
+  await tick();
+  assert.equal(bGranted, false, "the initialization still holds the GPU");
+  leases.release(init);
+  await pb;
+  assert.equal(bGranted, true);
+});
+
+Deno.test("lease: an initialization does not join a teardown a request waits behind", async () => {
+  const leases = new GpuLeases([0]);
+  const a = h("a"), b = h("b"), down = teardownOf("a"), init = initOf("gpu0/w2");
+  await leases.acquire(a, [0]);
+  const order: string[] = [];
+  const pb = leases.acquire(b, [0]).then(() => order.push("b"));
+  const pInit = leases.acquire(init, [0]).then(() => order.push("init"));
+  await tick();
+  leases.handOver(a, down);
+  await tick();
+  assert.deepEqual(order, [], "the waiting request blocks the initialization");
+  leases.release(down);
+  await pb;
+  assert.deepEqual(order, ["b"]);
+  leases.release(b);
+  await pInit;
+  assert.deepEqual(order, ["b", "init"]);
+});
+
+Deno.test("lease: an initialization that may not join waits for the teardown's end", async () => {
+  const leases = new GpuLeases([0]);
+  const a = h("a"), down = teardownOf("a");
+  let joins = false;
+  const init: LeaseHolder = {
+    id: "init:gpu0/w2",
+    initialization: true,
+    joinsTeardown: () => joins,
+  };
+  await leases.acquire(a, [0]);
+  let granted = false;
+  const p = leases.acquire(init, [0]).then(() => (granted = true));
+  leases.handOver(a, down);
+  await tick();
+  assert.equal(granted, false, "a ready worker waits: no context beside the teardown");
+  const plain: LeaseHolder = { id: "init:gpu0/w3", initialization: true };
+  leases.release(down);
+  await p;
+  assert.equal(granted, true);
+  leases.release(init);
+  // Without a joinsTeardown, an initialization never shares.
+  const b = h("b"), downB = teardownOf("b");
+  await leases.acquire(b, [0]);
+  leases.handOver(b, downB);
+  let plainGranted = false;
+  const pp = leases.acquire(plain, [0]).then(() => (plainGranted = true));
+  joins = true;
+  await tick();
+  assert.equal(plainGranted, false);
+  leases.release(downB);
+  await pp;
+});
+
+Deno.test("lease: two initializations never share a GPU, nor does a request", async () => {
+  const leases = new GpuLeases([0]);
+  const one = initOf("gpu0/w1"), two = initOf("gpu0/w2");
+  await leases.acquire(one, [0]);
+  let second = false;
+  const p = leases.acquire(two, [0]).then(() => (second = true));
+  await tick();
+  assert.equal(second, false);
+  assert.equal(leases.tryAcquire(h("r"), [0]), false);
+  leases.release(one);
+  await p;
+  assert.equal(second, true);
+});
+
+Deno.test("lease: a teardown is never named as the interfered request", async () => {
+  const leases = new GpuLeases([0]);
+  const a = h("a"), down = teardownOf("a");
+  await leases.acquire(a, [0]);
+  await new Promise((r) => setTimeout(r, 2));
+  leases.handOver(a, down);
+  await new Promise((r) => setTimeout(r, 2));
+  const during = performance.now();
+  assert.equal(leases.holderAt([0], during), null, "current holder is a teardown");
+  await new Promise((r) => setTimeout(r, 2));
+  leases.release(down);
+  assert.equal(leases.holderAt([0], during), null, "history entry is a teardown");
+});
+
+Deno.test("lease: handOver refuses a non-teardown target and hands over nothing unheld", () => {
+  const leases = new GpuLeases([0]);
+  assert.throws(() => leases.handOver(h("a"), h("b")), /not a teardown holder/);
+  assert.equal(leases.handOver(h("a"), teardownOf("a")), 0);
+  assert.deepEqual(leases.heldBy(teardownOf("a")), []);
+});

@@ -224,3 +224,34 @@ Deno.test("pool: once shutdown begins, waiters get PoolBusy and nothing becomes 
     await close();
   }
 });
+
+Deno.test("pool: a new context is created beside a teardown only when no ready worker waits", async () => {
+  for (const perGpu of [2, 3]) {
+    const { pool, leases, slots, close } = await fakePool({ perGpu });
+    try {
+      const a = await pool.acquire(1000);
+      const b = await pool.acquire(1000);
+      const request = { id: "req-a" };
+      await leases.acquire(request, [0]);
+      // b's child retires while a's request holds the lease: b's replacement waits for it.
+      const oldB = b.child as FakeChild;
+      oldB.die();
+      pool.release(b, { oldExit: oldB.exited, reason: "request_limit" });
+      await new Promise((r) => setTimeout(r, 20));
+      const nextB = slots.get(b.label)!.children[1];
+      assert.equal(nextB.inits, 0, "never beside a request");
+      // a's child retires: the request's lease passes to its teardown.
+      const teardown = { id: "teardown:req-a", teardown: true };
+      leases.handOver(request, teardown);
+      await new Promise((r) => setTimeout(r, 20));
+      // With 2 seats none is ready (a busy, b replacing); with 3, the third one is.
+      assert.equal(nextB.inits, perGpu === 2 ? 1 : 0, `${perGpu} seats`);
+      leases.release(teardown);
+      await new Promise((r) => setTimeout(r, 20));
+      assert.equal(nextB.inits, 1);
+      pool.release(a, null);
+    } finally {
+      await close();
+    }
+  }
+});
