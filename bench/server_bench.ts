@@ -38,6 +38,23 @@ interface _Server {
 
 const _CLI = new URL("../cli.ts", import.meta.url).pathname;
 
+/** Waits until `/health` reports `seats` ready workers and nothing in progress or waiting. */
+async function _waitIdle(url: string, seats: number, timeoutMs = 30_000): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  for (;;) {
+    const health = await (await fetch(`${url}/health`)).json();
+    const load = health.load ?? {};
+    if (
+      load.request_capacity === seats && load.requests_in_progress === 0 &&
+      load.requests_waiting === 0
+    ) {
+      return;
+    }
+    if (performance.now() > deadline) throw new Error(`server not idle: ${JSON.stringify(load)}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 async function _startServer(
   mode: ServerBenchOptions["mode"],
   maxRequests: number,
@@ -273,6 +290,32 @@ export async function runServerBench(options: ServerBenchOptions): Promise<Bench
       }
       const idleEnd = Date.now();
       {
+        // Each request on an idle server: sent once every seat is ready again (the previous
+        // child torn down, its replacement's context created), so it finds a ready worker and
+        // a free lease.
+        await using client = new Client(server.url, _clientOptions);
+        const program = trivialProgram();
+        const samples: number[] = [];
+        for (let i = 0; i < (quick ? 8 : 40); i++) {
+          await _waitIdle(server.url, 8);
+          const start = performance.now();
+          const result = await client.execute(program);
+          if (!result.completed) throw new Error(JSON.stringify(result.error));
+          if (i >= 2) samples.push(performance.now() - start);
+        }
+        rows.push(
+          row(
+            `fresh worker (default), trivial program, e2e, idle server (${tag})`,
+            "ms",
+            samples,
+            "337.9",
+            "≤ 25",
+          ),
+        );
+      }
+      {
+        // One client, one request at a time, 60 ms apart: faster than the GPU can create and
+        // tear down contexts, so this measures the lease's context work per request.
         await using client = new Client(server.url, _clientOptions);
         const program = trivialProgram();
         const samples: number[] = [];
@@ -281,11 +324,10 @@ export async function runServerBench(options: ServerBenchOptions): Promise<Bench
           const result = await client.execute(program);
           if (!result.completed) throw new Error(JSON.stringify(result.error));
           if (i >= 10) samples.push(performance.now() - start);
-          // One request at a time with pauses: every request finds a ready fresh worker.
           await new Promise((r) => setTimeout(r, mode === "gpu" ? 60 : 20));
         }
         rows.push(
-          row(`fresh worker (default), trivial program, e2e (${tag})`, "ms", samples, "337.9"),
+          row(`fresh worker, one client, 60 ms between requests (${tag})`, "ms", samples),
         );
       }
       const loadStart = Date.now();
@@ -327,18 +369,17 @@ export async function runServerBench(options: ServerBenchOptions): Promise<Bench
           "req/s",
           rates,
           "2.0",
-          `≥ ${(0.9 * bound).toFixed(1)}`,
+          "≥ 4",
         ),
       );
       rows.push(row(`  context create (init) in the same run`, "ms", init));
       rows.push(row(`  teardown (retire → exited) in the same run`, "ms", teardown));
       rows.push(
         row(
+          // Above 100 % when contexts are created beside teardowns (server/lease.ts).
           `  ratio to 1/(create + teardown), medians`,
           "%",
           rates.map((r) => (100 * r) / bound),
-          "",
-          "≥ 90",
         ),
       );
       rows.push(
