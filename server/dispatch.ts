@@ -201,9 +201,9 @@ class _SeatRun {
         output_limit_bytes: this.#a.outputLimit,
         max_return_bytes: config.maxResponseBytes,
         sandbox: launch.sandboxed,
-        // Unsandboxed, a kept worker answers before its reuse hygiene (sandboxed, that hygiene
-        // includes the checks that decide whether the workspace is clean).
-        ...(launch.sandboxed ? {} : { reply_before_reset: true }),
+        // A kept worker answers before its reuse hygiene (sandboxed, the checks that decide
+        // whether the workspace is clean still come before the answer, their verdict with it).
+        reply_before_reset: true,
       },
     });
     // The tail's last read comes before anything takes the capture files.

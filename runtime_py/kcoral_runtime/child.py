@@ -181,6 +181,7 @@ class Child:
             if retire is not None:
                 _exit(0)
         engine.lease.request_done()
+        engine.idle()  # the next request's sandbox snapshot, taken while nothing waits on us
 
 
 def main(

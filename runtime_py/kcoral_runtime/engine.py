@@ -95,6 +95,10 @@ class Engine:
         self.state: Optional[ProcessState] = None
         self._pools_warm = False
         self.reset_pending = False
+        # The next request's sandbox snapshot, taken while idle (``idle``); due after a
+        # sandboxed request the child survives.
+        self._sandbox_next: Optional[SandboxState] = None
+        self._sandbox_due = False
 
     def snapshot_state(self) -> None:
         """Record torch knobs and the environment (after init) for reuse hygiene."""
@@ -108,9 +112,11 @@ class Engine:
         """Run one program. Returns (outcome, retire reason or None, retire detail or None).
 
         ``last_request``: the child retires after this request anyway (request limit), so
-        reset and sandbox checks are skipped. With ``reply_before_reset`` in ``req`` (never in
-        sandbox mode) a kept child's reset is left pending (``reset_pending``): the outcome is
-        final without it, so the caller sends it first and then calls ``finish_request``.
+        reset and sandbox checks are skipped. With ``reply_before_reset`` in ``req`` a kept
+        child's reset is left pending (``reset_pending``): the outcome is final without it, so
+        the caller sends it first and then calls ``finish_request``. In sandbox mode the sandbox
+        checks still run here, before the outcome, which carries their verdict: a child that
+        leaked into the workspace retires before its answer goes out.
         """
         instructions: List[Dict[str, Any]] = json.loads(req["program"])["instructions"]
         sandbox = bool(req.get("sandbox", False))
@@ -121,11 +127,15 @@ class Engine:
             if ins.get("op") == "get_function" and ins.get("cpu_only") is True
         }
         sandbox_state: Optional[SandboxState] = None
+        self._sandbox_due = False
         if sandbox and not last_request:
-            if not self._pools_warm:
-                warm_thread_pools(self.backend.torch)
-                self._pools_warm = True
-            sandbox_state = SandboxState(req["workspace"])
+            sandbox_state = self._sandbox_next
+            if sandbox_state is None:
+                if not self._pools_warm:
+                    warm_thread_pools(self.backend.torch)
+                    self._pools_warm = True
+                sandbox_state = SandboxState()
+        self._sandbox_next = None
         request = _Request(req, results, cpu_only)
         if req.get("lease_held") and self.backend.uses_lease:
             self.lease.held = True  # the server granted the lease together with the program
@@ -142,6 +152,7 @@ class Engine:
 
         max_return_bytes = request.max_return_bytes
         results_dir = req["results"]
+        workspace = request.workspace
         request.env.clear()
         del request
         self.backend.libraries.end_request(sandbox)
@@ -158,10 +169,14 @@ class Engine:
             retire = "leftover_processes"
         elif last_request:
             retire = "request_limit"
-        elif req.get("reply_before_reset") and sandbox_state is None:
-            self.reset_pending = True  # the caller answers first, then calls finish_request()
+        elif req.get("reply_before_reset"):
+            if sandbox_state is not None:
+                retire, detail = self._check_sandbox(sandbox_state, workspace)
+            # The caller answers first, then calls finish_request().
+            self.reset_pending = retire is None
         else:
-            retire, detail = self._reset_and_check(sandbox_state)
+            retire, detail = self._reset_and_check(sandbox_state, workspace)
+        self._sandbox_due = sandbox_state is not None and retire is None
 
         stdout, stderr = captured.describe()
         results_text = results.text()
@@ -292,10 +307,43 @@ class Engine:
         if not self.reset_pending:
             return None, None
         self.reset_pending = False
-        return self._reset_and_check(None)
+        return self._reset_and_check(None, "")
+
+    def idle(self) -> None:
+        """The request is over (outcome sent, reset done): while the child waits for its next
+        request, take that request's sandbox snapshot (nothing runs in between)."""
+        if self._sandbox_due:
+            self._sandbox_due = False
+            self._sandbox_next = SandboxState()
+
+    def _check_sandbox(
+        self, sandbox_state: SandboxState, workspace: str
+    ) -> Tuple[Optional[str], Optional[str]]:
+        """The sandbox checks without the rest of the reset (which ``finish_request`` runs after
+        the answer). Signal handlers and timers go back first, so that none of the program's
+        runs after the checks; the uploaded modules' namespaces are collected, so a file only
+        they held open is closed. A check that cannot run retires the child."""
+        try:
+            if self.state is not None:
+                self.state.posix.restore([])
+            self.modules.forget()
+            gc.collect()
+            detail = sandbox_state.clean_and_check(workspace)
+        except StateNotRestored as exc:
+            detail = str(exc)
+            log(f"retiring: {detail}")
+            return "process_state", detail
+        except Exception as exc:
+            detail = f"sandbox checks failed: {type(exc).__name__}: {exc}"
+            log(f"retiring: {detail}")
+            return "sandbox_cleanup", detail
+        if detail is None:
+            return None, None
+        log(f"retiring: {detail}")
+        return "sandbox_cleanup", detail
 
     def _reset_and_check(
-        self, sandbox_state: Optional[SandboxState]
+        self, sandbox_state: Optional[SandboxState], workspace: str
     ) -> Tuple[Optional[str], Optional[str]]:
         retire: Optional[str] = None
         detail: Optional[str] = None
@@ -308,10 +356,7 @@ class Engine:
             retire, detail = "poisoned_context", f"reset failed: {type(exc).__name__}: {exc}"
             log(f"retiring: {detail}")
         if retire is None and sandbox_state is not None:
-            detail = sandbox_state.clean_and_check()
-            if detail is not None:
-                retire = "sandbox_cleanup"
-                log(f"retiring: {detail}")
+            retire, detail = self._check_sandbox(sandbox_state, workspace)
         return retire, detail
 
     def _reset(self) -> None:

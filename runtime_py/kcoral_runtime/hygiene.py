@@ -302,24 +302,42 @@ def forget_workspace_imports(workspace: str) -> None:
     importlib.invalidate_caches()
 
 
-class SandboxState:
-    """Per-request state of a sandboxed, reused child."""
+def mapped_under(root: str, roots: Tuple[str, ...]) -> Set[str]:
+    """The files under ``root`` this process maps (``/proc/self/maps``; ``roots``: the spellings
+    of ``root`` whose occurrence in the text makes it worth parsing)."""
+    with open("/proc/self/maps", "rb") as maps:
+        data = maps.read()
+    mapped: Set[str] = set()
+    # Hundreds of lines with torch loaded: parse only when a workspace path occurs.
+    if any(r.encode() in data for r in roots):
+        for line in data.decode(errors="replace").splitlines():
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and _under(fields[5], root):
+                mapped.add(fields[5])
+    return mapped
 
-    def __init__(self, workspace: str) -> None:
-        self.workspace = os.path.realpath(workspace)
-        self.roots = tuple(dict.fromkeys((os.path.abspath(workspace), self.workspace)))
+
+class SandboxState:
+    """Per-request state of a sandboxed, reused child: taken while the child waits for its next
+    request (or at its start), checked with ``clean_and_check`` before the request's outcome."""
+
+    def __init__(self) -> None:
         self.sys_path = list(sys.path)
-        # A module from the workspace can only be new, or a replaced entry.
-        self.modules = {name: id(module) for name, module in sys.modules.items()}
+        # A module from the workspace can only be new, or a replaced entry. The modules
+        # themselves (not their ids): an id can be reused once its module is gone.
+        self.modules: Dict[str, Any] = dict(sys.modules)
         self.threads = _native_threads()
         self.python_threads = {t.ident for t in threading.enumerate()}
+        self.workspace = ""
+        self.roots: Tuple[str, ...] = ()
 
-    def clean_and_check(self) -> Optional[str]:
-        """Undo imports from the workspace, then describe what outlived the request (or None)."""
-        root = self.workspace
+    def clean_and_check(self, workspace: str) -> Optional[str]:
+        """Undo imports from ``workspace``, then describe what outlived the request (or None)."""
+        self.workspace = root = os.path.realpath(workspace)
+        self.roots = tuple(dict.fromkeys((os.path.abspath(workspace), root)))
         sys.path[:] = self.sys_path
         before = self.modules
-        for name in [n for n, m in sys.modules.items() if before.get(n) != id(m)]:
+        for name in [n for n, m in sys.modules.items() if before.get(n) is not m]:
             module = sys.modules.get(name)
             if module is not None and self._from_workspace(module):
                 del sys.modules[name]
@@ -348,18 +366,7 @@ class SandboxState:
                 fds.append(f"{fd} -> {target}")
         if fds:
             problems.append("open files in the workspace: " + ", ".join(fds))
-        mapped = set()
-        try:
-            with open("/proc/self/maps", "rb") as maps:
-                data = maps.read()
-            # Thousands of lines with torch loaded: parse only when a workspace path occurs.
-            if any(r.encode() in data for r in self.roots):
-                for line in data.decode(errors="replace").splitlines():
-                    fields = line.split(maxsplit=5)
-                    if len(fields) == 6 and _under(fields[5], root):
-                        mapped.add(fields[5])
-        except OSError:
-            pass
+        mapped = mapped_under(root, self.roots)
         if mapped:
             problems.append("workspace files still mapped: " + ", ".join(sorted(mapped)))
         return "; ".join(problems) if problems else None

@@ -197,6 +197,102 @@ def test_reply_before_reset_leaves_the_reset_to_finish_request(setup, monkeypatc
     assert retire == "poisoned_context" and "misaligned address" in (detail or "")
 
 
+def _sandboxed(eng: Engine, tmp_path: Path, name: str, source: str):
+    """Runs ``source``'s ``f`` in sandbox mode with ``reply_before_reset``, as the server sends
+    it: (outcome, retire, detail)."""
+    work = tmp_path / f"sw-{name}"
+    res = tmp_path / f"sr-{name}"
+    work.mkdir()
+    res.mkdir()
+    program = [{"op": "upload", "kind": "module", "id": "m", "source": source},
+               {"op": "get_function", "id": "g", "module": {"$ref": "m"}, "name": "f"},
+               {"op": "run", "id": "r", "fn": {"$ref": "g"}}]
+    req = {"program": json.dumps({"instructions": program}), "blobs": {},
+           "workspace": str(work), "results": str(res), "output_limit_bytes": 0,
+           "max_return_bytes": 1 << 20, "sandbox": True, "reply_before_reset": True}
+    outcome, retire, detail = eng.execute(req, False)
+    eng.lease.request_done()
+    return outcome, retire, detail
+
+
+def test_sandbox_checks_before_the_outcome_reset_after_snapshot_while_idle(
+    setup, tmp_path, monkeypatch
+) -> None:
+    backend, _ = setup
+    eng = backend.engine_under_test
+    calls: List[str] = []
+    monkeypatch.setattr(backend, "empty_cache", lambda: calls.append("empty_cache"))
+    snapshots: List[object] = []
+
+    class Counted(engine_module.SandboxState):
+        def __init__(self) -> None:
+            super().__init__()
+            snapshots.append(self)
+
+    monkeypatch.setattr(engine_module, "SandboxState", Counted)
+    ok = "def f():\n    return 1\n"
+    outcome, retire, detail = _sandboxed(eng, tmp_path, "1", ok)
+    assert (outcome["status"], retire, detail, calls) == ("COMPLETED", None, None, [])
+    assert eng.reset_pending and len(snapshots) == 1  # the first one at the request's start
+    assert not eng.modules.seeded  # forgotten before the checks (namespaces collected)
+    assert eng.finish_request() == (None, None) and calls == ["empty_cache"]
+    eng.idle()
+    assert len(snapshots) == 2  # the next request's, while idle
+    outcome, retire, _ = _sandboxed(eng, tmp_path, "2", ok)
+    assert (outcome["status"], retire) == ("COMPLETED", None) and len(snapshots) == 2
+    assert eng.finish_request() == (None, None)
+    eng.idle()
+    assert len(snapshots) == 3
+
+
+def test_sandbox_leak_retires_in_the_outcome(setup, tmp_path) -> None:
+    backend, _ = setup
+    eng = backend.engine_under_test
+    leak = "import builtins\ndef f():\n    builtins._kcoral_test_kept = open('kept.txt', 'w')\n"
+    try:
+        outcome, retire, detail = _sandboxed(eng, tmp_path, "leak", leak)
+        assert (outcome["status"], retire) == ("COMPLETED", "sandbox_cleanup")
+        assert "open files in the workspace" in (detail or "") and "kept.txt" in (detail or "")
+        assert not eng.reset_pending  # a retiring child has no reset to do
+        eng.idle()
+        assert eng._sandbox_next is None  # nor a next request
+    finally:
+        import builtins
+
+        getattr(builtins, "_kcoral_test_kept").close()
+        del builtins._kcoral_test_kept  # type: ignore[attr-defined]
+
+
+def test_sandbox_signal_handlers_go_back_before_the_checks(setup, tmp_path) -> None:
+    import signal
+
+    backend, _ = setup
+    eng = backend.engine_under_test
+    before = signal.getsignal(signal.SIGUSR1)
+    source = "import signal\ndef f():\n    signal.signal(signal.SIGUSR1, lambda *a: None)\n"
+    try:
+        outcome, retire, _ = _sandboxed(eng, tmp_path, "sig", source)
+        assert (outcome["status"], retire) == ("COMPLETED", None) and eng.reset_pending
+        assert signal.getsignal(signal.SIGUSR1) is before  # before the answer, not after it
+        assert eng.finish_request() == (None, None)
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+
+
+def test_sandbox_check_that_cannot_run_retires(setup, tmp_path, monkeypatch) -> None:
+    backend, _ = setup
+    eng = backend.engine_under_test
+
+    def fail(self: Any, workspace: str) -> None:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(engine_module.SandboxState, "clean_and_check", fail)
+    outcome, retire, detail = _sandboxed(eng, tmp_path, "fail", "def f():\n    return 1\n")
+    assert (outcome["status"], retire) == ("COMPLETED", "sandbox_cleanup")
+    assert detail == "sandbox checks failed: OSError: [Errno 24] Too many open files"
+    assert not eng.reset_pending
+
+
 def test_release_failure_is_a_runtime_error_and_keeps_the_lease(tmp_path, monkeypatch) -> None:
     from kcoral_runtime.lease import Lease
 

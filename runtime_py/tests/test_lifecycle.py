@@ -342,8 +342,14 @@ def test_zygote_parent_death_kills_every_tree(make_request, kc, tmp_path) -> Non
         os.kill(pids["holder"], signal.SIGKILL)
 
 
-def test_sandbox_mode_cleans_imports_and_reports_leaks(cpu_zygote, make_request, kc, tmp_path) -> None:
+# The server sends ``reply_before_reset``: the sandbox checks before the outcome, the rest of the
+# reset after it (``clean``); without it, everything before the outcome.
+@pytest.mark.parametrize("reply_first", [False, True])
+def test_sandbox_mode_cleans_imports_and_reports_leaks(
+    cpu_zygote, make_request, kc, tmp_path, reply_first
+) -> None:
     handle = cpu_zygote.child(max_requests=0)
+    first = {"reply_before_reset": True} if reply_first else {}
     blob = make_request.blob(b"VALUE = 7\n")
     work = tmp_path / "sandbox-work"
     work.mkdir()
@@ -358,36 +364,42 @@ def test_sandbox_mode_cleans_imports_and_reports_leaks(cpu_zygote, make_request,
         "    return kc_ws_mod.VALUE\n"
     )
     reserved = make_request([kc.upload_blob("f", "file", blob, path=".kcoral/x")], blobs=[blob],
-                            workspace=work, sandbox=True)
+                            workspace=work, sandbox=True, **first)
     r = handle.run(reserved)
     assert r.outcome["error"]["kind"] == "runtime"
     assert r.outcome["error"]["message"].startswith("cannot materialize file '.kcoral/x': ")
     assert r.retire is None
 
     req = make_request([kc.upload_blob("f", "file", blob, path="kc_ws_mod.py")] + kc.call(importer),
-                       blobs=[blob], workspace=work, sandbox=True)
+                       blobs=[blob], workspace=work, sandbox=True, **first)
     r = handle.run(req)
     assert r.results["r"] == {"type": "integer", "value": 7}
     assert r.retire is None, r.frame
 
     check = "import sys\ndef main():\n    return ['kc_ws_mod' in sys.modules, '.' in sys.path]\n"
-    r = handle.run(make_request(kc.call(check), workspace=work, sandbox=True))
+    r = handle.run(make_request(kc.call(check), workspace=work, sandbox=True, **first))
     assert [v["value"] for v in r.results["r"]["value"]] == [False, False]
 
     closed_by_gc = "keep = []\ndef main():\n    keep.append(open('held', 'w'))\n"
-    r = handle.run(make_request(kc.call(closed_by_gc), workspace=work, sandbox=True))
+    r = handle.run(make_request(kc.call(closed_by_gc), workspace=work, sandbox=True, **first))
     assert r.retire is None  # the module namespace was collected at reset, closing the file
     leak = "import os\ndef main():\n    os.open('held', os.O_RDONLY)\n"
-    r = handle.run(make_request(kc.call(leak), workspace=work, sandbox=True))
+    r = handle.run(make_request(kc.call(leak), workspace=work, sandbox=True, **first))
     assert r.outcome["status"] == "COMPLETED" and r.retire == "sandbox_cleanup"
+    assert "cleanup" not in r.frame  # the verdict is in the outcome, nothing left pending
     assert "open files in the workspace" in r.frame["retire_detail"]
     handle.wait_exited()
 
 
-def test_sandbox_mode_reports_threads(cpu_zygote, make_request, kc) -> None:
+@pytest.mark.parametrize("reply_first", [False, True])
+def test_sandbox_mode_reports_threads(cpu_zygote, make_request, kc, reply_first) -> None:
     handle = cpu_zygote.child(max_requests=0)
+    first = {"reply_before_reset": True} if reply_first else {}
+    ok = "def main():\n    return 1\n"
+    r = handle.run(make_request(kc.call(ok), sandbox=True, **first))
+    assert r.retire is None and r.frame.get("cleanup") is (True if reply_first else None)
     source = "import threading, time\ndef main():\n    threading.Thread(target=time.sleep, args=(30,), name='kc-bg', daemon=True).start()\n"
-    r = handle.run(make_request(kc.call(source), sandbox=True))
+    r = handle.run(make_request(kc.call(source), sandbox=True, **first))
     assert r.retire == "sandbox_cleanup"
     assert "Python threads still running: kc-bg" in r.frame["retire_detail"]
     handle.wait_exited()
