@@ -322,10 +322,11 @@ class Engine:
         """The sandbox checks without the rest of the reset (which ``finish_request`` runs after
         the answer). Signal handlers and timers go back first, so that none of the program's
         runs after the checks; the uploaded modules' namespaces are collected, so a file only
-        they held open is closed. A check that cannot run retires the child."""
+        they held open is closed. A check that cannot run (a descriptor limit the program
+        lowered, say) retires the child."""
         try:
             if self.state is not None:
-                self.state.posix.restore([])
+                self.state.posix.restore_signals([])
             self.modules.forget()
             gc.collect()
             detail = sandbox_state.clean_and_check(workspace)

@@ -111,6 +111,18 @@ class PosixState:
         if _read_umask() != self.umask:
             os.umask(self.umask)
             restored.append("umask")
+        self.restore_signals(restored)
+        for limit, value in self.limits.items():
+            if resource.getrlimit(limit) != value:
+                try:
+                    resource.setrlimit(limit, value)
+                except (OSError, ValueError) as exc:
+                    raise StateNotRestored(f"resource limit {limit} {value} not restored: {exc}")
+                restored.append(f"rlimit:{limit}")
+
+    def restore_signals(self, restored: List[str]) -> None:
+        """Interval timers, signal handlers and mask only: after this, no handler the program
+        installed runs (a few syscalls; the resource limits are most of ``restore``)."""
         for which, timer in self.timers.items():
             if signal.getitimer(which) != timer:
                 signal.setitimer(which, *timer)
@@ -131,13 +143,6 @@ class PosixState:
         if mask != self.mask:
             signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
             restored.append("sigmask")
-        for limit, value in self.limits.items():
-            if resource.getrlimit(limit) != value:
-                try:
-                    resource.setrlimit(limit, value)
-                except (OSError, ValueError) as exc:
-                    raise StateNotRestored(f"resource limit {limit} {value} not restored: {exc}")
-                restored.append(f"rlimit:{limit}")
 
 
 def _read_umask() -> int:
