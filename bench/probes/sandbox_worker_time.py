@@ -1,0 +1,79 @@
+"""Worker time of a reused worker's trivial request, in-process, with the runtime's own Engine:
+``execute()`` (until the outcome exists: the time before the answer) and, after it,
+``finish_request()`` (the reset left for after the reply) and ``idle()`` (the next request's
+sandbox snapshot, where the runtime has it). The request is sent as the server sends it
+(``reply_before_reset``); 400 requests, the first 50 dropped, medians in µs.
+
+    python3 bench/probes/sandbox_worker_time.py [gpu] [none]   # from the repository root
+
+``gpu``: a CUDA context (GpuBackend), else simulated GPUs (torch on the CPU); ``none``: without
+the sandbox checks. Run it in two trees to compare them (each imports its own runtime_py).
+"""
+import gc
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, "runtime_py")
+import torch  # noqa: E402,F401  (as a worker has it)
+from kcoral_runtime import engine as engine_module  # noqa: E402
+from kcoral_runtime.devices import GpuBackend, SimBackend  # noqa: E402
+from kcoral_runtime.engine import Engine  # noqa: E402
+from kcoral_runtime.hygiene import warm_thread_pools  # noqa: E402
+from kcoral_runtime.lease import NoLease  # noqa: E402
+
+engine_module.kill_leftover_processes = lambda: False  # this process's children are not leftovers
+backend = GpuBackend({}) if "gpu" in sys.argv[1:] else SimBackend({}, 1)
+backend.init()
+backend.reused = True
+sandbox = "none" not in sys.argv[1:]
+eng = Engine(backend, NoLease(), lambda i: None)
+eng.snapshot_state()
+warm_thread_pools(backend.torch)
+gc.collect()
+gc.freeze()  # as a child does after init
+program = json.dumps({"instructions": [
+    {"op": "upload", "kind": "module", "id": "m", "source": "def f(x):\n    return x + 1\n"},
+    {"op": "get_function", "id": "g", "module": {"$ref": "m"}, "name": "f"},
+    {"op": "run", "id": "r", "fn": {"$ref": "g"}, "args": [41]},
+    {"op": "return", "key": "y", "value": {"$ref": "r"}},
+]})
+root = tempfile.mkdtemp()
+before, after_reply, idle = [], [], []
+for i in range(400):
+    work, results = os.path.join(root, f"w{i}"), os.path.join(root, f"r{i}")
+    os.mkdir(work)
+    os.mkdir(results)
+    req = {"program": program, "blobs": {}, "workspace": work, "results": results,
+           "output_limit_bytes": 0, "max_return_bytes": 1 << 20, "sandbox": sandbox,
+           "reply_before_reset": True}
+    t0 = time.perf_counter_ns()
+    outcome, retire, detail = eng.execute(req, False)
+    t1 = time.perf_counter_ns()
+    assert outcome["status"] == "COMPLETED" and retire is None, (outcome, retire, detail)
+    if eng.reset_pending:
+        assert eng.finish_request() == (None, None)
+    t2 = time.perf_counter_ns()
+    eng.lease.request_done()
+    if hasattr(eng, "idle"):
+        eng.idle()
+    t3 = time.perf_counter_ns()
+    if i >= 50:
+        before.append(t1 - t0)
+        after_reply.append(t2 - t1)
+        idle.append(t3 - t2)
+
+
+def med(xs):
+    return round(statistics.median(xs) / 1000)
+
+
+print(json.dumps({
+    "sandbox": sandbox, "backend": backend.mode, "before_outcome_us": med(before),
+    "reset_after_reply_us": med(after_reply), "idle_snapshot_us": med(idle),
+    "total_us": med([a + b + c for a, b, c in zip(before, after_reply, idle)]),
+    "maps_lines": len(open("/proc/self/maps").read().splitlines()),
+}))
