@@ -236,3 +236,31 @@ for (
     assert.equal((close.payload[0] << 8) | close.payload[1], code);
   });
 }
+
+Deno.test("websocket client: payloads at any offset and length arrive intact (mask applied word-wise)", async () => {
+  const server = Deno.serve({ port: 0, onListen() {} }, (request) => {
+    const { socket, response } = Deno.upgradeWebSocket(request);
+    socket.binaryType = "arraybuffer";
+    socket.onmessage = (event) => socket.send(event.data);
+    return response;
+  });
+  const socket = new WebSocketClient(`ws://127.0.0.1:${server.addr.port}/`);
+  const seen = _watch(socket);
+  await _until(() => seen.open);
+  const backing = Uint8Array.from({ length: 70_010 }, (_, i) => (i * 131 + 7) & 0xff);
+  const sent: Uint8Array[] = [];
+  for (const offset of [0, 1, 2, 3, 4]) {
+    for (const length of [0, 1, 2, 3, 5, 7, 125, 126, 127, 4097, 70_001]) {
+      const payload = backing.subarray(offset, offset + length);
+      sent.push(payload);
+      socket.send(payload);
+    }
+  }
+  await _until(() => seen.messages.length === sent.length);
+  for (const [i, payload] of sent.entries()) {
+    assert.deepEqual(new Uint8Array(seen.messages[i] as ArrayBuffer), payload, `message ${i}`);
+  }
+  socket.close();
+  await seen.closed;
+  await server.shutdown();
+});
