@@ -128,20 +128,6 @@ export function startNodeProcess(
   );
 }
 
-/**
- * Starts a plain `kcoral server` on a free port with `args` after `--port` (from `tree`);
- * resolves once its workers are started and it listens.
- */
-export function startServerProcess(args: string[], tree?: string): Promise<RoutedProcess> {
-  const port = freePort();
-  return _spawn(
-    ["server", "--port", String(port), ...args],
-    "Application startup complete.",
-    port,
-    tree,
-  );
-}
-
 /** Waits until the Router's `/health` counts `capacity` slots. */
 export async function waitForCapacity(url: string, capacity: number): Promise<void> {
   for (let i = 0; i < 600; i++) {

@@ -26,11 +26,12 @@ export interface ServerProcess {
 /**
  * Starts `kcoral server` with `serverArgs` after `--port`, `--no-log-console` and `--sandbox none`
  * (later flags win), `denoFlags` before the script (e.g. `--v8-flags=--trace-gc`), and waits until
- * it serves. `gpu` picks a real GPU 0; otherwise simulated GPUs.
+ * it serves. `gpu` picks a real GPU 0; otherwise simulated GPUs. `tree`: another checkout to run
+ * it from (its own `cli.ts` and `deno.json`), for A/B probes.
  */
 export async function startServerProcess(
   serverArgs: string[],
-  options: { gpu?: boolean; denoFlags?: string[] } = {},
+  options: { gpu?: boolean; denoFlags?: string[]; tree?: string } = {},
 ): Promise<ServerProcess> {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = (listener.addr as Deno.NetAddr).port;
@@ -41,7 +42,7 @@ export async function startServerProcess(
       "run",
       "-A",
       ...(options.denoFlags ?? []),
-      _CLI,
+      options.tree ? `${options.tree}/cli.ts` : _CLI,
       "server",
       "--port",
       String(port),
@@ -55,6 +56,7 @@ export async function startServerProcess(
       ...(options.gpu ? [] : ["--simulate-gpus"]),
       ...serverArgs,
     ],
+    cwd: options.tree,
     stdout: "piped",
     stderr: "piped",
   }).spawn();

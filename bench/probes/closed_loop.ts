@@ -2,11 +2,12 @@
  * Throughput of trivial programs on reused workers, without the rest of the server bench:
  * `clients` (default 8) closed-loop clients for `seconds` (default 5) against 8 reused workers,
  * three rounds, requests per second each, and the CPU time per request of the server process
- * (the front-end) and of its workers (every process below it), from /proc. Quick enough to
+ * (the front-end) and of its workers (every process below it), from /proc; `bubblewrap` runs
+ * the workers in the sandbox (default: none). Quick enough to
  * alternate two trees in one VM (an A/B of the per-request cost under load, which the
  * single-client latency probe does not show).
  *
- *   deno run -A bench/probes/closed_loop.ts [gpu] [--clients N] [--seconds S]
+ *   deno run -A bench/probes/closed_loop.ts [gpu] [bubblewrap] [--clients N] [--seconds S]
  *
  * @module
  */
@@ -22,7 +23,10 @@ function _flag(name: string, fallback: number): number {
 
 const clients = _flag("--clients", 8);
 const seconds = _flag("--seconds", 5);
-const server = await startReusedServer(8, { gpu: Deno.args.includes("gpu") });
+const server = await startReusedServer(8, {
+  gpu: Deno.args.includes("gpu"),
+  extra: Deno.args.includes("bubblewrap") ? ["--sandbox", "bubblewrap"] : [],
+});
 try {
   const program = trivialProgram();
   const rates: number[] = [];

@@ -22,7 +22,7 @@ import { Client } from "../../mod.ts";
 import { closedLoop } from "../_load.ts";
 import { trivialProgram } from "../_programs.ts";
 import { summarize } from "../_stats.ts";
-import { startServerProcess } from "../_routed.ts";
+import { startServerProcess } from "./_probe.ts";
 
 const flag = (name: string, fallback: string) => {
   const at = Deno.args.indexOf(name);
@@ -68,22 +68,16 @@ async function events(logDir: string): Promise<Record<string, unknown>[]> {
 async function measure(tree: string, k: number, round: number): Promise<void> {
   const logDir = await Deno.makeTempDir({ prefix: "kcoral-fresh-ab-" });
   const server = await startServerProcess([
-    "--device",
-    "gpu",
-    "--gpus",
-    "0",
     "--workers-per-gpu",
     String(SEATS),
-    ...(sim ? ["--simulate-gpus"] : []),
     "--sandbox",
     sandbox,
     "--log-dir",
     logDir,
-    "--no-log-console",
     "--no-log-programs",
     "--disk-cache-dir",
     "",
-  ], tree);
+  ], { gpu: !sim, tree });
   const program = trivialProgram();
   const m = perTree[k];
   try {

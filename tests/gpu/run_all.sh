@@ -6,6 +6,7 @@
 #   bash tests/gpu/run_all.sh router   # a GPU node behind kcoral router; CLI tools through it
 #   bash tests/gpu/run_all.sh router-bench  # bench/router_bench.ts --mode gpu
 #   bash tests/gpu/run_all.sh mcp      # kcoral mcp: benchmark_kernel and profile on the GPU
+#   bash tests/gpu/run_all.sh default-config  # fresh workers and the sandbox: their rows, fidelity
 # Logs go to $OUT (or ./gpu-logs); a summary goes to stdout.
 set -u
 cd "$(dirname "$0")/../.."
@@ -69,6 +70,16 @@ fi
 if [ "$part" = mcp ]; then # kcoral mcp through the SDK's client: health, benchmark_kernel, profile
   step mcp_gpu 600 deno run -A tests/gpu/mcp_gpu.ts --expect-arch sm_90a
   sed -n '/^PASS\|^FAIL/,/^}/p' "$OUT/mcp_gpu.log" | grep -E '"(median|min|max|device|arch|summary|errors|nvcc_command)"' | head -40
+fi
+if [ "$part" = default-config ]; then # the default configuration's rows (fresh, bubblewrap)
+  step fresh_workers 300 deno run -A bench/probes/fresh_workers_ab.ts . --rounds 3 gpu
+  step trivial_bubblewrap 120 deno run -A bench/probes/trivial_latency.ts gpu bubblewrap
+  step closed_loop_bubblewrap 120 deno run -A bench/probes/closed_loop.ts gpu bubblewrap
+  step sandbox_worker_time 120 python3 bench/probes/sandbox_worker_time.py gpu
+  start=$SECONDS
+  timeout 200 deno run -A bench/main.ts --mode gpu --only fidelity >"$OUT/bench-fidelity.md" 2>&1
+  echo "== bench fidelity: rc=$? ($((SECONDS - start)) s)"
+  cat "$OUT/bench-fidelity.md"
 fi
 if [ "$part" = router-bench ]; then
   start=$SECONDS
