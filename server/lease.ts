@@ -334,7 +334,8 @@ export class GpuLeases {
     // Requests first, in FIFO order. Worker initializations (replacement contexts) only take
     // GPUs no waiting request wants: a request never waits behind a context creation while
     // ready workers exist, and when none is ready no request waits here, so inits proceed.
-    // An initialization may join GPUs that only teardowns hold (neither is a measurement).
+    // An initialization may join GPUs that only teardowns hold (neither is a measurement) when
+    // its holder says so (the pool: no ready worker waits on those GPUs).
     const blocked = new Set<number>();
     let allBlocked = false;
     const remaining = new Set<_Waiter>(this.#queue);
