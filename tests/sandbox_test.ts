@@ -649,6 +649,14 @@ Deno.test("sandbox (cpu, reused workers): cleanup, leftovers retire the worker",
         "    return os.getpid()\n",
         "sandbox_cleanup",
       ],
+      [
+        "an audit hook (it would see every later request's file opens and imports)",
+        "import sys\n" +
+        "def f():\n" +
+        "    sys.addaudithook(lambda event, args: None)\n" +
+        "    return os.getpid()\n",
+        "sandbox_cleanup",
+      ],
     ];
     for (const [what, body, reason] of leftovers) {
       await t.step(

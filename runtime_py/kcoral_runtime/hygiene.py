@@ -5,7 +5,9 @@
   ``init`` and written back (only what changed) after each request; what cannot be written back
   (a lowered hard limit) raises ``StateNotRestored`` (-> retire).
 * ``SandboxState``: in sandbox mode, ``sys.path``/modules from the workspace are undone and
-  threads, fds and mappings that outlive the request are reported (-> retire).
+  threads, fds, mappings and audit hooks that outlive the request are reported (-> retire). An
+  audit hook cannot be removed, nor listed: a sandboxed zygote installs ``watch_audit_hooks``,
+  which its children inherit, to notice a program adding one.
 * leftover child processes: found with one ``waitpid``, killed, and reported (-> retire).
 """
 
@@ -23,6 +25,29 @@ import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from . import procs
+
+_AUDIT_HOOK_ADDED: List[bool] = []
+_WATCHING: List[Any] = []
+
+
+def _notice_audit_hook(event: str, args: Any, _added: List[bool] = _AUDIT_HOOK_ADDED) -> None:
+    if event == "sys.addaudithook":
+        _added.append(True)
+
+
+def watch_audit_hooks() -> None:
+    """Notice, from now on, any audit hook added in this process or its forks
+    (``audit_hook_added``). Once per process: hooks cannot be removed."""
+    if _notice_audit_hook not in _WATCHING:
+        _WATCHING.append(_notice_audit_hook)
+        sys.addaudithook(_notice_audit_hook)
+
+
+def audit_hook_added() -> bool:
+    """Whether an audit hook was added since ``watch_audit_hooks`` (it outlives any request:
+    it would see every later program's file opens, imports and subprocesses)."""
+    return bool(_AUDIT_HOOK_ADDED)
+
 
 # Knobs read and written as attributes: (path under torch, attribute). fp32_precision rather than
 # allow_tf32, which cannot express "unset" and would rewrite 'none' as 'ieee'.
@@ -374,6 +399,8 @@ class SandboxState:
         mapped = mapped_under(root, self.roots)
         if mapped:
             problems.append("workspace files still mapped: " + ", ".join(sorted(mapped)))
+        if audit_hook_added():
+            problems.append("an audit hook was added (sys.addaudithook); it cannot be removed")
         return "; ".join(problems) if problems else None
 
     def _from_workspace(self, module: Any) -> bool:

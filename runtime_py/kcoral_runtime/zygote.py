@@ -555,6 +555,11 @@ def main(channel: "tuple[int, int]", argv: Optional[List[str]] = None) -> int:
                                 + traceback.format_exc())
     gc.collect()
     gc.freeze()  # imported objects stay shared copy-on-write and out of later collections
+    if mounts is not None:
+        # Sandboxed, a reused child retires when a program added an audit hook (hygiene.py).
+        from .hygiene import watch_audit_hooks
+
+        watch_audit_hooks()
     return Zygote(read_fd, write_fd, args.mode, versions, args.sim_devices, mounts).serve()
 
 
