@@ -143,6 +143,10 @@ class Engine:
         self.capture.start(req["results"], limit)
         try:
             error, gpu_access, index, ins = self._run_instructions(instructions, request)
+            if self.state is not None and not last_request:
+                # A trace/profile hook or gc callback the program left would run on every line
+                # of what follows (the drain, the checks) and of the next program: off at once.
+                self.state.interpreter.restore([])
             if cuda_guard.stop_active():  # uploaded code left a CUPTI subscription behind
                 log("stopped a CUDA guard the program left active")
             # Drain under the lease while output is still captured: device printf flushes here.

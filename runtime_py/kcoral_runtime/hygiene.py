@@ -1,7 +1,8 @@
 """Reuse hygiene between requests of one child (spec server §2).
 
-* ``ProcessState``: torch knobs, the C-level environment and the POSIX state of ``PosixState``
-  (umask, resource limits, signal handlers and mask, interval timers), snapshotted after
+* ``ProcessState``: torch knobs, the C-level environment, the POSIX state of ``PosixState``
+  (umask, resource limits, signal handlers and mask, interval timers) and the interpreter's of
+  ``InterpreterState`` (trace/profile hooks, gc callbacks and settings), snapshotted after
   ``init`` and written back (only what changed) after each request; what cannot be written back
   (a lowered hard limit) raises ``StateNotRestored`` (-> retire).
 * ``SandboxState``: in sandbox mode, ``sys.path``/modules from the workspace are undone and
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import _signal
 import ctypes
+import gc
 import importlib
 import os
 import resource
@@ -176,14 +178,64 @@ def _read_umask() -> int:
     return mask
 
 
+class InterpreterState:
+    """Interpreter-wide hooks and settings a program can change and the next request of a
+    reused worker would run under: a trace or profile function (called on every line or call
+    of the next program, and of the runtime), thread trace/profile hooks, gc callbacks, gc
+    switched off or retuned, the thread switch interval, the recursion limit. ~0.7 us to check.
+    Audit hooks cannot be put back (``watch_audit_hooks``)."""
+
+    def __init__(self) -> None:
+        self.trace = sys.gettrace()
+        self.profile = sys.getprofile()
+        self.thread_trace = threading.gettrace()
+        self.thread_profile = threading.getprofile()
+        self.gc_callbacks = list(gc.callbacks)
+        self.gc_enabled = gc.isenabled()
+        self.gc_threshold = gc.get_threshold()
+        self.switch_interval = sys.getswitchinterval()
+        self.recursion_limit = sys.getrecursionlimit()
+
+    def restore(self, restored: List[str]) -> None:
+        """Writes back what changed (names into ``restored``)."""
+        if sys.gettrace() is not self.trace:
+            sys.settrace(self.trace)
+            restored.append("sys.settrace")
+        if sys.getprofile() is not self.profile:
+            sys.setprofile(self.profile)
+            restored.append("sys.setprofile")
+        if threading.gettrace() is not self.thread_trace:
+            threading.settrace(self.thread_trace)  # type: ignore[arg-type]
+            restored.append("threading.settrace")
+        if threading.getprofile() is not self.thread_profile:
+            threading.setprofile(self.thread_profile)  # type: ignore[arg-type]
+            restored.append("threading.setprofile")
+        if gc.callbacks != self.gc_callbacks:
+            gc.callbacks[:] = self.gc_callbacks
+            restored.append("gc.callbacks")
+        if gc.isenabled() != self.gc_enabled:
+            (gc.enable if self.gc_enabled else gc.disable)()
+            restored.append("gc.enable")
+        if gc.get_threshold() != self.gc_threshold:
+            gc.set_threshold(*self.gc_threshold)
+            restored.append("gc.set_threshold")
+        if sys.getswitchinterval() != self.switch_interval:
+            sys.setswitchinterval(self.switch_interval)
+            restored.append("sys.setswitchinterval")
+        if sys.getrecursionlimit() != self.recursion_limit:
+            sys.setrecursionlimit(self.recursion_limit)
+            restored.append("sys.setrecursionlimit")
+
+
 class ProcessState:
-    """Torch knobs, environment and POSIX state as they stood after ``init``."""
+    """Torch knobs, environment, POSIX and interpreter state as they stood after ``init``."""
 
     def __init__(self, torch: Any) -> None:
         self._torch = torch
         self._cenv = CEnviron()
         self.environ = self._cenv.read()
         self.posix = PosixState()
+        self.interpreter = InterpreterState()
         self.knobs: Dict[str, Any] = {}
         if torch is not None:
             for getter, setter in TORCH_CALLS:
@@ -201,6 +253,7 @@ class ProcessState:
         """Write back what changed; returns the names of what was restored. Raises
         ``StateNotRestored`` for what cannot be written back."""
         restored: List[str] = []
+        self.interpreter.restore(restored)
         self._restore_environ(restored)
         self.posix.restore(restored)
         if self._torch is not None:

@@ -139,6 +139,42 @@ def test_reused_worker_gets_back_posix_state_a_program_changed(cpu_zygote, make_
     handle.kill()
 
 
+INTERPRETER_PROBE = (
+    "import gc, sys, threading\n"
+    "def main():\n"
+    "    return [sys.gettrace() is None, sys.getprofile() is None, threading.gettrace() is None,\n"
+    "            threading.getprofile() is None, len(gc.callbacks), gc.isenabled(),\n"
+    "            list(gc.get_threshold()), sys.getswitchinterval(), sys.getrecursionlimit()]\n"
+)
+INTERPRETER_CHANGE = (
+    "import gc, sys, threading\n"
+    "def spy(*args):\n"
+    "    return spy\n"
+    "def main():\n"
+    "    sys.settrace(spy)\n"
+    "    sys.setprofile(spy)\n"
+    "    threading.settrace(spy)\n"
+    "    threading.setprofile(spy)\n"
+    "    gc.callbacks.append(lambda phase, info: None)\n"
+    "    gc.disable()\n"
+    "    gc.set_threshold(1, 1, 1)\n"
+    "    sys.setswitchinterval(0.5)\n"
+    "    sys.setrecursionlimit(100000)\n"
+)
+
+
+def test_reused_worker_gets_back_interpreter_hooks_a_program_left(cpu_zygote, make_request, kc) -> None:
+    """A trace or profile function left behind would run on every line of the next program."""
+    handle = cpu_zygote.child(max_requests=0)
+    before = _decoded(handle.run(make_request(kc.call(INTERPRETER_PROBE))).results["r"])
+    changed = handle.run(make_request(kc.call(INTERPRETER_CHANGE)))
+    assert changed.outcome["status"] == "COMPLETED" and changed.retire is None
+    after = handle.run(make_request(kc.call(INTERPRETER_PROBE)))
+    assert _decoded(after.results["r"]) == before
+    assert before[:4] == [True, True, True, True]
+    handle.kill()
+
+
 def test_a_signal_the_program_blocked_and_left_pending_is_dropped(cpu_zygote, make_request, kc) -> None:
     handle = cpu_zygote.child(max_requests=0)
     source = (
