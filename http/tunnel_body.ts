@@ -53,6 +53,7 @@ export class BodySender {
   #sentFrames = 0;
   #stage: Uint8Array | null = null;
   #staged = 0;
+  #sentFull = false;
   #waiter: (() => void) | null = null;
   #failure: Error | null = null;
   #ended = false;
@@ -172,8 +173,13 @@ export class BodySender {
       const capacity = (this.#stage?.length ?? DATA_HEADER_BYTES) - DATA_HEADER_BYTES;
       if (capacity < MAX_DATA_BYTES && capacity - this.#staged < rest.length) {
         // Grow the stage (to what this write needs, at least 16 KiB, by doubling): a small
-        // answer costs a small frame, a large one full frames.
-        const grown = this.newFrame(Math.max(16384, this.#staged + rest.length, 2 * this.#staged));
+        // answer costs a small frame; once a frame went out full, the next ones start full
+        // (no copies from a smaller stage to a larger one along each frame of a large body).
+        const grown = this.newFrame(
+          this.#sentFull
+            ? MAX_DATA_BYTES
+            : Math.max(16384, this.#staged + rest.length, 2 * this.#staged),
+        );
         if (this.#stage) grown.set(this.#stage.subarray(0, DATA_HEADER_BYTES + this.#staged));
         this.#stage = grown;
       }
@@ -182,7 +188,10 @@ export class BodySender {
       stage.set(rest.subarray(0, n), DATA_HEADER_BYTES + this.#staged);
       this.#staged += n;
       rest = rest.subarray(n);
-      if (this.#staged === MAX_DATA_BYTES) await this.#flush();
+      if (this.#staged === MAX_DATA_BYTES) {
+        this.#sentFull = true;
+        await this.#flush();
+      }
     }
   }
 

@@ -20,6 +20,7 @@
  * @module
  */
 import { describeTlsFailure } from "../protocol/tls_failure.ts";
+import { releaseBuffer } from "../protocol/bytes.ts";
 
 /** What {@linkcode WebSocketClient} accepts besides the URL. */
 export interface WebSocketClientOptions {
@@ -44,6 +45,10 @@ export interface WebSocketCloseInfo {
 const _GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 const _CLOSE_WAIT_MS = 2000;
 const _HEAD_LIMIT = 16 * 1024;
+/** Frames of at least this many bytes reuse the buffers of written ones. */
+const _REUSE_BYTES = 64 * 1024;
+/** Written frames' buffers kept per connection for reuse (4 × 256 KiB data frames). */
+const _SPARES = 4;
 const _encoder = new TextEncoder();
 
 /**
@@ -92,6 +97,7 @@ export class WebSocketClient {
   #conn: Deno.Conn | null = null;
   #writing: Promise<void> = Promise.resolve();
   #buffered = 0;
+  readonly #spares: ArrayBuffer[] = [];
   #closeSent = false;
   #closeTimer: ReturnType<typeof setTimeout> | undefined;
   #closeInfo: WebSocketCloseInfo | null = null;
@@ -330,7 +336,7 @@ export class WebSocketClient {
   #write(opcode: number, payload: Uint8Array): void {
     const conn = this.#conn;
     if (!conn) return;
-    const frame = _maskedFrame(opcode, payload);
+    const frame = _maskedFrame(opcode, payload, this.#spares);
     this.#buffered += frame.length;
     this.#writing = this.#writing.then(async () => {
       try {
@@ -339,14 +345,31 @@ export class WebSocketClient {
         // The connection failed: the read loop sees it end.
       } finally {
         this.#buffered -= frame.length;
+        this.#recycle(frame);
       }
     });
+  }
+
+  /**
+   * A written frame's buffer: a large one is kept for the next frames of its size (a body goes
+   * out as many frames of one size); beyond {@linkcode _SPARES} of them, the oldest is given back
+   * at once (protocol/bytes.ts).
+   * Left to the collector, each new 256 KiB frame lands on freshly mapped pages: page faults on
+   * every byte the mask writes (docs/decisions.md, "The node-link hop").
+   */
+  #recycle(frame: Uint8Array): void {
+    if (frame.buffer.byteLength < _REUSE_BYTES) return;
+    if (this.#state === WebSocketClient.CLOSED) return releaseBuffer(frame);
+    this.#spares.push(frame.buffer as ArrayBuffer);
+    // The oldest goes first: the spares follow the size of the frames sent lately.
+    if (this.#spares.length > _SPARES) releaseBuffer(new Uint8Array(this.#spares.shift()!));
   }
 
   #finish(info: WebSocketCloseInfo): void {
     if (this.#state === WebSocketClient.CLOSED) return;
     this.#state = WebSocketClient.CLOSED;
     clearTimeout(this.#closeTimer);
+    for (const spare of this.#spares.splice(0)) releaseBuffer(new Uint8Array(spare));
     try {
       this.#conn?.close();
     } catch {
@@ -449,13 +472,18 @@ class _FrameReader {
   }
 }
 
-/** A client frame: header, masking key, the payload masked (XOR 4 bytes at a time). */
-function _maskedFrame(opcode: number, payload: Uint8Array): Uint8Array {
+/**
+ * A client frame: header, masking key, the payload masked (XOR 4 bytes at a time), in a spare
+ * buffer of the same size when `spares` has one (taken from it), a new one otherwise.
+ */
+function _maskedFrame(opcode: number, payload: Uint8Array, spares: ArrayBuffer[]): Uint8Array {
   const length = payload.length;
   const header = length < 126 ? 2 : length < 65536 ? 4 : 10;
   // Placed so that the payload starts 4-byte aligned: the mask is applied a word at a time.
   const pad = (4 - ((header + 4) % 4)) % 4;
-  const buffer = new Uint8Array(pad + header + 4 + length);
+  const size = pad + header + 4 + length;
+  const spare = spares.findLastIndex((b) => b.byteLength === size);
+  const buffer = spare >= 0 ? new Uint8Array(spares.splice(spare, 1)[0]) : new Uint8Array(size);
   const frame = buffer.subarray(pad);
   frame[0] = 0x80 | opcode;
   if (header === 2) frame[1] = 0x80 | length;

@@ -23,6 +23,7 @@ import {
   type ResponseHead,
 } from "../protocol/node_link.ts";
 import { DATA_HEADER_BYTES } from "../http/tunnel_body.ts";
+import { releaseBuffer } from "../protocol/bytes.ts";
 import type { EventLog } from "../http/events.ts";
 import { DROPPED_REQUEST_HEADERS, DROPPED_RESPONSE_HEADERS, forwardedHeaders } from "./headers.ts";
 import { headersFrom } from "./headers.ts";
@@ -415,8 +416,17 @@ function _responseBody(
     // The log line is written once the client's answer has gone out, not before it.
     setTimeout(() => trace.finish(ctx), 0);
   };
+  // The chunk last handed to the client's answer: once the answer asks for the next one, the
+  // server has passed it to its write (which holds its own reference), and its memory goes
+  // back at once instead of at a collection (protocol/bytes.ts says why).
+  let handed: Uint8Array | null = null;
+  const release = () => {
+    if (handed) releaseBuffer(handed);
+    handed = null;
+  };
   return new ReadableStream<Uint8Array>({
     async pull(controller) {
+      release();
       let next: ReadableStreamReadResult<Uint8Array> | _RouterError;
       try {
         next = await Promise.race([reader.read(), uploadFailed]);
@@ -443,6 +453,7 @@ function _responseBody(
       }
       trace.responseBytes += next.value.length;
       controller.enqueue(next.value);
+      handed = next.value;
     },
     cancel() {
       settle("client_disconnected", false, "client_disconnected");

@@ -36,6 +36,7 @@ import type { EventLog } from "../http/events.ts";
 import type { App } from "./app.ts";
 import type { WholeBodyRequest } from "./intake.ts";
 import { BodyReceiver, BodySender } from "../http/tunnel_body.ts";
+import { releaseBuffer } from "../protocol/bytes.ts";
 import { isLiveOutput } from "../protocol/live_output.ts";
 import { WebSocketClient } from "../http/websocket_client.ts";
 import { readCaFile } from "../http/access_options.ts";
@@ -153,7 +154,9 @@ class _Request {
     );
     this.response = new BodySender(
       id,
-      (frame) => send(frame),
+      // The slot's client copies the frame into its own masked one at `send`: the frame's
+      // memory goes back at once instead of at a collection (protocol/bytes.ts).
+      (frame) => (send(frame), releaseBuffer(frame)),
       () => send(encodeMessage({ t: "end", request_id: id })),
     );
   }

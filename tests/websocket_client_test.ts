@@ -264,3 +264,39 @@ Deno.test("websocket client: payloads at any offset and length arrive intact (ma
   await seen.closed;
   await server.shutdown();
 });
+
+Deno.test("websocket client: large frames sent one after another reuse buffers and stay intact", async () => {
+  const server = Deno.serve({ port: 0, onListen() {} }, (request) => {
+    const { socket, response } = Deno.upgradeWebSocket(request);
+    socket.binaryType = "arraybuffer";
+    socket.onmessage = (event) => socket.send(event.data);
+    return response;
+  });
+  const socket = new WebSocketClient(`ws://127.0.0.1:${server.addr.port}/`, {
+    maxMessageBytes: 1 << 20,
+  });
+  const seen = _watch(socket);
+  await _until(() => seen.open);
+  // Rounds of same-size frames (each written frame's buffer kept for the next), sizes changing
+  // between rounds, a small text between: every payload must arrive as it was sent.
+  const sent: (Uint8Array | string)[] = [];
+  for (const [round, length] of [262_181, 262_181, 100_003, 65_536, 262_181].entries()) {
+    for (let i = 0; i < 6; i++) {
+      const payload = Uint8Array.from({ length }, (_, j) => (j * 31 + round * 7 + i) & 0xff);
+      sent.push(payload);
+      socket.send(payload);
+      // Let some writes finish, so that later frames take their buffers.
+      if (i % 2 === 1) await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    sent.push(`round ${round}`);
+    socket.send(`round ${round}`);
+  }
+  await _until(() => seen.messages.length === sent.length);
+  for (const [i, payload] of sent.entries()) {
+    if (typeof payload === "string") assert.equal(seen.messages[i], payload, `message ${i}`);
+    else assert.deepEqual(new Uint8Array(seen.messages[i] as ArrayBuffer), payload, `message ${i}`);
+  }
+  socket.close();
+  await seen.closed;
+  await server.shutdown();
+});

@@ -3,7 +3,8 @@
  * as protocol/node_link.ts), between two processes on loopback, both directions:
  *
  * - node → Router: `http/websocket_client.ts` sends, a `Deno.upgradeWebSocket` server receives
- *   (the path of a node's answer);
+ *   and gives each message's memory back at once, as the Router does (the path of a node's
+ *   answer);
  * - Router → node: the server sends, our client receives (the path of a request's upload);
  *
  * and, for scale, the same bytes over a bare TCP connection. What a routed answer adds per MiB
@@ -14,6 +15,7 @@
  * @module
  */
 import { WebSocketClient } from "../../http/websocket_client.ts";
+import { releaseBuffer } from "../../protocol/bytes.ts";
 
 const MIB = 256;
 const FRAME = Number(Deno.env.get("HOP_FRAME_KIB") ?? 256) * 1024;
@@ -40,7 +42,10 @@ if (Deno.args[0] === "--peer") {
       if (mode === "receive") {
         const received = _receiver((text) => socket.send(text));
         socket.onmessage = (event) => {
-          if (typeof event.data !== "string" && received()) socket.send("done");
+          if (typeof event.data === "string") return;
+          // As the Router does once the client's answer took the bytes (router/forward.ts).
+          releaseBuffer(new Uint8Array(event.data));
+          if (received()) socket.send("done");
         };
       } else {
         const sender = _sender((bytes) => socket.send(bytes));
