@@ -47,3 +47,17 @@ export function lengthProgram(bytes: Uint8Array): Program {
   program.return_({ key: "n", value: program.run({ fn, args: [arg] }) });
   return program;
 }
+
+/** A program whose result is `mib` MiB of zero `bytes` (the Router bench's large answer). */
+export function bytesResultProgram(mib: number): Program {
+  const program = new Program();
+  const mod = program.upload({
+    kind: "module",
+    source: `def make():\n    return bytes(${mib} * 1024 * 1024)\n`,
+  });
+  program.return_({
+    key: "data",
+    value: program.run({ fn: program.getFunction({ module: mod, name: "make" }), args: [] }),
+  });
+  return program;
+}

@@ -18,8 +18,8 @@
  *
  * @module
  */
-import { Client, Program } from "../mod.ts";
-import { lengthProgram, randomBytes, trivialProgram } from "./_programs.ts";
+import { Client } from "../mod.ts";
+import { bytesResultProgram, lengthProgram, randomBytes, trivialProgram } from "./_programs.ts";
 import { closedLoop } from "./_load.ts";
 import { type BenchRow, row, summarize, table } from "./_stats.ts";
 import { WebSocketClient } from "../http/websocket_client.ts";
@@ -44,19 +44,6 @@ export interface RouterBenchOptions {
 
 function _progress(phase: string): void {
   console.error(`router bench: ${phase} (${new Date().toISOString()})`);
-}
-
-function _resultProgram(mib: number): Program {
-  const program = new Program();
-  const mod = program.upload({
-    kind: "module",
-    source: `def make():\n    return bytes(${mib} * 1024 * 1024)\n`,
-  });
-  program.return_({
-    key: "data",
-    value: program.run({ fn: program.getFunction({ module: mod, name: "make" }), args: [] }),
-  });
-  return program;
 }
 
 /** Fake nodes: `count` control links and one slot each, answering every request at once. */
@@ -193,7 +180,7 @@ export async function runRouterBench(options: RouterBenchOptions): Promise<Bench
     const resultAdded: number[] = [];
     const resultDirect: number[] = [];
     const resultRouted: number[] = [];
-    const result = _resultProgram(mib);
+    const result = bytesResultProgram(mib);
     for (let r = 0; r < (quick ? 3 : 5); r++) {
       const times: number[] = [];
       for (const client of [direct, routed]) {

@@ -1,0 +1,95 @@
+/**
+ * The Router's added cost in two checkouts, side by side in one run (the A/B probes
+ * `bench/probes/routed_latency_ab.ts` and `routed_result_ab.ts`): each tree gets its own
+ * `kcoral router` and node (2 reused workers, sandbox none); rounds alternate the trees, and
+ * each round alternates direct requests (the node's own port) with routed ones. Per tree and
+ * round: the added cost from the two medians; then the median over rounds. Two runs of
+ * different code on different VMs are never compared (docs/decisions.md, "Published figures").
+ *
+ * @module
+ */
+import { Client } from "../mod.ts";
+import { summarize } from "./_stats.ts";
+import { type NodeMode, startNodeProcess, startRouterProcess, waitForCapacity } from "./_routed.ts";
+
+/** What one A/B probe measures. */
+export interface RoutedAB {
+  /** The two checkouts. */
+  trees: readonly string[];
+  /** The node's device. */
+  mode: NodeMode;
+  /** Rounds per tree. */
+  rounds: number;
+  /** Direct and routed requests per round (alternating). */
+  perRound: number;
+  /** Direct and routed pairs per tree before the rounds. */
+  warmups: number;
+  /** One timed request through `client` (ms). */
+  time: (client: Client) => Promise<number>;
+  /** The added cost from the round's direct and routed medians (ms). */
+  added: (direct: number, routed: number) => number;
+  /** The unit of `added` (for the printout) and its decimals; request times get `msDigits`. */
+  unit: string;
+  digits: number;
+  msDigits: number;
+}
+
+/**
+ * Runs `ab` and prints each round and the summary; resolves with the per-tree round values.
+ */
+export async function runRoutedAB(ab: RoutedAB): Promise<number[][]> {
+  const sides = [];
+  for (const tree of ab.trees) {
+    const router = await startRouterProcess([], tree);
+    const node = await startNodeProcess(ab.mode, router.url, 2, tree);
+    await waitForCapacity(router.url, 2);
+    sides.push({
+      tree,
+      router,
+      node,
+      direct: new Client(node.url),
+      routed: new Client(router.url),
+    });
+  }
+  const name = (k: number) => "AB"[k];
+  const added: number[][] = sides.map(() => []);
+  try {
+    for (const side of sides) {
+      for (let i = 0; i < ab.warmups; i++) (await ab.time(side.direct), await ab.time(side.routed));
+    }
+    for (let round = 0; round < ab.rounds; round++) {
+      for (const [k, side] of sides.entries()) {
+        const direct: number[] = [];
+        const routed: number[] = [];
+        for (let i = 0; i < ab.perRound; i++) {
+          direct.push(await ab.time(side.direct));
+          routed.push(await ab.time(side.routed));
+        }
+        const d = summarize(direct).median;
+        const r = summarize(routed).median;
+        added[k].push(ab.added(d, r));
+        console.log(
+          `round ${round + 1} ${name(k)}: direct ${d.toFixed(ab.msDigits)} ms, routed ${
+            r.toFixed(ab.msDigits)
+          } ms, added ${ab.added(d, r).toFixed(ab.digits)} ${ab.unit}`,
+        );
+      }
+    }
+    for (const [k, side] of sides.entries()) {
+      const s = summarize(added[k]);
+      console.log(
+        `${name(k)} ${side.tree}: added median ${s.median.toFixed(ab.digits)} ${ab.unit} (min ${
+          s.min.toFixed(ab.digits)
+        }, max ${s.max.toFixed(ab.digits)})`,
+      );
+    }
+  } finally {
+    for (const side of sides) {
+      side.direct.close();
+      side.routed.close();
+      await side.node.stop();
+      await side.router.stop();
+    }
+  }
+  return added;
+}
