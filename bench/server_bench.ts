@@ -11,6 +11,7 @@
 import { Client, type ClientOptions } from "../mod.ts";
 import { addProgram, randomBytes, randomFloats, trivialProgram } from "./_programs.ts";
 import { closedLoop } from "./_load.ts";
+import { readEvents, waitIdle } from "./_server_state.ts";
 import { FLOOR_BYTES, loopbackTransfers, serveBodyTransfers, sha256Times } from "./_floors.ts";
 import { type BenchRow, row, summarize, table } from "./_stats.ts";
 
@@ -37,23 +38,6 @@ interface _Server {
 }
 
 const _CLI = new URL("../cli.ts", import.meta.url).pathname;
-
-/** Waits until `/health` reports `seats` ready workers and nothing in progress or waiting. */
-async function _waitIdle(url: string, seats: number, timeoutMs = 30_000): Promise<void> {
-  const deadline = performance.now() + timeoutMs;
-  for (;;) {
-    const health = await (await fetch(`${url}/health`)).json();
-    const load = health.load ?? {};
-    if (
-      load.request_capacity === seats && load.requests_in_progress === 0 &&
-      load.requests_waiting === 0
-    ) {
-      return;
-    }
-    if (performance.now() > deadline) throw new Error(`server not idle: ${JSON.stringify(load)}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 async function _startServer(
   mode: ServerBenchOptions["mode"],
@@ -118,12 +102,6 @@ async function _startServer(
       await Deno.remove(logDir, { recursive: true }).catch(() => {});
     },
   };
-}
-
-async function _events(logDir: string): Promise<Record<string, unknown>[]> {
-  const runs = [...Deno.readDirSync(`${logDir}/runs`)].map((e) => e.name).sort();
-  const text = await Deno.readTextFile(`${logDir}/runs/${runs.at(-1)}/events.jsonl`);
-  return text.trim().split("\n").map((line) => JSON.parse(line));
 }
 
 /**
@@ -239,7 +217,7 @@ export async function runServerBench(options: ServerBenchOptions): Promise<Bench
           ),
         );
         rows.push(row(`  of which on the worker (elapsed_ms)`, "ms", cachedWorker));
-        const phases = _responsePhases(await _events(server.logDir), cachedSent);
+        const phases = _responsePhases(await readEvents(server.logDir), cachedSent);
         rows.push(row(`  call → response ready (server's request_finished)`, "ms", phases.ready));
         rows.push(row(`  response ready → result verified (stream, client)`, "ms", phases.after));
         const perMiB: number[] = [];
@@ -255,7 +233,7 @@ export async function runServerBench(options: ServerBenchOptions): Promise<Bench
           resendIds.add(result.requestId);
         }
         rows.push(row(`cache-miss resend cost (${tag})`, "ms/MiB", perMiB, "3", "≤ 0.5"));
-        const accepted = (await _events(server.logDir)).filter((e) =>
+        const accepted = (await readEvents(server.logDir)).filter((e) =>
           e.event === "request_accepted" && resendIds.has(e.request_id as string) &&
           (e.receive_ms as number) > 5
         );
@@ -297,7 +275,7 @@ export async function runServerBench(options: ServerBenchOptions): Promise<Bench
         const program = trivialProgram();
         const samples: number[] = [];
         for (let i = 0; i < (quick ? 8 : 40); i++) {
-          await _waitIdle(server.url, 8);
+          await waitIdle(server.url, 8);
           const start = performance.now();
           const result = await client.execute(program);
           if (!result.completed) throw new Error(JSON.stringify(result.error));
@@ -337,7 +315,7 @@ export async function runServerBench(options: ServerBenchOptions): Promise<Bench
           (await closedLoop(server.url, trivialProgram(), 8, quick ? 3 : 8, _clientOptions)).rate,
         );
       }
-      const events = await _events(server.logDir);
+      const events = await readEvents(server.logDir);
       // The bound uses contexts created and torn down under the same 8-client load: the idle and
       // sequential phases above run without CPU contention (shorter init and teardown).
       const loaded = events.filter((e) => Date.parse(e.timestamp as string) >= loadStart);

@@ -22,6 +22,7 @@ import { Client } from "../../mod.ts";
 import { closedLoop } from "../_load.ts";
 import { trivialProgram } from "../_programs.ts";
 import { summarize } from "../_stats.ts";
+import { readEvents, waitIdle } from "../_server_state.ts";
 import { startServerProcess } from "./_probe.ts";
 
 const flag = (name: string, fallback: string) => {
@@ -46,25 +47,6 @@ type Metric = "idle" | "paced" | "clients8" | "init" | "teardown";
 const metrics: Metric[] = ["idle", "paced", "clients8", "init", "teardown"];
 const perTree = trees.map(() => new Map<Metric, number[]>(metrics.map((m) => [m, []])));
 
-async function waitIdle(url: string): Promise<void> {
-  const deadline = performance.now() + 60_000;
-  for (;;) {
-    const load = (await (await fetch(`${url}/health`)).json()).load ?? {};
-    if (
-      load.request_capacity === SEATS && load.requests_in_progress === 0 &&
-      load.requests_waiting === 0
-    ) return;
-    if (performance.now() > deadline) throw new Error(`not idle: ${JSON.stringify(load)}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
-async function events(logDir: string): Promise<Record<string, unknown>[]> {
-  const runs = [...Deno.readDirSync(`${logDir}/runs`)].map((e) => e.name).sort();
-  const text = await Deno.readTextFile(`${logDir}/runs/${runs.at(-1)}/events.jsonl`);
-  return text.trim().split("\n").map((line) => JSON.parse(line));
-}
-
 async function measure(tree: string, k: number, round: number): Promise<void> {
   const logDir = await Deno.makeTempDir({ prefix: "kcoral-fresh-ab-" });
   const server = await startServerProcess([
@@ -84,7 +66,7 @@ async function measure(tree: string, k: number, round: number): Promise<void> {
     await using client = new Client(server.url);
     const idle: number[] = [];
     for (let i = 0; i < 14; i++) {
-      await waitIdle(server.url);
+      await waitIdle(server.url, SEATS);
       const start = performance.now();
       const result = await client.execute(program);
       if (!result.completed) throw new Error(JSON.stringify(result.error));
@@ -98,10 +80,10 @@ async function measure(tree: string, k: number, round: number): Promise<void> {
       if (i >= 10) paced.push(performance.now() - start);
       await new Promise((r) => setTimeout(r, 60));
     }
-    await waitIdle(server.url);
+    await waitIdle(server.url, SEATS);
     const loadStart = Date.now();
     const { rate } = await closedLoop(server.url, program, 8, seconds);
-    const during = (await events(logDir)).filter((e) =>
+    const during = (await readEvents(logDir)).filter((e) =>
       Date.parse(e.timestamp as string) >= loadStart
     );
     const init = during.filter((e) => e.event === "worker_ready").map((e) => e.init_ms as number);
