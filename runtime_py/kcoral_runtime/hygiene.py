@@ -3,8 +3,9 @@
 * ``ProcessState``: torch knobs, the C-level environment, the POSIX state of ``PosixState``
   (umask, resource limits, signal handlers and mask, interval timers) and the interpreter's of
   ``InterpreterState`` (trace/profile hooks, gc callbacks and settings), snapshotted after
-  ``init`` and written back (only what changed) after each request; what cannot be written back
-  (a lowered hard limit) raises ``StateNotRestored`` (-> retire).
+  ``init`` and written back (only what changed) after each request — the interpreter's first,
+  right after the last instruction; what cannot be written back (a lowered hard limit) raises
+  ``StateNotRestored`` (-> retire).
 * ``SandboxState``: in sandbox mode, ``sys.path``/modules from the workspace are undone and
   threads, fds, mappings and audit hooks that outlive the request are reported (-> retire). An
   audit hook cannot be removed, nor listed: a sandboxed zygote installs ``watch_audit_hooks``,
@@ -253,7 +254,8 @@ class ProcessState:
         """Write back what changed; returns the names of what was restored. Raises
         ``StateNotRestored`` for what cannot be written back."""
         restored: List[str] = []
-        self.interpreter.restore(restored)
+        # ``self.interpreter`` is not here: the engine puts it back right after a reused
+        # worker's last instruction, before anything else of the request runs.
         self._restore_environ(restored)
         self.posix.restore(restored)
         if self._torch is not None:
