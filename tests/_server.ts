@@ -18,6 +18,27 @@ export interface TestServer {
   stop(): Promise<void>;
 }
 
+/**
+ * An application without a listener (its `execute` called directly): a quiet CPU configuration,
+ * `config` merged over it, and its events captured. Not started.
+ */
+export function testApp(config: Partial<ServerConfig> = {}): {
+  app: ReturnType<typeof createApp>;
+  events: Record<string, unknown>[];
+} {
+  const app = createApp({
+    device: "cpu",
+    sandbox: "none",
+    logConsole: false,
+    logDir: null,
+    diskCacheDir: null,
+    ...config,
+  });
+  const events: Record<string, unknown>[] = [];
+  app.subscribe((e) => events.push(e));
+  return { app, events };
+}
+
 /** Options merged over a fast, isolated default configuration. */
 export async function startServer(
   config: Partial<ServerConfig> = {},

@@ -6,7 +6,6 @@
  * still arriving.
  */
 import assert from "node:assert/strict";
-import { createApp } from "../server/app.ts";
 import { NodeLink } from "../server/node_link.ts";
 import {
   decodeDataFrame,
@@ -17,7 +16,7 @@ import {
   SLOT_PATH,
 } from "../protocol/node_link.ts";
 import { concatBytes } from "../protocol/bytes.ts";
-import { callProgram, multipartBody } from "./_server.ts";
+import { callProgram, multipartBody, testApp } from "./_server.ts";
 
 type _Message = string | ArrayBuffer | { closed: number; reason: string };
 
@@ -109,17 +108,7 @@ function _fakeRouter() {
 }
 
 Deno.test("node link: small bodies go in whole, others streamed; answers and records match", async () => {
-  const app = createApp({
-    device: "cpu",
-    sandbox: "none",
-    logConsole: false,
-    logDir: null,
-    diskCacheDir: null,
-    numWorkers: 1,
-    maxRequestBytes: 100_000,
-  });
-  const events: Record<string, unknown>[] = [];
-  app.subscribe((e) => events.push(e));
+  const { app, events } = testApp({ numWorkers: 1, maxRequestBytes: 100_000 });
   await app.start();
   const router = _fakeRouter();
   const kinds: string[] = [];

@@ -5,19 +5,10 @@
  * a node's small tunnelled body), under the same limits.
  */
 import assert from "node:assert/strict";
-import { createApp } from "../server/app.ts";
-import { callProgram, multipartBody } from "./_server.ts";
+import { callProgram, multipartBody, testApp } from "./_server.ts";
 
 Deno.test("pipeline: requests without a listener, bodies in pieces, answers and records", async () => {
-  const app = createApp({
-    device: "cpu",
-    sandbox: "none",
-    logConsole: false,
-    logDir: null,
-    diskCacheDir: null,
-  });
-  const events: Record<string, unknown>[] = [];
-  app.subscribe((e) => events.push(e));
+  const { app, events } = testApp();
   await app.start();
   try {
     const { body, contentType } = multipartBody([{
@@ -63,7 +54,7 @@ Deno.test("pipeline: requests without a listener, bodies in pieces, answers and 
 });
 
 Deno.test("pipeline: an application not started answers 503 busy", async () => {
-  const app = createApp({ device: "cpu", sandbox: "none", logConsole: false, logDir: null });
+  const { app } = testApp();
   const response = await app.execute(new Request("http://node/execute", { method: "POST" }));
   assert.equal(response.status, 503);
   assert.equal((await response.json()).error.kind, "busy");
@@ -71,16 +62,7 @@ Deno.test("pipeline: an application not started answers 503 busy", async () => {
 });
 
 Deno.test("pipeline: a body in hand (WholeBodyRequest) gets the answers and records a Request gets", async () => {
-  const app = createApp({
-    device: "cpu",
-    sandbox: "none",
-    logConsole: false,
-    logDir: null,
-    diskCacheDir: null,
-    maxRequestBytes: 4096,
-  });
-  const events: Record<string, unknown>[] = [];
-  app.subscribe((e) => events.push(e));
+  const { app, events } = testApp({ maxRequestBytes: 4096 });
   await app.start();
   const whole = (headers: Record<string, string>, bytes: () => Promise<Uint8Array>) => {
     const request = { headers: new Headers(headers), bytes, discard: () => discarded++ };
@@ -164,7 +146,7 @@ Deno.test("pipeline: a body in hand (WholeBodyRequest) gets the answers and reco
 });
 
 Deno.test("pipeline: an application not started discards a body in hand (503 busy)", async () => {
-  const app = createApp({ device: "cpu", sandbox: "none", logConsole: false, logDir: null });
+  const { app } = testApp();
   let discarded = false;
   const response = await app.execute({
     headers: new Headers(),
