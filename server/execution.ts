@@ -8,7 +8,8 @@
  *     ◀── lease acquire ──  pause the deadline; wait in the lease FIFO; grant; deadline runs again
  *     ◀── lease release ──  release (the time held is counted)
  *     ◀── instr k ──        remember k (a crash is attributed to instruction k)
- *     ◀── outcome ──        kept child: done (or its hygiene after the answer, until `clean`)
+ *     ◀── outcome ──        kept child: done (or its hygiene after the answer, until `clean`:
+ *                           lease frames served as before, whatever is held released at `clean`)
  *                           retiring child: done; the lease is released once it has exited
  *   deadline passes ──▶     take the lease, kill the child's tree, release      (timeout)
  *   child exits ──▶         release                                             (crashed)
@@ -199,23 +200,35 @@ class _ProgramRun {
     }
   }
 
-  #onAcquire(): void {
+  /** Grants the child's `acquire`; the deadline pauses while it waits (`deadline`: the run's). */
+  #onAcquire(deadline = true): void {
     const { child, leases, gpus, holder } = this.#p;
     if (!leases || this.#heldSince !== null) {
       // No leases on a CPU server (its lease times stay 0), or held already.
       child.send({ t: "lease", a: "granted" });
       return;
     }
-    this.#pauseDeadline();
+    if (deadline) this.#pauseDeadline();
     const waitStart = performance.now();
     leases.acquire(holder, gpus).then(() => {
       this.#leaseWaitMs += performance.now() - waitStart;
-      this.#armDeadline();
+      if (deadline) this.#armDeadline();
       this.#heldSince = performance.now();
       child.send({ t: "lease", a: "granted" });
     }, () => {
       // cancelled: the run is ending anyway
     });
+  }
+
+  /** Takes the lease for a kill (a pending wait of the child's is cancelled first). */
+  async #takeLease(): Promise<void> {
+    const { leases, gpus, holder } = this.#p;
+    if (!leases || this.#heldSince !== null) return;
+    if (leases.isWaiting(holder)) leases.cancel(holder);
+    const waitStart = performance.now();
+    await leases.acquire(holder, gpus);
+    this.#leaseWaitMs += performance.now() - waitStart;
+    this.#heldSince = performance.now();
   }
 
   #releaseLease(): void {
@@ -261,15 +274,8 @@ class _ProgramRun {
 
   /** The deadline passed: kill under the lease so a running kernel cannot overlap the next. */
   async #endTimeout(): Promise<RunResult> {
-    const { child, leases, gpus, holder } = this.#p;
-    if (leases && this.#heldSince === null) {
-      if (leases.isWaiting(holder)) leases.cancel(holder);
-      const waitStart = performance.now();
-      await leases.acquire(holder, gpus);
-      this.#leaseWaitMs += performance.now() - waitStart;
-      this.#heldSince = performance.now();
-    }
-    const exit = await _killWithin(child, this.#p.graceSeconds);
+    await this.#takeLease();
+    const exit = await _killWithin(this.#p.child, this.#p.graceSeconds);
     const result = this.#result(
       { kind: "timeout", exit, cleanupConfirmed: exit !== null },
       this.#heldNow(),
@@ -293,14 +299,10 @@ class _ProgramRun {
         this.#releaseLease();
         return this.#result(end, held);
       }
-      // The outcome is final, the child's reuse hygiene is not done yet: it keeps the lease
+      // The outcome is final, the child's reuse hygiene is not done yet: it keeps its seat
       // (and the rest of the execution budget, at least 1 s) until its `clean` frame.
       const budgetMs = Math.max(1000, this.#remainingMs - (performance.now() - this.#runningSince));
-      const cleanup = _awaitClean(child, budgetMs, this.#p.graceSeconds).then((retire) => {
-        this.#releaseLease();
-        return retire;
-      });
-      return this.#result(end, held, Promise.resolve(), cleanup);
+      return this.#result(end, held, Promise.resolve(), this.#awaitClean(budgetMs));
     }
     // Retiring: the lease stays held through the child's teardown, released once it is gone;
     // held no longer as the request's but as the teardown's, beside which a new context may
@@ -314,6 +316,40 @@ class _ProgramRun {
       return this.#result(end, held, child.exited.then(() => void leases.release(teardown)));
     }
     return this.#result(end, held, child.exited.then(() => this.#releaseLease()));
+  }
+
+  /**
+   * The reuse hygiene of a kept child after its answer, until its `clean` frame. The child asks
+   * for and gives back the lease as during the run (its GPU part runs under the lease, the rest
+   * without it; a retiring child takes it again, so its exit stays under it). Resolves with
+   * `null` (kept) or the reason it retires, once a retiring child is gone: killed, under the
+   * lease, if it overran `budgetMs` or sent anything else. Whatever it holds is released then.
+   */
+  async #awaitClean(budgetMs: number): Promise<string | null> {
+    const { child, leases, holder, graceSeconds } = this.#p;
+    let settle!: (retire: string | null) => void;
+    const clean = new Promise<string | null>((resolve) => (settle = resolve));
+    child.setHandler((frame) => {
+      if (frame.t === "lease" && frame.a === "acquire") this.#onAcquire(false);
+      else if (frame.t === "lease" && frame.a === "release") this.#releaseLease();
+      else if (frame.t !== "clean") settle("invalid_response");
+      else settle(typeof frame.retire === "string" ? frame.retire : null);
+    });
+    const timer = setTimeout(() => settle("timeout"), budgetMs);
+    const exitWatch = child.watchExit();
+    const retire = await Promise.race([clean, exitWatch.exited.then(() => "crashed")]);
+    exitWatch.stop();
+    clearTimeout(timer);
+    child.setHandler(null);
+    if (retire === "timeout" || retire === "invalid_response") {
+      await this.#takeLease();
+      await _killWithin(child, graceSeconds);
+    } else if (retire !== null) {
+      await child.exited; // teardown stays under the lease
+    }
+    leases?.cancel(holder);
+    this.#releaseLease();
+    return retire;
   }
 
   /** The child (and its whole tree) is gone mid-program. */
@@ -337,36 +373,6 @@ export function retireReason(end: RunEnd): string | null {
     case "invalid":
       return "invalid_response";
   }
-}
-
-/**
- * Waits for the `clean` frame of a child doing its reuse hygiene after the answer. Resolves with
- * `null` (kept) or the reason it retires, once a retiring child is gone (killed if it overran
- * `budgetMs` or sent anything else).
- */
-async function _awaitClean(
-  child: ChildChannel,
-  budgetMs: number,
-  graceSeconds: number,
-): Promise<string | null> {
-  let settle!: (retire: string | null) => void;
-  const clean = new Promise<string | null>((resolve) => (settle = resolve));
-  child.setHandler((frame) => {
-    if (frame.t !== "clean") settle("invalid_response");
-    else settle(typeof frame.retire === "string" ? frame.retire : null);
-  });
-  const timer = setTimeout(() => settle("timeout"), budgetMs);
-  const exitWatch = child.watchExit();
-  const retire = await Promise.race([clean, exitWatch.exited.then(() => "crashed")]);
-  exitWatch.stop();
-  clearTimeout(timer);
-  child.setHandler(null);
-  if (retire === "timeout" || retire === "invalid_response") {
-    await _killWithin(child, graceSeconds);
-  } else if (retire !== null) {
-    await child.exited; // teardown stays under the lease
-  }
-  return retire;
 }
 
 /** Kills the child's tree and waits for confirmation; `null` if the zygote never confirmed. */

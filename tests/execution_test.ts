@@ -185,6 +185,79 @@ Deno.test("run: hygiene after the answer keeps the lease until `clean`", async (
   assert.ok(leases.tryAcquire({ id: "next" }, [0]));
 });
 
+Deno.test("run: hygiene after the answer may give the lease back before `clean`", async () => {
+  const leases = new GpuLeases([0]);
+  const child = new FakeChild((frame, c) => {
+    if (frame.t === "run") c.say({ t: "lease", a: "acquire" });
+    else if (frame.t === "lease") {
+      c.say({ t: "outcome", outcome: OUTCOME, retire: null, cleanup: true });
+      c.say({ t: "lease", a: "release" }); // the GPU part done; the host-only part follows
+    }
+  });
+  const run = await runProgram(params(child, { leases, gpus: [0] }));
+  assert.ok(run.cleanup);
+  const next = { id: "next" };
+  assert.ok(leases.tryAcquire(next, [0]), "free while the child puts back host-only state");
+  leases.release(next);
+  child.say({ t: "clean", retire: null });
+  assert.equal(await run.cleanup, null);
+  assert.equal(child.killed, 0);
+});
+
+Deno.test("run: a child retiring in its hygiene takes the lease again and exits under it", async () => {
+  const leases = new GpuLeases([0]);
+  const other = { id: "other" };
+  let granted = 0;
+  const child = new FakeChild((frame, c) => {
+    if (frame.t === "run") c.say({ t: "lease", a: "acquire" });
+    else if (frame.t === "lease" && granted++ === 0) {
+      c.say({ t: "outcome", outcome: OUTCOME, retire: null, cleanup: true });
+      c.say({ t: "lease", a: "release" });
+    } else if (frame.t === "lease") {
+      c.say({ t: "clean", retire: "process_state" }); // granted again: now it may exit
+    }
+  });
+  const run = await runProgram(params(child, { leases, gpus: [0] }));
+  assert.ok(leases.tryAcquire(other, [0]));
+  child.say({ t: "lease", a: "acquire" }); // waits behind `other`
+  await sleep(20);
+  assert.equal(granted, 1, "not granted while another holds the GPU");
+  leases.release(other);
+  await sleep(5);
+  assert.equal(granted, 2);
+  let settled = false;
+  run.cleanup!.then(() => (settled = true));
+  await sleep(5);
+  assert.equal(settled, false, "waits for the exit");
+  assert.equal(leases.tryAcquire({ id: "next" }, [0]), false, "held through the teardown");
+  child.die();
+  assert.equal(await run.cleanup, "process_state");
+  assert.ok(leases.tryAcquire({ id: "next" }, [0]), "released once it is gone");
+});
+
+Deno.test("run: a child that overruns its hygiene without the lease is killed under it", async () => {
+  const leases = new GpuLeases([0]);
+  const child = new FakeChild((frame, c) => {
+    if (frame.t === "run") c.say({ t: "lease", a: "acquire" });
+    else if (frame.t === "lease") {
+      c.say({ t: "outcome", outcome: OUTCOME, retire: null, cleanup: true });
+      c.say({ t: "lease", a: "release" }); // then never says `clean`
+    }
+  });
+  const run = await runProgram(params(child, { leases, gpus: [0], timeoutMs: 10 }));
+  const other = { id: "other" };
+  assert.ok(leases.tryAcquire(other, [0]));
+  let settled = false;
+  run.cleanup!.then(() => (settled = true));
+  await sleep(1100); // the hygiene's budget is at least 1 s
+  assert.equal(child.killed, 0, "not killed while another request holds the GPU");
+  leases.release(other);
+  assert.equal(await run.cleanup, "timeout");
+  assert.equal(child.killed, 1);
+  assert.ok(settled);
+  assert.ok(leases.tryAcquire({ id: "next" }, [0]));
+});
+
 Deno.test("run: a GPU set's wait and hold before the run count in its timings", async () => {
   const leases = new GpuLeases([0, 1]);
   const holder = { id: "set" };

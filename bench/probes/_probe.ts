@@ -19,7 +19,7 @@ export interface ServerProcess {
   stdout: string[];
   /** `performance.now()` when it was spawned (V8 trace times count from about then). */
   spawnedAt: number;
-  /** Stops it (SIGTERM) and waits for it. */
+  /** Stops it (SIGTERM) and waits for it; a second call waits for the same exit. */
   stop(): Promise<void>;
 }
 
@@ -74,14 +74,18 @@ export async function startServerProcess(
   (async () => {
     while (!(await reader.read()).done) { /* drained */ }
   })();
+  let stopped: Promise<void> | null = null;
   return {
     url: `http://127.0.0.1:${port}`,
     child,
     stdout,
     spawnedAt,
-    async stop() {
-      child.kill("SIGTERM");
-      await child.status;
+    stop() {
+      stopped ??= (async () => {
+        child.kill("SIGTERM");
+        await child.status;
+      })();
+      return stopped;
     },
   };
 }

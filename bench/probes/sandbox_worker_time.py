@@ -4,10 +4,12 @@
 sandbox snapshot, where the runtime has it). The request is sent as the server sends it
 (``reply_before_reset``); 400 requests, the first 50 dropped, medians in µs.
 
-    python3 bench/probes/sandbox_worker_time.py [gpu] [none]   # from the repository root
+    python3 bench/probes/sandbox_worker_time.py [gpu] [none] [phases]   # from the repository root
 
 ``gpu``: a CUDA context (GpuBackend), else simulated GPUs (torch on the CPU); ``none``: without
-the sandbox checks. Run it in two trees to compare them (each imports its own runtime_py).
+the sandbox checks; ``phases``: also the median of each piece of the hygiene on its own (µs), in
+this process as a worker has it. Run it in two trees to compare them (each imports its own
+runtime_py).
 """
 import gc
 import json
@@ -77,3 +79,59 @@ print(json.dumps({
     "total_us": med([a + b + c for a, b, c in zip(before, after_reply, idle)]),
     "maps_lines": len(open("/proc/self/maps").read().splitlines()),
 }))
+
+
+def phases():
+    """Each piece of the hygiene alone, as a worker pays it (medians, µs)."""
+    import importlib
+    import threading
+
+    from kcoral_runtime import hygiene
+
+    state = hygiene.SandboxState()
+    ws = os.path.join(root, "phases")
+    os.mkdir(ws)
+
+    def timed(fn, n=300):
+        xs = []
+        for _ in range(n):
+            a = time.perf_counter_ns()
+            fn()
+            xs.append(time.perf_counter_ns() - a)
+        return round(statistics.median(xs) / 1000, 1)
+
+    def fds():
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                pass
+
+    posix, process = eng.state.posix, eng.state
+    return {
+        "restore_signals": timed(lambda: posix.restore_signals([])),
+        "restore_posix": timed(lambda: posix.restore([])),
+        "restore_environ": timed(lambda: process._restore_environ([])),
+        "restore_torch": timed(lambda: process._restore_torch([])),
+        "gc_collect": timed(gc.collect, 100),
+        "invalidate_caches": timed(importlib.invalidate_caches),
+        "python_threads": timed(threading.enumerate),
+        "native_threads": timed(hygiene._native_threads),
+        "fd_links": timed(fds),
+        "maps": timed(lambda: hygiene.mapped_under(ws, (ws,))),
+        "clean_and_check": timed(lambda: state.clean_and_check(ws)),
+        "snapshot": timed(hygiene.SandboxState),
+        "empty_cache": timed(backend.empty_cache),
+        # What the lease's release asked before emptying the cache, until 2026-12-02.
+        "reserved_above_allocated": timed(
+            lambda: torch.cuda.memory_reserved(0) > torch.cuda.memory_allocated(0)
+        ) if backend.mode == "gpu" else None,
+        "synchronize": timed(backend.synchronize),
+        "fds": len(os.listdir("/proc/self/fd")),
+        "threads": len(os.listdir("/proc/self/task")),
+        "modules": len(sys.modules),
+    }
+
+
+if "phases" in sys.argv[1:]:
+    print(json.dumps({"phases_us": phases()}))

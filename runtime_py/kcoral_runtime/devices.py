@@ -382,12 +382,12 @@ class GpuBackend(SimBackend):
             self.torch.cuda.synchronize(index)
 
     def prepare_release(self) -> None:
+        """Drain, and give back what the allocator caches beyond what is allocated.
+        ``empty_cache`` with nothing to give back costs ~0.5 us on the H200; asking first
+        (``memory_reserved``/``memory_allocated`` flatten torch's whole statistics table) cost
+        far more than that."""
         self.synchronize()
-        cuda = self.torch.cuda
-        if any(
-            cuda.memory_reserved(i) > cuda.memory_allocated(i) for i in range(self.device_count)
-        ):
-            cuda.empty_cache()
+        self.torch.cuda.empty_cache()
 
     def take_last_error(self) -> Optional[str]:
         if self._cudart is None:

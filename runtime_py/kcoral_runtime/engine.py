@@ -95,6 +95,8 @@ class Engine:
         self.state: Optional[ProcessState] = None
         self._pools_warm = False
         self.reset_pending = False
+        # ``_sandbox_hygiene`` did the reset's part under the lease and gave the lease back.
+        self._lease_part_done = False
         # The next request's sandbox snapshot, taken while idle (``idle``); due after a
         # sandboxed request the child survives.
         self._sandbox_next: Optional[SandboxState] = None
@@ -116,7 +118,9 @@ class Engine:
         child's reset is left pending (``reset_pending``): the outcome is final without it, so
         the caller sends it first and then calls ``finish_request``. In sandbox mode the sandbox
         checks still run here, before the outcome, which carries their verdict: a child that
-        leaked into the workspace retires before its answer goes out.
+        leaked into the workspace retires before its answer goes out. The lease goes back as
+        soon as what needs it is done (``_sandbox_hygiene``); a retiring child takes it again
+        before its outcome, so that its exit stays under the lease.
         """
         instructions: List[Dict[str, Any]] = json.loads(req["program"])["instructions"]
         sandbox = bool(req.get("sandbox", False))
@@ -175,7 +179,7 @@ class Engine:
             retire = "request_limit"
         elif req.get("reply_before_reset"):
             if sandbox_state is not None:
-                retire, detail = self._check_sandbox(sandbox_state, workspace)
+                retire, detail = self._sandbox_hygiene(sandbox_state, workspace)
             # The caller answers first, then calls finish_request().
             self.reset_pending = retire is None
         else:
@@ -306,12 +310,31 @@ class Engine:
         return error, False
 
     def finish_request(self) -> Tuple[Optional[str], Optional[str]]:
-        """The reset ``execute`` left pending (``reply_before_reset``), still under the lease.
-        Returns (retire reason or None, retire detail or None)."""
+        """The reset ``execute`` left pending (``reply_before_reset``). Unsandboxed, all of it
+        under the lease, which the ``clean`` frame hands back. Sandboxed, ``_sandbox_hygiene``
+        already did what needs the lease and gave it back: only the host-only state is left
+        (environment, umask, resource limits, torch's knobs); a failure there retires the child,
+        which takes the lease again first, so that its exit stays under it. Returns (retire
+        reason or None, retire detail or None)."""
         if not self.reset_pending:
             return None, None
         self.reset_pending = False
-        return self._reset_and_check(None, "")
+        if not self._lease_part_done:
+            return self._reset_and_check(None, "")
+        self._lease_part_done = False
+        retire: Optional[str] = None
+        detail: Optional[str] = None
+        try:
+            if self.state is not None:
+                self.state.restore()
+        except StateNotRestored as exc:
+            retire, detail = "process_state", str(exc)
+        except Exception as exc:
+            retire, detail = "poisoned_context", f"reset failed: {type(exc).__name__}: {exc}"
+        if retire is None:
+            return None, None
+        self.lease.acquire()
+        return self._retiring(retire, detail)
 
     def idle(self) -> None:
         """The request is over (outcome sent, reset done): while the child waits for its next
@@ -320,49 +343,72 @@ class Engine:
             self._sandbox_due = False
             self._sandbox_next = SandboxState()
 
-    def _check_sandbox(
+    def _sandbox_hygiene(
         self, sandbox_state: SandboxState, workspace: str
     ) -> Tuple[Optional[str], Optional[str]]:
-        """The sandbox checks without the rest of the reset (which ``finish_request`` runs after
-        the answer). Signal handlers and timers go back first, so that none of the program's
-        runs after the checks; the uploaded modules' namespaces are collected, so a file only
-        they held open is closed. A check that cannot run (a descriptor limit the program
-        lowered, say) retires the child."""
+        """A sandboxed request's checks, before its outcome (which carries their verdict),
+        with the part of the reset that needs the lease; the rest waits for ``finish_request``.
+
+        Under the lease: the signal handlers and timers go back (none of the program's runs
+        after this), the uploaded modules' namespaces are collected (a file only they held open
+        is closed; a finalizer may use the GPU), then the in-process checks (imports, threads,
+        audit hooks: once they pass, no code of the program can run any more), then the cache
+        is emptied and the GPU drained. Then the lease goes back, and the file checks (fds and
+        mappings into the workspace: reads of ``/proc``) run without it. A leak found there
+        takes the lease again: the child's exit stays under it. A check that cannot run (a
+        descriptor limit the program lowered, say) retires the child.
+        """
         try:
             if self.state is not None:
                 self.state.posix.restore_signals([])
             self.modules.forget()
             gc.collect()
-            detail = sandbox_state.clean_and_check(workspace)
-        except StateNotRestored as exc:
-            detail = str(exc)
-            log(f"retiring: {detail}")
-            return "process_state", detail
+            detail = sandbox_state.clean_and_check_process(workspace)
+        except Exception as exc:
+            return self._retiring("sandbox_cleanup", f"sandbox checks failed: {type(exc).__name__}: {exc}")
+        if detail is not None:
+            return self._retiring("sandbox_cleanup", detail)
+        try:
+            self.backend.empty_cache()
+            self.lease.release()
+        except Exception as exc:
+            return self._retiring("poisoned_context", f"reset failed: {type(exc).__name__}: {exc}")
+        self._lease_part_done = True
+        try:
+            detail = sandbox_state.check_files()
         except Exception as exc:
             detail = f"sandbox checks failed: {type(exc).__name__}: {exc}"
-            log(f"retiring: {detail}")
-            return "sandbox_cleanup", detail
         if detail is None:
             return None, None
+        self._lease_part_done = False
+        self.lease.acquire()  # the exit (the context's teardown) stays under the lease
+        return self._retiring("sandbox_cleanup", detail)
+
+    @staticmethod
+    def _retiring(reason: str, detail: str) -> Tuple[Optional[str], Optional[str]]:
         log(f"retiring: {detail}")
-        return "sandbox_cleanup", detail
+        return reason, detail
 
     def _reset_and_check(
         self, sandbox_state: Optional[SandboxState], workspace: str
     ) -> Tuple[Optional[str], Optional[str]]:
-        retire: Optional[str] = None
-        detail: Optional[str] = None
+        """The whole reset and the sandbox checks before the outcome, under the lease (a server
+        that does not send ``reply_before_reset``)."""
         try:
             self._reset()
         except StateNotRestored as exc:
-            retire, detail = "process_state", str(exc)
-            log(f"retiring: {detail}")
+            return self._retiring("process_state", str(exc))
         except Exception as exc:
-            retire, detail = "poisoned_context", f"reset failed: {type(exc).__name__}: {exc}"
-            log(f"retiring: {detail}")
-        if retire is None and sandbox_state is not None:
-            retire, detail = self._check_sandbox(sandbox_state, workspace)
-        return retire, detail
+            return self._retiring("poisoned_context", f"reset failed: {type(exc).__name__}: {exc}")
+        if sandbox_state is None:
+            return None, None
+        try:
+            detail = sandbox_state.clean_and_check(workspace)
+        except Exception as exc:
+            detail = f"sandbox checks failed: {type(exc).__name__}: {exc}"
+        if detail is None:
+            return None, None
+        return self._retiring("sandbox_cleanup", detail)
 
     def _reset(self) -> None:
         """Reuse hygiene (under the lease): undo process-state changes, free memory, drain."""

@@ -404,30 +404,50 @@ def mapped_under(root: str, roots: Tuple[str, ...]) -> Set[str]:
 
 class SandboxState:
     """Per-request state of a sandboxed, reused child: taken while the child waits for its next
-    request (or at its start), checked with ``clean_and_check`` before the request's outcome."""
+    request (or at its start), checked before the request's outcome in two parts:
+    ``clean_and_check_process`` (imports, threads, audit hooks: what touches the program's
+    objects or tells whether any of its code can still run; under the lease) and ``check_files``
+    (descriptors and mappings into the workspace: reads of ``/proc`` only, which need no lease
+    once the first part passed). ``clean_and_check`` runs both."""
 
     def __init__(self) -> None:
         self.sys_path = list(sys.path)
         # A module from the workspace can only be new, or a replaced entry. The modules
         # themselves (not their ids): an id can be reused once its module is gone.
         self.modules: Dict[str, Any] = dict(sys.modules)
+        # The same, in order: when both lists compare equal (identity first, in C) nothing was
+        # added or replaced, and the per-module scan is skipped (~10 us against ~90 for 1150).
+        self.module_names = list(self.modules)
+        self.module_values = list(self.modules.values())
         self.threads = _native_threads()
         self.python_threads = {t.ident for t in threading.enumerate()}
         self.workspace = ""
         self.roots: Tuple[str, ...] = ()
 
     def clean_and_check(self, workspace: str) -> Optional[str]:
-        """Undo imports from ``workspace``, then describe what outlived the request (or None)."""
+        """Both parts: undo imports from ``workspace``, then describe what outlived the request
+        (or None)."""
+        problems = [self.clean_and_check_process(workspace), self.check_files()]
+        return "; ".join(p for p in problems if p) or None
+
+    def clean_and_check_process(self, workspace: str) -> Optional[str]:
+        """Undo imports from ``workspace``; describe the threads and audit hooks that outlived
+        the request (or None). When it finds none, no code of the program can run any more in
+        this process (its signal handlers and interpreter hooks already went back)."""
         self.workspace = root = os.path.realpath(workspace)
         self.roots = tuple(dict.fromkeys((os.path.abspath(workspace), root)))
         sys.path[:] = self.sys_path
-        before = self.modules
-        for name in [n for n, m in sys.modules.items() if before.get(n) is not m]:
-            module = sys.modules.get(name)
-            if module is not None and self._from_workspace(module):
-                del sys.modules[name]
-        for key in [k for k in sys.path_importer_cache if isinstance(k, str) and _under(k, root)]:
-            del sys.path_importer_cache[key]
+        modules = sys.modules
+        if list(modules.values()) != self.module_values or list(modules) != self.module_names:
+            before = self.modules
+            for name in [n for n, m in modules.items() if before.get(n) is not m]:
+                module = modules.get(name)
+                if module is not None and self._from_workspace(module):
+                    del modules[name]
+        prefix = root + "/"
+        cache = sys.path_importer_cache
+        for key in [k for k in cache if type(k) is str and (k == root or k.startswith(prefix))]:
+            del cache[key]
         importlib.invalidate_caches()
 
         problems: List[str] = []
@@ -441,6 +461,15 @@ class SandboxState:
         if new_native:
             names = [procs.comm(os.getpid(), tid) for tid in new_native]
             problems.append("native threads still running: " + ", ".join(names))
+        if audit_hook_added():
+            problems.append("an audit hook was added (sys.addaudithook); it cannot be removed")
+        return "; ".join(problems) if problems else None
+
+    def check_files(self) -> Optional[str]:
+        """Describe the descriptors and mappings into the workspace of the last
+        ``clean_and_check_process`` that outlived the request (or None)."""
+        root = self.workspace
+        problems: List[str] = []
         fds = []
         for fd in os.listdir("/proc/self/fd"):
             try:
@@ -454,8 +483,6 @@ class SandboxState:
         mapped = mapped_under(root, self.roots)
         if mapped:
             problems.append("workspace files still mapped: " + ", ".join(sorted(mapped)))
-        if audit_hook_added():
-            problems.append("an audit hook was added (sys.addaudithook); it cannot be removed")
         return "; ".join(problems) if problems else None
 
     def _from_workspace(self, module: Any) -> bool:

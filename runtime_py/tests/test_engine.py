@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import linecache
 from pathlib import Path
 from typing import Any, Iterator, List, Optional
@@ -197,6 +198,53 @@ def test_reply_before_reset_leaves_the_reset_to_finish_request(setup, monkeypatc
     assert retire == "poisoned_context" and "misaligned address" in (detail or "")
 
 
+def _order(eng: Engine, backend: Any, monkeypatch) -> List[str]:
+    """The engine's lease log, with the reset's and the sandbox checks' steps written into it."""
+    log = eng.lease.log
+
+    def recording(name: str, fn: Any) -> Any:
+        def step(*args: Any) -> Any:
+            log.append(name)
+            return fn(*args)
+
+        return step
+
+    monkeypatch.setattr(backend, "empty_cache", recording("empty_cache", backend.empty_cache))
+    assert eng.state is not None
+    monkeypatch.setattr(eng.state, "restore", recording("restore", eng.state.restore))
+    for name in ("clean_and_check_process", "check_files"):
+        method = getattr(engine_module.SandboxState, name)
+        monkeypatch.setattr(engine_module.SandboxState, name, recording(name, method))
+    return log
+
+
+_STEPS = {"acquire", "release", "empty_cache", "restore", "clean_and_check_process", "check_files"}
+
+
+def _steps(log: List[str]) -> List[str]:
+    steps = [entry for entry in log if entry in _STEPS]
+    del log[:]
+    return steps
+
+
+def test_unsandboxed_reset_after_the_answer_stays_under_the_lease(setup, monkeypatch) -> None:
+    backend, execute = setup
+    eng = backend.engine_under_test
+    log = _order(eng, backend, monkeypatch)
+    setenv = [{"op": "upload", "kind": "module", "id": "m",
+               "source": "import os\ndef f():\n    os.environ['KC_RESET_ORDER'] = '1'\n"},
+              {"op": "get_function", "id": "g", "module": {"$ref": "m"}, "name": "f"},
+              {"op": "run", "id": "r", "fn": {"$ref": "g"}}]
+    outcome, retire, _ = execute(setenv, reply_before_reset=True)
+    assert (outcome["status"], retire) == ("COMPLETED", None) and eng.reset_pending
+    del log[:]
+    eng.lease.held = True  # the outcome's ``cleanup`` keeps the lease with the child
+    assert eng.finish_request() == (None, None)
+    # All of it under the lease; the ``clean`` frame hands the lease back.
+    assert _steps(log) == ["restore", "empty_cache"] and eng.lease.held
+    assert "KC_RESET_ORDER" not in os.environ
+
+
 def _sandboxed(eng: Engine, tmp_path: Path, name: str, source: str):
     """Runs ``source``'s ``f`` in sandbox mode with ``reply_before_reset``, as the server sends
     it: (outcome, retire, detail)."""
@@ -220,8 +268,7 @@ def test_sandbox_checks_before_the_outcome_reset_after_snapshot_while_idle(
 ) -> None:
     backend, _ = setup
     eng = backend.engine_under_test
-    calls: List[str] = []
-    monkeypatch.setattr(backend, "empty_cache", lambda: calls.append("empty_cache"))
+    log = _order(eng, backend, monkeypatch)
     snapshots: List[object] = []
 
     class Counted(engine_module.SandboxState):
@@ -231,11 +278,19 @@ def test_sandbox_checks_before_the_outcome_reset_after_snapshot_while_idle(
 
     monkeypatch.setattr(engine_module, "SandboxState", Counted)
     ok = "def f():\n    return 1\n"
+    del log[:]
     outcome, retire, detail = _sandboxed(eng, tmp_path, "1", ok)
-    assert (outcome["status"], retire, detail, calls) == ("COMPLETED", None, None, [])
+    assert (outcome["status"], retire, detail) == ("COMPLETED", None, None)
+    # Before the outcome: the in-process checks and the GPU part of the reset under the lease
+    # (taken by the module upload), then the lease back, then the file checks without it.
+    assert _steps(log) == [
+        "acquire", "clean_and_check_process", "empty_cache", "release", "check_files",
+    ]
     assert eng.reset_pending and len(snapshots) == 1  # the first one at the request's start
     assert not eng.modules.seeded  # forgotten before the checks (namespaces collected)
-    assert eng.finish_request() == (None, None) and calls == ["empty_cache"]
+    assert eng.finish_request() == (None, None)
+    assert _steps(log) == ["restore"]  # the host-only state, after the answer, no lease
+    assert not eng.lease.held
     eng.idle()
     assert len(snapshots) == 2  # the next request's, while idle
     outcome, retire, _ = _sandboxed(eng, tmp_path, "2", ok)
@@ -245,14 +300,40 @@ def test_sandbox_checks_before_the_outcome_reset_after_snapshot_while_idle(
     assert len(snapshots) == 3
 
 
-def test_sandbox_leak_retires_in_the_outcome(setup, tmp_path) -> None:
+def test_sandbox_host_state_failure_after_the_answer_retires_under_the_lease(
+    setup, tmp_path, monkeypatch
+) -> None:
     backend, _ = setup
     eng = backend.engine_under_test
+    log = _order(eng, backend, monkeypatch)
+
+    def cannot(*_: Any) -> None:
+        raise engine_module.StateNotRestored("resource limit 7 (64, 64) not restored")
+
+    assert eng.state is not None
+    monkeypatch.setattr(eng.state, "restore", cannot)
+    outcome, retire, _ = _sandboxed(eng, tmp_path, "state", "def f():\n    return 1\n")
+    assert (outcome["status"], retire) == ("COMPLETED", None) and not eng.lease.held
+    del log[:]
+    retire, detail = eng.finish_request()
+    assert (retire, detail) == ("process_state", "resource limit 7 (64, 64) not restored")
+    assert _steps(log) == ["acquire"] and eng.lease.held  # its exit stays under the lease
+
+
+def test_sandbox_file_leak_retires_in_the_outcome_under_the_lease(
+    setup, tmp_path, monkeypatch
+) -> None:
+    backend, _ = setup
+    eng = backend.engine_under_test
+    log = _order(eng, backend, monkeypatch)
     leak = "import builtins\ndef f():\n    builtins._kcoral_test_kept = open('kept.txt', 'w')\n"
     try:
+        del log[:]
         outcome, retire, detail = _sandboxed(eng, tmp_path, "leak", leak)
         assert (outcome["status"], retire) == ("COMPLETED", "sandbox_cleanup")
         assert "open files in the workspace" in (detail or "") and "kept.txt" in (detail or "")
+        # Found without the lease; taken again before the outcome: the exit stays under it.
+        assert _steps(log)[-3:] == ["release", "check_files", "acquire"]
         assert not eng.reset_pending  # a retiring child has no reset to do
         eng.idle()
         assert eng._sandbox_next is None  # nor a next request
@@ -261,6 +342,30 @@ def test_sandbox_leak_retires_in_the_outcome(setup, tmp_path) -> None:
 
         getattr(builtins, "_kcoral_test_kept").close()
         del builtins._kcoral_test_kept  # type: ignore[attr-defined]
+
+
+def test_sandbox_thread_leak_retires_without_giving_the_lease_back(
+    setup, tmp_path, monkeypatch
+) -> None:
+    backend, _ = setup
+    eng = backend.engine_under_test
+    log = _order(eng, backend, monkeypatch)
+    stop = "import threading\nstop = threading.Event()\n"
+    source = stop + "def f():\n    threading.Thread(target=stop.wait, name='kc-held').start()\n"
+    del log[:]
+    outcome, retire, detail = _sandboxed(eng, tmp_path, "thread", source)
+    try:
+        assert (outcome["status"], retire) == ("COMPLETED", "sandbox_cleanup")
+        assert "Python threads still running: kc-held" in (detail or "")
+        # The thread may still reach the GPU: the lease is never given back.
+        assert _steps(log) == ["acquire", "clean_and_check_process"]
+    finally:
+        import threading
+
+        for thread in threading.enumerate():
+            if thread.name == "kc-held":
+                thread._target.__self__.set()  # type: ignore[attr-defined]
+                thread.join()
 
 
 def test_sandbox_signal_handlers_go_back_before_the_checks(setup, tmp_path) -> None:
@@ -286,7 +391,7 @@ def test_sandbox_check_that_cannot_run_retires(setup, tmp_path, monkeypatch) -> 
     def fail(self: Any, workspace: str) -> None:
         raise OSError(24, "Too many open files")
 
-    monkeypatch.setattr(engine_module.SandboxState, "clean_and_check", fail)
+    monkeypatch.setattr(engine_module.SandboxState, "clean_and_check_process", fail)
     outcome, retire, detail = _sandboxed(eng, tmp_path, "fail", "def f():\n    return 1\n")
     assert (outcome["status"], retire) == ("COMPLETED", "sandbox_cleanup")
     assert detail == "sandbox checks failed: OSError: [Errno 24] Too many open files"
@@ -353,3 +458,34 @@ def test_target_and_uuid_helpers() -> None:
     except importlib.metadata.PackageNotFoundError:
         expected = {}
     assert devices.collect_versions("cpu") == expected
+
+
+def test_sandbox_state_drops_workspace_modules_new_or_replacing(tmp_path) -> None:
+    import sys
+    import types
+
+    from kcoral_runtime.hygiene import SandboxState
+
+    work = tmp_path / "ws"
+    work.mkdir()
+    state = SandboxState()
+    assert state.clean_and_check_process(str(work)) is None  # nothing changed: the quick path
+    kept_json = sys.modules["json"]
+    new = types.ModuleType("kc_new")
+    new.__file__ = str(work / "kc_new.py")
+    replacing = types.ModuleType("json")
+    replacing.__file__ = str(work / "json.py")
+    elsewhere = types.ModuleType("kc_elsewhere")  # new, but not from the workspace: kept
+    elsewhere.__file__ = str(tmp_path / "kc_elsewhere.py")
+    try:
+        sys.modules["json"] = replacing  # alone: as many modules as before, one replaced
+        assert state.clean_and_check_process(str(work)) is None
+        assert "json" not in sys.modules
+        sys.modules.update(kc_new=new, json=replacing, kc_elsewhere=elsewhere)
+        assert state.clean_and_check_process(str(work)) is None
+        assert "kc_new" not in sys.modules and "json" not in sys.modules
+        assert sys.modules["kc_elsewhere"] is elsewhere
+    finally:
+        sys.modules["json"] = kept_json
+        sys.modules.pop("kc_new", None)
+        sys.modules.pop("kc_elsewhere", None)
