@@ -621,6 +621,23 @@ Deno.test("sandbox (cpu, reused workers): cleanup, leftovers retire the worker",
       await assertCleanNextRequest(server, tag);
     });
 
+    await t.step("a module imported from /tmp is the workspace's: gone for the next", async () => {
+      // /tmp leads into /work/.kcoral/tmp: each request writes its own kc_tmp_mod and imports
+      // it from there; the same worker must import the second one, not keep the first.
+      const source = (value: number) =>
+        "import os, sys\n" +
+        "def f():\n" +
+        `    open('/tmp/kc_tmp_mod.py', 'w').write('VALUE = ${value}\\n')\n` +
+        "    sys.path.insert(0, '/tmp')\n" +
+        "    import kc_tmp_mod\n" +
+        "    return [os.getpid(), kc_tmp_mod.VALUE]\n";
+      const values = async (value: number) =>
+        out<{ value: number }[]>(await run(server, source(value))).map((v) => v.value);
+      const [pid, first] = await values(1);
+      const [again, second] = await values(2);
+      assert.deepEqual([again, first, second], [pid, 1, 2]);
+    });
+
     const leftovers: [string, string, string][] = [
       [
         "a thread still running",

@@ -387,6 +387,31 @@ def forget_workspace_imports(workspace: str) -> None:
     importlib.invalidate_caches()
 
 
+# Paths a sandbox links into the workspace (server/sandbox.ts): ``/tmp`` and ``/var/tmp`` to
+# ``/work/.kcoral/tmp``, ``/dev/shm`` to ``/work/.kcoral/shm``. A module imported through one
+# of them names it in its ``__file__``, not ``/work``.
+WORKSPACE_ALIASES: Tuple[str, ...] = ("/tmp", "/var/tmp", "/dev/shm")
+_SPELLINGS: Dict[str, Tuple[str, ...]] = {}
+
+
+def workspace_spellings(workspace: str) -> Tuple[str, ...]:
+    """The paths under which the files of ``workspace`` can be named: its absolute and real
+    path and each of ``WORKSPACE_ALIASES`` that leads into it. Remembered per workspace path:
+    a sandbox's ``/work`` and its links stay what they are for the sandbox's life."""
+    known = _SPELLINGS.get(workspace)
+    if known is not None:
+        return known
+    root = os.path.realpath(workspace)
+    spellings = [os.path.abspath(workspace), root]
+    for alias in WORKSPACE_ALIASES:
+        if alias not in spellings and _under(os.path.realpath(alias), root):
+            spellings.append(alias)
+    known = tuple(dict.fromkeys(spellings))
+    if len(_SPELLINGS) < 64:  # unsandboxed checks see a new host directory per request
+        _SPELLINGS[workspace] = known
+    return known
+
+
 def mapped_under(root: str, roots: Tuple[str, ...]) -> Set[str]:
     """The files under ``root`` this process maps (``/proc/self/maps``; ``roots``: the spellings
     of ``root`` whose occurrence in the text makes it worth parsing)."""
@@ -435,7 +460,7 @@ class SandboxState:
         the request (or None). When it finds none, no code of the program can run any more in
         this process (its signal handlers and interpreter hooks already went back)."""
         self.workspace = root = os.path.realpath(workspace)
-        self.roots = tuple(dict.fromkeys((os.path.abspath(workspace), root)))
+        self.roots = workspace_spellings(workspace)
         sys.path[:] = self.sys_path
         modules = sys.modules
         if list(modules.values()) != self.module_values or list(modules) != self.module_names:
@@ -444,9 +469,10 @@ class SandboxState:
                 module = modules.get(name)
                 if module is not None and self._from_workspace(module):
                     del modules[name]
-        prefix = root + "/"
+        roots = self.roots
+        prefixes = tuple(r + "/" for r in roots)
         cache = sys.path_importer_cache
-        for key in [k for k in cache if type(k) is str and (k == root or k.startswith(prefix))]:
+        for key in [k for k in cache if type(k) is str and (k in roots or k.startswith(prefixes))]:
             del cache[key]
         importlib.invalidate_caches()
 

@@ -489,3 +489,33 @@ def test_sandbox_state_drops_workspace_modules_new_or_replacing(tmp_path) -> Non
         sys.modules["json"] = kept_json
         sys.modules.pop("kc_new", None)
         sys.modules.pop("kc_elsewhere", None)
+
+
+def test_sandbox_state_drops_modules_imported_through_a_link_into_the_workspace(
+    tmp_path, monkeypatch
+) -> None:
+    """In a sandbox ``/tmp`` leads to ``/work/.kcoral/tmp``: a module imported from ``/tmp``
+    is the workspace's, and the next request (another workspace) must not find it."""
+    import sys
+    import types
+
+    from kcoral_runtime import hygiene
+
+    work = tmp_path / "ws"
+    (work / ".kcoral" / "tmp").mkdir(parents=True)
+    alias = tmp_path / "tmp-link"
+    alias.symlink_to(work / ".kcoral" / "tmp")
+    monkeypatch.setattr(hygiene, "WORKSPACE_ALIASES", (str(alias),))
+    monkeypatch.setattr(hygiene, "_SPELLINGS", {})
+    state = hygiene.SandboxState()
+    module = types.ModuleType("kc_via_link")
+    module.__file__ = str(alias / "kc_via_link.py")
+    sys.modules["kc_via_link"] = module
+    sys.path_importer_cache[str(alias)] = None
+    try:
+        assert state.clean_and_check_process(str(work)) is None
+        assert "kc_via_link" not in sys.modules
+        assert str(alias) not in sys.path_importer_cache
+    finally:
+        sys.modules.pop("kc_via_link", None)
+        sys.path_importer_cache.pop(str(alias), None)
