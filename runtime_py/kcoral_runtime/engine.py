@@ -365,7 +365,8 @@ class Engine:
             gc.collect()
             detail = sandbox_state.clean_and_check_process(workspace)
         except Exception as exc:
-            return self._retiring("sandbox_cleanup", f"sandbox checks failed: {type(exc).__name__}: {exc}")
+            detail = f"sandbox checks failed: {type(exc).__name__}: {exc}"
+            return self._retiring("sandbox_cleanup", detail)
         if detail is not None:
             return self._retiring("sandbox_cleanup", detail)
         try:

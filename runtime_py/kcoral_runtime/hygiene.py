@@ -391,13 +391,14 @@ def forget_workspace_imports(workspace: str) -> None:
 # ``/work/.kcoral/tmp``, ``/dev/shm`` to ``/work/.kcoral/shm``. A module imported through one
 # of them names it in its ``__file__``, not ``/work``.
 WORKSPACE_ALIASES: Tuple[str, ...] = ("/tmp", "/var/tmp", "/dev/shm")
-_SPELLINGS: Dict[str, Tuple[str, ...]] = {}
+_SPELLINGS: Dict[str, Tuple[str, Tuple[str, ...]]] = {}
 
 
-def workspace_spellings(workspace: str) -> Tuple[str, ...]:
-    """The paths under which the files of ``workspace`` can be named: its absolute and real
-    path and each of ``WORKSPACE_ALIASES`` that leads into it. Remembered per workspace path:
-    a sandbox's ``/work`` and its links stay what they are for the sandbox's life."""
+def workspace_root(workspace: str) -> Tuple[str, Tuple[str, ...]]:
+    """The real path of ``workspace`` and the paths under which its files can be named: its
+    absolute and real path and each of ``WORKSPACE_ALIASES`` that leads into it. Remembered
+    per workspace path: a sandbox's ``/work`` and its links stay what they are for the
+    sandbox's life."""
     known = _SPELLINGS.get(workspace)
     if known is not None:
         return known
@@ -406,7 +407,7 @@ def workspace_spellings(workspace: str) -> Tuple[str, ...]:
     for alias in WORKSPACE_ALIASES:
         if alias not in spellings and _under(os.path.realpath(alias), root):
             spellings.append(alias)
-    known = tuple(dict.fromkeys(spellings))
+    known = (root, tuple(dict.fromkeys(spellings)))
     if len(_SPELLINGS) < 64:  # unsandboxed checks see a new host directory per request
         _SPELLINGS[workspace] = known
     return known
@@ -459,8 +460,8 @@ class SandboxState:
         """Undo imports from ``workspace``; describe the threads and audit hooks that outlived
         the request (or None). When it finds none, no code of the program can run any more in
         this process (its signal handlers and interpreter hooks already went back)."""
-        self.workspace = root = os.path.realpath(workspace)
-        self.roots = workspace_spellings(workspace)
+        root, self.roots = workspace_root(workspace)
+        self.workspace = root
         sys.path[:] = self.sys_path
         modules = sys.modules
         if list(modules.values()) != self.module_values or list(modules) != self.module_names:
