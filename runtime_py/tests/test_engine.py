@@ -218,6 +218,14 @@ def _order(eng: Engine, backend: Any, monkeypatch) -> List[str]:
     return log
 
 
+@pytest.fixture
+def ordered(setup, monkeypatch):
+    """The engine under test and its lease log with the reset's and checks' steps in it."""
+    backend, _ = setup
+    eng = backend.engine_under_test
+    return eng, _order(eng, backend, monkeypatch)
+
+
 _STEPS = {"acquire", "release", "empty_cache", "restore", "clean_and_check_process", "check_files"}
 
 
@@ -264,11 +272,9 @@ def _sandboxed(eng: Engine, tmp_path: Path, name: str, source: str):
 
 
 def test_sandbox_checks_before_the_outcome_reset_after_snapshot_while_idle(
-    setup, tmp_path, monkeypatch
+    ordered, tmp_path, monkeypatch
 ) -> None:
-    backend, _ = setup
-    eng = backend.engine_under_test
-    log = _order(eng, backend, monkeypatch)
+    eng, log = ordered
     snapshots: List[object] = []
 
     class Counted(engine_module.SandboxState):
@@ -301,11 +307,9 @@ def test_sandbox_checks_before_the_outcome_reset_after_snapshot_while_idle(
 
 
 def test_sandbox_host_state_failure_after_the_answer_retires_under_the_lease(
-    setup, tmp_path, monkeypatch
+    ordered, tmp_path, monkeypatch
 ) -> None:
-    backend, _ = setup
-    eng = backend.engine_under_test
-    log = _order(eng, backend, monkeypatch)
+    eng, log = ordered
 
     def cannot(*_: Any) -> None:
         raise engine_module.StateNotRestored("resource limit 7 (64, 64) not restored")
@@ -320,12 +324,8 @@ def test_sandbox_host_state_failure_after_the_answer_retires_under_the_lease(
     assert _steps(log) == ["acquire"] and eng.lease.held  # its exit stays under the lease
 
 
-def test_sandbox_file_leak_retires_in_the_outcome_under_the_lease(
-    setup, tmp_path, monkeypatch
-) -> None:
-    backend, _ = setup
-    eng = backend.engine_under_test
-    log = _order(eng, backend, monkeypatch)
+def test_sandbox_file_leak_retires_in_the_outcome_under_the_lease(ordered, tmp_path, monkeypatch) -> None:
+    eng, log = ordered
     leak = "import builtins\ndef f():\n    builtins._kcoral_test_kept = open('kept.txt', 'w')\n"
     try:
         del log[:]
@@ -344,12 +344,8 @@ def test_sandbox_file_leak_retires_in_the_outcome_under_the_lease(
         del builtins._kcoral_test_kept  # type: ignore[attr-defined]
 
 
-def test_sandbox_thread_leak_retires_without_giving_the_lease_back(
-    setup, tmp_path, monkeypatch
-) -> None:
-    backend, _ = setup
-    eng = backend.engine_under_test
-    log = _order(eng, backend, monkeypatch)
+def test_sandbox_thread_leak_retires_without_giving_the_lease_back(ordered, tmp_path, monkeypatch) -> None:
+    eng, log = ordered
     stop = "import threading\nstop = threading.Event()\n"
     source = stop + "def f():\n    threading.Thread(target=stop.wait, name='kc-held').start()\n"
     del log[:]
