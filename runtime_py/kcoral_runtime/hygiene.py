@@ -25,7 +25,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Set, Tuple
 
 from . import procs
 
@@ -413,18 +413,74 @@ def workspace_root(workspace: str) -> Tuple[str, Tuple[str, ...]]:
     return known
 
 
-def mapped_under(root: str, roots: Tuple[str, ...]) -> Set[str]:
+def file_mapping_ranges() -> Optional[FrozenSet[str]]:
+    """The address ranges of this process's file-backed mappings, named as in
+    ``/proc/self/map_files`` (a directory listing: no path per mapping, unlike
+    ``/proc/self/maps``), or None where it cannot be listed."""
+    try:
+        return frozenset(os.listdir("/proc/self/map_files"))
+    except OSError:
+        return None
+
+
+# Ranges (``/proc/self/map_files`` names) known to map no workspace file: every file-backed
+# mapping the process had before any program ran (``learn_first_mappings``), and every mapping
+# of a library (a file with an executable mapping) mapped later from outside the workspace. A
+# library stays mapped where it is (Python never unloads an extension module; the runtime
+# unloads only uploaded libraries, which live in the workspace and are never here), and what
+# was mapped before any program (the runtime's libraries, the C library's locale files) stays
+# too: no workspace file can be mapped in one of these ranges unless a program unmaps what the
+# runtime mapped.
+KNOWN_RANGES: Set[str] = set()
+_FIRST_MAPPINGS_LEARNED: List[bool] = []
+
+
+def _range_name(maps_range: str) -> str:
+    """A ``/proc/self/maps`` range as ``/proc/self/map_files`` names it (no zero padding)."""
+    start, _, end = maps_range.partition("-")
+    return f"{int(start, 16):x}-{int(end, 16):x}"
+
+
+def learn_first_mappings() -> None:
+    """Adds every file-backed mapping to ``KNOWN_RANGES``; once per process, before any program
+    runs in it (the first sandbox snapshot)."""
+    if _FIRST_MAPPINGS_LEARNED:
+        return
+    _FIRST_MAPPINGS_LEARNED.append(True)
+    with open("/proc/self/maps", "rb") as maps:
+        lines = maps.read().decode(errors="replace").splitlines()
+    for line in lines:
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[5].startswith("/"):
+            KNOWN_RANGES.add(_range_name(fields[0]))
+
+
+def mapped_under(root: str, roots: Tuple[str, ...], learn: bool = False) -> Set[str]:
     """The files under ``root`` this process maps (``/proc/self/maps``; ``roots``: the spellings
-    of ``root`` whose occurrence in the text makes it worth parsing)."""
+    of ``root`` whose occurrence in the text makes it worth parsing). ``learn``: also add the
+    ranges of the libraries mapped from outside ``root`` to ``KNOWN_RANGES``."""
     with open("/proc/self/maps", "rb") as maps:
         data = maps.read()
     mapped: Set[str] = set()
-    # Hundreds of lines with torch loaded: parse only when a workspace path occurs.
-    if any(r.encode() in data for r in roots):
-        for line in data.decode(errors="replace").splitlines():
-            fields = line.split(maxsplit=5)
-            if len(fields) == 6 and _under(fields[5], root):
-                mapped.add(fields[5])
+    # Hundreds of lines with torch loaded: parse only when a workspace path occurs, or to learn.
+    if not learn and not any(r.encode() in data for r in roots):
+        return mapped
+    ranges: Dict[str, List[str]] = {}
+    libraries: Set[str] = set()
+    for line in data.decode(errors="replace").splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) != 6 or not fields[5].startswith("/"):
+            continue
+        path = fields[5]
+        if _under(path, root):
+            mapped.add(path)
+        elif learn:
+            ranges.setdefault(path, []).append(_range_name(fields[0]))
+            if "x" in fields[1]:
+                libraries.add(path)
+    if learn and not mapped:
+        for path in libraries:
+            KNOWN_RANGES.update(ranges[path])
     return mapped
 
 
@@ -447,6 +503,7 @@ class SandboxState:
         self.module_values = list(self.modules.values())
         self.threads = _native_threads()
         self.python_threads = {t.ident for t in threading.enumerate()}
+        learn_first_mappings()
         self.workspace = ""
         self.roots: Tuple[str, ...] = ()
 
@@ -507,10 +564,19 @@ class SandboxState:
                 fds.append(f"{fd} -> {target}")
         if fds:
             problems.append("open files in the workspace: " + ", ".join(fds))
-        mapped = mapped_under(root, self.roots)
+        mapped = self._new_mappings_under(root)
         if mapped:
             problems.append("workspace files still mapped: " + ", ".join(sorted(mapped)))
         return "; ".join(problems) if problems else None
+
+    def _new_mappings_under(self, root: str) -> Set[str]:
+        """The files under ``root`` still mapped. When every file-backed range is one known to
+        map none (``KNOWN_RANGES``), there is none, and the names (``/proc/self/maps``, a path
+        per mapping) are not read."""
+        now = file_mapping_ranges()
+        if now is not None and now <= KNOWN_RANGES:
+            return set()
+        return mapped_under(root, self.roots, learn=now is not None)
 
     def _from_workspace(self, module: Any) -> bool:
         """Imported from the workspace (string checks only: no syscall per module)."""

@@ -515,3 +515,60 @@ def test_sandbox_state_drops_modules_imported_through_a_link_into_the_workspace(
     finally:
         sys.modules.pop("kc_via_link", None)
         sys.path_importer_cache.pop(str(alias), None)
+
+
+def test_sandbox_mapping_check_reads_names_only_for_ranges_it_does_not_know(
+    tmp_path, monkeypatch
+) -> None:
+    """``/proc/self/maps`` (a path per mapping) is read only when a file-backed range exists
+    that was neither there before any program nor a library's from outside the workspace."""
+    import ctypes
+    import mmap
+    import subprocess
+
+    from kcoral_runtime import hygiene
+
+    from _doubles import c_compiler
+
+    monkeypatch.setattr(hygiene, "KNOWN_RANGES", set())
+    monkeypatch.setattr(hygiene, "_FIRST_MAPPINGS_LEARNED", [])
+    reads: List[bool] = []
+    real = hygiene.mapped_under
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(True)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hygiene, "mapped_under", counted)
+    work = tmp_path / "ws"
+    work.mkdir()
+    state = hygiene.SandboxState()  # the first snapshot: what is mapped now is known
+    assert hygiene.file_mapping_ranges() <= hygiene.KNOWN_RANGES
+    assert state.clean_and_check(str(work)) is None and len(reads) == 0
+
+    def mapped(path: Path) -> mmap.mmap:
+        path.write_bytes(bytes(4096))
+        with open(path, "r+b") as fh:
+            return mmap.mmap(fh.fileno(), 4096)
+
+    inside = mapped(work / "kept.bin")
+    try:
+        detail = state.clean_and_check(str(work))
+        assert detail is not None and "kept.bin" in detail and len(reads) == 1
+    finally:
+        inside.close()
+    outside = mapped(tmp_path / "data.bin")  # a data file outside: fine, but never learned
+    try:
+        assert state.clean_and_check(str(work)) is None and len(reads) == 2
+        assert state.clean_and_check(str(work)) is None and len(reads) == 3
+    finally:
+        outside.close()
+    source = tmp_path / "kc_lib.c"
+    source.write_text("int kc_lib_answer(void) { return 42; }\n")
+    subprocess.run([c_compiler(), "-shared", "-fPIC", str(source), "-o", str(tmp_path / "kc.so")],
+                   check=True)
+    assert ctypes.CDLL(str(tmp_path / "kc.so")).kc_lib_answer() == 42  # a library, outside
+    assert state.clean_and_check(str(work)) is None and len(reads) == 4  # read once, learned
+    assert state.clean_and_check(str(work)) is None and len(reads) == 4
+    monkeypatch.setattr(hygiene, "file_mapping_ranges", lambda: None)  # cannot be listed
+    assert state.clean_and_check(str(work)) is None and len(reads) == 5
