@@ -119,6 +119,7 @@ def phases():
         "native_threads": timed(hygiene._native_threads),
         "fd_links": timed(fds),
         "maps": timed(lambda: hygiene.mapped_under(ws, (ws,))),
+        "map_files": timed(hygiene.file_mapping_ranges),
         "clean_and_check": timed(lambda: state.clean_and_check(ws)),
         "snapshot": timed(hygiene.SandboxState),
         "empty_cache": timed(backend.empty_cache),
