@@ -501,6 +501,7 @@ class SandboxState:
         # added or replaced, and the per-module scan is skipped (~10 us against ~90 for 1150).
         self.module_names = list(self.modules)
         self.module_values = list(self.modules.values())
+        self.importer_keys = set(sys.path_importer_cache)
         self.threads = _native_threads()
         self.python_threads = {t.ident for t in threading.enumerate()}
         learn_first_mappings()
@@ -521,7 +522,9 @@ class SandboxState:
         self.workspace = root
         sys.path[:] = self.sys_path
         modules = sys.modules
-        if list(modules.values()) != self.module_values or list(modules) != self.module_names:
+        values, names = self.module_values, self.module_names
+        imported = list(modules.values()) != values or list(modules) != names
+        if imported:
             before = self.modules
             for name in [n for n, m in modules.items() if before.get(n) is not m]:
                 module = modules.get(name)
@@ -532,7 +535,10 @@ class SandboxState:
         cache = sys.path_importer_cache
         for key in [k for k in cache if type(k) is str and (k in roots or k.startswith(prefixes))]:
             del cache[key]
-        importlib.invalidate_caches()
+        # With no module added or replaced and no new directory looked in, no finder can hold a
+        # listing the request changed (the workspace's own are gone): nothing to invalidate.
+        if imported or not self.importer_keys.issuperset(cache):
+            importlib.invalidate_caches()
 
         problems: List[str] = []
         new_python = [

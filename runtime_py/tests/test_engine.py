@@ -572,3 +572,31 @@ def test_sandbox_mapping_check_reads_names_only_for_ranges_it_does_not_know(
     assert state.clean_and_check(str(work)) is None and len(reads) == 4
     monkeypatch.setattr(hygiene, "file_mapping_ranges", lambda: None)  # cannot be listed
     assert state.clean_and_check(str(work)) is None and len(reads) == 5
+
+
+def test_sandbox_state_invalidates_import_caches_only_after_imports(tmp_path, monkeypatch) -> None:
+    import importlib
+    import sys
+    import types
+
+    from kcoral_runtime.hygiene import SandboxState
+
+    work = tmp_path / "ws"
+    work.mkdir()
+    calls: List[bool] = []
+    real = importlib.invalidate_caches
+    monkeypatch.setattr(importlib, "invalidate_caches", lambda: (calls.append(True), real()))
+    state = SandboxState()
+    sys.path_importer_cache[str(work)] = None  # the workspace's own finder: dropped, no more
+    assert state.clean_and_check_process(str(work)) is None and calls == []
+    elsewhere = str(tmp_path / "elsewhere")
+    sys.path_importer_cache[elsewhere] = None  # a directory looked in for the first time
+    try:
+        assert state.clean_and_check_process(str(work)) is None and calls == [True]
+    finally:
+        sys.path_importer_cache.pop(elsewhere, None)
+    sys.modules["kc_added"] = types.ModuleType("kc_added")  # a module added
+    try:
+        assert state.clean_and_check_process(str(work)) is None and calls == [True, True]
+    finally:
+        sys.modules.pop("kc_added", None)
