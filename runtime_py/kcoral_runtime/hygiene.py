@@ -6,10 +6,12 @@
   ``init`` and written back (only what changed) after each request — the interpreter's first,
   right after the last instruction; what cannot be written back (a lowered hard limit) raises
   ``StateNotRestored`` (-> retire).
-* ``SandboxState``: in sandbox mode, ``sys.path``/modules from the workspace are undone and
-  threads, fds, mappings and audit hooks that outlive the request are reported (-> retire). An
-  audit hook cannot be removed, nor listed: a sandboxed zygote installs ``watch_audit_hooks``,
-  which its children inherit, to notice a program adding one.
+* ``SandboxState``: in sandbox mode, ``sys.path``/modules from the workspace (also through the
+  links that lead into it, ``WORKSPACE_ALIASES``) are undone and threads, fds, mappings and audit
+  hooks that outlive the request are reported (-> retire). Mappings: ``/proc/self/map_files``
+  is listed, and ``/proc/self/maps`` read only when a range exists that ``KNOWN_RANGES`` does
+  not hold. An audit hook cannot be removed, nor listed: a sandboxed zygote installs
+  ``watch_audit_hooks``, which its children inherit, to notice a program adding one.
 * leftover child processes: found with one ``waitpid``, killed, and reported (-> retire).
 """
 
