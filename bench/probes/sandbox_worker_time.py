@@ -4,10 +4,11 @@
 sandbox snapshot, where the runtime has it). The request is sent as the server sends it
 (``reply_before_reset``); 400 requests, the first 50 dropped, medians in µs.
 
-    python3 bench/probes/sandbox_worker_time.py [gpu] [none] [phases]   # from the repository root
+    python3 bench/probes/sandbox_worker_time.py [gpu] [none] [capture] [phases]   # from the repo root
 
 ``gpu``: a CUDA context (GpuBackend), else simulated GPUs (torch on the CPU); ``none``: without
-the sandbox checks; ``phases``: also the median of each piece of the hygiene on its own (µs), in
+the sandbox checks; ``capture``: with the output captured as a client's default 1 MiB limit asks
+(else no capture); ``phases``: also the median of each piece of the hygiene on its own (µs), in
 this process as a worker has it. Run it in two trees to compare them (each imports its own
 runtime_py).
 """
@@ -32,6 +33,7 @@ backend = GpuBackend({}) if "gpu" in sys.argv[1:] else SimBackend({}, 1)
 backend.init()
 backend.reused = True
 sandbox = "none" not in sys.argv[1:]
+OUTPUT_LIMIT = (1 << 20) if "capture" in sys.argv[1:] else 0
 eng = Engine(backend, NoLease(), lambda i: None)
 eng.snapshot_state()
 warm_thread_pools(backend.torch)
@@ -50,7 +52,7 @@ for i in range(400):
     os.mkdir(work)
     os.mkdir(results)
     req = {"program": program, "blobs": {}, "workspace": work, "results": results,
-           "output_limit_bytes": 0, "max_return_bytes": 1 << 20, "sandbox": sandbox,
+           "output_limit_bytes": OUTPUT_LIMIT, "max_return_bytes": 1 << 20, "sandbox": sandbox,
            "reply_before_reset": True}
     t0 = time.perf_counter_ns()
     outcome, retire, detail = eng.execute(req, False)
