@@ -7,7 +7,8 @@
  *   start ──run──▶ child            deadline running
  *     ◀── lease acquire ──  pause the deadline; wait in the lease FIFO; grant; deadline runs again
  *     ◀── lease release ──  release (the time held is counted)
- *     ◀── instr k ──        remember k (a crash is attributed to instruction k)
+ *     ◀── instr k ──        remember k (a crash is attributed to instruction k; a child marks
+ *                           k in a page its zygote reads, and `exited` carries it instead)
  *     ◀── outcome ──        kept child: done (or its hygiene after the answer, until `clean`:
  *                           lease frames served as before, whatever is held released at `clean`)
  *                           retiring child: done; the lease is released once it has exited
@@ -357,7 +358,10 @@ class _ProgramRun {
     this.#p.leases?.cancel(this.#p.holder);
     const held = this.#heldNow();
     this.#releaseLease();
-    return this.#result({ kind: "crashed", exit, instructionIndex: this.#lastInstruction }, held);
+    // The child marks each instruction in a page its zygote reads after the crash; `instr`
+    // frames (a runtime that still sends them) are the fallback.
+    const instructionIndex = exit.instruction ?? this.#lastInstruction;
+    return this.#result({ kind: "crashed", exit, instructionIndex }, held);
   }
 }
 

@@ -436,6 +436,7 @@ export class Slot implements SeatSlot {
           signal: frame.signal,
           orphans: frame.orphans,
           slotDied: false,
+          instruction: frame.instr ?? null,
         });
         return;
       }

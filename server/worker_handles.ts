@@ -38,6 +38,11 @@ export interface ChildExit {
   orphans: boolean;
   /** The whole slot (zygote) died; the child is gone with it. */
   slotDied: boolean;
+  /**
+   * The instruction the child last started in its current request, as its zygote read it from
+   * the page they share (`runtime_py/kcoral_runtime/progress.py`); `null`: none, or unknown.
+   */
+  instruction?: number | null;
 }
 
 /** What a run needs of a child: frames both ways, its exit, a kill. */

@@ -77,6 +77,8 @@ export type ZygoteReport =
     code: number | null;
     signal: number | null;
     orphans: boolean;
+    /** The instruction the child last started in its current request (absent: none). */
+    instr?: number;
   }
   | { t: "error"; message: string };
 
@@ -173,6 +175,7 @@ const _ZYGOTE_FIELDS: Record<string, Record<string, (v: unknown) => boolean>> = 
     code: _isIntOrNull,
     signal: _isIntOrNull,
     orphans: (v) => v === true || v === false,
+    instr: (v) => v === undefined || (_isInt(v) && (v as number) >= 0),
   },
   error: { message: _isStr },
 };

@@ -142,6 +142,16 @@ Deno.test("run: a child that dies is a crash attributed to its last instruction"
   assert.equal(run.end.kind === "crashed" && run.end.instructionIndex, 2);
 });
 
+Deno.test("run: a crash is attributed to the instruction its exit names", async () => {
+  const child = new FakeChild((frame, c) => {
+    if (frame.t !== "run") return;
+    c.say({ t: "instr", i: 0 }); // a frame, then the page the zygote read: the page wins
+    c.die({ code: 7, signal: null, orphans: false, slotDied: false, instruction: 3 });
+  });
+  const run = await runProgram(params(child));
+  assert.equal(run.end.kind === "crashed" && run.end.instructionIndex, 3);
+});
+
 Deno.test("run: a frame of the wrong shape is an invalid answer, and the child is killed", async () => {
   for (const frame of [{ t: "bogus" }, { t: "instr", i: "two" }, { t: "outcome", outcome: 3 }]) {
     const child = new FakeChild((f, c) => {

@@ -55,6 +55,7 @@ const REPORTS: { zygote: Frame[]; child: Frame[] } = {
     },
     { t: "forked", c: 1, pid: 8, monotonic_ns: 123 },
     { t: "exited", c: 1, code: null, signal: 9, orphans: false },
+    { t: "exited", c: 1, code: 7, signal: null, orphans: false, instr: 2 },
     { t: "error", message: "zygote startup failed" },
   ],
   child: [
@@ -108,6 +109,8 @@ Deno.test("worker frames: reports of the wrong shape are refused", () => {
   const bad: [(f: Frame) => unknown, Frame][] = [
     [parseZygoteReport, { t: "forked", c: 1, pid: "2" }],
     [parseZygoteReport, { t: "exited", c: 1, code: "0", signal: null, orphans: false }],
+    [parseZygoteReport, { t: "exited", c: 1, code: 1, signal: null, orphans: false, instr: -1 }],
+    [parseZygoteReport, { t: "exited", c: 1, code: 1, signal: null, orphans: false, instr: "2" }],
     [parseZygoteReport, { t: "ready", c: 1 }], // a child's frame is not the zygote's
     [parseChildReport, { t: "instr", c: 1 }],
     [parseChildReport, { t: "lease", c: 1, a: "steal" }],

@@ -14,6 +14,7 @@ from the zygote.
 from __future__ import annotations
 
 import gc
+import mmap
 import os
 import signal
 import socket
@@ -21,7 +22,7 @@ import sys
 import traceback
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import devices, procs
+from . import devices, procs, progress
 from .devices import CpuBackend, make_backend
 from .engine import Engine
 from .frames import Clean, InitFailed, Outcome, Ready
@@ -77,8 +78,10 @@ class Child:
         versions: Dict[str, str],
         sim_devices: int,
         max_requests: int,
+        progress_page: mmap.mmap,
     ) -> None:
         self.channel = FrameSocket(sock)
+        self.progress_page = progress_page
         self.mode = mode
         self.versions = versions
         self.sim_devices = sim_devices
@@ -91,7 +94,7 @@ class Child:
     # ------------------------------------------------------------------ frames
 
     def _notify_instr(self, index: int) -> None:
-        self.channel.send_raw(b'{"t":"instr","i":%d}' % index)
+        progress.mark(self.progress_page, index)  # the zygote reads it if we crash
 
     def prepare(self) -> None:
         """Makes the backend and does its lease-free set-up; a failure is answered at ``init``."""
@@ -158,6 +161,7 @@ class Child:
 
     def _run(self, req: Dict[str, Any]) -> None:
         assert self.engine is not None
+        progress.mark(self.progress_page, progress.NONE)  # no instruction of this request yet
         self.served += 1
         last = self.max_requests > 0 and self.served >= self.max_requests
         engine = self.engine
@@ -168,6 +172,7 @@ class Child:
         pending = engine.reset_pending
         if pending:
             frame["cleanup"] = True  # the server keeps our lease and seat until ``clean``
+        progress.mark(self.progress_page, progress.NONE)  # the request's instructions are over
         self.channel.send(frame)
         if retire is not None:
             _exit(0)
@@ -193,8 +198,10 @@ def main(
     env: Dict[str, str],
     unset: List[str],
     max_requests: int,
+    progress_page: mmap.mmap,
 ) -> None:
-    """Entry point right after fork (the zygote already closed its own fds in us)."""
+    """Entry point right after fork (the zygote already closed its own fds in us);
+    ``progress_page``: shared with the zygote, which reports the instruction a crash hit."""
     procs.set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != zygote_pid:
         os._exit(1)  # the zygote died before we could ask to follow it
@@ -211,4 +218,4 @@ def main(
         os.environ[name] = value
     use_private_fd()
     _reseed_numpy()
-    Child(sock, mode, versions, sim_devices, max_requests).serve()
+    Child(sock, mode, versions, sim_devices, max_requests, progress_page).serve()

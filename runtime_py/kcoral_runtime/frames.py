@@ -105,12 +105,16 @@ class Forked(TypedDict):
     monotonic_ns: int
 
 
-class Exited(TypedDict):
+class _ExitedRequired(TypedDict):
     t: str  # "exited"
     c: int
     code: Optional[int]
     signal: Optional[int]
     orphans: bool
+
+
+class Exited(_ExitedRequired, total=False):
+    instr: int  # the instruction the child last started in its current request (``progress``)
 
 
 class ZygoteFailed(TypedDict):

@@ -32,6 +32,7 @@ import argparse  # noqa: E402
 import fcntl  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
+import mmap  # noqa: E402
 import platform  # noqa: E402
 import selectors  # noqa: E402
 import signal  # noqa: E402
@@ -41,7 +42,7 @@ import traceback  # noqa: E402
 import warnings  # noqa: E402
 from typing import Any, Dict, List, Optional, Set  # noqa: E402
 
-from . import procs, seccomp  # noqa: E402
+from . import procs, progress, seccomp  # noqa: E402
 from .frames import Exited, Forked, Hello  # noqa: E402
 from .workspace import WorkspaceMounts, drop_capabilities  # noqa: E402
 from .ipc import FrameDecoder, OutQueue, dumps, frame, frame_with_suffix  # noqa: E402
@@ -53,10 +54,12 @@ _F_SETPIPE_SZ = 1031
 
 
 class ChildRecord:
-    def __init__(self, c: int, pid: int, sock: socket.socket) -> None:
+    def __init__(self, c: int, pid: int, sock: socket.socket, progress: mmap.mmap) -> None:
         self.c = c
         self.pid = pid
         self.sock = sock
+        # Shared with the child: the index of the instruction it is running (``progress``).
+        self.progress = progress
         self.decoder = FrameDecoder()
         self.out = OutQueue()
         self.eof = False  # the socket reached end of stream (every frame relayed)
@@ -304,6 +307,7 @@ class Zygote:
         unset = [str(name) for name in (msg.get("unset") or [])]
         max_requests = int(msg.get("max_requests", 1))
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        shared = progress.new_page()
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -317,7 +321,7 @@ class Zygote:
                 from . import child
 
                 child.main(theirs, self.pid, self.mode, self.versions, self.sim_devices,
-                           env, unset, max_requests)
+                           env, unset, max_requests, shared)
                 code = 0
             except BaseException:
                 try:
@@ -332,7 +336,7 @@ class Zygote:
         except OSError:
             pass
         ours.setblocking(False)
-        rec = ChildRecord(c, pid, ours)
+        rec = ChildRecord(c, pid, ours, shared)
         self.children[c] = rec
         self.by_pid[pid] = rec
         self.selector.register(ours, selectors.EVENT_READ, rec)
@@ -354,6 +358,7 @@ class Zygote:
         ours.close()  # our copies only: the zygote keeps its own
         for rec in self.children.values():
             rec.sock.close()
+            rec.progress.close()  # another child's page: not ours to see or write
         if self.mounts is not None:
             # Before any program runs: no handle on other workspaces, no capability at all.
             self.mounts.close()
@@ -474,8 +479,13 @@ class Zygote:
             except OSError:
                 pass
             status = procs.decode_status(rec.status)
-            self.send(Exited(t="exited", c=rec.c, code=status["code"], signal=status["signal"],
-                             orphans=rec.orphans))
+            exited = Exited(t="exited", c=rec.c, code=status["code"], signal=status["signal"],
+                            orphans=rec.orphans)
+            instruction = progress.read(rec.progress)
+            if instruction is not None:
+                exited["instr"] = instruction
+            rec.progress.close()
+            self.send(exited)
 
     def _stop(self, report: bool) -> None:
         if not self.stopping:

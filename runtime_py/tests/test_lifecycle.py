@@ -254,20 +254,36 @@ def test_kill_takes_the_whole_tree(cpu_zygote, make_request, kc, tmp_path, mode,
         assert grace <= elapsed < grace + 3
     else:
         assert elapsed < 3
-    frames = [f["t"] for f in cpu_zygote.frames_of(handle.c, start)]
-    assert frames == ["instr", "instr", "instr", "exited"]
+    frames = cpu_zygote.frames_of(handle.c, start)
+    assert [f["t"] for f in frames] == ["exited"] and frames[0]["instr"] == 2
 
 
-def test_exit_mid_run_reports_exited_after_instr(cpu_zygote, make_request, kc) -> None:
+def test_exit_mid_run_reports_the_instruction_in_exited(cpu_zygote, make_request, kc) -> None:
+    """The child marks each instruction in the page it shares with its zygote (no frame per
+    instruction); ``exited`` carries the one it died in, and only one of its current request."""
     handle = cpu_zygote.child(max_requests=0)
+    start = cpu_zygote.mark()
+    r = handle.run(make_request(kc.call("def main():\n    return 1\n")))
+    assert r.outcome["status"] == "COMPLETED"
+    assert [f["t"] for f in r.frames] == ["outcome"]  # no frame per instruction
     start = cpu_zygote.mark()
     handle.send({"t": "run", "req": make_request(
         kc.call("import os\ndef main():\n    print('lost')\n    os._exit(7)\n"))})
     exited = handle.wait_exited(start=start)
     frames = cpu_zygote.frames_of(handle.c, start)
-    assert [f["t"] for f in frames] == ["instr", "instr", "instr", "exited"]
-    assert frames[2] == {"c": handle.c, "child": True, "t": "instr", "i": 2}
+    assert [f["t"] for f in frames] == ["exited"]
     assert (exited["code"], exited["signal"], exited["orphans"]) == (7, None, False)
+    assert exited["instr"] == 2  # upload 0, get_function 1, run 2
+
+
+def test_exit_between_requests_names_no_instruction(cpu_zygote, make_request, kc) -> None:
+    handle = cpu_zygote.child(max_requests=0)
+    r = handle.run(make_request(kc.call("def main():\n    return 1\n")))
+    assert r.outcome["status"] == "COMPLETED"
+    start = cpu_zygote.mark()
+    handle.send({"t": "run", "req": {"program": "not json"}})  # fails before any instruction
+    exited = handle.wait_exited(start=start)
+    assert "instr" not in exited, exited
 
 
 def test_orphans_of_a_dead_child_are_killed_before_exited(cpu_zygote, make_request, kc, tmp_path) -> None:

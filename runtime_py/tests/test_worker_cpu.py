@@ -43,9 +43,7 @@ def test_scalar_program(make_request, child, kc) -> None:
     assert r.outcome["results"] == '{"r":{"type":"integer","value":42}}'
     assert r.outcome["parts"] == [] and r.outcome["gpu_access"] is None
     assert r.retire is None
-    assert [f for f in r.frames if f["t"] != "outcome"] == [
-        {"c": child.c, "child": True, "t": "instr", "i": i} for i in range(4)
-    ]  # no lease frames at all on a CPU worker
+    assert [f["t"] for f in r.frames] == ["outcome"]  # no lease frames at all on a CPU worker
     assert set(r.outcome) == {"status", "results", "error", "parts", "stdout", "stderr",
                               "gpu_access", "boundary"}
     boundary = r.outcome["boundary"]

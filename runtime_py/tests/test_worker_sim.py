@@ -140,16 +140,10 @@ def test_lease_placement_follows_spec(make_request, child, kc) -> None:
     ]
     r = child.run(make_request(instructions, blobs=[blob]))
     assert r.outcome["status"] == "COMPLETED", r.outcome["error"]
-    seen = []
-    for frame in r.frames:
-        if frame["t"] == "instr":
-            seen.append(frame["i"])
-        elif frame["t"] == "lease":
-            seen.append(frame["a"])
-        else:
-            seen.append(frame["t"])
-    assert seen == [0, "acquire", 1, 2, "release", 3, "acquire", 4, 5, "release", 6, 7,
-                    "acquire", 8, 9, 10, "release", 11, "acquire", "outcome"]
+    # Which instruction took or dropped it: test_engine.py (the same placement, in-process).
+    seen = [frame.get("a", frame["t"]) for frame in r.frames]
+    assert seen == ["acquire", "release", "acquire", "release", "acquire", "release", "acquire",
+                    "outcome"]
 
 
 def test_acquire_blocks_until_granted(sim_zygote, make_request, child, kc) -> None:
@@ -159,14 +153,13 @@ def test_acquire_blocks_until_granted(sim_zygote, make_request, child, kc) -> No
         child.send({"t": "run", "req": make_request(kc.call("def main():\n    return 1\n"))})
         sim_zygote.wait(lambda f: f.get("c") == child.c and f["t"] == "lease", start=start)
         time.sleep(0.2)
-        assert [f["t"] for f in sim_zygote.frames_of(child.c, start)] == ["instr", "lease"]
+        assert [f["t"] for f in sim_zygote.frames_of(child.c, start)] == ["lease"]
         child.send({"t": "lease", "a": "granted"})
         frame = sim_zygote.wait(lambda f: f.get("c") == child.c and f["t"] == "outcome", start=start)
     finally:
         sim_zygote.auto_grant = True
     assert frame["outcome"]["status"] == "COMPLETED"
-    assert [f["t"] for f in sim_zygote.frames_of(child.c, start)] == [
-        "instr", "lease", "instr", "instr", "instr", "outcome"]
+    assert [f["t"] for f in sim_zygote.frames_of(child.c, start)] == ["lease", "outcome"]
 
 
 def test_reuse_restores_torch_knobs_and_environment(sim_zygote, make_request, kc) -> None:
