@@ -95,8 +95,6 @@ class Engine:
         self.state: Optional[ProcessState] = None
         self._pools_warm = False
         self.reset_pending = False
-        # ``_sandbox_hygiene`` did the reset's part under the lease and gave the lease back.
-        self._lease_part_done = False
         # The next request's sandbox snapshot, taken while idle (``idle``); due after a
         # sandboxed request the child survives.
         self._sandbox_next: Optional[SandboxState] = None
@@ -319,22 +317,16 @@ class Engine:
         if not self.reset_pending:
             return None, None
         self.reset_pending = False
-        if not self._lease_part_done:
+        if not self._sandbox_due:  # unsandboxed (a kept sandboxed child's snapshot is due)
             return self._reset_and_check(None, "")
-        self._lease_part_done = False
-        retire: Optional[str] = None
-        detail: Optional[str] = None
-        try:
-            if self.state is not None:
-                self.state.restore()
-        except StateNotRestored as exc:
-            retire, detail = "process_state", str(exc)
-        except Exception as exc:
-            retire, detail = "poisoned_context", f"reset failed: {type(exc).__name__}: {exc}"
-        if retire is None:
-            return None, None
-        self.lease.acquire()
-        return self._retiring(retire, detail)
+        retire, detail = self._reset_verdict(self._restore_host_state)
+        if retire is not None:
+            self.lease.acquire()
+        return retire, detail
+
+    def _restore_host_state(self) -> None:
+        if self.state is not None:
+            self.state.restore()
 
     def idle(self) -> None:
         """The request is over (outcome sent, reset done): while the child waits for its next
@@ -374,14 +366,12 @@ class Engine:
             self.lease.release()
         except Exception as exc:
             return self._retiring("poisoned_context", f"reset failed: {type(exc).__name__}: {exc}")
-        self._lease_part_done = True
         try:
             detail = sandbox_state.check_files()
         except Exception as exc:
             detail = f"sandbox checks failed: {type(exc).__name__}: {exc}"
         if detail is None:
             return None, None
-        self._lease_part_done = False
         self.lease.acquire()  # the exit (the context's teardown) stays under the lease
         return self._retiring("sandbox_cleanup", detail)
 
@@ -395,14 +385,9 @@ class Engine:
     ) -> Tuple[Optional[str], Optional[str]]:
         """The whole reset and the sandbox checks before the outcome, under the lease (a server
         that does not send ``reply_before_reset``)."""
-        try:
-            self._reset()
-        except StateNotRestored as exc:
-            return self._retiring("process_state", str(exc))
-        except Exception as exc:
-            return self._retiring("poisoned_context", f"reset failed: {type(exc).__name__}: {exc}")
-        if sandbox_state is None:
-            return None, None
+        retire, detail = self._reset_verdict(self._reset)
+        if retire is not None or sandbox_state is None:
+            return retire, detail
         try:
             detail = sandbox_state.clean_and_check(workspace)
         except Exception as exc:
@@ -410,6 +395,16 @@ class Engine:
         if detail is None:
             return None, None
         return self._retiring("sandbox_cleanup", detail)
+
+    def _reset_verdict(self, step: Callable[[], None]) -> Tuple[Optional[str], Optional[str]]:
+        """Runs a reset step: (None, None), or the reason and detail to retire for."""
+        try:
+            step()
+        except StateNotRestored as exc:
+            return self._retiring("process_state", str(exc))
+        except Exception as exc:
+            return self._retiring("poisoned_context", f"reset failed: {type(exc).__name__}: {exc}")
+        return None, None
 
     def _reset(self) -> None:
         """Reuse hygiene (under the lease): undo process-state changes, free memory, drain."""

@@ -35,8 +35,5 @@ def mark(page: mmap.mmap, index: int) -> None:
 
 def read(page: mmap.mmap) -> Optional[int]:
     """The instruction the child last started, or None (none in its current request)."""
-    try:
-        index = _INDEX.unpack_from(page, 0)[0]
-    except (ValueError, struct.error):  # closed
-        return None
+    index = _INDEX.unpack_from(page, 0)[0]
     return index if index >= 0 else None
