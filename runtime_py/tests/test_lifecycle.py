@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -128,15 +129,22 @@ def _decoded(value):
     return value
 
 
-def test_reused_worker_gets_back_posix_state_a_program_changed(cpu_zygote, make_request, kc) -> None:
-    handle = cpu_zygote.child(max_requests=0)
-    before = _decoded(handle.run(make_request(kc.call(POSIX_PROBE))).results["r"])
-    changed = handle.run(make_request(kc.call(POSIX_CHANGE)))
+def _put_back(zygote: Any, make_request: Any, kc: Any, probe: str, change: str) -> Any:
+    """What ``probe`` returns in a reused worker before and after a request running ``change``
+    (kept, not retired): the same, and returned."""
+    handle = zygote.child(max_requests=0)
+    before = _decoded(handle.run(make_request(kc.call(probe))).results["r"])
+    changed = handle.run(make_request(kc.call(change)))
     assert changed.outcome["status"] == "COMPLETED" and changed.retire is None
-    after = handle.run(make_request(kc.call(POSIX_PROBE)))
+    after = handle.run(make_request(kc.call(probe)))
     assert _decoded(after.results["r"]) == before
-    assert before[2] == [0.0, 0.0] and before[3] is True
     handle.kill()
+    return before
+
+
+def test_reused_worker_gets_back_posix_state_a_program_changed(cpu_zygote, make_request, kc) -> None:
+    before = _put_back(cpu_zygote, make_request, kc, POSIX_PROBE, POSIX_CHANGE)
+    assert before[2] == [0.0, 0.0] and before[3] is True
 
 
 INTERPRETER_PROBE = (
@@ -165,14 +173,8 @@ INTERPRETER_CHANGE = (
 
 def test_reused_worker_gets_back_interpreter_hooks_a_program_left(cpu_zygote, make_request, kc) -> None:
     """A trace or profile function left behind would run on every line of the next program."""
-    handle = cpu_zygote.child(max_requests=0)
-    before = _decoded(handle.run(make_request(kc.call(INTERPRETER_PROBE))).results["r"])
-    changed = handle.run(make_request(kc.call(INTERPRETER_CHANGE)))
-    assert changed.outcome["status"] == "COMPLETED" and changed.retire is None
-    after = handle.run(make_request(kc.call(INTERPRETER_PROBE)))
-    assert _decoded(after.results["r"]) == before
+    before = _put_back(cpu_zygote, make_request, kc, INTERPRETER_PROBE, INTERPRETER_CHANGE)
     assert before[:4] == [True, True, True, True]
-    handle.kill()
 
 
 def test_a_signal_the_program_blocked_and_left_pending_is_dropped(cpu_zygote, make_request, kc) -> None:
