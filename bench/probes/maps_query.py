@@ -18,13 +18,13 @@ import fcntl
 import json
 import mmap
 import os
-import statistics
 import struct
 import sys
 import tempfile
-import time
 
 import torch
+
+from _timing import median_us  # bench/probes/_timing.py
 
 if "cuda" in sys.argv[1:]:
     torch.ones(1, device="cuda").add_(1)
@@ -85,15 +85,6 @@ def walk(root, baseline, by_device=True, every_name=False):
     finally:
         os.close(fd)
     return found, seen
-
-
-def median_us(fn, n=400):
-    times = []
-    for _ in range(n):
-        start = time.perf_counter_ns()
-        fn()
-        times.append(time.perf_counter_ns() - start)
-    return round(statistics.median(times) / 1000, 1)
 
 
 _, baseline = walk(work, set(), every_name=True)

@@ -27,6 +27,7 @@ from kcoral_runtime.devices import GpuBackend, SimBackend  # noqa: E402
 from kcoral_runtime.engine import Engine  # noqa: E402
 from kcoral_runtime.hygiene import warm_thread_pools  # noqa: E402
 from kcoral_runtime.lease import NoLease  # noqa: E402
+from _timing import median_us  # noqa: E402  (bench/probes/_timing.py)
 
 engine_module.kill_leftover_processes = lambda: False  # this process's children are not leftovers
 backend = GpuBackend({}) if "gpu" in sys.argv[1:] else SimBackend({}, 1)
@@ -94,14 +95,6 @@ def phases():
     ws = os.path.join(root, "phases")
     os.mkdir(ws)
 
-    def timed(fn, n=300):
-        xs = []
-        for _ in range(n):
-            a = time.perf_counter_ns()
-            fn()
-            xs.append(time.perf_counter_ns() - a)
-        return round(statistics.median(xs) / 1000, 1)
-
     def fds():
         for fd in os.listdir("/proc/self/fd"):
             try:
@@ -111,25 +104,25 @@ def phases():
 
     posix, process = eng.state.posix, eng.state
     return {
-        "restore_signals": timed(lambda: posix.restore_signals([])),
-        "restore_posix": timed(lambda: posix.restore([])),
-        "restore_environ": timed(lambda: process._restore_environ([])),
-        "restore_torch": timed(lambda: process._restore_torch([])),
-        "gc_collect": timed(gc.collect, 100),
-        "invalidate_caches": timed(importlib.invalidate_caches),
-        "python_threads": timed(threading.enumerate),
-        "native_threads": timed(hygiene._native_threads),
-        "fd_links": timed(fds),
-        "maps": timed(lambda: hygiene.mapped_under(ws, (ws,))),
-        "map_files": timed(hygiene.file_mapping_ranges),
-        "clean_and_check": timed(lambda: state.clean_and_check(ws)),
-        "snapshot": timed(hygiene.SandboxState),
-        "empty_cache": timed(backend.empty_cache),
+        "restore_signals": median_us(lambda: posix.restore_signals([])),
+        "restore_posix": median_us(lambda: posix.restore([])),
+        "restore_environ": median_us(lambda: process._restore_environ([])),
+        "restore_torch": median_us(lambda: process._restore_torch([])),
+        "gc_collect": median_us(gc.collect, 100),
+        "invalidate_caches": median_us(importlib.invalidate_caches),
+        "python_threads": median_us(threading.enumerate),
+        "native_threads": median_us(hygiene._native_threads),
+        "fd_links": median_us(fds),
+        "maps": median_us(lambda: hygiene.mapped_under(ws, (ws,))),
+        "map_files": median_us(hygiene.file_mapping_ranges),
+        "clean_and_check": median_us(lambda: state.clean_and_check(ws)),
+        "snapshot": median_us(hygiene.SandboxState),
+        "empty_cache": median_us(backend.empty_cache),
         # What the lease's release asked before emptying the cache, until 2026-12-02.
-        "reserved_above_allocated": timed(
+        "reserved_above_allocated": median_us(
             lambda: torch.cuda.memory_reserved(0) > torch.cuda.memory_allocated(0)
         ) if backend.mode == "gpu" else None,
-        "synchronize": timed(backend.synchronize),
+        "synchronize": median_us(backend.synchronize),
         "fds": len(os.listdir("/proc/self/fd")),
         "threads": len(os.listdir("/proc/self/task")),
         "modules": len(sys.modules),
