@@ -2,9 +2,11 @@
  * Test helper: a real KCoral server on loopback (real HTTP, real Python workers), with events
  * captured in memory.
  */
+import assert from "node:assert/strict";
 import { appInternals, type AppOptions, createApp } from "../server/app.ts";
 import type { WorkerPool } from "../server/pool.ts";
 import type { ServerConfig } from "../server/config.ts";
+import type { ServerStatusData } from "../server/status.ts";
 import { type RunningServer, serve, type ServeOptions } from "../http/serve.ts";
 
 /** A server started for a test. */
@@ -156,4 +158,23 @@ export function callProgram(source: string, name: string, args: unknown[] = [], 
       { op: "return", key, value: { $ref: "r" } },
     ],
   };
+}
+
+/** One GPU's lease holds as `/status/data` lists them. */
+export type StatusHolds = ServerStatusData["gpus"][number]["holds"];
+
+/**
+ * Asserts that no request's hold overlaps any other hold on the GPU (a context creation may
+ * overlap a retiring worker's teardown: neither is a request).
+ */
+export function assertRequestHoldsAlone(holds: StatusHolds): void {
+  for (const request of holds.filter((h) => !h.initialization && !h.teardown)) {
+    for (const other of holds) {
+      if (other === request) continue;
+      assert.ok(
+        other.to <= request.from || other.from >= request.to,
+        JSON.stringify({ request, other }),
+      );
+    }
+  }
 }

@@ -5,7 +5,8 @@
  */
 import assert from "node:assert/strict";
 import { Client, Program } from "../mod.ts";
-import { startServer } from "./_server.ts";
+import type { ServerStatusData } from "../server/status.ts";
+import { assertRequestHoldsAlone, startServer } from "./_server.ts";
 
 Deno.test("status data: teardowns and context creations are their own holds; a request's never overlaps", async () => {
   const server = await startServer({
@@ -27,15 +28,8 @@ Deno.test("status data: teardowns and context creations are their own holds; a r
       assert.equal((await client.execute(program)).completed, true);
     }
     await server.pool.settled();
-    type Hold = {
-      id: string;
-      initialization: boolean;
-      teardown: boolean;
-      from: number;
-      to: number;
-    };
-    const data = await (await fetch(`${server.url}/status/data`)).json();
-    const gpu = data.gpus[0] as { holders: unknown[]; holds: Hold[] };
+    const data: ServerStatusData = await (await fetch(`${server.url}/status/data`)).json();
+    const gpu = data.gpus[0];
     assert.deepEqual(gpu.holders, [], "nothing holds the GPU once the pool is settled");
     const teardowns = gpu.holds.filter((h) => h.teardown);
     const requests = gpu.holds.filter((h) => !h.teardown && !h.initialization);
@@ -46,11 +40,8 @@ Deno.test("status data: teardowns and context creations are their own holds; a r
     for (const request of requests) {
       // Each request's teardown starts where its hold ends (handed over, no gap).
       assert.ok(teardowns.some((t) => t.id === `teardown:${request.id}` && t.from === request.to));
-      for (const other of gpu.holds) {
-        if (other === request) continue;
-        assert.ok(other.to <= request.from || other.from >= request.to, JSON.stringify(other));
-      }
     }
+    assertRequestHoldsAlone(gpu.holds);
   } finally {
     await server.stop();
   }

@@ -9,7 +9,8 @@
 import assert from "node:assert/strict";
 import puppeteer, { type Browser, type Page } from "puppeteer-core";
 import { Client, Program } from "../mod.ts";
-import { startServer } from "./_server.ts";
+import type { ServerStatusData } from "../server/status.ts";
+import { assertRequestHoldsAlone, startServer } from "./_server.ts";
 import { startNode, startRouter, waitForCapacity } from "./_router.ts";
 
 const CHROMIUM = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].find((path) => {
@@ -100,25 +101,8 @@ Deno.test({
       assert.ok(holds.every((h) => h.gpu === "0" || h.gpu === "1"));
       // On each GPU a request's hold never overlaps another hold (a worker's context creation
       // may overlap a retiring worker's teardown: neither is a request).
-      const data = await (await fetch(`${server.url}/status/data`)).json();
-      type Hold = {
-        id: string;
-        initialization: boolean;
-        teardown: boolean;
-        from: number;
-        to: number;
-      };
-      for (const gpu of data.gpus as { holds: Hold[] }[]) {
-        for (const request of gpu.holds.filter((h) => !h.initialization && !h.teardown)) {
-          for (const other of gpu.holds) {
-            if (other === request) continue;
-            assert.ok(
-              other.to <= request.from || other.from >= request.to,
-              JSON.stringify({ request, other }),
-            );
-          }
-        }
-      }
+      const data: ServerStatusData = await (await fetch(`${server.url}/status/data`)).json();
+      for (const gpu of data.gpus) assertRequestHoldsAlone(gpu.holds);
       const text = await page.evaluate(() => document.body.innerText);
       for (const id of ids) assert.ok(text.includes(id), `request ${id} listed`);
       assert.match(text, /Workers/);
