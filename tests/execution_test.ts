@@ -201,11 +201,11 @@ Deno.test("run: hygiene after the answer may give the lease back before `clean`"
     if (frame.t === "run") c.say({ t: "lease", a: "acquire" });
     else if (frame.t === "lease") {
       c.say({ t: "outcome", outcome: OUTCOME, retire: null, cleanup: true });
-      c.say({ t: "lease", a: "release" }); // the GPU part done; the host-only part follows
     }
   });
   const run = await runProgram(params(child, { leases, gpus: [0] }));
   assert.ok(run.cleanup);
+  child.say({ t: "lease", a: "release" }); // after the answer: the host-only part follows
   const next = { id: "next" };
   assert.ok(leases.tryAcquire(next, [0]), "free while the child puts back host-only state");
   leases.release(next);
@@ -222,12 +222,12 @@ Deno.test("run: a child retiring in its hygiene takes the lease again and exits 
     if (frame.t === "run") c.say({ t: "lease", a: "acquire" });
     else if (frame.t === "lease" && granted++ === 0) {
       c.say({ t: "outcome", outcome: OUTCOME, retire: null, cleanup: true });
-      c.say({ t: "lease", a: "release" });
     } else if (frame.t === "lease") {
       c.say({ t: "clean", retire: "process_state" }); // granted again: now it may exit
     }
   });
   const run = await runProgram(params(child, { leases, gpus: [0] }));
+  child.say({ t: "lease", a: "release" }); // after the answer
   assert.ok(leases.tryAcquire(other, [0]));
   child.say({ t: "lease", a: "acquire" }); // waits behind `other`
   await sleep(20);
@@ -251,10 +251,10 @@ Deno.test("run: a child that overruns its hygiene without the lease is killed un
     if (frame.t === "run") c.say({ t: "lease", a: "acquire" });
     else if (frame.t === "lease") {
       c.say({ t: "outcome", outcome: OUTCOME, retire: null, cleanup: true });
-      c.say({ t: "lease", a: "release" }); // then never says `clean`
     }
   });
   const run = await runProgram(params(child, { leases, gpus: [0], timeoutMs: 10 }));
+  child.say({ t: "lease", a: "release" }); // after the answer; then never says `clean`
   const other = { id: "other" };
   assert.ok(leases.tryAcquire(other, [0]));
   let settled = false;
