@@ -95,6 +95,9 @@ class _Router implements RouterApp {
       programs: false,
       consoleWrite: options.consoleWrite,
       consoleFormat: config.logFormat,
+      // One line per request: gathered and written together, after the answers (decisions.md,
+      // "The Router's per-request work").
+      consoleBatched: ["request_finished"],
     });
     this.#inFlight = new InFlight(this.events);
     this.registry = new NodeRegistry(registryConfig(config), {
@@ -119,7 +122,7 @@ class _Router implements RouterApp {
         path: "/execute",
         methods: ["POST"],
         access: "client",
-        handler: (request) => this.#execute(request),
+        handler: (request, info) => this.#execute(request, info),
       },
       ...operatorRoutes(this.#metrics.registry, () => this.#status.data()),
       { path: CONTROL_PATH, methods: ["GET"], handler: link },
@@ -177,7 +180,7 @@ class _Router implements RouterApp {
     return jsonResponse(health.ok ? 200 : 503, JSON.stringify(body));
   }
 
-  async #execute(request: Request): Promise<Response> {
+  async #execute(request: Request, info?: Deno.ServeHandlerInfo): Promise<Response> {
     // Once stopping, the registry refuses every request: a 503 router_busy with its request
     // id and Retry-After, like any other refusal. In flight until the attempt has finished: its answer streamed, abandoned or refused.
     this.#inFlight.enter();
@@ -191,6 +194,7 @@ class _Router implements RouterApp {
         maxRequestBytes: this.#config.maxRequestBytes,
         events: this.events,
         onFinished: leave,
+        answerSent: info?.completed,
       });
     } catch (error) {
       leave();

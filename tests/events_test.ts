@@ -116,3 +116,62 @@ Deno.test("events: console values are cut at 120 characters and floats get one d
   log.emit("WARNING", "x", { long: "y".repeat(200), ms: 1.2345, skip: null, traceback: "t" });
   assert.match(console[0], / WARNING x long=y{120}\.\.\. ms=1\.2$/);
 });
+
+Deno.test("events: batched console lines wait for one write, keep their order, and go out at close", async () => {
+  const console: string[] = [];
+  const log = new EventLog({
+    logDir: null,
+    console: true,
+    programs: false,
+    consoleWrite: (line) => console.push(line),
+    consoleBatched: ["request_finished"],
+    consoleBatchMs: 10,
+  });
+  const seen: string[] = [];
+  log.subscribe((record) => seen.push(String(record.request_id ?? record.event)));
+  log.emit("INFO", "request_finished", { request_id: "r1" });
+  log.emit("WARNING", "request_finished", { request_id: "r2" });
+  // Listeners see each event at once; the console gets the lines later.
+  assert.deepEqual(seen, ["r1", "r2"]);
+  assert.deepEqual(console, []);
+  // Another event writes the gathered lines first: the console keeps the events' order.
+  log.emit("INFO", "node_ready", { node: "gpu-a" });
+  assert.equal(console.length, 3);
+  assert.match(console[0], /^\S+Z INFO {4}request_finished request_id=r1$/);
+  assert.match(console[1], /^\S+Z WARNING request_finished request_id=r2$/);
+  assert.match(console[2], / node_ready node=gpu-a$/);
+  // The timer writes what is gathered after it.
+  log.emit("INFO", "request_finished", { request_id: "r3" });
+  assert.equal(console.length, 3);
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  assert.equal(console.length, 4);
+  assert.match(console[3], /request_id=r3$/);
+  // Close writes what is left.
+  log.emit("INFO", "request_finished", { request_id: "r4" });
+  log.close();
+  assert.equal(console.length, 5);
+  assert.match(console[4], /request_id=r4$/);
+});
+
+Deno.test("events: batched lines reach stderr before the process exits", async () => {
+  const script = `
+    import { EventLog } from ${JSON.stringify(new URL("../http/events.ts", import.meta.url).href)};
+    const log = new EventLog({
+      logDir: null, console: true, programs: false, consoleBatched: ["request_finished"],
+      consoleBatchMs: 60_000,
+    });
+    for (let i = 0; i < 3; i++) log.emit("INFO", "request_finished", { request_id: "r" + i });
+  `;
+  const output = await new Deno.Command(Deno.execPath(), {
+    args: ["eval", script],
+    stdout: "null",
+    stderr: "piped",
+  }).output();
+  assert.equal(output.code, 0);
+  const lines = new TextDecoder().decode(output.stderr).trim().split("\n");
+  assert.deepEqual(lines.map((l) => l.split(" ").at(-1)), [
+    "request_id=r0",
+    "request_id=r1",
+    "request_id=r2",
+  ]);
+});
