@@ -1,11 +1,12 @@
 /**
- * Kernel-time fidelity (GPU only): the same CUDA-event harness
- * (`kcoral_runtime.builtins.benchmark`) timing the same kernel in local Python processes and
- * through KCoral servers on the same GPU — fresh and reused workers, idle, and while 7 other
- * clients keep the reused server's other workers busy with GPU work. The lease must keep the
+ * Kernel-time fidelity (GPU only): the same CUDA-event measurement
+ * (`kcoral_runtime.builtins.launch_times`, what `benchmark` summarises) timing the same four
+ * kernels in local Python processes and through KCoral servers on the same GPU — fresh and
+ * reused workers, idle, and while 7 other clients keep the reused server's other workers busy
+ * with GPU work — compared at the median and the p99 of the launches. The lease must keep the
  * measurement undisturbed.
  *
- *   deno run -A bench/fidelity_bench.ts          # needs a GPU
+ *   deno run -A bench/fidelity_bench.ts [--quick] [--kernels add4,add64,gemm,tiny]  # needs a GPU
  */
 import { Client, Program } from "../mod.ts";
 import { createApp } from "../server/app.ts";
@@ -13,20 +14,46 @@ import { serve } from "../http/serve.ts";
 import { type BenchRow, row, summarize, table } from "./_stats.ts";
 
 const _HARNESS = `
+import statistics
 import torch
-from kcoral_runtime.builtins import benchmark
+from kcoral_runtime.builtins import launch_times
 
-def measure(mib, rounds):
-    n = mib * 1024 * 1024 // 4
-    a = torch.randn(n, device="cuda")
-    b = torch.randn(n, device="cuda")
-    c = torch.empty_like(a)
-    medians = []
+def _kernel(name):
+    if name.startswith("add"):
+        n = int(name[3:]) * 1024 * 1024 // 4
+        a = torch.randn(n, device="cuda")
+        b = torch.randn(n, device="cuda")
+        c = torch.empty_like(a)
+        return lambda: torch.add(a, b, out=c)
+    if name == "gemm":
+        a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+        c = torch.empty_like(a)
+        return lambda: torch.mm(a, b, out=c)
+    if name == "tiny":
+        x = torch.zeros(1, device="cuda")
+        return lambda: x.add_(1)
+    raise ValueError(name)
+
+def measure(name, rounds):
+    fn = _kernel(name)
+    out = []
     for _ in range(rounds):
-        stats = benchmark(lambda: torch.add(a, b, out=c), warmup=100, repeat=1000)
-        medians.append(stats["latency_ms_median"] * 1000.0)
-    return medians
+        times = sorted(t * 1000.0 for t in launch_times(fn, warmup=100, repeat=1000))
+        out.append([statistics.median(times), times[989]])
+    return out
 `;
+
+/** The kernels compared, by the harness's name for each. */
+const _KERNELS = [
+  { name: "add4", label: "c = a + b, 4 MiB" },
+  { name: "add64", label: "c = a + b, 64 MiB" },
+  { name: "gemm", label: "4096² bf16 GEMM (compute-bound)" },
+  { name: "tiny", label: "1-element add (launch-bound)" },
+];
+
+/** One measurement: the median and the p99 of 1000 timed launches, µs. */
+type Measurement = [median: number, p99: number];
 
 const _NOISE = `
 import torch
@@ -50,7 +77,8 @@ class _LocalHarness {
 
   constructor() {
     const code = `${_HARNESS}\nimport json, sys\nfor line in sys.stdin:\n` +
-      `    mib, rounds = map(int, line.split())\n    print(json.dumps(measure(mib, rounds)), flush=True)\n`;
+      `    name, rounds = line.split()\n` +
+      `    print(json.dumps(measure(name, int(rounds))), flush=True)\n`;
     this.#child = new Deno.Command("python3", {
       args: ["-c", code],
       env: { PYTHONPATH: _RUNTIME },
@@ -64,8 +92,8 @@ class _LocalHarness {
     )[Symbol.asyncIterator]();
   }
 
-  async measure(mib: number, rounds: number): Promise<number[]> {
-    await this.#writer.write(new TextEncoder().encode(`${mib} ${rounds}\n`));
+  async measure(kernel: string, rounds: number): Promise<Measurement[]> {
+    await this.#writer.write(new TextEncoder().encode(`${kernel} ${rounds}\n`));
     const { value, done } = await this.#lines.next();
     if (done) throw new Error("the local harness exited");
     return JSON.parse(value);
@@ -90,14 +118,14 @@ class _LineSplitter extends TransformStream<string, string> {
   }
 }
 
-async function _remote(client: Client, mib: number, rounds: number): Promise<number[]> {
+async function _remote(client: Client, kernel: string, rounds: number): Promise<Measurement[]> {
   const program = new Program();
   const mod = program.upload({ kind: "module", source: _HARNESS });
   const fn = program.getFunction({ module: mod, name: "measure" });
-  program.return_({ key: "us", value: program.run({ fn, args: [mib, rounds] }) });
+  program.return_({ key: "us", value: program.run({ fn, args: [kernel, rounds] }) });
   const result = await client.execute(program, { timeoutSeconds: 600 });
   if (!result.completed) throw new Error(JSON.stringify(result.error));
-  return (result.get("us") as unknown[]).map(Number);
+  return (result.get("us") as number[][]).map(([median, p99]) => [median, p99]);
 }
 
 function _gpuServer(maxRequestsPerWorker: number, workersPerGpu: number) {
@@ -111,6 +139,82 @@ function _gpuServer(maxRequestsPerWorker: number, workersPerGpu: number) {
     logConsole: false,
     diskCacheDir: null,
   });
+}
+
+/** One kernel's rows: local, fresh, reused and busy measurements, and their differences. */
+async function _compareKernel(
+  kernel: { name: string; label: string },
+  locals: _LocalHarness[],
+  freshClient: Client,
+  reusedClients: Client[],
+  freshUrl: string,
+  quick: boolean,
+): Promise<BenchRow[]> {
+  const local: Measurement[] = [];
+  const fresh: Measurement[] = [];
+  const reused: Measurement[] = [];
+  await Promise.all(locals.map((harness) => harness.measure(kernel.name, 1))); // warm-up
+  await _remote(freshClient, kernel.name, 1);
+  await Promise.all(reusedClients.map((c) => _remote(c, kernel.name, 1)));
+  for (const harness of locals) {
+    local.push(...await harness.measure(kernel.name, 1));
+    fresh.push(...await _remote(freshClient, kernel.name, 1));
+  }
+  for (let i = 0; i < (quick ? 1 : 4); i++) {
+    const all = await Promise.all(reusedClients.map((c) => _remote(c, kernel.name, 1)));
+    reused.push(...all.flat());
+  }
+  let stop = false;
+  const noise = Array.from({ length: 7 }, async () => {
+    await using c = new Client(freshUrl);
+    const p = new Program();
+    const m = p.upload({ kind: "module", source: _NOISE });
+    p.run({ fn: p.getFunction({ module: m, name: "noise" }) });
+    while (!stop) await c.execute(p);
+  });
+  const busy: Measurement[] = [];
+  for (let i = 0; i < locals.length / 2; i++) {
+    busy.push(...await _remote(freshClient, kernel.name, 1));
+  }
+  stop = true;
+  await Promise.all(noise);
+
+  const medians = (ms: Measurement[]) => ms.map(([median]) => median);
+  const p99s = (ms: Measurement[]) => ms.map(([, p99]) => p99);
+  const measured = [fresh, reused, busy];
+  const baseMedian = summarize(medians(local)).median;
+  const baseP99 = summarize(p99s(local)).median;
+  const percent = (value: number, base: number) => (100 * (value - base)) / base;
+  return [
+    row(`${kernel.label}, local harness (${locals.length} processes)`, "µs", medians(local)),
+    row(`  through KCoral, fresh workers (default), idle`, "µs", medians(fresh)),
+    row(
+      `  through KCoral, ${reusedClients.length} reused workers, all clients at once`,
+      "µs",
+      medians(reused),
+    ),
+    row(`  through KCoral, fresh workers, 7 other clients busy`, "µs", medians(busy)),
+    row(
+      `  difference of medians (fresh / reused / busy)`,
+      "%",
+      measured.map((ms) => percent(summarize(medians(ms)).median, baseMedian)),
+      undefined,
+      "within 1%",
+    ),
+    row(
+      `  difference of medians (fresh / reused / busy)`,
+      "µs",
+      measured.map((ms) => summarize(medians(ms)).median - baseMedian),
+    ),
+    row(`  p99 of launches, local harness`, "µs", p99s(local)),
+    row(
+      `  difference of p99s (fresh / reused / busy)`,
+      "%",
+      measured.map((ms) => percent(summarize(p99s(ms)).median, baseP99)),
+      undefined,
+      "within 2%",
+    ),
+  ];
 }
 
 /**
@@ -128,10 +232,16 @@ function _gpuServer(maxRequestsPerWorker: number, workersPerGpu: number) {
  * - busy: fresh workers while 7 other clients keep the same server busy with matmuls, each of
  *   their requests also creating and destroying a CUDA context (under the lease).
  *
- * One measurement is the median of 1000 timed launches; local and fresh measurements alternate,
- * so clock or thermal drift hits both alike.
+ * One measurement is the median and the p99 of 1000 timed launches (`launch_times`, the
+ * measurement of `benchmark`); a row compares the medians of those over the measurements. Local
+ * and fresh measurements alternate, so clock or thermal drift hits both alike. Four kernels: the
+ * 4 MiB and 64 MiB `c = a + b` (memory-bound), a 4096² bf16 GEMM (compute-bound) and a 1-element
+ * add (launch-bound).
  */
-export async function runFidelityBench(quick = false): Promise<BenchRow[]> {
+export async function runFidelityBench(
+  quick = false,
+  kernels: string[] = _KERNELS.map((k) => k.name),
+): Promise<BenchRow[]> {
   const processes = quick ? 4 : 16;
   const options = { port: 0, handleSignals: false, log: () => {} };
   const fresh = await serve(_gpuServer(1, 8), options);
@@ -142,60 +252,9 @@ export async function runFidelityBench(quick = false): Promise<BenchRow[]> {
     await using freshClient = new Client(fresh.url);
     const reusedClients = Array.from({ length: processes }, () => new Client(reused.url));
     try {
-      for (const mib of [4, 64]) {
-        const localUs: number[] = [];
-        const freshUs: number[] = [];
-        const reusedUs: number[] = [];
-        await Promise.all(locals.map((local) => local.measure(mib, 1))); // warm-up
-        await _remote(freshClient, mib, 1);
-        await Promise.all(reusedClients.map((c) => _remote(c, mib, 1)));
-        for (const local of locals) {
-          localUs.push(...await local.measure(mib, 1));
-          freshUs.push(...await _remote(freshClient, mib, 1));
-        }
-        for (let i = 0; i < (quick ? 1 : 4); i++) {
-          const all = await Promise.all(reusedClients.map((c) => _remote(c, mib, 1)));
-          reusedUs.push(...all.flat());
-        }
-        let stop = false;
-        const noise = Array.from({ length: 7 }, async () => {
-          await using c = new Client(fresh.url);
-          const p = new Program();
-          const m = p.upload({ kind: "module", source: _NOISE });
-          p.run({ fn: p.getFunction({ module: m, name: "noise" }) });
-          while (!stop) await c.execute(p);
-        });
-        const busy: number[] = [];
-        for (let i = 0; i < processes / 2; i++) {
-          busy.push(...await _remote(freshClient, mib, 1));
-        }
-        stop = true;
-        await Promise.all(noise);
-        const base = summarize(localUs).median;
-        const measured = [freshUs, reusedUs, busy];
+      for (const kernel of _KERNELS.filter((k) => kernels.includes(k.name))) {
         rows.push(
-          row(`c = a + b, ${mib} MiB, local harness (${processes} processes)`, "µs", localUs),
-        );
-        rows.push(row(`  through KCoral, fresh workers (default), idle`, "µs", freshUs));
-        rows.push(
-          row(`  through KCoral, ${processes} reused workers, all clients at once`, "µs", reusedUs),
-        );
-        rows.push(row(`  through KCoral, fresh workers, 7 other clients busy`, "µs", busy));
-        rows.push(
-          row(
-            `  difference of medians (fresh / reused / busy)`,
-            "%",
-            measured.map((s) => (100 * (summarize(s).median - base)) / base),
-            "within 0.13 µs",
-            "within 1%",
-          ),
-        );
-        rows.push(
-          row(
-            `  difference of medians (fresh / reused / busy)`,
-            "µs",
-            measured.map((s) => summarize(s).median - base),
-          ),
+          ...await _compareKernel(kernel, locals, freshClient, reusedClients, fresh.url, quick),
         );
       }
     } finally {
@@ -210,5 +269,7 @@ export async function runFidelityBench(quick = false): Promise<BenchRow[]> {
 }
 
 if (import.meta.main) {
-  console.log(table(await runFidelityBench(Deno.args.includes("--quick"))));
+  const at = Deno.args.indexOf("--kernels");
+  const kernels = at >= 0 ? Deno.args[at + 1].split(",") : undefined;
+  console.log(table(await runFidelityBench(Deno.args.includes("--quick"), kernels)));
 }

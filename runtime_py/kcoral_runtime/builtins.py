@@ -5,6 +5,8 @@
   bytes, ready for ``upload kind=library`` on a GPU server. Works on CPU workers (no GPU needed).
 * ``benchmark(fn, *args, warmup=25, repeat=100, flush_l2=True) -> dict``: latency of
   ``fn(*args)`` measured with CUDA events on the current stream.
+* ``launch_times(fn, *args, warmup=25, repeat=100, flush_l2=True) -> list``: the same
+  measurement, every timed call's latency in milliseconds (for percentiles).
 
 Errors are ``ExecutionError`` with a wire kind: ``unavailable`` (no nvcc / no CUDA device),
 ``compile`` (nvcc failed; the message is its diagnostics from the first error on),
@@ -24,7 +26,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from .errors import ExecutionError
 
-__all__ = ["compile_cuda", "benchmark", "find_nvcc", "trim_diagnostics"]
+__all__ = ["compile_cuda", "benchmark", "launch_times", "find_nvcc", "trim_diagnostics"]
 
 ARCH_ENV = "KCORAL_CUDA_ARCH"
 DEFAULT_CUDA_ROOTS = ("/usr/local/cuda",)
@@ -191,9 +193,9 @@ def compile_cuda(
 # --------------------------------------------------------------------------- benchmark
 
 
-def _check_count(label: str, value: Any, minimum: int) -> int:
+def _check_count(function: str, label: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ExecutionError("runtime", f"benchmark: {label} must be an integer >= {minimum}")
+        raise ExecutionError("runtime", f"{function}: {label} must be an integer >= {minimum}")
     return value
 
 
@@ -235,18 +237,42 @@ def benchmark(
     Returns ``{"latency_ms_median", "latency_ms_mean", "latency_ms_min", "latency_ms_max",
     "warmup", "repeat", "flush_l2"}``.
     """
+    times = _time_calls("benchmark", fn, args, warmup, repeat, flush_l2)
+    return summarize(times, warmup, repeat, flush_l2)
+
+
+def launch_times(
+    fn: Callable[..., Any],
+    *args: Any,
+    warmup: int = 25,
+    repeat: int = 100,
+    flush_l2: bool = True,
+) -> List[float]:
+    """Every timed call's latency in milliseconds, in call order, measured as ``benchmark`` does.
+
+    For percentiles or distributions that ``benchmark``'s summary leaves out::
+
+        times = sorted(launch_times(lambda: torch.add(a, b, out=c), repeat=1000))
+        p99 = times[989]
+    """
+    return _time_calls("launch_times", fn, args, warmup, repeat, flush_l2)
+
+
+def _time_calls(
+    label: str, fn: Any, args: Sequence[Any], warmup: Any, repeat: Any, flush_l2: Any
+) -> List[float]:
     if not callable(fn):
-        raise ExecutionError("runtime", "benchmark: fn must be callable")
-    warmup = _check_count("warmup", warmup, 0)
-    repeat = _check_count("repeat", repeat, 1)
+        raise ExecutionError("runtime", f"{label}: fn must be callable")
+    warmup = _check_count(label, "warmup", warmup, 0)
+    repeat = _check_count(label, "repeat", repeat, 1)
     if not isinstance(flush_l2, bool):
-        raise ExecutionError("runtime", "benchmark: flush_l2 must be a bool")
+        raise ExecutionError("runtime", f"{label}: flush_l2 must be a bool")
     try:
         import torch
     except ImportError:
-        raise ExecutionError("unavailable", "benchmark requires a CUDA device") from None
+        raise ExecutionError("unavailable", f"{label} requires a CUDA device") from None
     if not torch.cuda.is_available():
-        raise ExecutionError("unavailable", "benchmark requires a CUDA device")
+        raise ExecutionError("unavailable", f"{label} requires a CUDA device")
 
     device = torch.cuda.current_device()
     stream = torch.cuda.current_stream(device)
@@ -270,4 +296,4 @@ def benchmark(
     torch.cuda.synchronize(device)
     times = [starts[i].elapsed_time(ends[i]) for i in range(repeat)]
     del flush
-    return summarize(times, warmup, repeat, flush_l2)
+    return times

@@ -319,10 +319,12 @@ def test_documented_host_example_builds_and_runs(tmp_path: Path) -> None:
         ((print,), {"flush_l2": 1}, "flush_l2 must be"),
     ],
 )
-def test_benchmark_argument_validation(args, kwargs, fragment: str) -> None:
+@pytest.mark.parametrize("name", ["benchmark", "launch_times"])
+def test_benchmark_argument_validation(name: str, args, kwargs, fragment: str) -> None:
     with pytest.raises(ExecutionError) as info:
-        builtins.benchmark(*args, **kwargs)
-    assert info.value.kind == "runtime" and fragment in info.value.message
+        getattr(builtins, name)(*args, **kwargs)
+    assert info.value.kind == "runtime"
+    assert info.value.message.startswith(f"{name}: ") and fragment in info.value.message
 
 
 def test_benchmark_without_cuda() -> None:
@@ -331,11 +333,15 @@ def test_benchmark_without_cuda() -> None:
         x = torch.zeros(1 << 20, device="cuda")
         result = builtins.benchmark(lambda: x.add_(1), warmup=2, repeat=5)
         assert result["repeat"] == 5 and result["latency_ms_min"] > 0
+        times = builtins.launch_times(lambda: x.add_(1), warmup=2, repeat=7)
+        assert len(times) == 7 and all(t > 0 for t in times)
+        assert x[0].item() == 2 + 5 + 2 + 7  # every warmup and timed call ran once
         return
-    with pytest.raises(ExecutionError) as info:
-        builtins.benchmark(lambda: calls.append(1), warmup=1, repeat=1)
-    assert info.value.kind == "unavailable"
-    assert info.value.message == "benchmark requires a CUDA device"
+    for name in ("benchmark", "launch_times"):
+        with pytest.raises(ExecutionError) as info:
+            getattr(builtins, name)(lambda: calls.append(1), warmup=1, repeat=1)
+        assert info.value.kind == "unavailable"
+        assert info.value.message == f"{name} requires a CUDA device"
     assert calls == []  # fn never ran
 
 
