@@ -112,7 +112,8 @@ def phases():
         "invalidate_caches": median_us(importlib.invalidate_caches),
         "python_threads": median_us(threading.enumerate),
         "native_threads": median_us(hygiene._native_threads),
-        "fd_links": median_us(fds),
+        "fd_links": median_us(fds),  # every target read, as the check did until 2026-12-02
+        "fd_check": median_us(lambda: hygiene.workspace_descriptors(ws)),
         "maps": median_us(lambda: hygiene.mapped_under(ws, (ws,))),
         "map_files": median_us(hygiene.file_mapping_ranges),
         "clean_and_check": median_us(lambda: state.clean_and_check(ws)),

@@ -8,9 +8,10 @@
   ``StateNotRestored`` (-> retire).
 * ``SandboxState``: in sandbox mode, ``sys.path``/modules from the workspace (also through the
   links that lead into it, ``WORKSPACE_ALIASES``) are undone and threads, fds, mappings and audit
-  hooks that outlive the request are reported (-> retire). Mappings: ``/proc/self/map_files``
-  is listed, and ``/proc/self/maps`` read only when a range exists that ``KNOWN_RANGES`` does
-  not hold. An audit hook cannot be removed, nor listed: a sandboxed zygote installs
+  hooks that outlive the request are reported (-> retire). Descriptors: each is ``fstat``-ed,
+  and its target read only when ``KNOWN_DESCRIPTORS`` does not hold it with that identity.
+  Mappings: ``/proc/self/map_files`` is listed, and ``/proc/self/maps`` read only when a range
+  exists that ``KNOWN_RANGES`` does not hold. An audit hook cannot be removed, nor listed: a sandboxed zygote installs
   ``watch_audit_hooks``, which its children inherit, to notice a program adding one.
 * leftover child processes: found with one ``waitpid``, killed, and reported (-> retire).
 """
@@ -24,6 +25,7 @@ import importlib
 import os
 import resource
 import signal
+import stat
 import sys
 import threading
 import time
@@ -486,6 +488,54 @@ def mapped_under(root: str, roots: Tuple[str, ...], learn: bool = False) -> Set[
     return mapped
 
 
+# Descriptors known to lead to no workspace file, by number: their identity (device, inode)
+# when a check read their target (``/proc/self/fd/N``, a path lookup per descriptor) and found
+# it outside the workspace. Only pipes, sockets, character devices and anonymous inodes (not
+# regular files, directories or symbolic links) on another device than the workspace's: no
+# workspace file can be one, and none can become one (a rename cannot cross a mount), so while
+# number and identity stay the same the target need not be read again. A request's workers hold
+# ~46 descriptors on an H200, nearly all of that kind (the GPU's device files, pipes, sockets).
+KNOWN_DESCRIPTORS: Dict[int, Tuple[int, int]] = {}
+_NEVER_KNOWN = (stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK)
+
+
+def workspace_descriptors(root: str) -> List[str]:
+    """This process's descriptors that lead into ``root``, as ``"fd -> path"``."""
+    found: List[str] = []
+    known = KNOWN_DESCRIPTORS
+    root_device: Optional[int] = None
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            info = os.fstat(fd)
+        except OSError:
+            continue  # the listing's own descriptor, closed by now
+        identity = (info.st_dev, info.st_ino)
+        if known.get(fd) == identity:
+            continue
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if _under(target, root):
+            found.append(f"{fd} -> {target}")
+            continue
+        if stat.S_IFMT(info.st_mode) in _NEVER_KNOWN:
+            continue
+        if root_device is None:
+            root_device = _device_of(root)
+        if root_device >= 0 and info.st_dev != root_device and len(known) < 4096:
+            known[fd] = identity
+    return found
+
+
+def _device_of(path: str) -> int:
+    try:
+        return os.stat(path).st_dev
+    except OSError:
+        return -1  # nothing is learned
+
+
 class SandboxState:
     """Per-request state of a sandboxed, reused child: taken while the child waits for its next
     request (or at its start), checked before the request's outcome in two parts:
@@ -562,14 +612,7 @@ class SandboxState:
         ``clean_and_check_process`` that outlived the request (or None)."""
         root = self.workspace
         problems: List[str] = []
-        fds = []
-        for fd in os.listdir("/proc/self/fd"):
-            try:
-                target = os.readlink(f"/proc/self/fd/{fd}")
-            except OSError:
-                continue
-            if _under(target, root):
-                fds.append(f"{fd} -> {target}")
+        fds = workspace_descriptors(root)
         if fds:
             problems.append("open files in the workspace: " + ", ".join(fds))
         mapped = self._new_mappings_under(root)

@@ -600,3 +600,49 @@ def test_sandbox_state_invalidates_import_caches_only_after_imports(tmp_path, mo
         assert state.clean_and_check_process(str(work)) is None and calls == [True, True]
     finally:
         sys.modules.pop("kc_added", None)
+
+
+def test_sandbox_descriptor_check_reads_targets_only_for_descriptors_it_does_not_know(
+    tmp_path, monkeypatch
+) -> None:
+    """A pipe's target is read once and then known by its identity; a regular file's is read
+    every time; a workspace file put on a known number (``dup2``) or a workspace FIFO is found."""
+    from kcoral_runtime import hygiene
+
+    monkeypatch.setattr(hygiene, "KNOWN_DESCRIPTORS", {})
+    reads: List[str] = []
+    real = os.readlink
+
+    def counted(path: Any, *args: Any, **kwargs: Any) -> Any:
+        reads.append(str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "readlink", counted)
+    work = tmp_path / "ws"
+    work.mkdir()
+    r, w = os.pipe()
+    outside = open(tmp_path / "outside.txt", "w")
+    fifo = work / "queue"
+    os.mkfifo(fifo)
+    try:
+        assert hygiene.workspace_descriptors(str(work)) == []
+        assert f"/proc/self/fd/{r}" in reads and f"/proc/self/fd/{outside.fileno()}" in reads
+        assert r in hygiene.KNOWN_DESCRIPTORS and outside.fileno() not in hygiene.KNOWN_DESCRIPTORS
+        reads.clear()
+        assert hygiene.workspace_descriptors(str(work)) == []
+        assert f"/proc/self/fd/{r}" not in reads  # known: not read again
+        assert f"/proc/self/fd/{outside.fileno()}" in reads  # a regular file: always read
+        with open(work / "kept.bin", "w") as inside:
+            os.dup2(inside.fileno(), r)  # a workspace file on the known number
+        found = hygiene.workspace_descriptors(str(work))
+        assert found == [f"{r} -> {work / 'kept.bin'}"]
+        os.close(r)
+        r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        found = hygiene.workspace_descriptors(str(work))
+        assert found == [f"{r} -> {fifo}"]
+        info = os.fstat(r)
+        assert hygiene.KNOWN_DESCRIPTORS.get(r) != (info.st_dev, info.st_ino)  # never learned
+    finally:
+        os.close(r)
+        os.close(w)
+        outside.close()
