@@ -3,7 +3,8 @@
  * `bench/probes/routed_latency_ab.ts` and `routed_result_ab.ts`): each tree gets its own
  * `kcoral router` and node (2 reused workers, sandbox none); rounds alternate the trees, and
  * each round alternates direct requests (the node's own port) with routed ones. Per tree and
- * round: the added cost from the two medians; then the median over rounds. Two runs of
+ * round: the added cost from the two medians; then the median over rounds, each tree's direct
+ * and routed round medians, and in how many rounds tree B read lower than A. Two runs of
  * different code on different VMs are never compared (docs/decisions.md, "Published figures").
  *
  * @module
@@ -53,6 +54,8 @@ export async function runRoutedAB(ab: RoutedAB): Promise<number[][]> {
   }
   const name = (k: number) => "AB"[k];
   const added: number[][] = sides.map(() => []);
+  const directs: number[][] = sides.map(() => []);
+  const routeds: number[][] = sides.map(() => []);
   try {
     for (const side of sides) {
       for (let i = 0; i < ab.warmups; i++) (await ab.time(side.direct), await ab.time(side.routed));
@@ -68,6 +71,8 @@ export async function runRoutedAB(ab: RoutedAB): Promise<number[][]> {
         const d = summarize(direct).median;
         const r = summarize(routed).median;
         added[k].push(ab.added(d, r));
+        directs[k].push(d);
+        routeds[k].push(r);
         console.log(
           `round ${round + 1} ${name(k)}: direct ${d.toFixed(ab.msDigits)} ms, routed ${
             r.toFixed(ab.msDigits)
@@ -80,9 +85,20 @@ export async function runRoutedAB(ab: RoutedAB): Promise<number[][]> {
       console.log(
         `${name(k)} ${side.tree}: added median ${s.median.toFixed(ab.digits)} ${ab.unit} (min ${
           s.min.toFixed(ab.digits)
-        }, max ${s.max.toFixed(ab.digits)})`,
+        }, max ${s.max.toFixed(ab.digits)}); round medians: direct ${
+          summarize(directs[k]).median.toFixed(ab.msDigits)
+        } ms, routed ${summarize(routeds[k]).median.toFixed(ab.msDigits)} ms`,
       );
     }
+    // The two trees' direct requests run the same node code: a difference there is the other
+    // work of the tree's processes (a Router's deferred work landing on the direct requests that
+    // follow its routed ones), which moves `added` without changing what a routed request takes.
+    const lower = (values: number[][]) => values[1].filter((v, i) => v < values[0][i]).length;
+    console.log(
+      `rounds where B is lower: routed ${lower(routeds)} of ${ab.rounds}, direct ${
+        lower(directs)
+      } of ${ab.rounds}`,
+    );
   } finally {
     for (const side of sides) {
       side.direct.close();
