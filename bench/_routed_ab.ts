@@ -25,6 +25,11 @@ export interface RoutedAB {
   perRound: number;
   /** Direct and routed pairs per tree before the rounds. */
   warmups: number;
+  /**
+   * Idle ms after each timed request (default 0), so that work a process defers past an answer
+   * (a Router's timer) has run before the next request is timed, instead of landing on it.
+   */
+  gapMs?: number;
   /** One timed request through `client` (ms). */
   time: (client: Client) => Promise<number>;
   /** The added cost from the round's direct and routed medians (ms). */
@@ -64,9 +69,12 @@ export async function runRoutedAB(ab: RoutedAB): Promise<number[][]> {
       for (const [k, side] of sides.entries()) {
         const direct: number[] = [];
         const routed: number[] = [];
+        const gap = () => ab.gapMs ? new Promise((resolve) => setTimeout(resolve, ab.gapMs)) : null;
         for (let i = 0; i < ab.perRound; i++) {
           direct.push(await ab.time(side.direct));
+          await gap();
           routed.push(await ab.time(side.routed));
+          await gap();
         }
         const d = summarize(direct).median;
         const r = summarize(routed).median;

@@ -3,7 +3,10 @@
  * each round alternates 200 direct requests (the node's own port) with 200 routed ones. Per tree
  * and round: routed p50 − direct p50; then the median over rounds.
  *
- *   deno run -A bench/probes/routed_latency_ab.ts TREE_A TREE_B [--rounds N] [gpu]
+ *   deno run -A bench/probes/routed_latency_ab.ts TREE_A TREE_B [--rounds N] [--gap MS] [gpu]
+ *
+ * `--gap MS` idles that long after each request (`bench/_routed_ab.ts`): without it, a Router's
+ * work deferred past its answer can land on the direct request timed next.
  *
  * @module
  */
@@ -16,6 +19,7 @@ const trees = Deno.args.filter((arg, i) =>
 ).slice(0, 2);
 if (trees.length !== 2) throw new Error("usage: routed_latency_ab.ts TREE_A TREE_B [--rounds N]");
 const at = Deno.args.indexOf("--rounds");
+const gapAt = Deno.args.indexOf("--gap");
 const program = trivialProgram();
 
 await runRoutedAB({
@@ -24,6 +28,7 @@ await runRoutedAB({
   rounds: at >= 0 ? Number(Deno.args[at + 1]) : 8,
   perRound: 200,
   warmups: 50,
+  gapMs: gapAt >= 0 ? Number(Deno.args[gapAt + 1]) : 0,
   time: async (client: Client) => {
     const start = performance.now();
     await client.execute(program);
