@@ -95,8 +95,8 @@ class _Router implements RouterApp {
       programs: false,
       consoleWrite: options.consoleWrite,
       consoleFormat: config.logFormat,
-      // One line per request: gathered and written together, after the answers (decisions.md,
-      // "The Router's per-request work").
+      // One line per request: gathered and written together (decisions.md, "The Router's
+      // request_finished lines are written together").
       consoleBatched: ["request_finished"],
     });
     this.#inFlight = new InFlight(this.events);
@@ -122,7 +122,7 @@ class _Router implements RouterApp {
         path: "/execute",
         methods: ["POST"],
         access: "client",
-        handler: (request, info) => this.#execute(request, info),
+        handler: (request) => this.#execute(request),
       },
       ...operatorRoutes(this.#metrics.registry, () => this.#status.data()),
       { path: CONTROL_PATH, methods: ["GET"], handler: link },
@@ -180,7 +180,7 @@ class _Router implements RouterApp {
     return jsonResponse(health.ok ? 200 : 503, JSON.stringify(body));
   }
 
-  async #execute(request: Request, info?: Deno.ServeHandlerInfo): Promise<Response> {
+  async #execute(request: Request): Promise<Response> {
     // Once stopping, the registry refuses every request: a 503 router_busy with its request
     // id and Retry-After, like any other refusal. In flight until the attempt has finished: its answer streamed, abandoned or refused.
     this.#inFlight.enter();
@@ -194,7 +194,6 @@ class _Router implements RouterApp {
         maxRequestBytes: this.#config.maxRequestBytes,
         events: this.events,
         onFinished: leave,
-        answerSent: info?.completed,
       });
     } catch (error) {
       leave();

@@ -40,12 +40,6 @@ export interface ForwardContext {
   events: EventLog;
   /** Called once the attempt has finished (answered, streamed, abandoned). */
   onFinished?: () => void;
-  /**
-   * Settles once the answer has gone out to the client (`Deno.ServeHandlerInfo.completed`):
-   * a streamed answer's `request_finished` waits for it. Without it, the next turn of the event
-   * loop.
-   */
-  answerSent?: Promise<void>;
 }
 
 /** Why an attempt ended (`finish_reason` of `request_finished`). */
@@ -419,11 +413,8 @@ function _responseBody(
     trace.reason = reason;
     if (cancel) exchange.cancel(_cancelReason(cancel));
     lease.release(reusable);
-    // The log line is written once the client's answer has gone out, not before it (a settled
-    // promise costs less than a timer per request).
-    const finish = () => trace.finish(ctx);
-    if (ctx.answerSent) ctx.answerSent.then(finish, finish);
-    else setTimeout(finish, 0);
+    // The log line is written once the client's answer has gone out, not before it.
+    setTimeout(() => trace.finish(ctx), 0);
   };
   // The chunk last handed to the client's answer: once the answer asks for the next one, the
   // server has passed it to its write (which holds its own reference), and its memory goes
