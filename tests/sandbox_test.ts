@@ -693,6 +693,37 @@ Deno.test("sandbox (cpu, reused workers): cleanup, leftovers retire the worker",
       );
     }
 
+    await t.step(
+      "a /work file mapped with no descriptor left retires the worker right after the answer",
+      async () => {
+        // Found by the mapping check, which runs after the answer: the worker_retired event
+        // may follow it, but the seat stays busy until then, so the next request (one worker)
+        // runs in a new process.
+        const json = await run(
+          server,
+          "import builtins, ctypes, os\n" +
+            "def f():\n" +
+            "    with open('/work/mapped-c.bin', 'wb') as fh:\n" +
+            "        fh.write(bytes(4096))\n" +
+            "    fd = os.open('/work/mapped-c.bin', os.O_RDONLY)\n" +
+            "    libc = ctypes.CDLL(None)\n" +
+            "    libc.mmap.restype = ctypes.c_void_p\n" +
+            "    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,\n" +
+            "                         ctypes.c_int, ctypes.c_int, ctypes.c_long]\n" +
+            "    builtins._kcoral_map = libc.mmap(None, 4096, 1, 1, fd, 0)\n" +
+            "    os.close(fd)\n" +
+            "    return os.getpid()\n",
+        );
+        const pid = out<number>(json);
+        const next = out<number>(
+          await run(server, "import os\ndef f():\n    return os.getpid()\n"),
+        );
+        assert.notEqual(next, pid, "a new worker process serves the next request");
+        const retired = server.events.filter((e) => e.event === "worker_retired" && e.pid === pid);
+        assert.deepEqual(retired.map((e) => e.reason), ["sandbox_cleanup"]);
+      },
+    );
+
     await t.step("a background process is killed; the worker retires; next is clean", async () => {
       const marker = `kcoral-sandbox-bg-${tag}`;
       const json = await run(

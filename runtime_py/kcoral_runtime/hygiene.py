@@ -538,11 +538,12 @@ def _device_of(path: str) -> int:
 
 class SandboxState:
     """Per-request state of a sandboxed, reused child: taken while the child waits for its next
-    request (or at its start), checked before the request's outcome in two parts:
-    ``clean_and_check_process`` (imports, threads, audit hooks: what touches the program's
-    objects or tells whether any of its code can still run; under the lease) and ``check_files``
-    (descriptors and mappings into the workspace: reads of ``/proc`` only, which need no lease
-    once the first part passed). ``clean_and_check`` runs both."""
+    request (or at its start), checked in two parts: ``clean_and_check_process`` (imports,
+    threads, audit hooks: what touches the program's objects or tells whether any of its code
+    can still run; under the lease) and ``check_files`` (descriptors and mappings into the
+    workspace: reads of ``/proc`` only, which need no lease once the first part passed;
+    ``check_descriptors`` and ``check_mappings`` apart: the engine runs the first before the
+    request's outcome and the second right after it). ``clean_and_check`` runs both."""
 
     def __init__(self) -> None:
         self.sys_path = list(sys.path)
@@ -610,15 +611,21 @@ class SandboxState:
     def check_files(self) -> Optional[str]:
         """Describe the descriptors and mappings into the workspace of the last
         ``clean_and_check_process`` that outlived the request (or None)."""
-        root = self.workspace
-        problems: List[str] = []
-        fds = workspace_descriptors(root)
-        if fds:
-            problems.append("open files in the workspace: " + ", ".join(fds))
-        mapped = self._new_mappings_under(root)
-        if mapped:
-            problems.append("workspace files still mapped: " + ", ".join(sorted(mapped)))
-        return "; ".join(problems) if problems else None
+        problems = [self.check_descriptors(), self.check_mappings()]
+        return "; ".join(p for p in problems if p) or None
+
+    def check_descriptors(self) -> Optional[str]:
+        """Describe the descriptors into the workspace of the last ``clean_and_check_process``
+        (or None)."""
+        fds = workspace_descriptors(self.workspace)
+        return "open files in the workspace: " + ", ".join(fds) if fds else None
+
+    def check_mappings(self) -> Optional[str]:
+        """Describe the workspace files of the last ``clean_and_check_process`` still mapped
+        (or None). Also right after the answer, once the server has emptied the workspace: a
+        mapping then reads ``/work/<name> (deleted)``, still under it."""
+        mapped = self._new_mappings_under(self.workspace)
+        return "workspace files still mapped: " + ", ".join(sorted(mapped)) if mapped else None
 
     def _new_mappings_under(self, root: str) -> Set[str]:
         """The files under ``root`` still mapped. When every file-backed range is one known to

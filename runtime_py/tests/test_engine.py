@@ -212,7 +212,7 @@ def _order(eng: Engine, backend: Any, monkeypatch) -> List[str]:
     monkeypatch.setattr(backend, "empty_cache", recording("empty_cache", backend.empty_cache))
     assert eng.state is not None
     monkeypatch.setattr(eng.state, "restore", recording("restore", eng.state.restore))
-    for name in ("clean_and_check_process", "check_files"):
+    for name in ("clean_and_check_process", "check_descriptors", "check_mappings"):
         method = getattr(engine_module.SandboxState, name)
         monkeypatch.setattr(engine_module.SandboxState, name, recording(name, method))
     return log
@@ -226,7 +226,8 @@ def ordered(setup, monkeypatch):
     return eng, _order(eng, backend, monkeypatch)
 
 
-_STEPS = {"acquire", "release", "empty_cache", "restore", "clean_and_check_process", "check_files"}
+_STEPS = {"acquire", "release", "empty_cache", "restore", "clean_and_check_process",
+          "check_descriptors", "check_mappings"}
 
 
 def _steps(log: List[str]) -> List[str]:
@@ -288,14 +289,15 @@ def test_sandbox_checks_before_the_outcome_reset_after_snapshot_while_idle(
     outcome, retire, detail = _sandboxed(eng, tmp_path, "1", ok)
     assert (outcome["status"], retire, detail) == ("COMPLETED", None, None)
     # Before the outcome: the in-process checks and the GPU part of the reset under the lease
-    # (taken by the module upload), then the lease back, then the file checks without it.
+    # (taken by the module upload), then the lease back, then the descriptor check without it.
     assert _steps(log) == [
-        "acquire", "clean_and_check_process", "empty_cache", "release", "check_files",
+        "acquire", "clean_and_check_process", "empty_cache", "release", "check_descriptors",
     ]
     assert eng.reset_pending and len(snapshots) == 1  # the first one at the request's start
     assert not eng.modules.seeded  # forgotten before the checks (namespaces collected)
     assert eng.finish_request() == (None, None)
-    assert _steps(log) == ["restore"]  # the host-only state, after the answer, no lease
+    # After the answer, no lease: the mapping check, then the host-only state.
+    assert _steps(log) == ["check_mappings", "restore"]
     assert not eng.lease.held
     eng.idle()
     assert len(snapshots) == 2  # the next request's, while idle
@@ -321,7 +323,8 @@ def test_sandbox_host_state_failure_after_the_answer_retires_under_the_lease(
     del log[:]
     retire, detail = eng.finish_request()
     assert (retire, detail) == ("process_state", "resource limit 7 (64, 64) not restored")
-    assert _steps(log) == ["acquire"] and eng.lease.held  # its exit stays under the lease
+    # Its exit stays under the lease.
+    assert _steps(log) == ["check_mappings", "acquire"] and eng.lease.held
 
 
 def test_sandbox_file_leak_retires_in_the_outcome_under_the_lease(ordered, tmp_path, monkeypatch) -> None:
@@ -333,7 +336,7 @@ def test_sandbox_file_leak_retires_in_the_outcome_under_the_lease(ordered, tmp_p
         assert (outcome["status"], retire) == ("COMPLETED", "sandbox_cleanup")
         assert "open files in the workspace" in (detail or "") and "kept.txt" in (detail or "")
         # Found without the lease; taken again before the outcome: the exit stays under it.
-        assert _steps(log)[-3:] == ["release", "check_files", "acquire"]
+        assert _steps(log)[-3:] == ["release", "check_descriptors", "acquire"]
         assert not eng.reset_pending  # a retiring child has no reset to do
         eng.idle()
         assert eng._sandbox_next is None  # nor a next request
@@ -600,6 +603,44 @@ def test_sandbox_state_invalidates_import_caches_only_after_imports(tmp_path, mo
         assert state.clean_and_check_process(str(work)) is None and calls == [True, True]
     finally:
         sys.modules.pop("kc_added", None)
+
+
+def test_sandbox_mapped_file_retires_right_after_the_answer_under_the_lease(
+    ordered, tmp_path
+) -> None:
+    """A workspace file still mapped is found after the answer (the seat is busy until then),
+    also once the server has emptied the workspace; the child retires under the lease."""
+    eng, log = ordered
+    # Mapped through the C library with the descriptor closed (Python's mmap keeps a
+    # descriptor of its own, which the descriptor check would find before the answer).
+    leak = ("import builtins, ctypes, os\n"
+            "def f():\n"
+            "    with open('mapped.bin', 'wb') as fh:\n"
+            "        fh.write(bytes(4096))\n"
+            "    fd = os.open('mapped.bin', os.O_RDONLY)\n"
+            "    libc = ctypes.CDLL(None)\n"
+            "    libc.mmap.restype = ctypes.c_void_p\n"
+            "    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,\n"
+            "                         ctypes.c_int, ctypes.c_int, ctypes.c_long]\n"
+            "    builtins._kcoral_test_map = libc.mmap(None, 4096, 1, 1, fd, 0)\n"
+            "    os.close(fd)\n")
+    try:
+        outcome, retire, _ = _sandboxed(eng, tmp_path, "map", leak)
+        assert (outcome["status"], retire) == ("COMPLETED", None) and eng.reset_pending
+        os.unlink(tmp_path / "sw-map" / "mapped.bin")  # the server empties the workspace
+        del log[:]
+        retire, detail = eng.finish_request()
+        assert retire == "sandbox_cleanup"
+        assert "workspace files still mapped" in (detail or "") and "mapped.bin" in (detail or "")
+        assert _steps(log) == ["check_mappings", "acquire"] and eng.lease.held
+    finally:
+        import builtins
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        libc.munmap(getattr(builtins, "_kcoral_test_map"), 4096)
+        del builtins._kcoral_test_map  # type: ignore[attr-defined]
 
 
 def test_sandbox_descriptor_check_reads_targets_only_for_descriptors_it_does_not_know(
