@@ -99,8 +99,8 @@ class Engine:
         # sandboxed request the child survives.
         self._sandbox_next: Optional[SandboxState] = None
         self._sandbox_due = False
-        # A sandboxed request's state whose mapping check runs after its answer.
-        self._mappings_due: Optional[SandboxState] = None
+        # A sandboxed request's state whose file checks run after its answer.
+        self._files_due: Optional[SandboxState] = None
 
     def snapshot_state(self) -> None:
         """Record torch knobs and the environment (after init) for reuse hygiene."""
@@ -117,9 +117,9 @@ class Engine:
         reset and sandbox checks are skipped. With ``reply_before_reset`` in ``req`` a kept
         child's reset is left pending (``reset_pending``): the outcome is final without it, so
         the caller sends it first and then calls ``finish_request``. In sandbox mode the sandbox
-        checks but the mapping check still run here, before the outcome, which carries their
-        verdict: a child that leaked into the workspace retires before its answer goes out (one
-        that still maps a workspace file, right after it). The lease goes back as
+        checks on the process (imports, threads, audit hooks) still run here, before the
+        outcome, which carries their verdict; the file checks (descriptors, mappings) run in
+        ``finish_request``, right after the answer. The lease goes back as
         soon as what needs it is done (``_sandbox_hygiene``); a retiring child takes it again
         before its outcome, so that its exit stays under the lease.
         """
@@ -133,7 +133,7 @@ class Engine:
         }
         sandbox_state: Optional[SandboxState] = None
         self._sandbox_due = False
-        self._mappings_due = None
+        self._files_due = None
         if sandbox and not last_request:
             sandbox_state = self._sandbox_next
             if sandbox_state is None:
@@ -314,30 +314,32 @@ class Engine:
     def finish_request(self) -> Tuple[Optional[str], Optional[str]]:
         """The reset ``execute`` left pending (``reply_before_reset``). Unsandboxed, all of it
         under the lease, which the ``clean`` frame hands back. Sandboxed, ``_sandbox_hygiene``
-        already did what needs the lease and gave it back: the mapping check and the host-only
-        state are left (environment, umask, resource limits, torch's knobs); a mapped workspace
-        file or a failure there retires the child, which takes the lease again first, so that
-        its exit stays under it. Returns (retire reason or None, retire detail or None)."""
+        already did what needs the lease and gave it back: the file checks and the host-only
+        state are left (environment, umask, resource limits, torch's knobs); a workspace file
+        still open or mapped, or a failure there, retires the child, which takes the lease again
+        first, so that its exit stays under it. Returns (retire reason or None, retire detail or
+        None)."""
         if not self.reset_pending:
             return None, None
         self.reset_pending = False
         if not self._sandbox_due:  # unsandboxed (a kept sandboxed child's snapshot is due)
             return self._reset_and_check(None, "")
-        retire, detail = self._mapping_verdict()
+        retire, detail = self._file_verdict()
         if retire is None:
             retire, detail = self._reset_verdict(self._restore_host_state)
         if retire is not None:
+            self._sandbox_due = False  # no next request: no snapshot for it
             self.lease.acquire()
         return retire, detail
 
-    def _mapping_verdict(self) -> Tuple[Optional[str], Optional[str]]:
-        """The mapping check of a sandboxed request, left for after its answer: (None, None),
-        or the reason and detail to retire for."""
-        state, self._mappings_due = self._mappings_due, None
+    def _file_verdict(self) -> Tuple[Optional[str], Optional[str]]:
+        """The file checks of a sandboxed request (descriptors and mappings into its workspace),
+        left for after its answer: (None, None), or the reason and detail to retire for."""
+        state, self._files_due = self._files_due, None
         if state is None:
             return None, None
         try:
-            detail = state.check_mappings()
+            detail = state.check_files()
         except Exception as exc:
             detail = f"sandbox checks failed: {type(exc).__name__}: {exc}"
         if detail is None:
@@ -365,12 +367,13 @@ class Engine:
         after this), the uploaded modules' namespaces are collected (a file only they held open
         is closed; a finalizer may use the GPU), then the in-process checks (imports, threads,
         audit hooks: once they pass, no code of the program can run any more), then the cache
-        is emptied and the GPU drained. Then the lease goes back, and the descriptor check (a
-        read of ``/proc``) runs without it. A leak found there takes the lease again: the
-        child's exit stays under it. A check that cannot run (a descriptor limit the program
-        lowered, say) retires the child. The mapping check waits for ``finish_request``, right
-        after the answer: the seat stays busy until the child's ``clean``, so no request runs
-        in a child that still maps a workspace file (docs/decisions.md).
+        is emptied and the GPU drained, and the lease goes back. The file checks (descriptors
+        and mappings into the workspace: reads of ``/proc``, no lease) wait for
+        ``finish_request``, right after the answer: the seat stays busy until the child's
+        ``clean``, so no request runs in a child that still holds a workspace file
+        (docs/decisions.md). A leak found there, or a check that cannot run (a descriptor limit
+        the program lowered, say), retires the child, which takes the lease again first: its
+        exit stays under it.
         """
         try:
             if self.state is not None:
@@ -388,15 +391,8 @@ class Engine:
             self.lease.release()
         except Exception as exc:
             return self._retiring("poisoned_context", f"reset failed: {type(exc).__name__}: {exc}")
-        try:
-            detail = sandbox_state.check_descriptors()
-        except Exception as exc:
-            detail = f"sandbox checks failed: {type(exc).__name__}: {exc}"
-        if detail is None:
-            self._mappings_due = sandbox_state  # checked right after the answer
-            return None, None
-        self.lease.acquire()  # the exit (the context's teardown) stays under the lease
-        return self._retiring("sandbox_cleanup", detail)
+        self._files_due = sandbox_state  # the file checks: right after the answer
+        return None, None
 
     @staticmethod
     def _retiring(reason: str, detail: str) -> Tuple[Optional[str], Optional[str]]:

@@ -542,8 +542,8 @@ class SandboxState:
     threads, audit hooks: what touches the program's objects or tells whether any of its code
     can still run; under the lease) and ``check_files`` (descriptors and mappings into the
     workspace: reads of ``/proc`` only, which need no lease once the first part passed;
-    ``check_descriptors`` and ``check_mappings`` apart: the engine runs the first before the
-    request's outcome and the second right after it). ``clean_and_check`` runs both."""
+    ``check_descriptors`` and ``check_mappings`` apart): the engine runs the first part before
+    the request's outcome and the second right after it. ``clean_and_check`` runs both."""
 
     def __init__(self) -> None:
         self.sys_path = list(sys.path)

@@ -289,15 +289,13 @@ def test_sandbox_checks_before_the_outcome_reset_after_snapshot_while_idle(
     outcome, retire, detail = _sandboxed(eng, tmp_path, "1", ok)
     assert (outcome["status"], retire, detail) == ("COMPLETED", None, None)
     # Before the outcome: the in-process checks and the GPU part of the reset under the lease
-    # (taken by the module upload), then the lease back, then the descriptor check without it.
-    assert _steps(log) == [
-        "acquire", "clean_and_check_process", "empty_cache", "release", "check_descriptors",
-    ]
+    # (taken by the module upload), then the lease back.
+    assert _steps(log) == ["acquire", "clean_and_check_process", "empty_cache", "release"]
     assert eng.reset_pending and len(snapshots) == 1  # the first one at the request's start
     assert not eng.modules.seeded  # forgotten before the checks (namespaces collected)
     assert eng.finish_request() == (None, None)
-    # After the answer, no lease: the mapping check, then the host-only state.
-    assert _steps(log) == ["check_mappings", "restore"]
+    # After the answer, no lease: the file checks, then the host-only state.
+    assert _steps(log) == ["check_descriptors", "check_mappings", "restore"]
     assert not eng.lease.held
     eng.idle()
     assert len(snapshots) == 2  # the next request's, while idle
@@ -324,22 +322,29 @@ def test_sandbox_host_state_failure_after_the_answer_retires_under_the_lease(
     retire, detail = eng.finish_request()
     assert (retire, detail) == ("process_state", "resource limit 7 (64, 64) not restored")
     # Its exit stays under the lease.
-    assert _steps(log) == ["check_mappings", "acquire"] and eng.lease.held
+    assert _steps(log) == ["check_descriptors", "check_mappings", "acquire"] and eng.lease.held
 
 
-def test_sandbox_file_leak_retires_in_the_outcome_under_the_lease(ordered, tmp_path, monkeypatch) -> None:
+def test_sandbox_file_leak_retires_right_after_the_answer_under_the_lease(
+    ordered, tmp_path
+) -> None:
+    """A workspace file still open is found after the answer (the seat is busy until then),
+    also once the server has emptied the workspace; the child retires under the lease."""
     eng, log = ordered
     leak = "import builtins\ndef f():\n    builtins._kcoral_test_kept = open('kept.txt', 'w')\n"
     try:
+        outcome, retire, _ = _sandboxed(eng, tmp_path, "leak", leak)
+        assert (outcome["status"], retire) == ("COMPLETED", None) and eng.reset_pending
+        os.unlink(tmp_path / "sw-leak" / "kept.txt")  # the server empties the workspace
         del log[:]
-        outcome, retire, detail = _sandboxed(eng, tmp_path, "leak", leak)
-        assert (outcome["status"], retire) == ("COMPLETED", "sandbox_cleanup")
+        retire, detail = eng.finish_request()
+        assert retire == "sandbox_cleanup"
         assert "open files in the workspace" in (detail or "") and "kept.txt" in (detail or "")
-        # Found without the lease; taken again before the outcome: the exit stays under it.
-        assert _steps(log)[-3:] == ["release", "check_descriptors", "acquire"]
-        assert not eng.reset_pending  # a retiring child has no reset to do
+        # Found without the lease; taken again: the exit stays under it.
+        assert _steps(log) == ["check_descriptors", "check_mappings", "acquire"]
+        assert eng.lease.held
         eng.idle()
-        assert eng._sandbox_next is None  # nor a next request
+        assert eng._sandbox_next is None  # a retiring child takes no next snapshot
     finally:
         import builtins
 
@@ -632,7 +637,8 @@ def test_sandbox_mapped_file_retires_right_after_the_answer_under_the_lease(
         retire, detail = eng.finish_request()
         assert retire == "sandbox_cleanup"
         assert "workspace files still mapped" in (detail or "") and "mapped.bin" in (detail or "")
-        assert _steps(log) == ["check_mappings", "acquire"] and eng.lease.held
+        assert _steps(log) == ["check_descriptors", "check_mappings", "acquire"]
+        assert eng.lease.held
     finally:
         import builtins
         import ctypes

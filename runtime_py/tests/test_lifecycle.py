@@ -396,8 +396,8 @@ def test_zygote_parent_death_kills_every_tree(make_request, kc, tmp_path) -> Non
         os.kill(pids["holder"], signal.SIGKILL)
 
 
-# The server sends ``reply_before_reset``: the sandbox checks before the outcome, the rest of the
-# reset after it (``clean``); without it, everything before the outcome.
+# The server sends ``reply_before_reset``: the checks on the process before the outcome, the file
+# checks and the rest of the reset after it (``clean``); without it, everything before the outcome.
 @pytest.mark.parametrize("reply_first", [False, True])
 def test_sandbox_mode_cleans_imports_and_reports_leaks(
     cpu_zygote, make_request, kc, tmp_path, reply_first
@@ -438,11 +438,22 @@ def test_sandbox_mode_cleans_imports_and_reports_leaks(
     r = handle.run(make_request(kc.call(closed_by_gc), workspace=work, sandbox=True, **first))
     assert r.retire is None  # the module namespace was collected at reset, closing the file
     leak = "import os\ndef main():\n    os.open('held', os.O_RDONLY)\n"
+    start = handle.zygote.mark()
     r = handle.run(make_request(kc.call(leak), workspace=work, sandbox=True, **first))
-    assert r.outcome["status"] == "COMPLETED" and r.retire == "sandbox_cleanup"
-    assert "cleanup" not in r.frame  # the verdict is in the outcome, nothing left pending
-    assert "open files in the workspace" in r.frame["retire_detail"]
+    assert r.outcome["status"] == "COMPLETED"
     handle.wait_exited()
+    if reply_first:
+        # The file checks run right after the answer: their verdict comes with ``clean``.
+        assert r.retire is None and r.frame.get("cleanup") is True
+        frames = handle.zygote.frames_of(handle.c, start)
+        after = frames[frames.index(r.frame) + 1:]
+        clean = next(f for f in after if f["t"] == "clean")
+        assert clean["retire"] == "sandbox_cleanup"
+        assert "open files in the workspace" in clean["retire_detail"]
+    else:
+        assert r.retire == "sandbox_cleanup"
+        assert "cleanup" not in r.frame  # the verdict is in the outcome, nothing left pending
+        assert "open files in the workspace" in r.frame["retire_detail"]
 
 
 @pytest.mark.parametrize("reply_first", [False, True])
