@@ -3,7 +3,8 @@
  * processes (GPU only; the fidelity bench's 2026-12-02 runs: 4.62–4.66 µs against 3.90–3.98).
  * One program measures it several ways in one process (`launch_times`, 100 warmup + 1000 timed,
  * median µs): first, again, after a 0.3 s sleep, on a tensor allocated after 64 MiB, without the
- * L2 flush; and reports what could differ between processes (the tensor's address, CUPTI
+ * L2 flush; the wall time per iteration of the whole loop against the flush's own GPU time (is the
+ * loop host-bound?); and reports what could differ between processes (the tensor's address, CUPTI
  * mapped, CUDA/torch environment, scheduling, threads). It runs in new local processes, in fresh
  * workers (8 seats, as the bench), in fresh workers of a 1-seat server, and in reused workers.
  *
@@ -33,6 +34,15 @@ def probe():
     y = torch.zeros(1, device="cuda")
     out["other_block"] = _median(lambda: y.add_(1))
     out["no_flush"] = _median(lambda: x.add_(1), flush_l2=False)
+    # Wall time per launch of the whole measurement (host side): if it exceeds the GPU's time
+    # per iteration (the flush plus the kernel), the loop is host-bound and the events time
+    # host gaps too.
+    start = time.perf_counter()
+    _median(lambda: x.add_(1))
+    out["wall_us_per_iteration"] = round((time.perf_counter() - start) / 1100 * 1e6, 2)
+    flush = torch.empty(120 << 20, dtype=torch.uint8, device="cuda")
+    out["flush_alone"] = _median(lambda: flush.zero_(), flush_l2=False)
+    del flush
     del big
     out["ptr"] = hex(x.data_ptr())
     with open("/proc/self/maps") as maps:
