@@ -13,36 +13,8 @@ import { createApp } from "../server/app.ts";
 import { serve } from "../http/serve.ts";
 import { type BenchRow, row, summarize, table } from "./_stats.ts";
 
-const _HARNESS = `
-import statistics
-import torch
-from kcoral_runtime.builtins import launch_times
-
-def _kernel(name):
-    if name.startswith("add"):
-        n = int(name[3:]) * 1024 * 1024 // 4
-        a = torch.randn(n, device="cuda")
-        b = torch.randn(n, device="cuda")
-        c = torch.empty_like(a)
-        return lambda: torch.add(a, b, out=c)
-    if name == "gemm":
-        a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-        c = torch.empty_like(a)
-        return lambda: torch.mm(a, b, out=c)
-    if name == "tiny":
-        x = torch.zeros(1, device="cuda")
-        return lambda: x.add_(1)
-    raise ValueError(name)
-
-def measure(name, rounds):
-    fn = _kernel(name)
-    out = []
-    for _ in range(rounds):
-        times = sorted(t * 1000.0 for t in launch_times(fn, warmup=100, repeat=1000))
-        out.append([statistics.median(times), times[989]])
-    return out
-`;
+/** The harness (`bench/fidelity_kernels.py`): `measure(name, rounds)` gives `[median, p99]`s. */
+const _HARNESS = Deno.readTextFileSync(new URL("./fidelity_kernels.py", import.meta.url));
 
 /** The kernels compared, by the harness's name for each. */
 const _KERNELS = [
@@ -184,7 +156,9 @@ async function _compareKernel(
   const measured = [fresh, reused, busy];
   const baseMedian = summarize(medians(local)).median;
   const baseP99 = summarize(p99s(local)).median;
-  const percent = (value: number, base: number) => (100 * (value - base)) / base;
+  /** Fresh / reused / busy against the local harness, %, by `pick`'s statistic. */
+  const percentOff = (pick: (ms: Measurement[]) => number[], base: number) =>
+    measured.map((ms) => (100 * (summarize(pick(ms)).median - base)) / base);
   return [
     row(`${kernel.label}, local harness (${locals.length} processes)`, "µs", medians(local)),
     row(`  through KCoral, fresh workers (default), idle`, "µs", medians(fresh)),
@@ -197,7 +171,7 @@ async function _compareKernel(
     row(
       `  difference of medians (fresh / reused / busy)`,
       "%",
-      measured.map((ms) => percent(summarize(medians(ms)).median, baseMedian)),
+      percentOff(medians, baseMedian),
       undefined,
       "within 1%",
     ),
@@ -210,7 +184,7 @@ async function _compareKernel(
     row(
       `  difference of p99s (fresh / reused / busy)`,
       "%",
-      measured.map((ms) => percent(summarize(p99s(ms)).median, baseP99)),
+      percentOff(p99s, baseP99),
       undefined,
       "within 2%",
     ),

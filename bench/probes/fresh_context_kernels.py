@@ -21,38 +21,19 @@ range of the medians.
 
 import argparse
 import multiprocessing as mp
+import os
 import statistics
+import sys
 import time
 
 import torch
 
-from kcoral_runtime.builtins import launch_times
-
-
-def _kernel(name):
-    if name.startswith("add"):
-        n = int(name[3:]) * 1024 * 1024 // 4
-        a = torch.randn(n, device="cuda")
-        b = torch.randn(n, device="cuda")
-        c = torch.empty_like(a)
-        return lambda: torch.add(a, b, out=c)
-    if name == "gemm":
-        a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-        c = torch.empty_like(a)
-        return lambda: torch.mm(a, b, out=c)
-    if name == "tiny":
-        x = torch.zeros(1, device="cuda")
-        return lambda: x.add_(1)
-    raise ValueError(name)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from fidelity_kernels import kernel, median_and_p99  # noqa: E402  (bench/fidelity_kernels.py)
 
 
 def _measure(name, extra_warmup=0):
-    fn = _kernel(name)
-    if extra_warmup:
-        launch_times(fn, warmup=extra_warmup, repeat=1)
-    times = sorted(t * 1000.0 for t in launch_times(fn, warmup=100, repeat=1000))
-    return statistics.median(times), times[989]
+    return median_and_p99(kernel(name), extra_warmup)
 
 
 def _new_process(conn, name, wait, extra_warmup, ready=None, go=None):

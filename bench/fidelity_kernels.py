@@ -1,0 +1,46 @@
+"""The kernels the fidelity bench and its probes time, and one measurement of them.
+
+Uploaded as a module by ``bench/fidelity_bench.ts`` (to its local processes and to the servers)
+and imported by ``bench/probes/fresh_context_kernels.py``, so every side times the same code.
+Names: ``add4`` / ``add64`` (``c = a + b`` at 4 / 64 MiB, memory-bound), ``gemm`` (a 4096² bf16
+GEMM, compute-bound), ``tiny`` (a 1-element add, launch-bound).
+"""
+
+import statistics
+
+import torch
+
+from kcoral_runtime.builtins import launch_times
+
+
+def kernel(name):
+    """A callable that launches kernel ``name`` on tensors made for it."""
+    if name.startswith("add"):
+        n = int(name[3:]) * 1024 * 1024 // 4
+        a = torch.randn(n, device="cuda")
+        b = torch.randn(n, device="cuda")
+        c = torch.empty_like(a)
+        return lambda: torch.add(a, b, out=c)
+    if name == "gemm":
+        a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+        c = torch.empty_like(a)
+        return lambda: torch.mm(a, b, out=c)
+    if name == "tiny":
+        x = torch.zeros(1, device="cuda")
+        return lambda: x.add_(1)
+    raise ValueError(name)
+
+
+def median_and_p99(fn, extra_warmup=0):
+    """(median, p99) in µs of 1000 timed launches of ``fn`` after 100 (+ ``extra_warmup``)."""
+    if extra_warmup:
+        launch_times(fn, warmup=extra_warmup, repeat=1)
+    times = sorted(t * 1000.0 for t in launch_times(fn, warmup=100, repeat=1000))
+    return statistics.median(times), times[989]
+
+
+def measure(name, rounds):
+    """``rounds`` measurements of kernel ``name``, each ``[median, p99]`` in µs."""
+    fn = kernel(name)
+    return [list(median_and_p99(fn)) for _ in range(rounds)]
