@@ -11,7 +11,13 @@
  */
 import { Client } from "../mod.ts";
 import { summarize } from "./_stats.ts";
-import { type NodeMode, startNodeProcess, startRouterProcess, waitForCapacity } from "./_routed.ts";
+import {
+  type NodeMode,
+  type RoutedProcess,
+  startNodeProcess,
+  startRouterProcess,
+  waitForCapacity,
+} from "./_routed.ts";
 
 /** What one A/B probe measures. */
 export interface RoutedAB {
@@ -40,23 +46,41 @@ export interface RoutedAB {
   msDigits: number;
 }
 
+/** One checkout's Router and node (2 workers) with a client for each. */
+export interface RoutedSide {
+  tree: string;
+  router: RoutedProcess;
+  node: RoutedProcess;
+  /** A client of the node's own port. */
+  direct: Client;
+  /** A client of the Router. */
+  routed: Client;
+}
+
+/** Starts `tree`'s Router and a node behind it, and waits until the node's 2 workers join. */
+export async function startRoutedSide(tree: string, mode: NodeMode): Promise<RoutedSide> {
+  const router = await startRouterProcess([], tree);
+  const node = await startNodeProcess(mode, router.url, 2, tree);
+  await waitForCapacity(router.url, 2);
+  return { tree, router, node, direct: new Client(node.url), routed: new Client(router.url) };
+}
+
+/** Closes the clients and stops the nodes and Routers of `sides`. */
+export async function stopRoutedSides(sides: RoutedSide[]): Promise<void> {
+  for (const side of sides) {
+    side.direct.close();
+    side.routed.close();
+    await side.node.stop();
+    await side.router.stop();
+  }
+}
+
 /**
  * Runs `ab` and prints each round and the summary; resolves with the per-tree round values.
  */
 export async function runRoutedAB(ab: RoutedAB): Promise<number[][]> {
   const sides = [];
-  for (const tree of ab.trees) {
-    const router = await startRouterProcess([], tree);
-    const node = await startNodeProcess(ab.mode, router.url, 2, tree);
-    await waitForCapacity(router.url, 2);
-    sides.push({
-      tree,
-      router,
-      node,
-      direct: new Client(node.url),
-      routed: new Client(router.url),
-    });
-  }
+  for (const tree of ab.trees) sides.push(await startRoutedSide(tree, ab.mode));
   const name = (k: number) => "AB"[k];
   const added: number[][] = sides.map(() => []);
   const directs: number[][] = sides.map(() => []);
@@ -108,12 +132,7 @@ export async function runRoutedAB(ab: RoutedAB): Promise<number[][]> {
       } of ${ab.rounds}`,
     );
   } finally {
-    for (const side of sides) {
-      side.direct.close();
-      side.routed.close();
-      await side.node.stop();
-      await side.router.stop();
-    }
+    await stopRoutedSides(sides);
   }
   return added;
 }

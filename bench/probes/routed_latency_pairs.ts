@@ -12,10 +12,10 @@
  *
  * @module
  */
-import { Client } from "../../mod.ts";
+import type { Client } from "../../mod.ts";
 import { trivialProgram } from "../_programs.ts";
 import { childPid, ownCpuMs } from "../_proc.ts";
-import { startNodeProcess, startRouterProcess, waitForCapacity } from "../_routed.ts";
+import { startRoutedSide, stopRoutedSides } from "../_routed_ab.ts";
 import { median } from "./_probe.ts";
 
 const option = (name: string, fallback: number) => {
@@ -32,17 +32,10 @@ const program = trivialProgram();
 
 const sides = [];
 for (const tree of trees) {
-  const router = await startRouterProcess([], tree);
-  const node = await startNodeProcess("cpu", router.url, 2, tree);
-  await waitForCapacity(router.url, 2);
-  const server = childPid(node.pid) ?? -1;
+  const side = await startRoutedSide(tree, "cpu");
   sides.push({
-    tree,
-    router,
-    node,
-    server,
-    direct: new Client(node.url),
-    routed: new Client(router.url),
+    ...side,
+    server: childPid(side.node.pid) ?? -1,
     times: { direct: [] as number[], routed: [] as number[] },
     cpu: { router: 0, serverDirect: 0, serverRouted: 0 },
   });
@@ -84,10 +77,5 @@ try {
     );
   }
 } finally {
-  for (const side of sides) {
-    side.direct.close();
-    side.routed.close();
-    await side.node.stop();
-    await side.router.stop();
-  }
+  await stopRoutedSides(sides);
 }
