@@ -325,6 +325,24 @@ def test_sandbox_host_state_failure_after_the_answer_retires_under_the_lease(
     assert _steps(log) == ["check_descriptors", "check_mappings", "acquire"] and eng.lease.held
 
 
+def _leak_found_after_the_answer(
+    eng: Engine, log: List[str], tmp_path: Path, name: str, source: str, leaked: str
+) -> str:
+    """Runs ``source`` (which leaves workspace file ``leaked`` open or mapped) sandboxed: the
+    outcome carries no verdict; the file checks after the answer find it, also once the server
+    has emptied the workspace, and the child retires under the lease. Returns the detail."""
+    outcome, retire, _ = _sandboxed(eng, tmp_path, name, source)
+    assert (outcome["status"], retire) == ("COMPLETED", None) and eng.reset_pending
+    os.unlink(tmp_path / f"sw-{name}" / leaked)  # the server empties the workspace
+    del log[:]
+    retire, detail = eng.finish_request()
+    assert retire == "sandbox_cleanup" and detail is not None
+    # Found without the lease; taken again: the exit stays under it.
+    assert _steps(log) == ["check_descriptors", "check_mappings", "acquire"]
+    assert eng.lease.held
+    return detail
+
+
 def test_sandbox_file_leak_retires_right_after_the_answer_under_the_lease(
     ordered, tmp_path
 ) -> None:
@@ -333,16 +351,8 @@ def test_sandbox_file_leak_retires_right_after_the_answer_under_the_lease(
     eng, log = ordered
     leak = "import builtins\ndef f():\n    builtins._kcoral_test_kept = open('kept.txt', 'w')\n"
     try:
-        outcome, retire, _ = _sandboxed(eng, tmp_path, "leak", leak)
-        assert (outcome["status"], retire) == ("COMPLETED", None) and eng.reset_pending
-        os.unlink(tmp_path / "sw-leak" / "kept.txt")  # the server empties the workspace
-        del log[:]
-        retire, detail = eng.finish_request()
-        assert retire == "sandbox_cleanup"
-        assert "open files in the workspace" in (detail or "") and "kept.txt" in (detail or "")
-        # Found without the lease; taken again: the exit stays under it.
-        assert _steps(log) == ["check_descriptors", "check_mappings", "acquire"]
-        assert eng.lease.held
+        detail = _leak_found_after_the_answer(eng, log, tmp_path, "leak", leak, "kept.txt")
+        assert "open files in the workspace" in detail and "kept.txt" in detail
         eng.idle()
         assert eng._sandbox_next is None  # a retiring child takes no next snapshot
     finally:
@@ -630,15 +640,8 @@ def test_sandbox_mapped_file_retires_right_after_the_answer_under_the_lease(
             "    builtins._kcoral_test_map = libc.mmap(None, 4096, 1, 1, fd, 0)\n"
             "    os.close(fd)\n")
     try:
-        outcome, retire, _ = _sandboxed(eng, tmp_path, "map", leak)
-        assert (outcome["status"], retire) == ("COMPLETED", None) and eng.reset_pending
-        os.unlink(tmp_path / "sw-map" / "mapped.bin")  # the server empties the workspace
-        del log[:]
-        retire, detail = eng.finish_request()
-        assert retire == "sandbox_cleanup"
-        assert "workspace files still mapped" in (detail or "") and "mapped.bin" in (detail or "")
-        assert _steps(log) == ["check_descriptors", "check_mappings", "acquire"]
-        assert eng.lease.held
+        detail = _leak_found_after_the_answer(eng, log, tmp_path, "map", leak, "mapped.bin")
+        assert "workspace files still mapped" in detail and "mapped.bin" in detail
     finally:
         import builtins
         import ctypes
