@@ -65,6 +65,16 @@ class FakeChild implements ChildChannel {
   }
 }
 
+/** A child that asks for the lease on `run` and, once granted, answers with hygiene to follow. */
+function answersBeforeHygiene(): FakeChild {
+  return new FakeChild((frame, c) => {
+    if (frame.t === "run") c.say({ t: "lease", a: "acquire" });
+    else if (frame.t === "lease") {
+      c.say({ t: "outcome", outcome: OUTCOME, retire: null, cleanup: true });
+    }
+  });
+}
+
 function params(child: FakeChild, extra: Partial<RunParams> = {}): RunParams {
   return {
     child,
@@ -181,12 +191,7 @@ Deno.test("run: a retiring child keeps the lease through its teardown", async ()
 
 Deno.test("run: hygiene after the answer keeps the lease until `clean`", async () => {
   const leases = new GpuLeases([0]);
-  const child = new FakeChild((frame, c) => {
-    if (frame.t === "run") c.say({ t: "lease", a: "acquire" });
-    else if (frame.t === "lease") {
-      c.say({ t: "outcome", outcome: OUTCOME, retire: null, cleanup: true });
-    }
-  });
+  const child = answersBeforeHygiene();
   const run = await runProgram(params(child, { leases, gpus: [0] }));
   assert.ok(run.cleanup);
   assert.equal(leases.tryAcquire({ id: "next" }, [0]), false);
@@ -197,12 +202,7 @@ Deno.test("run: hygiene after the answer keeps the lease until `clean`", async (
 
 Deno.test("run: hygiene after the answer may give the lease back before `clean`", async () => {
   const leases = new GpuLeases([0]);
-  const child = new FakeChild((frame, c) => {
-    if (frame.t === "run") c.say({ t: "lease", a: "acquire" });
-    else if (frame.t === "lease") {
-      c.say({ t: "outcome", outcome: OUTCOME, retire: null, cleanup: true });
-    }
-  });
+  const child = answersBeforeHygiene();
   const run = await runProgram(params(child, { leases, gpus: [0] }));
   assert.ok(run.cleanup);
   child.say({ t: "lease", a: "release" }); // after the answer: the host-only part follows
@@ -247,12 +247,7 @@ Deno.test("run: a child retiring in its hygiene takes the lease again and exits 
 
 Deno.test("run: a child that overruns its hygiene without the lease is killed under it", async () => {
   const leases = new GpuLeases([0]);
-  const child = new FakeChild((frame, c) => {
-    if (frame.t === "run") c.say({ t: "lease", a: "acquire" });
-    else if (frame.t === "lease") {
-      c.say({ t: "outcome", outcome: OUTCOME, retire: null, cleanup: true });
-    }
-  });
+  const child = answersBeforeHygiene();
   const run = await runProgram(params(child, { leases, gpus: [0], timeoutMs: 10 }));
   child.say({ t: "lease", a: "release" }); // after the answer; then never says `clean`
   const other = { id: "other" };
