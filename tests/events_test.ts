@@ -1,7 +1,22 @@
 /** The event log: layout, events of a request, program records, console mirror, switches. */
 import assert from "node:assert/strict";
-import { EventLog } from "../http/events.ts";
+import { EventLog, type EventLogOptions } from "../http/events.ts";
 import { callProgram, postProgram, startServer } from "./_server.ts";
+
+/** An event log that writes no files and collects its console lines. */
+function consoleOnlyLog(
+  extra: Partial<EventLogOptions> = {},
+): { log: EventLog; console: string[] } {
+  const console: string[] = [];
+  const log = new EventLog({
+    logDir: null,
+    console: true,
+    programs: false,
+    consoleWrite: (line) => console.push(line),
+    ...extra,
+  });
+  return { log, console };
+}
 
 Deno.test("events: a server run writes events.jsonl and program records", async () => {
   const logDir = await Deno.makeTempDir();
@@ -106,24 +121,13 @@ Deno.test("events: a second start in the same instant gets a suffixed run direct
 });
 
 Deno.test("events: console values are cut at 120 characters and floats get one decimal", () => {
-  const console: string[] = [];
-  const log = new EventLog({
-    logDir: null,
-    console: true,
-    programs: false,
-    consoleWrite: (line) => console.push(line),
-  });
+  const { log, console } = consoleOnlyLog();
   log.emit("WARNING", "x", { long: "y".repeat(200), ms: 1.2345, skip: null, traceback: "t" });
   assert.match(console[0], / WARNING x long=y{120}\.\.\. ms=1\.2$/);
 });
 
 Deno.test("events: batched console lines wait for one write, keep their order, and go out at close", async () => {
-  const console: string[] = [];
-  const log = new EventLog({
-    logDir: null,
-    console: true,
-    programs: false,
-    consoleWrite: (line) => console.push(line),
+  const { log, console } = consoleOnlyLog({
     consoleBatched: ["request_finished"],
     consoleBatchMs: 10,
   });
