@@ -83,8 +83,8 @@ export class EventLog {
   /** The run directory of this server start, or `null` without log files. */
   readonly runDir: string | null;
   #file: Deno.FsFile | null = null;
-  #console: ((line: string) => void) | null;
-  #consoleMany: ((lines: string[]) => void) | null;
+  /** Writes console lines (many at once in one write to stderr); `null` without a console. */
+  #console: ((lines: string[]) => void) | null;
   #programs: boolean;
   #json: boolean;
   #listeners = new Set<(record: Record<string, unknown>) => void>();
@@ -97,14 +97,12 @@ export class EventLog {
 
   /** Opens the log, creating a fresh run directory when `logDir` is set. */
   constructor(options: EventLogOptions) {
-    this.#console = options.console
-      ? (options.consoleWrite ?? ((line) => Deno.stderr.writeSync(_encoder.encode(line + "\n"))))
-      : null;
     // Gathered lines go to stderr in one write; a given writer still gets them one by one.
-    this.#consoleMany = !options.console
+    const write = options.consoleWrite;
+    this.#console = !options.console
       ? null
-      : options.consoleWrite
-      ? (lines) => lines.forEach(options.consoleWrite!)
+      : write
+      ? (lines) => lines.forEach((line) => write(line))
       : (lines) => Deno.stderr.writeSync(_encoder.encode(lines.join("\n") + "\n"));
     this.#programs = options.programs;
     this.#json = options.consoleFormat === "json";
@@ -128,7 +126,7 @@ export class EventLog {
         // The folder exists (empty) for tools that look for it.
         Deno.mkdirSync(`${this.runDir}/output`, { recursive: true });
       } catch (error) {
-        this.#console?.(`kcoral: cannot open the event log in ${options.logDir}: ${error}`);
+        this.#console?.([`kcoral: cannot open the event log in ${options.logDir}: ${error}`]);
         this.runDir = null;
         this.#file = null;
       }
@@ -191,7 +189,7 @@ export class EventLog {
     const lines = this.#pending;
     this.#pending = [];
     try {
-      this.#consoleMany!(lines.map((line) => this.#consoleText(line)));
+      this.#console!(lines.map((line) => this.#consoleText(line)));
     } catch {
       // best effort
     }
@@ -204,7 +202,7 @@ export class EventLog {
 
   #write(text: string): void {
     try {
-      this.#console!(text);
+      this.#console!([text]);
     } catch {
       // best effort
     }
