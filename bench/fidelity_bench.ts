@@ -41,16 +41,37 @@ def noise():
 
 const _RUNTIME = new URL("../runtime_py", import.meta.url).pathname;
 
-/** A long-lived local Python process running the same harness (one line per measurement). */
+/**
+ * A local Python process running the same harness (one line per measurement), in one of the two
+ * process lifecycles a worker has:
+ * - `"forks"`: the process imports torch and the harness but never touches CUDA, and forks a new
+ *   process for each measurement (as a zygote forks a fresh worker, which has a CUDA context of
+ *   its own); the baseline of fresh workers;
+ * - `"lives"`: the process measures in itself, one measurement after another, emptying torch's
+ *   allocator cache before each (as a reused worker does at the end of every request); the
+ *   baseline of reused workers.
+ *
+ * A launch-bound kernel's time depends on where the process's allocations lie (on the H200 a
+ * 1-element add reads ~4.5 µs in a new process and alternates 3.9 / 4.5 µs between successive
+ * measurements in a long-lived one; `bench/probes/tiny_kernel_layout.py`), so each kind of worker
+ * is compared with a local process that lives as it does.
+ */
 class _LocalHarness {
   #child: Deno.ChildProcess;
   #writer: WritableStreamDefaultWriter<Uint8Array>;
   #lines: AsyncIterator<string>;
 
-  constructor() {
-    const code = `${_HARNESS}\nimport json, sys\nfor line in sys.stdin:\n` +
-      `    name, rounds = line.split()\n` +
-      `    print(json.dumps(measure(name, int(rounds))), flush=True)\n`;
+  constructor(lifecycle: "forks" | "lives") {
+    const measureLine = lifecycle === "forks"
+      ? `    pid = os.fork()\n` +
+        `    if pid == 0:\n` +
+        `        print(json.dumps(measure(name, int(rounds))), flush=True)\n` +
+        `        os._exit(0)\n` +
+        `    os.waitpid(pid, 0)\n`
+      : `    torch.cuda.empty_cache()\n` +
+        `    print(json.dumps(measure(name, int(rounds))), flush=True)\n`;
+    const code = `${_HARNESS}\nimport json, os, sys\nfor line in sys.stdin:\n` +
+      `    name, rounds = line.split()\n` + measureLine;
     this.#child = new Deno.Command("python3", {
       args: ["-c", code],
       env: { PYTHONPATH: _RUNTIME },
@@ -113,26 +134,35 @@ function _gpuServer(maxRequestsPerWorker: number, workersPerGpu: number) {
   });
 }
 
-/** One kernel's rows: local, fresh, reused and busy measurements, and their differences. */
+/**
+ * One kernel's rows: local, fresh, reused and busy measurements, and their differences. Fresh
+ * and busy are compared with local measurements in new processes (`forks`), reused with local
+ * long-lived processes (`locals`) measuring as often as each reused worker does.
+ */
 async function _compareKernel(
   kernel: { name: string; label: string },
   locals: _LocalHarness[],
+  forks: _LocalHarness,
   freshClient: Client,
   reusedClients: Client[],
   freshUrl: string,
   quick: boolean,
 ): Promise<BenchRow[]> {
-  const local: Measurement[] = [];
+  const rounds = quick ? 1 : 4;
+  const newProcess: Measurement[] = [];
+  const longLived: Measurement[] = [];
   const fresh: Measurement[] = [];
   const reused: Measurement[] = [];
   await Promise.all(locals.map((harness) => harness.measure(kernel.name, 1))); // warm-up
+  await forks.measure(kernel.name, 1);
   await _remote(freshClient, kernel.name, 1);
   await Promise.all(reusedClients.map((c) => _remote(c, kernel.name, 1)));
-  for (const harness of locals) {
-    local.push(...await harness.measure(kernel.name, 1));
+  for (const _ of locals) {
+    newProcess.push(...await forks.measure(kernel.name, 1));
     fresh.push(...await _remote(freshClient, kernel.name, 1));
   }
-  for (let i = 0; i < (quick ? 1 : 4); i++) {
+  for (let i = 0; i < rounds; i++) {
+    for (const harness of locals) longLived.push(...await harness.measure(kernel.name, 1));
     const all = await Promise.all(reusedClients.map((c) => _remote(c, kernel.name, 1)));
     reused.push(...all.flat());
   }
@@ -153,14 +183,29 @@ async function _compareKernel(
 
   const medians = (ms: Measurement[]) => ms.map(([median]) => median);
   const p99s = (ms: Measurement[]) => ms.map(([, p99]) => p99);
-  const measured = [fresh, reused, busy];
-  const baseMedian = summarize(medians(local)).median;
-  const baseP99 = summarize(p99s(local)).median;
-  /** Fresh / reused / busy against the local harness, %, by `pick`'s statistic. */
-  const percentOff = (pick: (ms: Measurement[]) => number[], base: number) =>
-    measured.map((ms) => (100 * (summarize(pick(ms)).median - base)) / base);
+  /** Fresh / reused / busy against their local baselines, by `pick`'s statistic. */
+  const pairs: [Measurement[], Measurement[]][] = [
+    [fresh, newProcess],
+    [reused, longLived],
+    [busy, newProcess],
+  ];
+  const off = (pick: (ms: Measurement[]) => number[], percent: boolean) =>
+    pairs.map(([ms, local]) => {
+      const base = summarize(pick(local)).median;
+      const difference = summarize(pick(ms)).median - base;
+      return percent ? (100 * difference) / base : difference;
+    });
   return [
-    row(`${kernel.label}, local harness (${locals.length} processes)`, "µs", medians(local)),
+    row(
+      `${kernel.label}, local, a new process per measurement (${newProcess.length})`,
+      "µs",
+      medians(newProcess),
+    ),
+    row(
+      `  local, ${locals.length} long-lived processes, ${rounds} measurements each`,
+      "µs",
+      medians(longLived),
+    ),
     row(`  through KCoral, fresh workers (default), idle`, "µs", medians(fresh)),
     row(
       `  through KCoral, ${reusedClients.length} reused workers, all clients at once`,
@@ -169,22 +214,19 @@ async function _compareKernel(
     ),
     row(`  through KCoral, fresh workers, 7 other clients busy`, "µs", medians(busy)),
     row(
-      `  difference of medians (fresh / reused / busy)`,
+      `  difference of medians (fresh / reused / busy against their local)`,
       "%",
-      percentOff(medians, baseMedian),
+      off(medians, true),
       undefined,
       "within 1%",
     ),
+    row(`  difference of medians (fresh / reused / busy)`, "µs", off(medians, false)),
+    row(`  p99 of launches, local, new processes`, "µs", p99s(newProcess)),
+    row(`  p99 of launches, local, long-lived processes`, "µs", p99s(longLived)),
     row(
-      `  difference of medians (fresh / reused / busy)`,
-      "µs",
-      measured.map((ms) => summarize(medians(ms)).median - baseMedian),
-    ),
-    row(`  p99 of launches, local harness`, "µs", p99s(local)),
-    row(
-      `  difference of p99s (fresh / reused / busy)`,
+      `  difference of p99s (fresh / reused / busy against their local)`,
       "%",
-      percentOff(p99s, baseP99),
+      off(p99s, true),
       undefined,
       "within 2%",
     ),
@@ -199,7 +241,11 @@ async function _compareKernel(
  * each. One local process against one worker compares two draws of that offset, so each side
  * measures in many processes (16) and the table compares medians over them:
  *
- * - local harness: 16 processes, one measurement each;
+ * - local harness: a new process per measurement (16), forked as a zygote forks a fresh worker,
+ *   the baseline of fresh and busy; and 16 long-lived processes measuring 4 times each, torch's
+ *   allocator cache emptied before each measurement as a reused worker empties it after each
+ *   request, the baseline of reused workers (a launch-bound kernel's time follows the process's
+ *   allocation history, see `_LocalHarness`);
  * - fresh workers (the default): every request a new process and CUDA context;
  * - reused workers: 16 clients measure at once on a server of 16 reused workers (the lease runs
  *   them one after another; each lands on its own worker), 4 times;
@@ -208,7 +254,7 @@ async function _compareKernel(
  *
  * One measurement is the median and the p99 of 1000 timed launches (`launch_times`, the
  * measurement of `benchmark`); a row compares the medians of those over the measurements. Local
- * and fresh measurements alternate, so clock or thermal drift hits both alike. Four kernels: the
+ * and remote measurements alternate, so clock or thermal drift hits both alike. Four kernels: the
  * 4 MiB and 64 MiB `c = a + b` (memory-bound), a 4096² bf16 GEMM (compute-bound) and a 1-element
  * add (launch-bound).
  */
@@ -221,21 +267,30 @@ export async function runFidelityBench(
   const fresh = await serve(_gpuServer(1, 8), options);
   const reused = await serve(_gpuServer(0, processes), options);
   const rows: BenchRow[] = [];
-  const locals = Array.from({ length: processes }, () => new _LocalHarness());
+  const locals = Array.from({ length: processes }, () => new _LocalHarness("lives"));
+  const forks = new _LocalHarness("forks");
   try {
     await using freshClient = new Client(fresh.url);
     const reusedClients = Array.from({ length: processes }, () => new Client(reused.url));
     try {
       for (const kernel of _KERNELS.filter((k) => kernels.includes(k.name))) {
         rows.push(
-          ...await _compareKernel(kernel, locals, freshClient, reusedClients, fresh.url, quick),
+          ...await _compareKernel(
+            kernel,
+            locals,
+            forks,
+            freshClient,
+            reusedClients,
+            fresh.url,
+            quick,
+          ),
         );
       }
     } finally {
       for (const c of reusedClients) c.close();
     }
   } finally {
-    await Promise.all(locals.map((local) => local.close()));
+    await Promise.all([...locals, forks].map((local) => local.close()));
     await fresh.shutdown();
     await reused.shutdown();
   }

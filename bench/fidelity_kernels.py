@@ -3,9 +3,10 @@
 Uploaded as a module by ``bench/fidelity_bench.ts`` (to its local processes and to the servers)
 and imported by ``bench/probes/fresh_context_kernels.py``, so every side times the same code.
 Names: ``add4`` / ``add64`` (``c = a + b`` at 4 / 64 MiB, memory-bound), ``gemm`` (a 4096² bf16
-GEMM, compute-bound), ``tiny`` (a 1-element add, launch-bound).
+GEMM, compute-bound), ``tiny`` (a 1-element add, launch-bound, over 32 addresses in turn).
 """
 
+import itertools
 import statistics
 
 import torch
@@ -27,8 +28,12 @@ def kernel(name):
         c = torch.empty_like(a)
         return lambda: torch.mm(a, b, out=c)
     if name == "tiny":
-        x = torch.zeros(1, device="cuda")
-        return lambda: x.add_(1)
+        # A 1-element add's time differs by a few % from one 4 KiB page to the next on the
+        # H200 (bench/probes/tiny_kernel_layout.py): launches take 32 elements in 32 pages in
+        # turn, so a measurement does not hang on one address.
+        pages = torch.zeros(33 * 1024, device="cuda")
+        elements = itertools.cycle([pages[k * 1024 + 128 : k * 1024 + 129] for k in range(32)])
+        return lambda: next(elements).add_(1)
     raise ValueError(name)
 
 

@@ -76,7 +76,8 @@ async function remote(client: Client): Promise<string> {
   });
   const result = await client.execute(program, { timeoutSeconds: 300 });
   if (!result.completed) throw new Error(JSON.stringify(result.error));
-  return JSON.stringify(result.get("r"));
+  // A returned dict decodes to a Map.
+  return JSON.stringify(result.get("r"), (_, v) => v instanceof Map ? Object.fromEntries(v) : v);
 }
 
 for (let i = 0; i < runs; i++) console.log("local", await local());
