@@ -16,6 +16,60 @@ type Json = Record<string, unknown>;
 
 const HOME = Deno.env.get("HOME") ?? "";
 const LEFTOVER = "program left background processes running; they were terminated";
+/**
+ * A program that outlives its answer by 3 s (it stalls the flush of the streams at its process's
+ * exit) and meanwhile writes `marker` (8 bytes) over the environment block of every other child
+ * of its zygote with `process_vm_writev`, again and again.
+ */
+const INJECTOR = `import ctypes, os, sys, threading, time
+
+class _Iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+_state = {"deadline": 0.0}
+
+def _write_into_siblings(marker):
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.process_vm_writev.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong,
+                                       ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+    data = ctypes.create_string_buffer(marker.encode(), 8)
+    me, zygote = os.getpid(), os.getppid()
+    while time.time() < _state["deadline"]:
+        sys.stdout, sys.stderr = _Stall(), _Stall()  # again and again: the answer restores them
+        kids = set()
+        try:
+            for tid in os.listdir(f"/proc/{zygote}/task"):
+                with open(f"/proc/{zygote}/task/{tid}/children") as children:
+                    kids |= {int(p) for p in children.read().split()}
+        except OSError:
+            pass
+        for pid in kids - {me}:
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    env_start = int(stat.read().rsplit(")", 1)[1].split()[47])
+            except (OSError, ValueError, IndexError):
+                continue
+            local = _Iovec(ctypes.cast(data, ctypes.c_void_p), 8)
+            remote = _Iovec(env_start, 8)
+            if env_start:
+                libc.process_vm_writev(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        time.sleep(0.002)
+
+class _Stall:
+    def write(self, text):
+        return len(text)
+
+    def flush(self):
+        if sys._getframe(1).f_code.co_name == "_flush_all":  # the process's exit
+            while time.time() < _state["deadline"]:
+                time.sleep(0.01)
+
+def f(marker):
+    _state["deadline"] = time.time() + 3.0
+    sys.__stdout__, sys.__stderr__ = _Stall(), _Stall()
+    threading.Thread(target=_write_into_siblings, args=(marker,), daemon=True).start()
+    return 1
+`;
 /** Variables the sandbox points inside `/work/.kcoral`. */
 const KCORAL_DIRS = [
   "HOME",
@@ -436,6 +490,39 @@ Deno.test("sandbox (cpu, fresh workers): escapes fail and the server keeps servi
       assert.deepEqual([result, errno], [-1, 1]); // EPERM
       await assertServing(server);
     });
+
+    await t.step(
+      "a program outliving its answer cannot write into the seat's next worker",
+      async () => {
+        // The program keeps its process alive for 3 s after the answer (it stalls the flush of the
+        // streams at exit) while a thread writes a marker over the environment block of every
+        // other child of the zygote: the next worker is forked as the old one exits.
+        const marker = "KCINJECT";
+        const json = await run(server, INJECTOR, "f", [marker]);
+        assert.equal(json.status, "COMPLETED", JSON.stringify(json.error));
+        const seat = seatOf(server, json.request_id);
+        const victim = await runOnSeat(
+          server,
+          seat,
+          "def f():\n    return open('/proc/self/environ', 'rb').read().find(b'" + marker + "')\n",
+        );
+        assert.equal(out(victim), -1, "the next worker's memory was written by the last program");
+        // The attacker's worker's exit: the first on its seat after its request was routed.
+        const routedAt = server.events.findIndex((e) =>
+          e.event === "request_routed" && e.request_id === json.request_id
+        );
+        const exited = server.events.slice(routedAt).find((e) =>
+          e.event === "worker_exited" && e.worker_id === seat
+        );
+        assert.ok(
+          Number(exited?.teardown_ms) > 1000,
+          `the program must outlive its answer for the test to mean anything: ${
+            JSON.stringify(exited)
+          }`,
+        );
+        await assertServing(server);
+      },
+    );
 
     await t.step("an upload into .kcoral/ fails: cannot materialize file", async () => {
       const bytes = new TextEncoder().encode(`planted ${tag}`);

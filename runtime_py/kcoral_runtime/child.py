@@ -3,7 +3,8 @@
 It applies its ``env``/``unset`` first, does what needs no lease at once (a GPU child
 initialises the driver: ``backend.prepare()``), waits for ``init`` (creates the device context,
 under the server's lease; answers ``ready`` or ``init_failed``), then serves ``run`` frames until
-it retires. Every exit is an ``os._exit``: no interpreter teardown, no atexit handlers inherited
+it retires. Until ``init`` it is not dumpable, so the program of the seat's previous child, which
+may still be exiting beside it, cannot trace it or write into its memory. Every exit is an ``os._exit``: no interpreter teardown, no atexit handlers inherited
 from the zygote.
 
 ```
@@ -129,6 +130,16 @@ class Child:
                 log(f"ignoring a {kind!r} frame")
 
     def _init(self) -> None:
+        # The seat's last child is gone (the server waits for its exit report, which waits for
+        # its leftover processes): from here on we may be traced as a program expects.
+        procs.set_dumpable(True)
+        if self.prepare_error is not None:
+            # Should a driver refuse a process that is not dumpable, the lease-free set-up runs
+            # once more, now dumpable (under the lease: slower, still correct).
+            first, self.prepare_error = self.prepare_error[0], None
+            self.prepare()
+            if self.prepare_error is None:
+                log(f"prepare succeeded only once dumpable: {type(first).__name__}: {first}")
         failure = self.prepare_error
         if failure is None:
             try:
@@ -205,7 +216,9 @@ def main(
     procs.set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != zygote_pid:
         os._exit(1)  # the zygote died before we could ask to follow it
-    procs.set_dumpable(True)  # the zygote is not (a program must not trace it); we stay as before
+    # Not dumpable yet, as the zygote: the last child of this seat may still be exiting, and
+    # whatever of its program still runs must not trace us or write into our memory. ``init``
+    # makes us dumpable: the server sends it once that child is gone.
     procs.set_child_subreaper()
     try:
         os.setpgid(0, 0)
