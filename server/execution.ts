@@ -309,6 +309,7 @@ class _ProgramRun {
     // held no longer as the request's but as the teardown's, beside which a new context may
     // be created (server/lease.ts).
     const held = this.#heldNow();
+    this.#killIfOverdue(child);
     leases?.cancel(holder);
     if (leases && this.#heldSince !== null) {
       const teardown: LeaseHolder = { id: `teardown:${holder.id}`, teardown: true };
@@ -317,6 +318,24 @@ class _ProgramRun {
       return this.#result(end, held, child.exited.then(() => void leases.release(teardown)));
     }
     return this.#result(end, held, child.exited.then(() => this.#releaseLease()));
+  }
+
+  /**
+   * A retiring child exits right after its answer (its teardown is the process's exit). One
+   * still there after the termination grace (at least 1 s): a program that outlived its answer
+   * (say, by stalling the flush of its streams at exit), or a teardown that hangs, is killed, so
+   * neither the lease nor the seat waits on it for good.
+   */
+  #killIfOverdue(child: ChildChannel): void {
+    const graceSeconds = this.#p.graceSeconds;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const overdue = new Promise<boolean>((resolve) => {
+      timer = setTimeout(() => resolve(true), Math.max(1, graceSeconds) * 1000);
+    });
+    Promise.race([child.exited.then(() => false), overdue]).then((late) => {
+      clearTimeout(timer);
+      if (late) void _killWithin(child, graceSeconds);
+    });
   }
 
   /**

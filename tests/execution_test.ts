@@ -189,6 +189,23 @@ Deno.test("run: a retiring child keeps the lease through its teardown", async ()
   assert.ok(leases.tryAcquire({ id: "next" }, [0]), "released once it is gone");
 });
 
+Deno.test("run: a retiring child still there after the grace is killed; the lease comes back", async () => {
+  const leases = new GpuLeases([0]);
+  const child = new FakeChild((frame, c) => {
+    if (frame.t === "run") c.say({ t: "lease", a: "acquire" });
+    else if (frame.t === "lease") {
+      c.say({ t: "outcome", outcome: OUTCOME, retire: "request_limit" });
+    }
+  }); // and it never exits by itself (a program that outlived its answer)
+  const run = await runProgram(params(child, { leases, gpus: [0], graceSeconds: 1 }));
+  await sleep(500);
+  assert.equal(child.killed, 0, "not before the grace");
+  assert.equal(leases.tryAcquire({ id: "next" }, [0]), false, "held while it tears down");
+  await run.teardown;
+  assert.equal(child.killed, 1);
+  assert.ok(leases.tryAcquire({ id: "next" }, [0]), "released once it is gone");
+});
+
 Deno.test("run: hygiene after the answer keeps the lease until `clean`", async () => {
   const leases = new GpuLeases([0]);
   const child = answersBeforeHygiene();

@@ -163,6 +163,53 @@ Deno.test("pool: a poisoned worker is replaced and the next request succeeds", a
   }
 });
 
+Deno.test("pool: a fresh worker whose program keeps it from exiting is killed after the grace", async () => {
+  // The program's process cannot exit after its answer: the exit's flush of the streams, which
+  // the program replaced from a thread, never returns. Its teardown holds the GPU's lease and its
+  // seat; the server kills it after the termination grace and the next request runs.
+  const server = await _simGpuServer({
+    workersPerGpu: 1,
+    maxRequestsPerWorker: 1,
+    workerTerminationGraceSeconds: 1,
+  });
+  try {
+    const stuck = callProgram(
+      "import sys, threading, time\n" +
+        "class Stall:\n" +
+        "    def write(self, text):\n" +
+        "        return len(text)\n" +
+        "    def flush(self):\n" +
+        "        if sys._getframe(1).f_code.co_name == '_flush_all':  # the process's exit\n" +
+        "            time.sleep(3600)\n" +
+        "def replace():\n" +
+        "    while True:\n" +
+        "        sys.stdout = sys.stderr = Stall()\n" +
+        "        time.sleep(0.001)\n" +
+        "def f():\n" +
+        "    threading.Thread(target=replace, daemon=True).start()\n" +
+        "    return 1\n",
+      "f",
+    );
+    const first = await postProgram(server.url, stuck);
+    assert.equal(first.json.status, "COMPLETED", JSON.stringify(first.json.error));
+    const started = performance.now();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const next = await Promise.race([
+      postProgram(server.url, callProgram("def f():\n    return 2\n", "f")),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error("the next request never ran")), 15_000);
+      }),
+    ]).finally(() => clearTimeout(timer));
+    assert.equal(next.json.status, "COMPLETED", JSON.stringify(next.json.error));
+    const waited = performance.now() - started;
+    assert.ok(waited < 8000, `the next request waited ${waited} ms`);
+    const exited = server.events.find((e) => e.event === "worker_exited");
+    assert.ok(Number(exited?.teardown_ms) >= 1000, JSON.stringify(exited));
+  } finally {
+    await server.stop();
+  }
+});
+
 Deno.test("pool: GPU sets on 4 simulated GPUs", async (t) => {
   const server = await _simGpuServer({ gpus: [0, 1, 2, 3] });
   try {
