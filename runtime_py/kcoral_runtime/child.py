@@ -4,8 +4,8 @@ It applies its ``env``/``unset`` first, does what needs no lease at once (a GPU 
 initialises the driver: ``backend.prepare()``), waits for ``init`` (creates the device context,
 under the server's lease; answers ``ready`` or ``init_failed``), then serves ``run`` frames until
 it retires. Until ``init`` it is not dumpable, so the program of the seat's previous child, which
-may still be exiting beside it, cannot trace it or write into its memory. Every exit is an ``os._exit``: no interpreter teardown, no atexit handlers inherited
-from the zygote.
+may still be exiting beside it, cannot trace it or write into its memory. Every exit is an
+``os._exit``: no interpreter teardown, no atexit handlers inherited from the zygote.
 
 ```
   fork ──▶ prepare (no lease) ──▶ wait for init ──▶ init: context (lease) ──▶ ready ──▶ run …
