@@ -32,6 +32,7 @@ if [ "$part" = checks ] || [ "$part" = all ]; then
   KCORAL_TEST_SANDBOX=bubblewrap step server_gpu_sandbox 240 \
     deno test -A --filter "gpu server (" tests/gpu/server.gpu.ts
   step compile_gpu 240 deno run -A tests/gpu/compile_gpu.ts --expect-arch sm_90a
+  step nondumpable_cuinit 240 python3 tests/gpu/nondumpable_cuinit.py
   deno run -A cli.ts server --device gpu --gpus 0 --port 8123 --log-dir '' --no-log-console \
     >"$OUT/cli_server.log" 2>&1 &
   server=$!
