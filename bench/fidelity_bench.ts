@@ -13,7 +13,9 @@ import { createApp } from "../server/app.ts";
 import { serve } from "../http/serve.ts";
 import { type BenchRow, row, summarize, table } from "./_stats.ts";
 
-/** The harness (`bench/fidelity_kernels.py`): `measure(name, rounds)` gives `[median, p99]`s. */
+/**
+ * The harness (`bench/fidelity_kernels.py`): `measure(name, rounds)` gives `[median, p99, wall]`s.
+ */
 const _HARNESS = Deno.readTextFileSync(new URL("./fidelity_kernels.py", import.meta.url));
 
 /** The kernels compared, by the harness's name for each. */
@@ -24,8 +26,11 @@ const _KERNELS = [
   { name: "tiny", label: "1-element add (launch-bound)" },
 ];
 
-/** One measurement: the median and the p99 of 1000 timed launches, µs. */
-type Measurement = [median: number, p99: number];
+/**
+ * One measurement: the median and the p99 of 1000 timed launches, and the wall time per launch
+ * of the whole measurement (warmup included), µs.
+ */
+export type Measurement = [median: number, p99: number, wall: number];
 
 const _NOISE = `
 import torch
@@ -56,7 +61,7 @@ const _RUNTIME = new URL("../runtime_py", import.meta.url).pathname;
  * measurements in a long-lived one; `bench/probes/tiny_kernel_layout.py`), so each kind of worker
  * is compared with a local process that lives as it does.
  */
-class _LocalHarness {
+export class LocalHarness {
   #child: Deno.ChildProcess;
   #writer: WritableStreamDefaultWriter<Uint8Array>;
   #lines: AsyncIterator<string>;
@@ -111,17 +116,27 @@ class _LineSplitter extends TransformStream<string, string> {
   }
 }
 
-async function _remote(client: Client, kernel: string, rounds: number): Promise<Measurement[]> {
+/** `rounds` measurements of `kernel` by one request through `client`. */
+export async function remoteMeasure(
+  client: Client,
+  kernel: string,
+  rounds: number,
+): Promise<Measurement[]> {
   const program = new Program();
   const mod = program.upload({ kind: "module", source: _HARNESS });
   const fn = program.getFunction({ module: mod, name: "measure" });
   program.return_({ key: "us", value: program.run({ fn, args: [kernel, rounds] }) });
   const result = await client.execute(program, { timeoutSeconds: 600 });
   if (!result.completed) throw new Error(JSON.stringify(result.error));
-  return (result.get("us") as number[][]).map(([median, p99]) => [median, p99]);
+  return (result.get("us") as number[][]).map(([median, p99, wall]) => [median, p99, wall]);
 }
 
-function _gpuServer(maxRequestsPerWorker: number, workersPerGpu: number) {
+/** A server app on GPU 0, no sandbox, no logs: `workersPerGpu` seats, each worker serving
+ * `maxRequestsPerWorker` requests (0: reused). */
+export function gpuServer(
+  maxRequestsPerWorker: number,
+  workersPerGpu: number,
+): ReturnType<typeof createApp> {
   return createApp({
     device: "gpu",
     gpus: [0],
@@ -141,8 +156,8 @@ function _gpuServer(maxRequestsPerWorker: number, workersPerGpu: number) {
  */
 async function _compareKernel(
   kernel: { name: string; label: string },
-  locals: _LocalHarness[],
-  forks: _LocalHarness,
+  locals: LocalHarness[],
+  forks: LocalHarness,
   freshClient: Client,
   reusedClients: Client[],
   freshUrl: string,
@@ -155,15 +170,15 @@ async function _compareKernel(
   const reused: Measurement[] = [];
   await Promise.all(locals.map((harness) => harness.measure(kernel.name, 1))); // warm-up
   await forks.measure(kernel.name, 1);
-  await _remote(freshClient, kernel.name, 1);
-  await Promise.all(reusedClients.map((c) => _remote(c, kernel.name, 1)));
+  await remoteMeasure(freshClient, kernel.name, 1);
+  await Promise.all(reusedClients.map((c) => remoteMeasure(c, kernel.name, 1)));
   for (const _ of locals) {
     newProcess.push(...await forks.measure(kernel.name, 1));
-    fresh.push(...await _remote(freshClient, kernel.name, 1));
+    fresh.push(...await remoteMeasure(freshClient, kernel.name, 1));
   }
   for (let i = 0; i < rounds; i++) {
     for (const harness of locals) longLived.push(...await harness.measure(kernel.name, 1));
-    const all = await Promise.all(reusedClients.map((c) => _remote(c, kernel.name, 1)));
+    const all = await Promise.all(reusedClients.map((c) => remoteMeasure(c, kernel.name, 1)));
     reused.push(...all.flat());
   }
   let stop = false;
@@ -176,7 +191,7 @@ async function _compareKernel(
   });
   const busy: Measurement[] = [];
   for (let i = 0; i < locals.length / 2; i++) {
-    busy.push(...await _remote(freshClient, kernel.name, 1));
+    busy.push(...await remoteMeasure(freshClient, kernel.name, 1));
   }
   stop = true;
   await Promise.all(noise);
@@ -245,7 +260,7 @@ async function _compareKernel(
  *   the baseline of fresh and busy; and 16 long-lived processes measuring 4 times each, torch's
  *   allocator cache emptied before each measurement as a reused worker empties it after each
  *   request, the baseline of reused workers (a launch-bound kernel's time follows the process's
- *   allocation history, see `_LocalHarness`);
+ *   allocation history, see `LocalHarness`);
  * - fresh workers (the default): every request a new process and CUDA context;
  * - reused workers: 16 clients measure at once on a server of 16 reused workers (the lease runs
  *   them one after another; each lands on its own worker), 4 times;
@@ -264,11 +279,11 @@ export async function runFidelityBench(
 ): Promise<BenchRow[]> {
   const processes = quick ? 4 : 16;
   const options = { port: 0, handleSignals: false, log: () => {} };
-  const fresh = await serve(_gpuServer(1, 8), options);
-  const reused = await serve(_gpuServer(0, processes), options);
+  const fresh = await serve(gpuServer(1, 8), options);
+  const reused = await serve(gpuServer(0, processes), options);
   const rows: BenchRow[] = [];
-  const locals = Array.from({ length: processes }, () => new _LocalHarness("lives"));
-  const forks = new _LocalHarness("forks");
+  const locals = Array.from({ length: processes }, () => new LocalHarness("lives"));
+  const forks = new LocalHarness("forks");
   try {
     await using freshClient = new Client(fresh.url);
     const reusedClients = Array.from({ length: processes }, () => new Client(reused.url));
