@@ -328,14 +328,11 @@ class _ProgramRun {
    */
   #killIfOverdue(child: ChildChannel): void {
     const graceSeconds = this.#p.graceSeconds;
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const overdue = new Promise<boolean>((resolve) => {
-      timer = setTimeout(() => resolve(true), Math.max(1, graceSeconds) * 1000);
-    });
-    Promise.race([child.exited.then(() => false), overdue]).then((late) => {
-      clearTimeout(timer);
-      if (late) void _killWithin(child, graceSeconds);
-    });
+    const timer = setTimeout(
+      () => void _killWithin(child, graceSeconds),
+      Math.max(1, graceSeconds) * 1000,
+    );
+    child.exited.then(() => clearTimeout(timer));
   }
 
   /**
