@@ -160,6 +160,37 @@ export function callProgram(source: string, name: string, args: unknown[] = [], 
   };
 }
 
+/**
+ * Python lines that let a program keep its fresh worker's process alive after the answer: call
+ * `outlive_answer(seconds)` from the program. A thread keeps putting streams in place of
+ * `sys.stdout` and `sys.stderr` (the answer restores them) whose flush, when the process's exit
+ * calls it (`_flush_all`, runtime_py/kcoral_runtime/child.py), waits until the deadline;
+ * `_outlive["deadline"] = 0` ends the wait early.
+ */
+export const OUTLIVE_ANSWER = `import sys, threading, time
+
+_outlive = {"deadline": 0.0}
+
+class _Stall:
+    def write(self, text):
+        return len(text)
+
+    def flush(self):
+        if sys._getframe(1).f_code.co_name == "_flush_all":  # the process's exit
+            while time.time() < _outlive["deadline"]:
+                time.sleep(0.01)
+
+def _keep_stalls():
+    while time.time() < _outlive["deadline"]:
+        sys.stdout, sys.stderr = _Stall(), _Stall()
+        time.sleep(0.001)
+
+def outlive_answer(seconds):
+    _outlive["deadline"] = time.time() + seconds
+    sys.__stdout__, sys.__stderr__ = _Stall(), _Stall()
+    threading.Thread(target=_keep_stalls, daemon=True).start()
+`;
+
 /** One GPU's lease holds as `/status/data` lists them. */
 export type StatusHolds = ServerStatusData["gpus"][number]["holds"];
 

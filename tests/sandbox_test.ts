@@ -10,7 +10,13 @@ import { type AppOptions, createApp } from "../server/app.ts";
 import { ConfigError, type ServerConfig } from "../server/config.ts";
 import { pythonInfo } from "../server/python_info.ts";
 import { SandboxConfigError } from "../server/sandbox.ts";
-import { callProgram, postProgram, startServer, type TestServer } from "./_server.ts";
+import {
+  callProgram,
+  OUTLIVE_ANSWER,
+  postProgram,
+  startServer,
+  type TestServer,
+} from "./_server.ts";
 
 type Json = Record<string, unknown>;
 
@@ -21,12 +27,11 @@ const LEFTOVER = "program left background processes running; they were terminate
  * exit) and meanwhile writes `marker` (8 bytes) over the environment block of every other child
  * of its zygote with `process_vm_writev`, again and again.
  */
-const INJECTOR = `import ctypes, os, sys, threading, time
+const INJECTOR = `${OUTLIVE_ANSWER}
+import ctypes, os
 
 class _Iovec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
-
-_state = {"deadline": 0.0}
 
 def _write_into_siblings(marker):
     libc = ctypes.CDLL(None, use_errno=True)
@@ -34,8 +39,7 @@ def _write_into_siblings(marker):
                                        ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
     data = ctypes.create_string_buffer(marker.encode(), 8)
     me, zygote = os.getpid(), os.getppid()
-    while time.time() < _state["deadline"]:
-        sys.stdout, sys.stderr = _Stall(), _Stall()  # again and again: the answer restores them
+    while time.time() < _outlive["deadline"]:
         kids = set()
         try:
             for tid in os.listdir(f"/proc/{zygote}/task"):
@@ -55,18 +59,8 @@ def _write_into_siblings(marker):
                 libc.process_vm_writev(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
         time.sleep(0.002)
 
-class _Stall:
-    def write(self, text):
-        return len(text)
-
-    def flush(self):
-        if sys._getframe(1).f_code.co_name == "_flush_all":  # the process's exit
-            while time.time() < _state["deadline"]:
-                time.sleep(0.01)
-
 def f(marker):
-    _state["deadline"] = time.time() + 3.0
-    sys.__stdout__, sys.__stderr__ = _Stall(), _Stall()
+    outlive_answer(3.0)
     threading.Thread(target=_write_into_siblings, args=(marker,), daemon=True).start()
     return 1
 `;

@@ -3,7 +3,13 @@
  * GPU, cpu_only phases releasing the lease, load counters, poisoned workers, GPU sets.
  */
 import assert from "node:assert/strict";
-import { callProgram, postProgram, startServer, type TestServer } from "./_server.ts";
+import {
+  callProgram,
+  OUTLIVE_ANSWER,
+  postProgram,
+  startServer,
+  type TestServer,
+} from "./_server.ts";
 import type { ServerConfig } from "../server/config.ts";
 
 type Body = Record<string, unknown> & {
@@ -174,20 +180,7 @@ Deno.test("pool: a fresh worker whose program keeps it from exiting is killed af
   });
   try {
     const stuck = callProgram(
-      "import sys, threading, time\n" +
-        "class Stall:\n" +
-        "    def write(self, text):\n" +
-        "        return len(text)\n" +
-        "    def flush(self):\n" +
-        "        if sys._getframe(1).f_code.co_name == '_flush_all':  # the process's exit\n" +
-        "            time.sleep(3600)\n" +
-        "def replace():\n" +
-        "    while True:\n" +
-        "        sys.stdout = sys.stderr = Stall()\n" +
-        "        time.sleep(0.001)\n" +
-        "def f():\n" +
-        "    threading.Thread(target=replace, daemon=True).start()\n" +
-        "    return 1\n",
+      `${OUTLIVE_ANSWER}\ndef f():\n    outlive_answer(3600)\n    return 1\n`,
       "f",
     );
     const first = await postProgram(server.url, stuck);
@@ -197,7 +190,11 @@ Deno.test("pool: a fresh worker whose program keeps it from exiting is killed af
     const next = await Promise.race([
       postProgram(server.url, callProgram("def f():\n    return 2\n", "f")),
       new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error("the next request never ran")), 15_000);
+        timer = setTimeout(() => {
+          // Else stopping the server would wait on the stuck worker too.
+          for (const seat of server.pool.seats) seat.slot?.destroy();
+          reject(new Error("the next request never ran"));
+        }, 15_000);
       }),
     ]).finally(() => clearTimeout(timer));
     assert.equal(next.json.status, "COMPLETED", JSON.stringify(next.json.error));
