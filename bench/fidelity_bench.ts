@@ -128,7 +128,7 @@ export async function remoteMeasure(
   program.return_({ key: "us", value: program.run({ fn, args: [kernel, rounds] }) });
   const result = await client.execute(program, { timeoutSeconds: 600 });
   if (!result.completed) throw new Error(JSON.stringify(result.error));
-  return (result.get("us") as number[][]).map(([median, p99, wall]) => [median, p99, wall]);
+  return result.get("us") as Measurement[];
 }
 
 /** A server app on GPU 0, no sandbox, no logs: `workersPerGpu` seats, each worker serving

@@ -38,12 +38,17 @@ def kernel(name):
     raise ValueError(name)
 
 
+WARMUP = 100
+REPEAT = 1000
+
+
 def median_and_p99(fn, extra_warmup=0):
-    """(median, p99) in µs of 1000 timed launches of ``fn`` after 100 (+ ``extra_warmup``)."""
+    """(median, p99) in µs of ``REPEAT`` timed launches of ``fn`` after ``WARMUP`` (+
+    ``extra_warmup``)."""
     if extra_warmup:
         launch_times(fn, warmup=extra_warmup, repeat=1)
-    times = sorted(t * 1000.0 for t in launch_times(fn, warmup=100, repeat=1000))
-    return statistics.median(times), times[989]
+    times = sorted(t * 1000.0 for t in launch_times(fn, warmup=WARMUP, repeat=REPEAT))
+    return statistics.median(times), times[REPEAT - REPEAT // 100 - 1]
 
 
 def measure(name, rounds):
@@ -55,5 +60,5 @@ def measure(name, rounds):
     for _ in range(rounds):
         start = time.perf_counter()
         median, p99 = median_and_p99(fn)
-        out.append([median, p99, (time.perf_counter() - start) / 1100 * 1e6])
+        out.append([median, p99, (time.perf_counter() - start) / (WARMUP + REPEAT) * 1e6])
     return out

@@ -13,12 +13,15 @@ addresses of the tensor and of the L2-flush buffer it was measured with:
 * ``after_free_64``: 64 MiB allocated and freed before the add's tensor;
 * ``big_held``: the add's tensor first, then 64 MiB held during the measurement;
 * ``flush_held``: a 120 MiB buffer held (the flush buffer then lands elsewhere);
-* ``offsets`` (printed apart): in one process, 1-element views at offsets 0, 512, ... 3584
-  bytes into the first small block, into one allocated after 64 MiB, and into a 4 MiB block:
-  does the time follow the address?
-* ``history`` (printed apart): in one process, the bench's ``tiny`` kernel measured as the
-  fidelity bench's long-lived local harness does (after the other kernels), then after
+* ``offsets`` (printed apart): 1-element views at offsets 0, 512, ... 3584 bytes into the
+  first small block, into one allocated after 64 MiB, and into a 4 MiB block: does the time
+  follow the address?
+* ``history`` (printed apart): the bench's ``tiny`` kernel measured as the fidelity bench's
+  long-lived local harness does (after the other kernels), then after
   ``torch.cuda.empty_cache()`` (as a reused worker starts each request), and once more.
+
+``offsets`` and ``history`` run in a process that has first made the add's tensor and measured it
+twice, as every scenario does.
 
     python3 bench/probes/tiny_kernel_layout.py [--runs 3]
 """
@@ -30,9 +33,8 @@ import subprocess
 import sys
 
 SCENARIO = r"""
-import json, statistics, sys, torch
+import json, sys, torch
 sys.path.insert(0, "bench")
-from kcoral_runtime.builtins import launch_times
 import fidelity_kernels
 
 scenario = sys.argv[1]
@@ -47,10 +49,7 @@ if scenario == "big_held":
     held.append(torch.empty(64 << 20, dtype=torch.uint8, device="cuda"))
 if scenario == "flush_held":
     held.append(torch.empty(120 << 20, dtype=torch.uint8, device="cuda"))
-out = []
-for _ in range(2):
-    times = sorted(launch_times(lambda: x.add_(1), warmup=100, repeat=1000))
-    out.append(round(statistics.median(times) * 1000.0, 3))
+out = [round(fidelity_kernels.median_and_p99(lambda: x.add_(1))[0], 3) for _ in range(2)]
 if scenario == "history":
     rows = []
     fidelity_kernels.measure("tiny", 1)
@@ -75,8 +74,7 @@ if scenario == "offsets":
         row = []
         for k in range(8):
             v = base[k * 128 : k * 128 + 1]
-            times = sorted(launch_times(lambda: v.add_(1), warmup=100, repeat=1000))
-            row.append(round(statistics.median(times) * 1000.0, 3))
+            row.append(round(fidelity_kernels.median_and_p99(lambda: v.add_(1))[0], 3))
         rows[label + "@" + hex(base.data_ptr())] = row
     print(json.dumps(rows))
     raise SystemExit
