@@ -430,6 +430,7 @@ export class Client implements AsyncDisposable {
         headers,
         signal,
         observe: (responseHeaders) => {
+          // A chunked answer (through a Router) has no length: no thread, no progress.
           const length = Number(responseHeaders.get("content-length") ?? 0);
           const multipart = PartDigests.forMultipart(responseHeaders);
           // Large payloads are hashed on a thread while the rest arrives.
@@ -438,7 +439,7 @@ export class Client implements AsyncDisposable {
             : undefined;
           threaded = thread !== undefined;
           digests = thread ? PartDigests.forMultipart(responseHeaders, thread) : multipart;
-          return onProgress ? _reporting(digests, length, onProgress) : digests;
+          return onProgress && length > 0 ? _reporting(digests, length, onProgress) : digests;
         },
         onSent: onProgress &&
           ((bytes, total) => onProgress({ direction: "upload", bytes, total })),

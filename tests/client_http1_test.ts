@@ -551,3 +551,46 @@ Deno.test("http1: preparing a buffer for a large answer never holds a small answ
     listener.close();
   }
 });
+
+Deno.test("http1: a chunked body is watched as it arrives, padded as the observer asks", async () => {
+  const payload = randomBytes(3 << 20);
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, () => {
+    // A stream answers chunked (as a Router does): pieces of 100 bytes, then 256 KiB each.
+    const pieces = [payload.subarray(0, 100)];
+    for (let at = 100; at < payload.length; at += 256 << 10) {
+      pieces.push(payload.subarray(at, Math.min(payload.length, at + (256 << 10))));
+    }
+    return new Response(ReadableStream.from(pieces));
+  });
+  const { port } = server.addr as Deno.NetAddr;
+  const agent = loopbackAgent(port, null);
+  const seen: number[] = [];
+  let prefix = 0;
+  let last: Uint8Array | null = null;
+  const observer = () => ({
+    pad: (first: Uint8Array) => (prefix = first.length, 5),
+    update: (body: Uint8Array, received: number) => {
+      assert.equal(body.length, received);
+      assert.ok(body.every((byte, i) => byte === payload[i]), `the first ${received} bytes`);
+      seen.push(received);
+      last = body;
+    },
+  });
+  try {
+    const response = await agent.request("GET", "/", new Headers(), [], observer);
+    assert.equal(response.headers.get("transfer-encoding"), "chunked");
+    assert.equal(sha256Hex(response.body), sha256Hex(payload));
+    assert.equal(prefix, 100, "the padding is asked for with the first chunk");
+    assert.equal(response.body.byteOffset, 5);
+    assert.equal(seen.at(-1), payload.length);
+    assert.ok(seen.length >= 2, `updates as the body arrives: ${seen.join()}`);
+    assert.ok(seen.every((n, i) => i === 0 || n > seen[i - 1]), "the body only grows");
+    // The last update saw the very bytes the response carries (digests are found by position).
+    const lastSeen = last as Uint8Array | null;
+    assert.ok(lastSeen !== null && lastSeen.buffer === response.body.buffer);
+    assert.equal(lastSeen.byteOffset, response.body.byteOffset);
+  } finally {
+    agent.close();
+    await server.shutdown();
+  }
+});

@@ -89,7 +89,7 @@ export async function readResponse(
       if (encoding !== "chunked") {
         throw new Error(`unsupported transfer-encoding: ${encoding}`);
       }
-      body = await reader.readChunked(sink);
+      body = await reader.readChunked(sink, observe?.(headers));
     } else if (lengthHeader !== null) {
       const values = new Set(lengthHeader.split(",").map((v) => v.trim()));
       const [value] = values;
@@ -254,9 +254,17 @@ export class ResponseReader {
     return prepared ? prepared.subarray(0, total) : new Uint8Array(total);
   }
 
-  /** A chunked body (trailer fields are read and ignored); `sink` sees each chunk. */
-  async readChunked(sink?: (piece: Uint8Array) => void): Promise<Uint8Array> {
-    let body = new Uint8Array(64 * 1024);
+  /**
+   * A chunked body (trailer fields are read and ignored); `sink` sees each chunk, `observer`
+   * the body so far after each chunk (as a Content-Length body's, with the padding it asks for
+   * from the first chunk): a routed answer is hashed while it arrives, not after.
+   */
+  async readChunked(
+    sink?: (piece: Uint8Array) => void,
+    observer?: BodyObserver,
+  ): Promise<Uint8Array> {
+    let buffer = new Uint8Array(64 * 1024);
+    let pad = 0;
     let length = 0;
     for (;;) {
       const line = await this.readLine();
@@ -266,18 +274,28 @@ export class ResponseReader {
       }
       const size = parseInt(sizeText, 16);
       if (size === 0) break;
-      if (length + size > body.length) {
-        const grown = new Uint8Array(Math.max(body.length * 2, length + size));
-        grown.set(body.subarray(0, length));
-        body = grown;
+      if (observer && length === 0) {
+        // The first chunk decides the padding: read it aside, then place it.
+        const first = new Uint8Array(size);
+        await this.readInto(first);
+        pad = observer.pad(first);
+        buffer = new Uint8Array(Math.max(buffer.length, pad + size));
+        buffer.set(first, pad);
+      } else {
+        if (pad + length + size > buffer.length) {
+          const grown = new Uint8Array(Math.max(buffer.length * 2, pad + length + size));
+          grown.set(buffer.subarray(0, pad + length));
+          buffer = grown;
+        }
+        await this.readInto(buffer.subarray(pad + length, pad + length + size));
       }
-      await this.readInto(body.subarray(length, length + size));
-      sink?.(body.slice(length, length + size));
+      sink?.(buffer.slice(pad + length, pad + length + size));
       length += size;
+      await observer?.update(buffer.subarray(pad, pad + length), length);
       if ((await this.readLine()) !== "") throw new Error("malformed chunked body");
     }
     while ((await this.readLine()) !== "") { /* trailer fields are ignored */ }
-    return body.subarray(0, length);
+    return buffer.subarray(pad, pad + length);
   }
 
   /** Everything until the server closes the connection. */

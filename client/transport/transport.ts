@@ -28,8 +28,9 @@ export interface TransportRequest {
   /** The body's pieces, in order (written as they are, never modified). */
   body?: readonly Uint8Array[];
   /**
-   * Called with the response headers before a Content-Length body is read; the observer it
-   * returns sees the body arrive. Transports that cannot watch a body (`fetch`) never call it.
+   * Called with the response headers before a Content-Length or chunked body is read; the
+   * observer it returns sees the body arrive. Transports that cannot watch a body (`fetch`)
+   * never call it.
    */
   observe?: (headers: Headers) => BodyObserver | undefined;
   /**
