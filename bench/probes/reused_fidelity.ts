@@ -67,6 +67,15 @@ try {
       } | ${wall.median.toFixed(1)}, ${wall.max.toFixed(1)} |`,
     );
   }
+  // Per process: the median of its measurements, sorted; a systematic shift moves every process,
+  // placement moves some.
+  for (const [side, ms] of Object.entries(sides)) {
+    const perProcess = Array.from(
+      { length: processes },
+      (_, p) => summarize(ms.filter((_, i) => i % processes === p).map(([m]) => m)).median,
+    ).sort((a, b) => a - b);
+    console.log(`${side}, per process: ${perProcess.map((m) => m.toFixed(2)).join(" ")}`);
+  }
 } finally {
   for (const c of clients) c.close();
   await Promise.all(locals.map((l) => l.close()));
