@@ -7,6 +7,7 @@ GEMM, compute-bound), ``tiny`` (a 1-element add, launch-bound, over 32 addresses
 """
 
 import itertools
+import os
 import statistics
 import time
 
@@ -15,8 +16,25 @@ import torch
 from kcoral_runtime.builtins import launch_times
 
 
+# Where a kernel's tensors lie in physical memory moves its time by a few % on the H200 (a 4 MiB
+# add: 7.6-8.1 µs from one new process to the next; bench/probes/address_layout.py), and reused
+# workers that take turns on the GPU reuse the pages the last one freed, so all of them read one
+# placement. Each measurement first takes a random 0-63 MiB, so every side's median is over many
+# placements, not one.
+_PLACEMENT_STEP = 1024 * 1024
+_PLACEMENTS = 64
+
+
 def kernel(name):
-    """A callable that launches kernel ``name`` on tensors made for it."""
+    """A callable that launches kernel ``name`` on tensors made for it (after a random offset)."""
+    offset = int.from_bytes(os.urandom(2), "little") % _PLACEMENTS  # not `random`: forks share it
+    shift = torch.empty(offset * _PLACEMENT_STEP + 1, dtype=torch.uint8, device="cuda")
+    fn = _kernel(name)
+    fn.placement = shift  # held as long as the kernel is launched
+    return fn
+
+
+def _kernel(name):
     if name.startswith("add"):
         n = int(name[3:]) * 1024 * 1024 // 4
         a = torch.randn(n, device="cuda")
