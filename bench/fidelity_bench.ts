@@ -10,6 +10,7 @@
  */
 import { Client, Program } from "../mod.ts";
 import { createApp } from "../server/app.ts";
+import type { ServerStatusData } from "../server/status.ts";
 import { serve } from "../http/serve.ts";
 import { type BenchRow, row, summarize, table } from "./_stats.ts";
 
@@ -67,12 +68,22 @@ export class LocalHarness {
   #lines: AsyncIterator<string>;
 
   constructor(lifecycle: "forks" | "lives") {
+    // A forked child's answer is passed on only once it has exited: its context's teardown,
+    // which takes no lease, must not overlap the next measurement on any side.
     const measureLine = lifecycle === "forks"
-      ? `    pid = os.fork()\n` +
+      ? `    r, w = os.pipe()\n` +
+        `    pid = os.fork()\n` +
         `    if pid == 0:\n` +
-        `        print(json.dumps(measure(name, int(rounds))), flush=True)\n` +
-        `        os._exit(0)\n` +
-        `    os.waitpid(pid, 0)\n`
+        `        try:\n` +
+        `            os.close(r)\n` +
+        `            os.write(w, json.dumps(measure(name, int(rounds))).encode())\n` +
+        `        finally:\n` +
+        `            os._exit(0)\n` +
+        `    os.close(w)\n` +
+        `    with os.fdopen(r, "rb") as answer:\n` +
+        `        line = answer.read().decode()\n` +
+        `    os.waitpid(pid, 0)\n` +
+        `    print(line, flush=True)\n`
       : `    torch.cuda.empty_cache()\n` +
         `    print(json.dumps(measure(name, int(rounds))), flush=True)\n`;
     const code = `${_HARNESS}\nimport json, os, sys\nfor line in sys.stdin:\n` +
@@ -131,6 +142,22 @@ export async function remoteMeasure(
   return result.get("us") as Measurement[];
 }
 
+/**
+ * Resolves once the server at `url` does nothing on its GPU: every seat holds a ready worker
+ * (none busy, starting or being replaced) and no one holds its lease (`/status/data`). A
+ * fresh-worker server readies the next worker after each request: a teardown and a new context.
+ */
+async function _settled(url: string): Promise<void> {
+  for (;;) {
+    const status = await (await fetch(`${url}/status/data`)).json() as ServerStatusData;
+    if (
+      status.workers.every((w) => w.state === "idle") &&
+      status.gpus.every((gpu) => gpu.holders.length === 0)
+    ) return;
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
 /** A server app on GPU 0, no sandbox, no logs: `workersPerGpu` seats, each worker serving
  * `maxRequestsPerWorker` requests (0: reused). */
 export function gpuServer(
@@ -161,6 +188,7 @@ async function _compareKernel(
   freshClient: Client,
   reusedClients: Client[],
   freshUrl: string,
+  settled: () => Promise<void>,
   quick: boolean,
 ): Promise<BenchRow[]> {
   const rounds = quick ? 1 : 4;
@@ -172,12 +200,21 @@ async function _compareKernel(
   await forks.measure(kernel.name, 1);
   await remoteMeasure(freshClient, kernel.name, 1);
   await Promise.all(reusedClients.map((c) => remoteMeasure(c, kernel.name, 1)));
+  // Each measurement below waits until the fresh server has readied its next worker: that
+  // context work holds the fresh server's lease, which local processes and the reused server
+  // do not take. (Busy measurements do not wait: there the lease is what is measured.)
   for (const _ of locals) {
+    await settled();
     newProcess.push(...await forks.measure(kernel.name, 1));
+    await settled();
     fresh.push(...await remoteMeasure(freshClient, kernel.name, 1));
   }
   for (let i = 0; i < rounds; i++) {
-    for (const harness of locals) longLived.push(...await harness.measure(kernel.name, 1));
+    for (const harness of locals) {
+      await settled();
+      longLived.push(...await harness.measure(kernel.name, 1));
+    }
+    await settled();
     const all = await Promise.all(reusedClients.map((c) => remoteMeasure(c, kernel.name, 1)));
     reused.push(...all.flat());
   }
@@ -297,6 +334,7 @@ export async function runFidelityBench(
             freshClient,
             reusedClients,
             fresh.url,
+            () => _settled(fresh.url),
             quick,
           ),
         );
