@@ -78,7 +78,7 @@ if [ "$part" = default-config ]; then # the default configuration's rows (fresh,
   step closed_loop_bubblewrap 120 deno run -A bench/probes/closed_loop.ts gpu bubblewrap
   step sandbox_worker_time 120 python3 bench/probes/sandbox_worker_time.py gpu
   start=$SECONDS
-  timeout 420 deno run -A bench/main.ts --mode gpu --only fidelity >"$OUT/bench-fidelity.md" 2>&1
+  timeout 560 deno run -A bench/main.ts --mode gpu --only fidelity >"$OUT/bench-fidelity.md" 2>&1
   echo "== bench fidelity: rc=$? ($((SECONDS - start)) s)"
   cat "$OUT/bench-fidelity.md"
 fi
