@@ -291,7 +291,8 @@ async function _compareKernel(
  * A process's kernel time carries an offset of its own (where its allocations land): on the H200
  * the same harness reads 7.58 µs in one process and 7.94 µs in another at 4 MiB, steady within
  * each. One local process against one worker compares two draws of that offset, so each side
- * measures in many processes (16) and the table compares medians over them:
+ * measures in many processes (16), each measurement on newly placed memory (a random 0-63 MiB
+ * allocated first, `fidelity_kernels.py`), and the table compares medians over them:
  *
  * - local harness: a new process per measurement (16), forked as a zygote forks a fresh worker,
  *   the baseline of fresh and busy; and 16 long-lived processes measuring 4 times each, torch's

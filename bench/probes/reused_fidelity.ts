@@ -1,7 +1,9 @@
 /**
  * Why reused workers measuring 16 at once read the 4 MiB add slower than local processes (GPU
- * only; the fidelity run of 2026-12-02: +2.9 % at the median, +2.4 % at the p99). One kernel,
- * rounds alternating between:
+ * only; the fidelity run of 2026-12-02: +2.9 % at the median, +2.4 % at the p99). Found with
+ * it: the 16 workers read one physical placement (each takes the pages the one before freed),
+ * the local processes one each; since `bench/fidelity_kernels.py` draws a placement per
+ * measurement the sides agree (docs/decisions.md). One kernel, rounds alternating between:
  *
  * - `reused, at once`: 16 reused workers, 16 clients at once (the fidelity bench's row; the
  *   lease runs them back to back);
