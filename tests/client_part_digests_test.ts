@@ -120,6 +120,46 @@ Deno.test("part digests: a corrupted payload still fails the hash check", async 
   }
 });
 
+Deno.test("part digests: a chunked answer (as a Router sends) is hashed as it comes: intact decodes, corrupted fails", async () => {
+  const data = randomBytes(3 << 20);
+  const declared = sha256Hex(data);
+  const results = `{"t":{"type":"bytes","part":"return:0","sha256":"${declared}"}}`;
+  let corrupt = false;
+  const server = fakeServer(() => {
+    const sent = data.slice();
+    if (corrupt) sent[2_000_000] ^= 1;
+    const encoded = body([sent], completed("r1", results));
+    // A stream answers chunked: 1000 bytes, then 64 KiB pieces.
+    const pieces = [encoded.body.subarray(0, 1000)];
+    for (let at = 1000; at < encoded.body.length; at += 65536) {
+      pieces.push(encoded.body.subarray(at, Math.min(encoded.body.length, at + 65536)));
+    }
+    return new Response(ReadableStream.from(pieces), {
+      headers: { "content-type": encoded.contentType },
+    });
+  });
+  try {
+    await using client = new Client(server.url);
+    const program = new Program();
+    program.return_({
+      key: "t",
+      value: program.upload({ kind: "bytes", value: new Uint8Array(1) }),
+    });
+    const result = await client.execute(program);
+    const bytes = result.get("t") as Uint8Array;
+    assert.equal(sha256Hex(bytes), declared);
+    assert.equal(bytes.byteOffset % 8, 0, "the first binary payload is aligned");
+    corrupt = true;
+    await assert.rejects(
+      client.execute(program),
+      (error: unknown) =>
+        error instanceof ProtocolError && error.message.includes("blob hash mismatch"),
+    );
+  } finally {
+    await server.close();
+  }
+});
+
 Deno.test("part digests: a payload holding boundary look-alikes keeps marks and digests exact", async () => {
   const boundary = "kcoral-0123456789abcdef0123456789abcdef";
   const tricky = new TextEncoder().encode(
