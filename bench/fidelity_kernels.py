@@ -25,8 +25,11 @@ _PLACEMENT_STEP = 1024 * 1024
 _PLACEMENTS = 64
 
 
-def kernel(name):
-    """A callable that launches kernel ``name`` on tensors made for it (after a random offset)."""
+def kernel(name, placed=True):
+    """A callable that launches kernel ``name`` on tensors made for it, after a random offset
+    (``placed=False``: none, for probes that study placement itself)."""
+    if not placed:
+        return _kernel(name)
     offset = int.from_bytes(os.urandom(2), "little") % _PLACEMENTS  # not `random`: forks share it
     shift = torch.empty(offset * _PLACEMENT_STEP + 1, dtype=torch.uint8, device="cuda")
     fn = _kernel(name)
@@ -69,11 +72,11 @@ def median_and_p99(fn, extra_warmup=0):
     return statistics.median(times), times[REPEAT - REPEAT // 100 - 1]
 
 
-def measure(name, rounds):
+def measure(name, rounds, placed=True):
     """``rounds`` measurements of kernel ``name``, each ``[median, p99, wall]`` in µs; ``wall``
     is the measurement's wall time per launch (warmup included): above the GPU's time per
-    iteration, the host, not the GPU, set the pace."""
-    fn = kernel(name)
+    iteration, the host, not the GPU, set the pace. ``placed``: as for :func:`kernel`."""
+    fn = kernel(name, placed)
     out = []
     for _ in range(rounds):
         start = time.perf_counter()

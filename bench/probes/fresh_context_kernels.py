@@ -33,7 +33,7 @@ from fidelity_kernels import kernel, median_and_p99  # noqa: E402  (bench/fideli
 
 
 def _measure(name, extra_warmup=0):
-    return median_and_p99(kernel(name), extra_warmup)
+    return median_and_p99(kernel(name, placed=False), extra_warmup)
 
 
 def _new_process(conn, name, wait, extra_warmup, ready=None, go=None):

@@ -41,7 +41,7 @@ scenario = sys.argv[1]
 held = []
 if scenario == "after_kernels":
     for name in ("add4", "add64", "gemm"):
-        fidelity_kernels.measure(name, 1)
+        fidelity_kernels.measure(name, 1, placed=False)
 if scenario == "after_free_64":
     torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
 x = torch.zeros(1, device="cuda")
@@ -52,16 +52,16 @@ if scenario == "flush_held":
 out = [round(fidelity_kernels.median_and_p99(lambda: x.add_(1))[0], 3) for _ in range(2)]
 if scenario == "history":
     rows = []
-    fidelity_kernels.measure("tiny", 1)
-    rows.append(("new_process", fidelity_kernels.measure("tiny", 1)[0][0]))
+    fidelity_kernels.measure("tiny", 1, placed=False)
+    rows.append(("new_process", fidelity_kernels.measure("tiny", 1, placed=False)[0][0]))
     for name in ("add4", "add64", "gemm"):
-        fidelity_kernels.measure(name, 2)
-    rows.append(("after_kernels", fidelity_kernels.measure("tiny", 1)[0][0]))
-    rows.append(("again", fidelity_kernels.measure("tiny", 1)[0][0]))
+        fidelity_kernels.measure(name, 2, placed=False)
+    rows.append(("after_kernels", fidelity_kernels.measure("tiny", 1, placed=False)[0][0]))
+    rows.append(("again", fidelity_kernels.measure("tiny", 1, placed=False)[0][0]))
     torch.cuda.empty_cache()
-    rows.append(("after_empty_cache", fidelity_kernels.measure("tiny", 1)[0][0]))
+    rows.append(("after_empty_cache", fidelity_kernels.measure("tiny", 1, placed=False)[0][0]))
     torch.cuda.empty_cache()
-    rows.append(("after_empty_cache_2", fidelity_kernels.measure("tiny", 1)[0][0]))
+    rows.append(("after_empty_cache_2", fidelity_kernels.measure("tiny", 1, placed=False)[0][0]))
     print(json.dumps([(label, round(us, 3)) for label, us in rows]))
     raise SystemExit
 if scenario == "offsets":
