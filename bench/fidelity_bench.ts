@@ -188,7 +188,6 @@ async function _compareKernel(
   freshClient: Client,
   reusedClients: Client[],
   freshUrl: string,
-  settled: () => Promise<void>,
   quick: boolean,
 ): Promise<BenchRow[]> {
   const rounds = quick ? 1 : 4;
@@ -204,17 +203,17 @@ async function _compareKernel(
   // context work holds the fresh server's lease, which local processes and the reused server
   // do not take. (Busy measurements do not wait: there the lease is what is measured.)
   for (const _ of locals) {
-    await settled();
+    await _settled(freshUrl);
     newProcess.push(...await forks.measure(kernel.name, 1));
-    await settled();
+    await _settled(freshUrl);
     fresh.push(...await remoteMeasure(freshClient, kernel.name, 1));
   }
   for (let i = 0; i < rounds; i++) {
     for (const harness of locals) {
-      await settled();
+      await _settled(freshUrl);
       longLived.push(...await harness.measure(kernel.name, 1));
     }
-    await settled();
+    await _settled(freshUrl);
     const all = await Promise.all(reusedClients.map((c) => remoteMeasure(c, kernel.name, 1)));
     reused.push(...all.flat());
   }
@@ -335,7 +334,6 @@ export async function runFidelityBench(
             freshClient,
             reusedClients,
             fresh.url,
-            () => _settled(fresh.url),
             quick,
           ),
         );
