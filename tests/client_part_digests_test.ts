@@ -21,6 +21,13 @@ function body(parts: Uint8Array[], json = "{}") {
   ]);
 }
 
+/** A program whose one result, `t`, is a `bytes` value (the fake servers answer for it). */
+function _returnsBytes(): Program {
+  const program = new Program();
+  program.return_({ key: "t", value: program.upload({ kind: "bytes", value: new Uint8Array(1) }) });
+  return program;
+}
+
 /** Every position of LF--boundary, the slow way. */
 function allMarks(body: Uint8Array, boundary: string): number[] {
   const needle = new TextEncoder().encode("\n--" + boundary);
@@ -102,11 +109,7 @@ Deno.test("part digests: a corrupted payload still fails the hash check", async 
   );
   try {
     await using client = new Client(server.url);
-    const program = new Program();
-    program.return_({
-      key: "t",
-      value: program.upload({ kind: "bytes", value: new Uint8Array(1) }),
-    });
+    const program = _returnsBytes();
     await assert.rejects(
       client.execute(program),
       (error: unknown) =>
@@ -140,11 +143,7 @@ Deno.test("part digests: a chunked answer (as a Router sends) is hashed as it co
   });
   try {
     await using client = new Client(server.url);
-    const program = new Program();
-    program.return_({
-      key: "t",
-      value: program.upload({ kind: "bytes", value: new Uint8Array(1) }),
-    });
+    const program = _returnsBytes();
     const result = await client.execute(program);
     const bytes = result.get("t") as Uint8Array;
     assert.equal(sha256Hex(bytes), declared);

@@ -173,14 +173,19 @@ Deno.test("run: a frame of the wrong shape is an invalid answer, and the child i
   }
 });
 
-Deno.test("run: a retiring child keeps the lease through its teardown", async () => {
-  const leases = new GpuLeases([0]);
-  const child = new FakeChild((frame, c) => {
+/** A child that takes the lease, then answers and retires (request limit reached). */
+function _retiringChild(): FakeChild {
+  return new FakeChild((frame, c) => {
     if (frame.t === "run") c.say({ t: "lease", a: "acquire" });
     else if (frame.t === "lease") {
       c.say({ t: "outcome", outcome: OUTCOME, retire: "request_limit" });
     }
   });
+}
+
+Deno.test("run: a retiring child keeps the lease through its teardown", async () => {
+  const leases = new GpuLeases([0]);
+  const child = _retiringChild();
   const run = await runProgram(params(child, { leases, gpus: [0] }));
   assert.equal(run.end.kind === "outcome" && run.end.retire, "request_limit");
   assert.equal(leases.tryAcquire({ id: "next" }, [0]), false, "held while it tears down");
@@ -191,12 +196,7 @@ Deno.test("run: a retiring child keeps the lease through its teardown", async ()
 
 Deno.test("run: a retiring child still there after the grace is killed; the lease comes back", async () => {
   const leases = new GpuLeases([0]);
-  const child = new FakeChild((frame, c) => {
-    if (frame.t === "run") c.say({ t: "lease", a: "acquire" });
-    else if (frame.t === "lease") {
-      c.say({ t: "outcome", outcome: OUTCOME, retire: "request_limit" });
-    }
-  }); // and it never exits by itself (a program that outlived its answer)
+  const child = _retiringChild(); // and it never exits by itself (outlived its answer)
   const run = await runProgram(params(child, { leases, gpus: [0], graceSeconds: 1 }));
   await sleep(500);
   assert.equal(child.killed, 0, "not before the grace");
