@@ -28,6 +28,7 @@ import {
   type SlotMessage,
 } from "../protocol/node_link.ts";
 import { BodyReceiver, BodySender } from "../http/tunnel_body.ts";
+import { releaseBuffer } from "../protocol/bytes.ts";
 import type { SlotHandle } from "./registry.ts";
 
 /** Why an exchange failed: the node's answer was out of turn, or the connection went away. */
@@ -109,7 +110,9 @@ class _Exchange implements TunnelExchange {
     this.requestId = requestId;
     this.upload = new BodySender(
       requestId,
-      (frame) => send(frame),
+      // Each frame is a new buffer that the socket's send has taken: its memory goes back
+      // now rather than at a collection (protocol/bytes.ts says why).
+      (frame) => (send(frame), releaseBuffer(frame)),
       () => {
         send(encodeMessage({ t: "end", request_id: requestId }));
         this.uploadEnded = true;

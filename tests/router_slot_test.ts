@@ -1,0 +1,47 @@
+/**
+ * The Router's side of one slot link (router/slot_link.ts) over a recording stand-in for the
+ * node's WebSocket: what a client's upload becomes on the link, and what happens to each data
+ * frame's memory once the socket has taken it.
+ */
+import assert from "node:assert/strict";
+import { decodeDataFrame, MAX_DATA_BYTES } from "../protocol/node_link.ts";
+import { RouterSlot } from "../router/slot_link.ts";
+
+/** A socket that keeps a copy of everything sent (a real one copies the bytes in `send`). */
+class _RecordingSocket {
+  readonly copies: (string | Uint8Array)[] = [];
+  readonly originals: Uint8Array[] = [];
+  send(data: string | Uint8Array): void {
+    if (typeof data === "string") return void this.copies.push(data);
+    this.copies.push(data.slice());
+    this.originals.push(data);
+  }
+  close(): void {}
+}
+
+Deno.test("router slot: upload frames carry the body in order, and each frame's memory goes back once sent", async () => {
+  const socket = new _RecordingSocket();
+  const slot = new RouterSlot(
+    socket as unknown as WebSocket,
+    { t: "hello", node_id: "n1", server_instance_id: "i1", slot_id: "s1", protocol_version: 1 },
+    () => {},
+  );
+  const id = "0f6c2b4e-1111-4222-8333-444455556666";
+  const body = new Uint8Array(MAX_DATA_BYTES + 1000).map((_, i) => i % 251);
+  const exchange = slot.begin(id, [["content-type", "application/octet-stream"]], body.length);
+  await exchange.upload.write(body);
+  await exchange.upload.end();
+
+  const frames = socket.copies.filter((data) => typeof data !== "string") as Uint8Array[];
+  assert.equal(frames.length, 2);
+  const payload = frames.map((frame) => decodeDataFrame(frame)).map((frame) => {
+    assert.equal(frame.requestId, id);
+    return frame.bytes;
+  });
+  assert.deepEqual([payload[0].length, payload[1].length], [MAX_DATA_BYTES, 1000]);
+  assert.deepEqual(new Uint8Array([...payload[0], ...payload[1]]), body);
+  const messages = socket.copies.filter((data) => typeof data === "string") as string[];
+  assert.deepEqual(messages.map((text) => JSON.parse(text).t), ["request_head", "end"]);
+  // Detached after the send: nothing waits for a garbage collection to give it back.
+  for (const original of socket.originals) assert.equal(original.buffer.byteLength, 0);
+});
