@@ -313,6 +313,8 @@ export class BodyReceiver {
   readonly #queue: Uint8Array[] = [];
   #stream: ReadableStream<Uint8Array> | null = null;
   #whole: _WholeTake | null = null;
+  #within: _WithinWait | null = null;
+  #queuedBytes = 0;
   #outstanding = CREDIT_WINDOW;
   #read = 0;
   #ended = false;
@@ -380,12 +382,49 @@ export class BodyReceiver {
    * ```
    */
   whole(limit: number): Promise<Uint8Array> {
-    if (this.#stream || this.#whole) throw new Error("the body already has a reader");
+    if (this.#stream || this.#whole || this.#within) {
+      throw new Error("the body already has a reader");
+    }
     if (this.#cancelled) throw new Error("the body was discarded");
     const { promise, resolve, reject } = Promise.withResolvers<Uint8Array>();
     this.#whole = { limit, chunks: [], bytes: 0, resolve, reject, settled: false };
     for (const chunk of this.#queue.splice(0)) this.#take(chunk);
     this.#settleWhole();
+    return promise;
+  }
+
+  /**
+   * The whole body if it turns out small: resolves with its bytes when `end` comes while at most
+   * `limit` bytes have come, and with `null`, taking nothing, as soon as more have come or the
+   * sender has used up its credit (the body is then for {@linkcode BodyReceiver.stream}, which
+   * delivers every frame in order). Rejects when the slot fails before either. For an answer
+   * that is usually small and must stay whole whatever size it declared.
+   *
+   * @example
+   * ```ts
+   * import { BodyReceiver } from "./tunnel_body.ts";
+   *
+   * const small = new BodyReceiver(() => {});
+   * const whole = small.wholeIfWithin(4);
+   * small.push(new Uint8Array([1, 2, 3]));
+   * small.end();
+   * if ((await whole)?.length !== 3) throw new Error();
+   *
+   * const large = new BodyReceiver(() => {});
+   * const none = large.wholeIfWithin(4);
+   * large.push(new Uint8Array(5));
+   * large.end();
+   * if ((await none) !== null) throw new Error();
+   * if ((await new Response(large.stream).bytes()).length !== 5) throw new Error();
+   * ```
+   */
+  wholeIfWithin(limit: number): Promise<Uint8Array | null> {
+    if (this.#stream || this.#whole || this.#within) {
+      throw new Error("the body already has a reader");
+    }
+    const { promise, resolve, reject } = Promise.withResolvers<Uint8Array | null>();
+    this.#within = { limit, resolve, reject };
+    this.#settleWithin();
     return promise;
   }
 
@@ -444,6 +483,8 @@ export class BodyReceiver {
       return;
     }
     this.#queue.push(bytes);
+    this.#queuedBytes += bytes.length;
+    this.#settleWithin();
     this.#wake();
   }
 
@@ -463,6 +504,7 @@ export class BodyReceiver {
     if (this.#ended) throw new LinkMessageError("a second end of the body");
     this.#ended = true;
     this.#settleWhole();
+    this.#settleWithin();
     this.#wake();
   }
 
@@ -488,6 +530,7 @@ export class BodyReceiver {
     if (this.#ended) return;
     this.#failure ??= error;
     this.#settleWhole();
+    this.#settleWithin();
     this.#wake();
   }
 
@@ -531,6 +574,25 @@ export class BodyReceiver {
     );
   }
 
+  /** Resolves or rejects a pending {@linkcode BodyReceiver.wholeIfWithin} once it is decided. */
+  #settleWithin(): void {
+    const within = this.#within;
+    if (!within) return;
+    const over = this.#queuedBytes > within.limit;
+    if (this.#ended && !over) {
+      this.#within = null;
+      const chunks = this.#queue.splice(0);
+      this.#queuedBytes = 0;
+      within.resolve(chunks.length === 1 ? chunks[0] : concatBytes(chunks));
+    } else if (over || (this.#outstanding === 0 && !this.#ended)) {
+      this.#within = null;
+      within.resolve(null);
+    } else if (this.#failure) {
+      this.#within = null;
+      within.reject(this.#failure);
+    }
+  }
+
   /** One more frame read: every half window, that much credit goes back (none after `end`). */
   #credit(): void {
     if (++this.#read >= CREDIT_WINDOW / 2 && !this.#ended) {
@@ -546,6 +608,7 @@ export class BodyReceiver {
     }
     const next = this.#queue.shift();
     if (next) {
+      this.#queuedBytes -= next.length;
       controller.enqueue(next);
       this.#credit();
     } else if (this.#failure) {
@@ -560,6 +623,13 @@ export class BodyReceiver {
     this.#pull = null;
     pull?.();
   }
+}
+
+/** A pending {@linkcode BodyReceiver.wholeIfWithin}. */
+interface _WithinWait {
+  readonly limit: number;
+  readonly resolve: (body: Uint8Array | null) => void;
+  readonly reject: (error: Error) => void;
 }
 
 /** A pending {@linkcode BodyReceiver.whole}. */

@@ -6,7 +6,9 @@
  * ```
  *  id, preferred node ─▶ Content-Length (400 / 413) ─▶ registry.acquire (503 router_busy /
  *  no_node, Retry-After: 1) ─▶ request_head ─▶ upload (concurrently: 413, 400, 502)
- *  ─▶ response_head (502 when out of turn or gone) ─▶ the body streamed to the client
+ *  ─▶ response_head (502 when out of turn or gone) ─▶ an answer of one frame (declared by its
+ *  length, not live output) taken whole to the node's end and sent with its length; any other
+ *  streamed to the client
  *  ─▶ node's end: slot back to its FIFO (or discarded when the upload had not finished)
  *  client gone ─▶ cancel client_disconnected
  * ```
@@ -24,6 +26,7 @@ import {
 } from "../protocol/node_link.ts";
 import { DATA_HEADER_BYTES } from "../http/tunnel_body.ts";
 import { releaseBuffer } from "../protocol/bytes.ts";
+import { isLiveOutput } from "../protocol/live_output.ts";
 import type { EventLog } from "../http/events.ts";
 import { DROPPED_REQUEST_HEADERS, DROPPED_RESPONSE_HEADERS, forwardedHeaders } from "./headers.ts";
 import { headersFrom } from "./headers.ts";
@@ -114,7 +117,8 @@ function _errorResponse(error: _RouterError, trace: _Trace, ctx: ForwardContext)
       request_id: trace.id,
       error: { kind: error.kind, message: error.message },
     }),
-    { status: error.status, headers },
+    // A client that went away (status 0) gets nothing; the answer only has to be valid.
+    { status: error.status || 499, headers },
   );
 }
 
@@ -244,8 +248,82 @@ async function _exchange(
   );
   responseHeaders.set(NODE_HEADER, lease.nodeId);
   responseHeaders.set("x-request-id", trace.id);
+  if (_declaresOneFrame(head)) {
+    const whole = await _wholeAnswer(exchange, upload, request.signal, lease, trace, ctx);
+    if (whole) return new Response(whole, { status: head.status, headers: responseHeaders });
+  }
   const body = _responseBody(exchange, upload, lease, trace, ctx);
   return new Response(body, { status: head.status, headers: responseHeaders });
+}
+
+/**
+ * Whether the node declared an answer of at most one data frame (its `Content-Length`; a node's
+ * server declares one only for an answer it holds whole), other than live output.
+ */
+function _declaresOneFrame(head: ResponseHead): boolean {
+  let declared = false;
+  for (const [name, value] of head.headers) {
+    const lower = name.toLowerCase();
+    if (lower === "content-type" && isLiveOutput(value)) return false;
+    if (lower === "content-length") {
+      declared = /^\d{1,7}$/.test(value) && Number(value) <= MAX_DATA_BYTES;
+    }
+  }
+  return declared;
+}
+
+/**
+ * An answer of at most one data frame, taken whole up to the node's `end` (decisions.md, "The
+ * Router answers a small answer whole"): the client then gets it with its length in one write,
+ * where a streamed answer costs the Router a stream, chunked framing and a second write. `null`
+ * once the answer is larger (nothing taken: it is streamed). Whatever `Content-Length` the node
+ * declared, the bytes up to its `end` are the answer. The slot is settled as at a streamed
+ * answer's end; an upload failing first, the client going away or the slot failing are
+ * answered as before the head.
+ */
+async function _wholeAnswer(
+  exchange: TunnelExchange,
+  upload: Promise<_RouterError | null>,
+  client: AbortSignal,
+  lease: SlotLease,
+  trace: _Trace,
+  ctx: ForwardContext,
+): Promise<Uint8Array<ArrayBuffer> | null> {
+  const uploadFailed = upload.then((error) => error ?? new Promise<never>(() => {}));
+  const { promise: clientGone, resolve: goneNow } = Promise.withResolvers<_RouterError>();
+  const onAbort = () =>
+    goneNow(new _RouterError(0, "invalid_request", "client went away", "client_disconnected"));
+  if (client.aborted) onAbort();
+  else client.addEventListener("abort", onAbort, { once: true });
+  let answer: Uint8Array | null | _RouterError;
+  try {
+    answer = await Promise.race([
+      exchange.body.wholeIfWithin(MAX_DATA_BYTES),
+      uploadFailed,
+      clientGone,
+    ]);
+  } catch (error) {
+    // forwardExecute answers it (its log line included); the slot is given up here.
+    const reason = error instanceof TunnelError ? error.reason : "tunnel_disconnected";
+    lease.release(false);
+    throw new _RouterError(502, "server_transport", _TRANSPORT_MESSAGE, reason);
+  } finally {
+    client.removeEventListener("abort", onAbort);
+  }
+  if (answer instanceof _RouterError) {
+    exchange.cancel(_cancelReason(answer.reason));
+    lease.release(false);
+    throw answer;
+  }
+  if (answer === null) return null;
+  trace.responseBytes = answer.length;
+  trace.reason = "completed";
+  // The slot is reusable only if the upload had ended too (as at a streamed answer's end).
+  if (exchange.upload.ended) lease.release(true);
+  else (exchange.cancel("request_rejected"), lease.release(false));
+  // The log line is written once the client's answer has gone out, not before it.
+  setTimeout(() => trace.finish(ctx), 0);
+  return answer as Uint8Array<ArrayBuffer>;
 }
 
 function _cancelReason(reason: FinishReason) {

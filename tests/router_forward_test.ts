@@ -583,3 +583,120 @@ Deno.test("router: a stop lets queued requests go (503) and finishes the running
     await r.stop();
   }
 });
+
+/** A raw HTTP/1.1 POST /execute (connection closed after it): the answer's head and body bytes. */
+async function rawExecute(url: string): Promise<{ head: string; body: Uint8Array }> {
+  const { hostname, port } = new URL(url);
+  const conn = await Deno.connect({ hostname, port: Number(port) });
+  await conn.write(new TextEncoder().encode(
+    "POST /execute HTTP/1.1\r\nhost: router\r\ncontent-length: 1\r\nconnection: close\r\n\r\nx",
+  ));
+  const bytes = new Uint8Array(await new Response(conn.readable).arrayBuffer());
+  let end = 0;
+  while (
+    !(bytes[end] === 13 && bytes[end + 1] === 10 && bytes[end + 2] === 13 && bytes[end + 3] === 10)
+  ) end++;
+  return {
+    head: new TextDecoder().decode(bytes.subarray(0, end)).toLowerCase(),
+    body: bytes.subarray(end + 4),
+  };
+}
+
+Deno.test("router: an answer of one frame goes out whole with its own length; larger ones and live output stream", async () => {
+  const r = await startRouter();
+  const node = new FakeNode(r.url, "gpu-a");
+  let answer: (request: import("./_fake_node.ts").FakeRequest) => Promise<void> = async () => {};
+  try {
+    await node.connect();
+    await node.openSlot(async (request) => {
+      await request.body();
+      await answer(request);
+    });
+    await waitFor("capacity", async () => (await capacity(r.url)) === 1);
+
+    // Small, whatever Content-Length the node declared: the bytes up to its end, with their length.
+    answer = async (request) => {
+      request.respond(200, [["content-type", "application/json"], ["content-length", "999"]]);
+      await request.write(new TextEncoder().encode('{"a":'));
+      await request.write(new TextEncoder().encode("1}"));
+      request.end();
+    };
+    const small = await rawExecute(r.url);
+    assert.match(small.head, /^http\/1\.1 200/);
+    assert.match(small.head, /\r\ncontent-length: 7\r\n/);
+    assert.doesNotMatch(small.head, /transfer-encoding/);
+    assert.equal(new TextDecoder().decode(small.body), '{"a":1}');
+
+    // Past one frame: streamed (chunked), every byte in order.
+    const large = Uint8Array.from({ length: 300_000 }, (_, i) => (i * 31 + (i >> 11)) & 0xff);
+    answer = async (request) => {
+      request.respond(200, [["content-type", "application/octet-stream"]]);
+      await request.write(large);
+      request.end();
+    };
+    const response = await fetch(`${r.url}/execute`, { method: "POST", body: "x" });
+    assert.equal(response.headers.get("content-length"), null);
+    assert.deepEqual(new Uint8Array(await response.arrayBuffer()), large);
+
+    // Live output: its first piece reaches the client before the node has sent the rest.
+    let more!: () => void;
+    const moreWanted = new Promise<void>((resolve) => (more = resolve));
+    answer = async (request) => {
+      request.respond(200, [["content-type", "application/vnd.kcoral.live-output"]]);
+      await request.write(new TextEncoder().encode("first"));
+      await moreWanted;
+      await request.write(new TextEncoder().encode("second"));
+      request.end();
+    };
+    const live = await fetch(`${r.url}/execute`, { method: "POST", body: "x" });
+    const reader = live.body!.getReader();
+    assert.equal(new TextDecoder().decode((await reader.read()).value), "first");
+    more();
+    let rest = "";
+    for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) {
+      rest += new TextDecoder().decode(chunk.value);
+    }
+    assert.equal(rest, "second");
+    await waitFor(
+      "three completed",
+      () => r.finished().filter((f) => f.finish_reason === "completed").length === 3,
+    );
+    assert.deepEqual(r.finished().map((f) => f.response_bytes), ["7", "300000", "11"]);
+  } finally {
+    node.close();
+    await r.stop();
+  }
+});
+
+Deno.test("router: a client that goes away while a small answer is still coming cancels the slot", async () => {
+  const r = await startRouter();
+  const node = new FakeNode(r.url, "gpu-a");
+  try {
+    await node.connect();
+    const slot = await node.openSlot(async (request) => {
+      request.respond(200, [["content-length", "10"]]);
+      await request.write(new Uint8Array(3)); // and no more, no end
+    });
+    await waitFor("capacity", async () => (await capacity(r.url)) === 1);
+    const controller = new AbortController();
+    const answered = fetch(`${r.url}/execute`, {
+      method: "POST",
+      body: "x",
+      signal: controller.signal,
+    }).catch((error) => error);
+    await waitFor("in progress", async () => {
+      const h = await (await fetch(`${r.url}/health`)).json();
+      return h.load.requests_in_progress === 1;
+    });
+    controller.abort();
+    assert.ok((await answered) instanceof Error);
+    const end = await closed(slot);
+    assert.equal(end.reason, "client_disconnected");
+    assert.deepEqual(node.cancels.map((c) => c.reason), ["client_disconnected"]);
+    await waitFor("finished", () => r.finished().length === 1);
+    assert.equal(r.finished()[0].finish_reason, "client_disconnected");
+  } finally {
+    node.close();
+    await r.stop();
+  }
+});

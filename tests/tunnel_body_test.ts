@@ -136,3 +136,58 @@ Deno.test("tunnel body: a discarded body drops what comes and returns no credit;
   streamed.stream.getReader();
   assert.throws(() => streamed.whole(10), /already has a reader/);
 });
+
+Deno.test("tunnel body: a body that turns out small is taken whole at its end; none is an empty body", async () => {
+  const receiver = new BodyReceiver(() => {});
+  receiver.push(_pattern(3, 0));
+  const whole = receiver.wholeIfWithin(6);
+  receiver.push(_pattern(3, 1));
+  receiver.end();
+  assert.deepEqual(await whole, new Uint8Array([..._pattern(3, 0), ..._pattern(3, 1)]));
+  const none = new BodyReceiver(() => {});
+  const empty = none.wholeIfWithin(6);
+  none.end();
+  assert.equal((await empty)?.length, 0);
+});
+
+Deno.test("tunnel body: past its limit a body is not taken whole and its stream delivers every frame", async () => {
+  const grants: number[] = [];
+  const receiver = new BodyReceiver((n) => grants.push(n));
+  const whole = receiver.wholeIfWithin(4);
+  receiver.push(_pattern(3, 0));
+  receiver.push(_pattern(3, 1));
+  assert.equal(await whole, null);
+  assert.ok(!receiver.cancelled);
+  receiver.push(_pattern(3, 2));
+  receiver.end();
+  const body = new Uint8Array(await new Response(receiver.stream).arrayBuffer());
+  assert.deepEqual(body, new Uint8Array([..._pattern(3, 0), ..._pattern(3, 1), ..._pattern(3, 2)]));
+  assert.deepEqual(grants, []); // three frames read: under half a window
+});
+
+Deno.test("tunnel body: a small body sent in more frames than the window holds goes to the stream (no deadlock)", async () => {
+  const grants: number[] = [];
+  const receiver = new BodyReceiver((n) => grants.push(n));
+  const whole = receiver.wholeIfWithin(1 << 20);
+  for (let i = 0; i < CREDIT_WINDOW; i++) receiver.push(_pattern(1, i));
+  // The sender has no credit left: waiting for more bytes or the end would wait for good.
+  assert.equal(await whole, null);
+  const reader = receiver.stream.getReader();
+  for (let i = 0; i < CREDIT_WINDOW / 2; i++) {
+    assert.deepEqual((await reader.read()).value, _pattern(1, i));
+  }
+  assert.deepEqual(grants, [CREDIT_WINDOW / 2]);
+  reader.releaseLock();
+});
+
+Deno.test("tunnel body: a body that may be small rejects when the slot fails first; one reader", async () => {
+  const receiver = new BodyReceiver(() => {});
+  const whole = receiver.wholeIfWithin(10);
+  receiver.push(_pattern(3, 0));
+  receiver.fail(new Error("tunnel: gone"));
+  await assert.rejects(whole, /tunnel: gone/);
+  const taken = new BodyReceiver(() => {});
+  taken.wholeIfWithin(10);
+  assert.throws(() => taken.wholeIfWithin(10), /already has a reader/);
+  assert.throws(() => taken.whole(10), /already has a reader/);
+});
