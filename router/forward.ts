@@ -249,7 +249,7 @@ async function _exchange(
   responseHeaders.set(NODE_HEADER, lease.nodeId);
   responseHeaders.set("x-request-id", trace.id);
   if (_declaresOneFrame(head)) {
-    const whole = await _wholeAnswer(exchange, upload, request.signal, lease, trace, ctx);
+    const whole = await _wholeAnswer(exchange, upload, lease, trace, ctx);
     if (whole) return new Response(whole, { status: head.status, headers: responseHeaders });
   }
   const body = _responseBody(exchange, upload, lease, trace, ctx);
@@ -278,37 +278,31 @@ function _declaresOneFrame(head: ResponseHead): boolean {
  * where a streamed answer costs the Router a stream, chunked framing and a second write. `null`
  * once the answer is larger (nothing taken: it is streamed). Whatever `Content-Length` the node
  * declared, the bytes up to its `end` are the answer. The slot is settled as at a streamed
- * answer's end; an upload failing first, the client going away or the slot failing are
- * answered as before the head.
+ * answer's end; an upload failing first or the slot failing are answered as before the head.
+ * The client is not watched meanwhile (`request.signal` would print Deno's legacy-abort warning
+ * into the Router's log on every request): a node that declared a small answer and stalls holds
+ * its slot until it ends the answer or its links are dropped (status age), as it holds it
+ * mid-stream until the client notices.
  */
 async function _wholeAnswer(
   exchange: TunnelExchange,
   upload: Promise<_RouterError | null>,
-  client: AbortSignal,
   lease: SlotLease,
   trace: _Trace,
   ctx: ForwardContext,
 ): Promise<Uint8Array<ArrayBuffer> | null> {
   const uploadFailed = upload.then((error) => error ?? new Promise<never>(() => {}));
-  const { promise: clientGone, resolve: goneNow } = Promise.withResolvers<_RouterError>();
-  const onAbort = () =>
-    goneNow(new _RouterError(0, "invalid_request", "client went away", "client_disconnected"));
-  if (client.aborted) onAbort();
-  else client.addEventListener("abort", onAbort, { once: true });
   let answer: Uint8Array | null | _RouterError;
   try {
     answer = await Promise.race([
       exchange.body.wholeIfWithin(MAX_DATA_BYTES),
       uploadFailed,
-      clientGone,
     ]);
   } catch (error) {
     // forwardExecute answers it (its log line included); the slot is given up here.
     const reason = error instanceof TunnelError ? error.reason : "tunnel_disconnected";
     lease.release(false);
     throw new _RouterError(502, "server_transport", _TRANSPORT_MESSAGE, reason);
-  } finally {
-    client.removeEventListener("abort", onAbort);
   }
   if (answer instanceof _RouterError) {
     exchange.cancel(_cancelReason(answer.reason));
