@@ -4,10 +4,22 @@
  * has; the default stays text.
  */
 import assert from "node:assert/strict";
-import { Client } from "../mod.ts";
+import { Client, Program } from "../mod.ts";
 import { startServer } from "./_server.ts";
 import { KcoralProcess, startNode, startRouter, waitForCapacity, waitUntil } from "./_router.ts";
 import { trivialProgram } from "../bench/_programs.ts";
+
+/** A program that sleeps `seconds` on its worker. */
+function sleepProgram(seconds: number): Program {
+  const program = new Program();
+  const mod = program.upload({
+    kind: "module",
+    source: `import time\ndef nap():\n    time.sleep(${seconds})\n    return 1\n`,
+  });
+  const fn = program.getFunction({ module: mod, name: "nap" });
+  program.return_({ key: "n", value: program.run({ fn }) });
+  return program;
+}
 
 function parsed(lines: string[]): Record<string, unknown>[] {
   return lines.filter((l) => l.trim() !== "").map((line) => {
@@ -63,6 +75,12 @@ Deno.test({
       await waitForCapacity(router.url, 1);
       await using client = new Client(router.url);
       await client.execute(trivialProgram());
+      // Two at once on a node of one worker: one waits in the Router's queue, which watches its
+      // client (that must not print a line of its own).
+      const outcomes = await Promise.all(
+        [sleepProgram(0.3), trivialProgram()].map((p) => client.execute(p)),
+      );
+      assert.ok(outcomes.every((outcome) => outcome.completed));
       await waitUntil(
         "the Router's request_finished",
         () => router.process.lines.some((l) => l.includes('"event":"request_finished"')),
