@@ -250,11 +250,18 @@ async function _exchange(
   responseHeaders.set("x-request-id", trace.id);
   if (_declaresOneFrame(head)) {
     const whole = await _wholeAnswer(exchange, upload, lease, trace, ctx);
-    if (whole) return new Response(whole, { status: head.status, headers: responseHeaders });
+    if (whole) {
+      // A status that has no body (204, 205, 304) gets none, whatever the node sent.
+      const body = _NULL_BODY_STATUSES.has(head.status) ? null : whole;
+      return new Response(body, { status: head.status, headers: responseHeaders });
+    }
   }
   const body = _responseBody(exchange, upload, lease, trace, ctx);
   return new Response(body, { status: head.status, headers: responseHeaders });
 }
+
+/** Statuses whose responses have no body (Fetch: a null body status). */
+const _NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
 
 /**
  * Whether the node declared an answer of at most one data frame (its `Content-Length`; a node's

@@ -667,3 +667,28 @@ Deno.test("router: an answer of one frame goes out whole with its own length; la
     await r.stop();
   }
 });
+
+Deno.test("router: a small answer with a status that has no body goes out without one", async () => {
+  const r = await startRouter();
+  const node = new FakeNode(r.url, "gpu-a");
+  try {
+    await node.connect();
+    await node.openSlot(async (request) => {
+      await request.body();
+      request.respond(204, [["content-length", "3"]]);
+      await request.write(new Uint8Array([1, 2, 3]));
+      request.end();
+    });
+    await waitFor("capacity", async () => (await capacity(r.url)) === 1);
+    for (let i = 0; i < 2; i++) {
+      const response = await fetch(`${r.url}/execute`, { method: "POST", body: "x" });
+      assert.equal(response.status, 204);
+      assert.equal(response.body, null);
+    }
+    await waitFor("two completed", () => r.finished().length === 2);
+    assert.deepEqual(r.finished().map((f) => f.finish_reason), ["completed", "completed"]);
+  } finally {
+    node.close();
+    await r.stop();
+  }
+});
