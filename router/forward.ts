@@ -257,6 +257,12 @@ async function _exchange(
     }
   }
   const body = _responseBody(exchange, upload, lease, trace, ctx);
+  if (_NULL_BODY_STATUSES.has(head.status)) {
+    // No body for the client: what the node sends is read to its end all the same (the slot is
+    // settled there), and dropped.
+    body.pipeTo(new WritableStream()).catch(() => {});
+    return new Response(null, { status: head.status, headers: responseHeaders });
+  }
   return new Response(body, { status: head.status, headers: responseHeaders });
 }
 
