@@ -35,7 +35,7 @@ import {
 import type { EventLog } from "../http/events.ts";
 import type { App } from "./app.ts";
 import type { WholeBodyRequest } from "./intake.ts";
-import { BodyReceiver, BodySender } from "../http/tunnel_body.ts";
+import { BodyReceiver, BodySender, DATA_HEADER_BYTES } from "../http/tunnel_body.ts";
 import { releaseBuffer } from "../protocol/bytes.ts";
 import { isLiveOutput } from "../protocol/live_output.ts";
 import { WebSocketClient } from "../http/websocket_client.ts";
@@ -395,9 +395,21 @@ class _Slot {
       headers,
     }));
     try {
-      if (response.body) {
+      const live = isLiveOutput(response.headers.get("content-type"));
+      const declared = Number(response.headers.get("content-length") ?? NaN);
+      if (!live && declared <= MAX_DATA_BYTES) {
+        // An answer of one frame (the pipeline's answers declare their length): read whole
+        // (`body` is not touched: it would turn the bytes into a stream), sent in a frame of
+        // its size, with no stage to grow; more than declared goes out as any body does.
+        const bytes = await response.bytes();
+        if (bytes.length > MAX_DATA_BYTES) await request.response.write(bytes);
+        else if (bytes.length > 0) {
+          const frame = request.response.newFrame(bytes.length);
+          frame.set(bytes, DATA_HEADER_BYTES);
+          await request.response.sendFilled(frame, bytes.length);
+        }
+      } else if (response.body) {
         // A live-output answer's pieces go out as they come (others fill whole frames).
-        const live = isLiveOutput(response.headers.get("content-type"));
         for await (const chunk of response.body) {
           await request.response.write(chunk);
           if (live) await request.response.flush();

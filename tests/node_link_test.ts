@@ -59,7 +59,11 @@ class _RouterSlot {
   }
 
   /** Reads the node's answer to `id`: head, data frames, end. */
-  async answer(id: string): Promise<{ status: number; json: Record<string, unknown> }> {
+  async answer(
+    id: string,
+  ): Promise<
+    { status: number; json: Record<string, unknown>; frames: number[]; declared: number }
+  > {
     const head = await this.next();
     assert.equal(typeof head, "string", JSON.stringify(head));
     const message = parseSlotMessage(head as string);
@@ -76,7 +80,9 @@ class _RouterSlot {
       break;
     }
     const text = new TextDecoder().decode(concatBytes(chunks));
-    return { status: message.status, json: JSON.parse(text) };
+    const declared = Number(message.headers.find(([name]) => name === "content-length")?.[1]);
+    const frames = chunks.map((chunk) => chunk.length);
+    return { status: message.status, json: JSON.parse(text), frames, declared };
   }
 }
 
@@ -151,6 +157,9 @@ Deno.test("node link: small bodies go in whole, others streamed; answers and rec
     const b = await slot.answer(streamed);
     assert.deepEqual(kinds, ["whole", "streamed"]);
     assert.equal(a.status, 200);
+    // An answer that declares its length goes out as one data frame of exactly that length.
+    assert.deepEqual(a.frames, [a.declared]);
+    assert.deepEqual(b.frames, [b.declared]);
     assert.deepEqual(a.json.results, { out: { type: "integer", value: 42 } });
     assert.deepEqual(b.json.results, a.json.results);
     assert.deepEqual(
