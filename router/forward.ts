@@ -223,11 +223,12 @@ async function _exchange(
     throw new _RouterError(502, "server_transport", _TRANSPORT_MESSAGE, "tunnel_disconnected");
   }
   const upload = _upload(request, exchange, length, ctx.maxRequestBytes, trace);
+  // Settles only with the upload's error (an upload that ended leaves the answer to come).
+  const uploadFailed = upload.then((e) => e ?? new Promise<never>(() => {}));
   let head: ResponseHead;
   try {
-    // The head, or an upload that failed first (an upload that ended leaves the head to come).
-    const uploadFailure = upload.then((e) => e ?? new Promise<never>(() => {}));
-    const first: ResponseHead | _RouterError = await Promise.race([exchange.head, uploadFailure]);
+    // The head, or an upload that failed first.
+    const first: ResponseHead | _RouterError = await Promise.race([exchange.head, uploadFailed]);
     if (first instanceof _RouterError) throw first;
     head = first;
   } catch (error) {
@@ -248,26 +249,22 @@ async function _exchange(
   );
   responseHeaders.set(NODE_HEADER, lease.nodeId);
   responseHeaders.set("x-request-id", trace.id);
+  // A status that has no body (204, 205, 304) gets none, whatever the node sent: the node's
+  // bytes are read to its end all the same (the slot is settled there) and dropped.
+  const bodyless = _NULL_BODY_STATUSES.has(head.status);
+  const init = { status: head.status, headers: responseHeaders };
   if (_declaresOneFrame(head)) {
-    const whole = await _wholeAnswer(exchange, upload, lease, trace, ctx);
-    if (whole) {
-      // A status that has no body (204, 205, 304) gets none, whatever the node sent.
-      const body = _NULL_BODY_STATUSES.has(head.status) ? null : whole;
-      return new Response(body, { status: head.status, headers: responseHeaders });
-    }
+    const whole = await _wholeAnswer(exchange, uploadFailed, lease, trace, ctx);
+    if (whole) return new Response(bodyless ? null : whole, init);
   }
-  const body = _responseBody(exchange, upload, lease, trace, ctx);
-  if (_NULL_BODY_STATUSES.has(head.status)) {
-    // No body for the client: what the node sends is read to its end all the same (the slot is
-    // settled there), and dropped.
-    body.pipeTo(new WritableStream()).catch(() => {});
-    return new Response(null, { status: head.status, headers: responseHeaders });
-  }
-  return new Response(body, { status: head.status, headers: responseHeaders });
+  const body = _responseBody(exchange, uploadFailed, lease, trace, ctx);
+  if (!bodyless) return new Response(body, init);
+  body.pipeTo(new WritableStream()).catch(() => {});
+  return new Response(null, init);
 }
 
-/** Statuses whose responses have no body (Fetch: a null body status). */
-const _NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
+/** Statuses whose responses have no body (a node's status is 200–599: no 1xx comes). */
+const _NULL_BODY_STATUSES = new Set([204, 205, 304]);
 
 /**
  * Whether the node declared an answer of at most one data frame (its `Content-Length`; a node's
@@ -299,12 +296,11 @@ function _declaresOneFrame(head: ResponseHead): boolean {
  */
 async function _wholeAnswer(
   exchange: TunnelExchange,
-  upload: Promise<_RouterError | null>,
+  uploadFailed: Promise<_RouterError>,
   lease: SlotLease,
   trace: _Trace,
   ctx: ForwardContext,
 ): Promise<Uint8Array<ArrayBuffer> | null> {
-  const uploadFailed = upload.then((error) => error ?? new Promise<never>(() => {}));
   let answer: Uint8Array | null | _RouterError;
   try {
     answer = await Promise.race([
@@ -324,13 +320,39 @@ async function _wholeAnswer(
   }
   if (answer === null) return null;
   trace.responseBytes = answer.length;
-  trace.reason = "completed";
-  // The slot is reusable only if the upload had ended too (as at a streamed answer's end).
-  if (exchange.upload.ended) lease.release(true);
-  else (exchange.cancel("request_rejected"), lease.release(false));
+  _answered(exchange, lease, trace, ctx);
+  return answer as Uint8Array<ArrayBuffer>;
+}
+
+/**
+ * The node's `end` has come: the slot goes back reusable only if the upload had ended too (its
+ * `end` was sent before the node's could come back, unless the node answered early).
+ */
+function _answered(
+  exchange: TunnelExchange,
+  lease: SlotLease,
+  trace: _Trace,
+  ctx: ForwardContext,
+): void {
+  if (exchange.upload.ended) _settle(exchange, lease, trace, ctx, "completed", true);
+  else _settle(exchange, lease, trace, ctx, "completed", false, "request_rejected");
+}
+
+/** The attempt is over: its reason, the slot cancelled if need be and released, its log line. */
+function _settle(
+  exchange: TunnelExchange,
+  lease: SlotLease,
+  trace: _Trace,
+  ctx: ForwardContext,
+  reason: FinishReason,
+  reusable: boolean,
+  cancel?: FinishReason,
+): void {
+  trace.reason = reason;
+  if (cancel) exchange.cancel(_cancelReason(cancel));
+  lease.release(reusable);
   // The log line is written once the client's answer has gone out, not before it.
   setTimeout(() => trace.finish(ctx), 0);
-  return answer as Uint8Array<ArrayBuffer>;
 }
 
 function _cancelReason(reason: FinishReason) {
@@ -483,23 +505,18 @@ async function _sendBody(
 /** The node's body for the client; the slot's fate is settled when it ends either way. */
 function _responseBody(
   exchange: TunnelExchange,
-  upload: Promise<_RouterError | null>,
+  uploadFailed: Promise<_RouterError>,
   lease: SlotLease,
   trace: _Trace,
   ctx: ForwardContext,
 ): ReadableStream<Uint8Array> {
   const reader = exchange.body.stream.getReader();
   // An upload failing while the answer streams ends the answer (the client sees it cut).
-  const uploadFailed = upload.then((error) => error ?? new Promise<never>(() => {}));
   let settled = false;
   const settle = (reason: FinishReason, reusable: boolean, cancel?: FinishReason) => {
     if (settled) return;
     settled = true;
-    trace.reason = reason;
-    if (cancel) exchange.cancel(_cancelReason(cancel));
-    lease.release(reusable);
-    // The log line is written once the client's answer has gone out, not before it.
-    setTimeout(() => trace.finish(ctx), 0);
+    _settle(exchange, lease, trace, ctx, reason, reusable, cancel);
   };
   // The chunk last handed to the client's answer: once the answer asks for the next one, the
   // server has passed it to its write (which holds its own reference), and its memory goes
@@ -529,11 +546,8 @@ function _responseBody(
       }
       if (next.done) {
         // The client's answer is complete first (the bookkeeping and its log line come after).
-        // The slot is reusable only if the upload had ended too (its `end` was sent before the
-        // node's could come back, unless the node answered early).
         controller.close();
-        if (exchange.upload.ended) settle("completed", true);
-        else settle("completed", false, "request_rejected");
+        if (!settled) (settled = true, _answered(exchange, lease, trace, ctx));
         return;
       }
       trace.responseBytes += next.value.length;
