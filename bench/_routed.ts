@@ -3,6 +3,9 @@
  * `kcoral router` and a node (`kcoral server --router`: its supervisor, its server, its workers),
  * each started and awaited until it is ready.
  */
+import { Client } from "../mod.ts";
+import { lengthProgram, randomBytes } from "./_programs.ts";
+import { rssMiB } from "./_proc.ts";
 
 const _CLI = new URL("../cli.ts", import.meta.url).pathname;
 
@@ -136,4 +139,28 @@ export async function waitForCapacity(url: string, capacity: number): Promise<vo
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
   throw new Error("the node did not join the Router");
+}
+
+/**
+ * The Router's resident memory (MiB) before, and at its peak (sampled every 20 ms) while, 8
+ * clients each send a 256 MiB request at once (one program, one 256 MiB blob: every client's
+ * first attempt misses and sends the blob).
+ */
+export async function uploadBurstRss(
+  router: RoutedProcess,
+): Promise<{ idle: number; peak: number }> {
+  const big = lengthProgram(randomBytes(256 << 20));
+  const idle = rssMiB(router.pid);
+  let peak = idle;
+  const sampler = setInterval(() => (peak = Math.max(peak, rssMiB(router.pid))), 20);
+  try {
+    await Promise.all(Array.from({ length: 8 }, async () => {
+      await using client = new Client(router.url);
+      const out = await client.execute(big);
+      if (out.get("n") !== 256 << 20) throw new Error("wrong length");
+    }));
+  } finally {
+    clearInterval(sampler);
+  }
+  return { idle, peak };
 }

@@ -23,8 +23,14 @@ import { bytesResultProgram, lengthProgram, randomBytes, trivialProgram } from "
 import { closedLoop } from "./_load.ts";
 import { type BenchRow, row, summarize, table } from "./_stats.ts";
 import { WebSocketClient } from "../http/websocket_client.ts";
-import { ownCpuMs, rssMiB } from "./_proc.ts";
-import { type NodeMode, startNodeProcess, startRouterProcess, waitForCapacity } from "./_routed.ts";
+import { ownCpuMs } from "./_proc.ts";
+import {
+  type NodeMode,
+  startNodeProcess,
+  startRouterProcess,
+  uploadBurstRss,
+  waitForCapacity,
+} from "./_routed.ts";
 import {
   CONTROL_PATH,
   encodeDataFrame,
@@ -211,22 +217,9 @@ export async function runRouterBench(options: RouterBenchOptions): Promise<Bench
       row("64 MiB result, added through the Router", "ms/MiB", resultAdded, undefined, "≤ 0.2"),
     );
 
-    // Router memory: 8 clients each send a 256 MiB request at once (one program, one 256 MiB
-    // blob: every client's first attempt misses and sends the blob).
+    // Router memory: 8 clients each send a 256 MiB request at once.
     _progress("memory");
-    const big = lengthProgram(randomBytes(256 << 20));
-    const idle = rssMiB(router.pid);
-    let peak = idle;
-    const sampler = setInterval(() => (peak = Math.max(peak, rssMiB(router.pid))), 20);
-    try {
-      await Promise.all(Array.from({ length: 8 }, async () => {
-        await using client = new Client(router.url);
-        const out = await client.execute(big);
-        if (out.get("n") !== 256 << 20) throw new Error("wrong length");
-      }));
-    } finally {
-      clearInterval(sampler);
-    }
+    const { idle, peak } = await uploadBurstRss(router);
     rows.push(row("Router RSS, idle", "MiB", [idle]));
     rows.push(
       row("Router RSS above idle, 8 × 256 MiB in flight", "MiB", [peak - idle], undefined, "≤ 64"),

@@ -9,10 +9,12 @@
  *
  * @module
  */
-import { Client } from "../../mod.ts";
-import { lengthProgram, randomBytes } from "../_programs.ts";
-import { rssMiB } from "../_proc.ts";
-import { startNodeProcess, startRouterProcess, waitForCapacity } from "../_routed.ts";
+import {
+  startNodeProcess,
+  startRouterProcess,
+  uploadBurstRss,
+  waitForCapacity,
+} from "../_routed.ts";
 import { summarize } from "../_stats.ts";
 
 const at = Deno.args.indexOf("--trials");
@@ -22,7 +24,6 @@ const trees = Deno.args.filter((arg, i) =>
 ).slice(0, 2);
 if (trees.length !== 2) throw new Error("usage: router_memory_ab.ts TREE_A TREE_B [--trials N]");
 const mode = Deno.args.includes("gpu") ? "gpu" : "cpu";
-const big = lengthProgram(randomBytes(256 << 20));
 
 /** One trial: the peak RSS above idle (MiB) of a new Router from `tree`. */
 async function trial(tree: string): Promise<number> {
@@ -30,18 +31,7 @@ async function trial(tree: string): Promise<number> {
   const node = await startNodeProcess(mode, router.url, 8, tree);
   try {
     await waitForCapacity(router.url, 8);
-    const idle = rssMiB(router.pid);
-    let peak = idle;
-    const sampler = setInterval(() => (peak = Math.max(peak, rssMiB(router.pid))), 20);
-    try {
-      await Promise.all(Array.from({ length: 8 }, async () => {
-        await using client = new Client(router.url);
-        const out = await client.execute(big);
-        if (out.get("n") !== 256 << 20) throw new Error("wrong length");
-      }));
-    } finally {
-      clearInterval(sampler);
-    }
+    const { idle, peak } = await uploadBurstRss(router);
     return peak - idle;
   } finally {
     await node.stop();
