@@ -6,6 +6,9 @@
 import assert from "node:assert/strict";
 import { serve } from "../http/serve.ts";
 import { createRouter } from "../router/app.ts";
+import { forwardExecute } from "../router/forward.ts";
+import { NodeRegistry } from "../router/registry.ts";
+import { EventLog } from "../http/events.ts";
 import { parseRouterArgs } from "../router/options.ts";
 import { CONTROL_PATH, encodeDataFrame, encodeMessage, SLOT_PATH } from "../protocol/node_link.ts";
 import { closed, FakeNode, healthyStatus, openLink } from "./_fake_node.ts";
@@ -693,5 +696,41 @@ Deno.test("router: an answer with a status that has no body goes out without one
   } finally {
     node.close();
     await r.stop();
+  }
+});
+
+Deno.test("router: a client that leaves the queue gets an answer nobody reads, and its log line says so", async () => {
+  const registry = new NodeRegistry({
+    maxStatusAgeMs: 5000,
+    unhealthyThreshold: 3,
+    recoveryThreshold: 2,
+    nodeRetentionMs: 600_000,
+    statusCheckIntervalMs: 1000,
+    maxQueuedRequests: 4,
+    queueWaitTimeoutMs: 30_000,
+  });
+  const lines: string[] = [];
+  const events = new EventLog({
+    logDir: null,
+    console: true,
+    programs: false,
+    consoleWrite: (line) => lines.push(line),
+  });
+  try {
+    const client = new AbortController();
+    const answered = forwardExecute(
+      new Request("http://router/execute", { method: "POST", body: "x", signal: client.signal }),
+      { registry, maxRequestBytes: 1 << 20, events },
+    );
+    await new Promise((resolve) => setTimeout(resolve, 50)); // waiting: no node has joined
+    client.abort();
+    const response = await answered; // an answer, not a thrown RangeError (status 0)
+    assert.equal(response.status, 499);
+    await response.body?.cancel();
+    const finished = lines.filter((line) => line.includes(" request_finished "));
+    assert.equal(finished.length, 1);
+    assert.match(finished[0], /finish_reason=client_disconnected/);
+  } finally {
+    registry.close();
   }
 });
