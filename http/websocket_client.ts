@@ -21,6 +21,7 @@
  */
 import { describeTlsFailure } from "../protocol/tls_failure.ts";
 import { releaseBuffer } from "../protocol/bytes.ts";
+import { maskInto } from "./websocket_mask.ts";
 
 /** What {@linkcode WebSocketClient} accepts besides the URL. */
 export interface WebSocketClientOptions {
@@ -473,18 +474,15 @@ class _FrameReader {
 }
 
 /**
- * A client frame: header, masking key, the payload masked (XOR 4 bytes at a time), in a spare
+ * A client frame: header, masking key, the payload masked (http/websocket_mask.ts), in a spare
  * buffer of the same size when `spares` has one (taken from it), a new one otherwise.
  */
 function _maskedFrame(opcode: number, payload: Uint8Array, spares: ArrayBuffer[]): Uint8Array {
   const length = payload.length;
   const header = length < 126 ? 2 : length < 65536 ? 4 : 10;
-  // Placed so that the payload starts 4-byte aligned: the mask is applied a word at a time.
-  const pad = (4 - ((header + 4) % 4)) % 4;
-  const size = pad + header + 4 + length;
+  const size = header + 4 + length;
   const spare = spares.findLastIndex((b) => b.byteLength === size);
-  const buffer = spare >= 0 ? new Uint8Array(spares.splice(spare, 1)[0]) : new Uint8Array(size);
-  const frame = buffer.subarray(pad);
+  const frame = spare >= 0 ? new Uint8Array(spares.splice(spare, 1)[0]) : new Uint8Array(size);
   frame[0] = 0x80 | opcode;
   if (header === 2) frame[1] = 0x80 | length;
   else if (header === 4) {
@@ -493,17 +491,11 @@ function _maskedFrame(opcode: number, payload: Uint8Array, spares: ArrayBuffer[]
     frame[3] = length & 0xff;
   } else {
     frame[1] = 0x80 | 127;
-    new DataView(buffer.buffer, pad + 2, 8).setBigUint64(0, BigInt(length));
+    new DataView(frame.buffer, 2, 8).setBigUint64(0, BigInt(length));
   }
-  const key = crypto.getRandomValues(new Uint8Array(4));
-  frame.set(key, header);
-  const start = pad + header + 4;
-  buffer.set(payload, start);
-  const words = length >>> 2;
-  const keyWord = new Uint32Array(key.buffer)[0];
-  const view = new Uint32Array(buffer.buffer, start, words);
-  for (let i = 0; i < words; i++) view[i] ^= keyWord;
-  for (let i = words << 2; i < length; i++) buffer[start + i] ^= key[i & 3];
+  const key = frame.subarray(header, header + 4);
+  crypto.getRandomValues(key);
+  maskInto(payload, key, frame.subarray(header + 4));
   return frame;
 }
 

@@ -502,6 +502,49 @@ Deno.test("http1: after a large response the next one is read into a buffer touc
   }
 });
 
+Deno.test("http1: a chunked answer (as a Router sends) is read into the prepared buffer too, and grows out of it", async () => {
+  const payload = randomBytes(12 << 20);
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, (request) => {
+    const n = Number(new URL(request.url).searchParams.get("n"));
+    // A stream of 256 KiB pieces: chunked, no Content-Length.
+    const body = new ReadableStream<Uint8Array>({
+      start(controller) {
+        for (let at = 0; at < n; at += 256 << 10) {
+          controller.enqueue(payload.slice(at, Math.min(n, at + (256 << 10))));
+        }
+        controller.close();
+      },
+    });
+    return new Response(body);
+  });
+  const agent = loopbackAgent((server.addr as Deno.NetAddr).port, null);
+  const padded = () => ({ pad: () => 5, update: () => {} });
+  const get = async (n: number, pad = false) => {
+    const response = await agent.request(
+      "GET",
+      `/?n=${n}`,
+      new Headers(),
+      [],
+      pad ? padded : undefined,
+    );
+    assert.equal(response.headers.get("transfer-encoding"), "chunked");
+    assert.equal(response.body.length, n);
+    assert.ok(response.body.every((byte, i) => byte === payload[i]), `body of ${n} bytes intact`);
+    if (pad) assert.equal(response.body.byteOffset, 5);
+    return agent.prefaultedResponses;
+  };
+  try {
+    assert.equal(await get(9 << 20), 0); // nothing to go by yet
+    assert.equal(await get(9 << 20), 1); // the chunked answer's size was learnt: prepared
+    assert.equal(await get(9 << 20, true), 2); // padded, within the slack
+    assert.equal(await get(12 << 20), 2); // larger than prepared: grows out of it, intact
+    assert.equal(await get(12 << 20), 3); // and the larger size is prepared next
+  } finally {
+    agent.close();
+    await server.shutdown();
+  }
+});
+
 Deno.test("http1: of concurrent requests after a large answer, one at a time prepares a buffer", async () => {
   const payload = randomBytes(12 << 20);
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async () => {

@@ -237,7 +237,7 @@ for (
   });
 }
 
-Deno.test("websocket client: payloads at any offset and length arrive intact (mask applied word-wise)", async () => {
+Deno.test("websocket client: payloads at any offset and length arrive intact (masked in pieces, SIMD and tail)", async () => {
   const server = Deno.serve({ port: 0, onListen() {} }, (request) => {
     const { socket, response } = Deno.upgradeWebSocket(request);
     socket.binaryType = "arraybuffer";
@@ -250,7 +250,9 @@ Deno.test("websocket client: payloads at any offset and length arrive intact (ma
   const backing = Uint8Array.from({ length: 70_010 }, (_, i) => (i * 131 + 7) & 0xff);
   const sent: Uint8Array[] = [];
   for (const offset of [0, 1, 2, 3, 4]) {
-    for (const length of [0, 1, 2, 3, 5, 7, 125, 126, 127, 4097, 70_001]) {
+    for (
+      const length of [0, 1, 2, 3, 5, 7, 17, 125, 126, 127, 4097, 65_535, 65_536, 65_537, 70_001]
+    ) {
       const payload = backing.subarray(offset, offset + length);
       sent.push(payload);
       socket.send(payload);

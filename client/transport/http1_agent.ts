@@ -223,7 +223,7 @@ async function _exchange(
       writeFailed = true;
     }
   })();
-  const reader = new ResponseReader(conn, pooled, (total) => spare?.take(total) ?? null);
+  const reader = new ResponseReader(conn, pooled, (total?: number) => spare?.take(total) ?? null);
   let parsed;
   try {
     parsed = await readResponse(reader, method, observe, watch);

@@ -35,11 +35,11 @@ export interface PendingRead {
 }
 
 /**
- * The buffer a Content-Length body was read into: its size (padding included), and whether it
- * was prepared in advance.
+ * The buffer a body was read into: its size (padding included; for a chunked body, the bytes it
+ * filled), and whether it was prepared in advance.
  */
 export interface Allocation {
-  /** Bytes allocated (0: no Content-Length body). */
+  /** Bytes allocated (0: no body read into a buffer of its own). */
   bytes: number;
   /** The buffer was prepared in advance. */
   prefaulted: boolean;
@@ -117,18 +117,19 @@ export class ResponseReader {
   #end = 0;
   #received = false;
 
-  readonly #prepared: (total: number) => Uint8Array | null;
+  readonly #prepared: (total?: number) => Uint8Array | null;
   /** The last Content-Length body's buffer. */
   allocated: Allocation = { bytes: 0, prefaulted: false };
 
   /**
    * A reader of `conn`; `pooled` is the read begun while it was idle, `prepared` may supply a
-   * buffer (prepared in advance) for a Content-Length body of `total` bytes.
+   * buffer (prepared in advance) for a Content-Length body of `total` bytes, or for a chunked
+   * body (`total` undefined: its length is not known).
    */
   constructor(
     conn: Deno.TcpConn,
     pooled?: PendingRead,
-    prepared: (total: number) => Uint8Array | null = () => null,
+    prepared: (total?: number) => Uint8Array | null = () => null,
   ) {
     this.#prepared = prepared;
     this.#conn = conn;
@@ -263,7 +264,10 @@ export class ResponseReader {
     sink?: (piece: Uint8Array) => void,
     observer?: BodyObserver,
   ): Promise<Uint8Array> {
-    let buffer = new Uint8Array(64 * 1024);
+    // A buffer prepared for an answer as large as the last one (a routed answer has no
+    // Content-Length), else one that doubles as the body grows.
+    const prepared = this.#prepared();
+    let buffer = prepared ?? new Uint8Array(64 * 1024);
     let pad = 0;
     let length = 0;
     for (;;) {
@@ -279,7 +283,7 @@ export class ResponseReader {
         const first = new Uint8Array(size);
         await this.readInto(first);
         pad = observer.pad(first);
-        buffer = new Uint8Array(Math.max(buffer.length, pad + size));
+        if (pad + size > buffer.length) buffer = new Uint8Array(pad + size);
         buffer.set(first, pad);
       } else {
         if (pad + length + size > buffer.length) {
@@ -295,6 +299,7 @@ export class ResponseReader {
       if ((await this.readLine()) !== "") throw new Error("malformed chunked body");
     }
     while ((await this.readLine()) !== "") { /* trailer fields are ignored */ }
+    this.allocated = { bytes: pad + length, prefaulted: prepared !== null && buffer === prepared };
     return buffer.subarray(pad, pad + length);
   }
 

@@ -78,10 +78,14 @@ export class Prefault {
     void this.#touch();
   }
 
-  /** The buffer for a body of `total` bytes if it fits without waste (touching stops). */
-  take(total: number): Uint8Array | null {
+  /**
+   * The buffer for a body of `total` bytes if it fits without waste, or for a body of unknown
+   * length (`total` undefined: a chunked one, which grows out of it if larger); touching stops.
+   */
+  take(total?: number): Uint8Array | null {
     this.stop();
     const size = this.#buffer.length;
+    if (total === undefined) return this.#buffer;
     return size >= total && size - total <= 2 * PREFAULT_SLACK ? this.#buffer : null;
   }
 

@@ -1,0 +1,71 @@
+/**
+ * Client masking (http/websocket_mask.ts) against the byte-by-byte definition of RFC 6455 §5.3,
+ * across the 64 KiB scratch's piece boundaries and the SIMD loop's 16-byte tail.
+ */
+import assert from "node:assert/strict";
+import { maskInto } from "../http/websocket_mask.ts";
+
+function _reference(payload: Uint8Array, key: Uint8Array): Uint8Array {
+  return payload.map((byte, i) => byte ^ key[i % 4]);
+}
+
+Deno.test("websocket mask: every length and offset equals the byte-wise XOR", () => {
+  const backing = Uint8Array.from({ length: 200_000 }, (_, i) => (i * 167 + 13) & 0xff);
+  const key = new Uint8Array([0x9a, 0x01, 0xff, 0x5c]);
+  const lengths = [
+    0,
+    1,
+    3,
+    4,
+    15,
+    16,
+    17,
+    31,
+    33,
+    65_535,
+    65_536,
+    65_537,
+    65_551,
+    131_072,
+    196_613,
+  ];
+  for (const offset of [0, 1, 2, 3, 5]) {
+    for (const length of lengths) {
+      const payload = backing.subarray(offset, offset + length);
+      // An unaligned, larger output: only its first `length` bytes are written.
+      const outBacking = new Uint8Array(length + 9).fill(0xee);
+      const out = outBacking.subarray(3);
+      maskInto(payload, key, out);
+      assert.deepEqual(
+        out.subarray(0, length),
+        _reference(payload, key),
+        `offset ${offset}, length ${length}`,
+      );
+      assert.ok(out.subarray(length).every((b) => b === 0xee), "bytes past the payload untouched");
+    }
+  }
+});
+
+Deno.test("websocket mask: masking twice gives the payload back, for random keys", () => {
+  const payload = Uint8Array.from({ length: 70_001 }, () => Math.random() * 256);
+  for (let round = 0; round < 20; round++) {
+    const key = crypto.getRandomValues(new Uint8Array(4));
+    const once = new Uint8Array(payload.length);
+    const twice = new Uint8Array(payload.length);
+    maskInto(payload, key, once);
+    assert.deepEqual(once, _reference(payload, key));
+    maskInto(once, key, twice);
+    assert.deepEqual(twice, payload);
+  }
+});
+
+Deno.test("websocket mask: a key that is not 4 bytes, or an output too short, is refused", () => {
+  assert.throws(
+    () => maskInto(new Uint8Array(4), new Uint8Array(3), new Uint8Array(4)),
+    /4 bytes, not 3/,
+  );
+  assert.throws(
+    () => maskInto(new Uint8Array(5), new Uint8Array(4), new Uint8Array(4)),
+    /out holds 4 bytes, the payload 5/,
+  );
+});
