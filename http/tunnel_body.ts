@@ -242,6 +242,27 @@ export class BodySender {
   }
 
   /**
+   * The whole body, `length` bytes, went out with its head and its end in one whole frame
+   * (protocol/node_link.ts): it counts as sent and ended, and this sender sends nothing.
+   *
+   * @example
+   * ```ts
+   * import { BodySender } from "./tunnel_body.ts";
+   *
+   * const sender = new BodySender("0f6c2b4e-1111-4222-8333-444455556666", () => {}, () => {});
+   * sender.sentWhole(12);
+   * if (!sender.ended || sender.sentBytes !== 12) throw new Error();
+   * ```
+   */
+  sentWhole(length: number): void {
+    if (this.#ended || this.#sentFrames > 0 || this.#staged > 0) {
+      throw new Error("the body is already being sent frame by frame");
+    }
+    this.sentBytes = length;
+    this.#ended = true;
+  }
+
+  /**
    * The slot failed: pending and later writes reject with `error`.
    *
    * @example

@@ -20,7 +20,13 @@
  * ```
  *
  * Text frames carry one JSON message; binary frames carry body bytes: one byte `0x01`, the
- * 36-character request id, then at most {@linkcode MAX_DATA_BYTES} of body. A sender may have
+ * 36-character request id, then at most {@linkcode MAX_DATA_BYTES} of body.
+ *
+ * A whole exchange in one message: when a slot's `hello` and the Router's `ack` both say
+ * `whole: true`, a head whose body fits one data frame may travel with its body and its end as
+ * one binary frame ({@linkcode encodeWholeFrame}: `0x02`, the request id, the head's JSON length
+ * and text, the body). It means exactly `request_head`/`response_head`, `data` (when the body is
+ * not empty), `end`; a peer that did not say `whole: true` never receives one. A sender may have
  * {@linkcode CREDIT_WINDOW} data frames of one body unacknowledged; the receiver returns credit
  * as it consumes them, so neither end buffers more than a window per request and direction
  * (a WebSocket has no back-pressure of its own). The slot is reusable once both `end`s have
@@ -118,6 +124,8 @@ export interface NodeStatus {
 export interface LinkAck {
   /** `"ack"`. */
   t: "ack";
+  /** To a slot's `hello` that offered it: the Router takes and sends whole frames. */
+  whole?: true;
 }
 
 /** A slot's first message. */
@@ -132,6 +140,8 @@ export interface SlotHello {
   slot_id: string;
   /** {@linkcode PROTOCOL_VERSION}. */
   protocol_version: number;
+  /** The node takes and sends whole frames ({@linkcode encodeWholeFrame}). */
+  whole?: true;
 }
 
 /** Router → node: a request begins. */
@@ -333,6 +343,116 @@ export function decodeDataFrame(frame: Uint8Array): DataFrame {
   return { requestId, bytes: frame.subarray(37) };
 }
 
+/** The first byte of a whole frame. */
+const _WHOLE = 2;
+/** Kind byte, request id, the head's length. */
+const _WHOLE_PREFIX = 41;
+
+/**
+ * A whole exchange in one binary frame: `0x02`, the request id, the head's JSON length (4 bytes,
+ * big-endian) and text, then the body (at most {@linkcode MAX_DATA_BYTES}). It stands for the
+ * head, a data frame of the body (none when empty) and `end`.
+ *
+ * @example
+ * ```ts
+ * import { decodeWholeFrame, encodeWholeFrame } from "./node_link.ts";
+ *
+ * const id = "0f6c2b4e-1111-4222-8333-444455556666";
+ * const frame = encodeWholeFrame(
+ *   { t: "response_head", request_id: id, status: 200, headers: [["content-length", "2"]] },
+ *   new Uint8Array([7, 8]),
+ * );
+ * const back = decodeWholeFrame(frame);
+ * if (back.head.t !== "response_head" || back.bytes.length !== 2) throw new Error();
+ * ```
+ */
+export function encodeWholeFrame(
+  head: RequestHead | ResponseHead,
+  body: Uint8Array,
+): Uint8Array<ArrayBuffer> {
+  if (body.length > MAX_DATA_BYTES) {
+    throw new RangeError(`a whole frame carries at most ${MAX_DATA_BYTES} bytes of body`);
+  }
+  const text = new TextEncoder().encode(encodeMessage(head));
+  const frame = new Uint8Array(_WHOLE_PREFIX + text.length + body.length);
+  frame[0] = _WHOLE;
+  for (let i = 0; i < 36; i++) frame[1 + i] = head.request_id.charCodeAt(i);
+  new DataView(frame.buffer).setUint32(37, text.length);
+  frame.set(text, _WHOLE_PREFIX);
+  frame.set(body, _WHOLE_PREFIX + text.length);
+  return frame;
+}
+
+/** A decoded whole frame. */
+export interface WholeFrame {
+  /** The head (its request id is the frame's). */
+  head: RequestHead | ResponseHead;
+  /** The whole body (a view into the frame; may be empty). */
+  bytes: Uint8Array;
+}
+
+/**
+ * Whether a binary frame is a whole frame (else it is read as a data frame).
+ *
+ * @example
+ * ```ts
+ * import { isWholeFrame } from "./node_link.ts";
+ *
+ * if (!isWholeFrame(new Uint8Array([2])) || isWholeFrame(new Uint8Array([1]))) throw new Error();
+ * ```
+ */
+export function isWholeFrame(frame: Uint8Array): boolean {
+  return frame[0] === _WHOLE;
+}
+
+/**
+ * Reads a whole frame; throws {@linkcode LinkMessageError} unless it holds a `request_head` or
+ * `response_head` of the frame's request id and at most {@linkcode MAX_DATA_BYTES} of body.
+ * Whether this head may come now is the connection's state machine's to check.
+ *
+ * @example
+ * ```ts
+ * import { decodeWholeFrame, LinkMessageError } from "./node_link.ts";
+ *
+ * try {
+ *   decodeWholeFrame(new Uint8Array([2, 0, 0]));
+ *   throw new Error("accepted");
+ * } catch (error) {
+ *   if (!(error instanceof LinkMessageError)) throw error;
+ * }
+ * ```
+ */
+export function decodeWholeFrame(frame: Uint8Array): WholeFrame {
+  if (frame.length < _WHOLE_PREFIX || frame[0] !== _WHOLE) {
+    throw new LinkMessageError("malformed whole frame");
+  }
+  const textLength = new DataView(frame.buffer, frame.byteOffset, frame.length).getUint32(37);
+  if (textLength > MAX_TEXT_BYTES || _WHOLE_PREFIX + textLength > frame.length) {
+    throw new LinkMessageError("whole frame with a malformed head length");
+  }
+  const bytes = frame.subarray(_WHOLE_PREFIX + textLength);
+  if (bytes.length > MAX_DATA_BYTES) {
+    throw new LinkMessageError(`whole frame body over ${MAX_DATA_BYTES} bytes`);
+  }
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true }).decode(
+      frame.subarray(_WHOLE_PREFIX, _WHOLE_PREFIX + textLength),
+    );
+  } catch {
+    throw new LinkMessageError("whole frame head is not UTF-8");
+  }
+  const head = parseSlotMessage(text);
+  if (head.t !== "request_head" && head.t !== "response_head") {
+    throw new LinkMessageError(`whole frame with '${head.t}' for a head`);
+  }
+  const requestId = String.fromCharCode(...frame.subarray(1, 37));
+  if (head.request_id !== requestId) {
+    throw new LinkMessageError("whole frame head for another request");
+  }
+  return { head, bytes };
+}
+
 /**
  * Encodes a text message.
  *
@@ -462,19 +582,22 @@ export function parseSlotMessage(text: string): SlotMessage {
   const m = _object(text);
   switch (m.t) {
     case "ack":
-      return { t: "ack" };
-    case "hello":
+      return m.whole === true ? { t: "ack", whole: true } : { t: "ack" };
+    case "hello": {
       if (
         typeof m.node_id !== "string" || typeof m.server_instance_id !== "string" ||
         typeof m.slot_id !== "string" || !_isCount(m.protocol_version)
       ) throw new LinkMessageError("malformed hello");
-      return {
+      const hello: SlotHello = {
         t: "hello",
         node_id: m.node_id,
         server_instance_id: m.server_instance_id,
         slot_id: m.slot_id,
         protocol_version: m.protocol_version,
       };
+      if (m.whole === true) hello.whole = true;
+      return hello;
+    }
     case "request_head": {
       const request_id = _requestId(m);
       if (!_isHeaders(m.headers)) throw new LinkMessageError("request_head with malformed headers");

@@ -6,6 +6,8 @@
  * ```
  *  id, preferred node ─▶ Content-Length (400 / 413) ─▶ registry.acquire (503 router_busy /
  *  no_node, Retry-After: 1) ─▶ request_head ─▶ upload (concurrently: 413, 400, 502)
+ *    (or, a body of one frame to a node that takes whole frames: read, then head, body and
+ *    end in one message)
  *  ─▶ response_head (502 when out of turn or gone) ─▶ an answer of one frame (declared by its
  *  length, not live output) taken whole to the node's end and sent with its length; any other
  *  streamed to the client
@@ -214,15 +216,29 @@ async function _exchange(
   const headers = forwardedHeaders(request.headers, DROPPED_REQUEST_HEADERS);
   headers.push(["x-request-id", trace.id]);
   if (length !== null) headers.push(["content-length", String(length)]);
+  // A body that fits one data frame goes with its head in one whole frame when the node takes
+  // them: read first (nothing reaches the node before it is all here), then one message.
+  const whole = slot.takesWhole && (length === null ? !request.body : length <= MAX_DATA_BYTES)
+    ? await _smallBody(request, length)
+    : null;
+  if (whole instanceof _RouterError) {
+    lease.release(true); // nothing was sent: the slot is as it was
+    throw whole;
+  }
   let exchange: TunnelExchange;
   try {
-    exchange = slot.begin(trace.id, headers, length);
+    exchange = whole
+      ? slot.beginWhole(trace.id, headers, length, whole)
+      : slot.begin(trace.id, headers, length);
   } catch (error) {
     if (!(error instanceof TunnelError)) throw error;
     lease.release(false);
     throw new _RouterError(502, "server_transport", _TRANSPORT_MESSAGE, "tunnel_disconnected");
   }
-  const upload = _upload(request, exchange, length, ctx.maxRequestBytes, trace);
+  if (whole) trace.requestBytes = whole.length;
+  const upload = whole
+    ? Promise.resolve(null)
+    : _upload(request, exchange, length, ctx.maxRequestBytes, trace);
   // Settles only with the upload's error (an upload that ended leaves the answer to come).
   const uploadFailed = upload.then((e) => e ?? new Promise<never>(() => {}));
   let head: ResponseHead;
@@ -379,14 +395,7 @@ async function _upload(
       ? await _sendSmallBody(request, exchange, trace)
       : await _sendBody(body, exchange, length, limit, trace);
     if (total instanceof _RouterError) return total;
-    if (length !== null && total !== length) {
-      return new _RouterError(
-        400,
-        "invalid_request",
-        "Content-Length does not match request body",
-        "request_rejected",
-      );
-    }
+    if (length !== null && total !== length) return _lengthMismatch();
     await exchange.upload.end();
     trace.requestBytes = exchange.upload.sentBytes;
     return null;
@@ -401,6 +410,14 @@ async function _upload(
   }
 }
 
+const _lengthMismatch = () =>
+  new _RouterError(
+    400,
+    "invalid_request",
+    "Content-Length does not match request body",
+    "request_rejected",
+  );
+
 const _clientFailed = () =>
   new _RouterError(
     400,
@@ -408,6 +425,25 @@ const _clientFailed = () =>
     "client request body failed while streaming",
     "client_disconnected",
   );
+
+/**
+ * The whole body of a request that declared at most one data frame (or has none), read before
+ * anything is sent: its bytes, or the error to answer (the client's body failed, or its length
+ * is not the declared one).
+ */
+async function _smallBody(
+  request: Request,
+  length: number | null,
+): Promise<Uint8Array | _RouterError> {
+  let bytes: Uint8Array;
+  try {
+    bytes = request.body ? await request.bytes() : new Uint8Array(0);
+  } catch {
+    return _clientFailed();
+  }
+  if (length !== null && bytes.length !== length) return _lengthMismatch();
+  return bytes;
+}
 
 /**
  * A body that fits one data frame by its `Content-Length`: read whole, sent as one frame

@@ -177,7 +177,7 @@ function _slot(socket: WebSocket, ctx: HubContext): void {
       const candidate = new RouterSlot(socket, hello, (s) => ctx.registry.slotClosed(s));
       ctx.registry.registerSlot(hello, candidate);
       slot = candidate;
-      socket.send(encodeMessage({ t: "ack" }));
+      socket.send(encodeMessage(hello.whole ? { t: "ack", whole: true } : { t: "ack" }));
     } catch (error) {
       if (!(error instanceof LinkMessageError || error instanceof LinkRefusal)) throw error;
       _refused(ctx, socket, error, { link: "slot" });

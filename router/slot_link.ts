@@ -6,6 +6,8 @@
  *   idle ──begin(request)──▶ request_head ─▶ node
  *     upload:   data* (within credit), end ─▶ node          ◀─ credit
  *     answer:   ◀─ response_head, data* (Router grants credit as its client reads), end
+ *   idle ──beginWhole(request, body)──▶ one whole frame (head, body, end) ─▶ node
+ *     answer:   as above, or ◀─ one whole frame (when the node's hello offered them)
  *   both ends passed ──▶ idle again (the registry puts the slot back in its FIFO)
  *   cancel(reason) ──▶ cancel ─▶ node, connection closed (the node opens a new one)
  *   anything out of turn from the node ──▶ invalid_response, connection closed
@@ -17,8 +19,11 @@
 import {
   type CancelReason,
   decodeDataFrame,
+  decodeWholeFrame,
   encodeMessage,
+  encodeWholeFrame,
   type HeaderEntry,
+  isWholeFrame,
   LINK_CLOSE,
   type LinkCloseName,
   LinkMessageError,
@@ -26,6 +31,7 @@ import {
   type ResponseHead,
   type SlotHello,
   type SlotMessage,
+  type WholeFrame,
 } from "../protocol/node_link.ts";
 import { BodyReceiver, BodySender } from "../http/tunnel_body.ts";
 import { releaseBuffer } from "../protocol/bytes.ts";
@@ -163,6 +169,14 @@ class _Exchange implements TunnelExchange {
     }
   }
 
+  /** A whole frame from the node: its response head, its body (if any) and its end. */
+  onWhole(whole: WholeFrame): void {
+    if (whole.head.t !== "response_head") throw new LinkMessageError("'request_head' from a node");
+    this.onMessage(whole.head);
+    if (whole.bytes.length > 0) this.onData(whole.head.request_id, whole.bytes);
+    this.onMessage({ t: "end", request_id: whole.head.request_id });
+  }
+
   onData(requestId: string, bytes: Uint8Array): void {
     if (requestId !== this.requestId) throw new LinkMessageError("data for another request");
     if (!this.headSeen) throw new LinkMessageError("data before response_head");
@@ -199,6 +213,8 @@ export class RouterSlot implements SlotHandle {
   /** The node's server instance the slot belongs to. */
   readonly serverInstanceId: string;
   readonly #socket: WebSocket;
+  /** The node's hello offered whole frames (the Router's ack accepts them). */
+  readonly takesWhole: boolean;
   readonly #onClosed: (slot: RouterSlot, reason: string) => void;
   #exchange: _Exchange | null = null;
   #closed = false;
@@ -225,6 +241,7 @@ export class RouterSlot implements SlotHandle {
     this.slotId = hello.slot_id;
     this.nodeId = hello.node_id;
     this.serverInstanceId = hello.server_instance_id;
+    this.takesWhole = hello.whole === true;
     this.#onClosed = onClosed;
   }
 
@@ -251,6 +268,50 @@ export class RouterSlot implements SlotHandle {
    * ```
    */
   begin(requestId: string, headers: HeaderEntry[], contentLength: number | null): TunnelExchange {
+    const exchange = this.#start(requestId);
+    this.#send(
+      encodeMessage({
+        t: "request_head",
+        request_id: requestId,
+        headers,
+        content_length: contentLength,
+      }),
+    );
+    return exchange;
+  }
+
+  /**
+   * Starts a request whose whole body is at hand (at most one data frame) on a slot that
+   * {@linkcode RouterSlot.takesWhole}: head, body and end go in one whole frame, and the
+   * exchange's upload has ended. Throws {@linkcode TunnelError} when the connection is gone.
+   *
+   * @example
+   * ```ts
+   * import type { RouterSlot } from "./slot_link.ts";
+   *
+   * function start(slot: RouterSlot, body: Uint8Array) {
+   *   return slot.takesWhole
+   *     ? slot.beginWhole(crypto.randomUUID(), [], body.length, body)
+   *     : slot.begin(crypto.randomUUID(), [], body.length);
+   * }
+   * ```
+   */
+  beginWhole(
+    requestId: string,
+    headers: HeaderEntry[],
+    contentLength: number | null,
+    body: Uint8Array,
+  ): TunnelExchange {
+    if (!this.takesWhole) throw new Error("the node did not offer whole frames");
+    const exchange = this.#start(requestId);
+    const head = { t: "request_head" as const, request_id: requestId, headers };
+    this.#send(encodeWholeFrame({ ...head, content_length: contentLength }, body));
+    exchange.upload.sentWhole(body.length);
+    exchange.uploadEnded = true;
+    return exchange;
+  }
+
+  #start(requestId: string): _Exchange {
     if (this.#closed) throw new TunnelError("tunnel_disconnected", "slot closed");
     if (this.#exchange) throw new Error("slot already carries a request");
     const exchange = new _Exchange(
@@ -260,14 +321,6 @@ export class RouterSlot implements SlotHandle {
       (reason) => this.cancel(requestId, reason),
     );
     this.#exchange = exchange;
-    this.#send(
-      encodeMessage({
-        t: "request_head",
-        request_id: requestId,
-        headers,
-        content_length: contentLength,
-      }),
-    );
     return exchange;
   }
 
@@ -293,7 +346,16 @@ export class RouterSlot implements SlotHandle {
         exchange.onMessage(message);
         this.#progress(exchange);
       } else if (data instanceof ArrayBuffer) {
-        const frame = decodeDataFrame(new Uint8Array(data));
+        const bytes = new Uint8Array(data);
+        if (isWholeFrame(bytes)) {
+          if (!this.takesWhole) throw new LinkMessageError("a whole frame its hello did not offer");
+          const whole = decodeWholeFrame(bytes);
+          if (!exchange) throw new LinkMessageError("a whole frame on an idle slot");
+          exchange.onWhole(whole);
+          this.#progress(exchange);
+          return;
+        }
+        const frame = decodeDataFrame(bytes);
         if (!exchange) throw new LinkMessageError("data on an idle slot");
         exchange.onData(frame.requestId, frame.bytes);
       } else {

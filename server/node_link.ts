@@ -5,11 +5,13 @@
  * way. The node never accepts a connection.
  *
  * ```
- *  connect ─▶ hello ─▶ ack ─▶ idle
+ *  connect ─▶ hello (whole: true) ─▶ ack (whole: true from a Router that takes whole frames)
  *    ◀─ request_head ─▶ app.execute: a body that fits one data frame (by its Content-Length)
  *       taken whole as its frames come (no Request, no stream); any other, a Request whose
  *       body stream is fed by data frames
- *    ─▶ response_head, data* (within the Router's credit), end
+ *    ◀─ or one whole frame (head, body, end) ─▶ the same, its body already whole
+ *    ─▶ response_head, data* (within the Router's credit), end; an answer of one frame to a
+ *       Router that takes whole frames: one whole frame
  *    both ends passed ─▶ idle
  *    ◀─ cancel: the request aborted; reconnect at once
  *  connection lost or refused ─▶ reconnect after 1 s, doubling to 30 s, ±20 % jitter (the
@@ -22,14 +24,18 @@
 import {
   bearer,
   decodeDataFrame,
+  decodeWholeFrame,
   encodeMessage,
+  encodeWholeFrame,
   type HeaderEntry,
+  isWholeFrame,
   LinkMessageError,
   MAX_DATA_BYTES,
   MAX_TEXT_BYTES,
   parseSlotMessage,
   PROTOCOL_VERSION,
   type RequestHead,
+  type ResponseHead,
   SLOT_PATH,
 } from "../protocol/node_link.ts";
 import type { EventLog } from "../http/events.ts";
@@ -174,6 +180,8 @@ class _Slot {
   #wake: (() => void) | null = null;
   #done: Promise<void> = Promise.resolve();
   #scheme: string | null = null;
+  /** The Router's ack took whole frames (this connection's). */
+  #whole = false;
   acked = false;
 
   constructor(options: NodeLinkOptions) {
@@ -243,6 +251,7 @@ class _Slot {
           server_instance_id: o.serverInstanceId,
           slot_id: crypto.randomUUID(),
           protocol_version: PROTOCOL_VERSION,
+          whole: true,
         }));
       };
       socket.onmessage = (event) => {
@@ -250,6 +259,7 @@ class _Slot {
           if (!this.acked) {
             const first = typeof event.data === "string" ? parseSlotMessage(event.data) : null;
             if (first?.t !== "ack") throw new LinkMessageError("the Router's first message is ack");
+            this.#whole = first.whole === true;
             this.acked = attempt.acked = true;
             clearTimeout(timer);
             if (this.#stopping) this.#close(1000, "node stopping");
@@ -266,6 +276,7 @@ class _Slot {
       socket.onclose = (event) => {
         clearTimeout(timer);
         this.acked = false;
+        this.#whole = false;
         this.#socket = null;
         const request = this.#request;
         if (request && !request.done) {
@@ -279,6 +290,17 @@ class _Slot {
   }
 
   #onMessage(data: unknown, attempt: _Attempt): void {
+    if (data instanceof ArrayBuffer && isWholeFrame(new Uint8Array(data))) {
+      if (!this.#whole) throw new LinkMessageError("a whole frame the ack did not take");
+      const { head, bytes } = decodeWholeFrame(new Uint8Array(data));
+      if (head.t !== "request_head") throw new LinkMessageError("'response_head' from the Router");
+      if (!this.#requestHead(head)) return;
+      const request = this.#request!;
+      if (bytes.length > 0) request.body.push(bytes);
+      request.body.end();
+      this.#settle(request);
+      return;
+    }
     if (data instanceof ArrayBuffer) {
       const frame = decodeDataFrame(new Uint8Array(data));
       const request = this.#request;
@@ -293,16 +315,7 @@ class _Slot {
     const request = this.#request;
     switch (message.t) {
       case "request_head":
-        if (request && !request.body.ended) {
-          throw new LinkMessageError("request_head before the previous body ended");
-        }
-        if (this.#stopping) {
-          // Closing began: the slot goes away without the request (the Router answers 502
-          // only if it had begun; it has not reached the pipeline).
-          this.#close(1001, "node stopping");
-          return;
-        }
-        this.#begin(message, request);
+        this.#requestHead(message);
         return;
       case "end":
         if (!request || message.request_id !== request.id) {
@@ -332,6 +345,22 @@ class _Slot {
       default:
         throw new LinkMessageError(`'${message.t}' from the Router`);
     }
+  }
+
+  /** A request begins (its head alone or in a whole frame); `false` when the node is stopping. */
+  #requestHead(head: RequestHead): boolean {
+    const previous = this.#request;
+    if (previous && !previous.body.ended) {
+      throw new LinkMessageError("request_head before the previous body ended");
+    }
+    if (this.#stopping) {
+      // Closing began: the slot goes away without the request (the Router answers 502 only if
+      // it had begun; it has not reached the pipeline).
+      this.#close(1001, "node stopping");
+      return false;
+    }
+    this.#begin(head, previous);
+    return true;
   }
 
   #begin(head: RequestHead, previous: _Request | null): void {
@@ -388,29 +417,37 @@ class _Slot {
       if (name !== "set-cookie") headers.push([name, value]);
     }
     for (const cookie of response.headers.getSetCookie()) headers.push(["set-cookie", cookie]);
-    this.#send(encodeMessage({
+    const head: ResponseHead = {
       t: "response_head",
       request_id: request.id,
       status: response.status,
       headers,
-    }));
+    };
     try {
       const live = isLiveOutput(response.headers.get("content-type"));
       const declared = Number(response.headers.get("content-length") ?? NaN);
       if (!live && declared <= MAX_DATA_BYTES) {
         // An answer of one frame (the pipeline's answers declare their length): read whole
-        // (`body` is not touched: it would turn the bytes into a stream), sent in a frame of
-        // its size, with no stage to grow; more than declared goes out as any body does.
+        // (`body` is not touched: it would turn the bytes into a stream) and sent with its head
+        // and end in one whole frame, or in a data frame of its size with no stage to grow;
+        // more than declared goes out as any body does.
         const bytes = await response.bytes();
-        if (bytes.length > MAX_DATA_BYTES) await request.response.write(bytes);
-        else if (bytes.length > 0) {
-          const frame = request.response.newFrame(bytes.length);
-          frame.set(bytes, DATA_HEADER_BYTES);
-          await request.response.sendFilled(frame, bytes.length);
+        if (this.#whole && bytes.length <= MAX_DATA_BYTES) {
+          this.#send(encodeWholeFrame(head, bytes));
+          request.response.sentWhole(bytes.length);
+        } else {
+          this.#send(encodeMessage(head));
+          if (bytes.length > MAX_DATA_BYTES) await request.response.write(bytes);
+          else if (bytes.length > 0) {
+            const frame = request.response.newFrame(bytes.length);
+            frame.set(bytes, DATA_HEADER_BYTES);
+            await request.response.sendFilled(frame, bytes.length);
+          }
         }
-      } else if (response.body) {
+      } else {
+        this.#send(encodeMessage(head));
         // A live-output answer's pieces go out as they come (others fill whole frames).
-        for await (const chunk of response.body) {
+        for await (const chunk of response.body ?? []) {
           await request.response.write(chunk);
           if (live) await request.response.flush();
         }
@@ -418,7 +455,9 @@ class _Slot {
       await request.response.end();
     } catch {
       // The slot went away mid-answer (cancel or lost connection): the body stream is dropped.
+      // An answer that failed otherwise ends the connection, so the Router answers 502.
       await response.body?.cancel().catch(() => {});
+      if (this.#request === request) this.#close(1011, "answer failed");
       return;
     }
     request.answered = true;

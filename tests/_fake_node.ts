@@ -7,8 +7,11 @@ import {
   CONTROL_PATH,
   CREDIT_WINDOW,
   decodeDataFrame,
+  decodeWholeFrame,
   encodeDataFrame,
   encodeMessage,
+  encodeWholeFrame,
+  isWholeFrame,
   MAX_DATA_BYTES,
   type NodeStatus,
   parseSlotMessage,
@@ -106,6 +109,10 @@ export interface FakeRequest {
   write(bytes: Uint8Array): Promise<void>;
   /** Sends `end`. */
   end(): void;
+  /** Sends head, body and end in one whole frame (a slot opened with `whole`). */
+  respondWhole(status: number, headers: [string, string][], body: Uint8Array): void;
+  /** The request came as one whole frame. */
+  cameWhole: boolean;
   socket: WebSocket;
 }
 
@@ -144,10 +151,14 @@ export class FakeNode {
     this.#control?.send(encodeMessage(this.status));
   }
 
-  /** Opens a slot whose requests go to `handler`; resolves once acknowledged. */
+  /**
+   * Opens a slot whose requests go to `handler`; resolves once acknowledged. With `whole`, its
+   * hello offers whole frames (as a node of this version does) and the ack must take them.
+   */
   async openSlot(
     handler: (request: FakeRequest) => void | Promise<void>,
     token: string | null = null,
+    whole = false,
   ): Promise<WebSocket> {
     const socket = await openLink(this.routerUrl, SLOT_PATH, token);
     this.sockets.push(socket);
@@ -157,14 +168,63 @@ export class FakeNode {
       server_instance_id: this.status.server_instance_id,
       slot_id: crypto.randomUUID(),
       protocol_version: 1,
+      ...(whole ? { whole: true } : {}),
     }));
     const ack = await nextMessage(socket);
-    if (ack !== '{"t":"ack"}') throw new Error(`no ack: ${JSON.stringify(ack)}`);
+    const expected = whole ? '{"t":"ack","whole":true}' : '{"t":"ack"}';
+    if (ack !== expected) throw new Error(`no ack: ${JSON.stringify(ack)}`);
     let current: { chunks: Uint8Array[]; done: () => void; ended: Promise<void> } | null = null;
     let read = 0;
     let credit = CREDIT_WINDOW;
     let creditCame: (() => void) | null = null;
+    const begin = (message: RequestHead, cameWhole: boolean) => {
+      let done!: () => void;
+      const ended = new Promise<void>((resolve) => (done = resolve));
+      current = { chunks: [], done, ended };
+      read = 0;
+      credit = CREDIT_WINDOW;
+      const state = current;
+      const id = message.request_id;
+      handler({
+        head: message,
+        socket,
+        cameWhole,
+        async body() {
+          await state.ended;
+          const out = new Uint8Array(state.chunks.reduce((n, c) => n + c.length, 0));
+          let at = 0;
+          for (const chunk of state.chunks) (out.set(chunk, at), at += chunk.length);
+          return out;
+        },
+        respond(status, headers = []) {
+          socket.send(encodeMessage({ t: "response_head", request_id: id, status, headers }));
+        },
+        async write(bytes) {
+          for (let at = 0; at < bytes.length; at += MAX_DATA_BYTES) {
+            while (credit === 0) await new Promise<void>((resolve) => (creditCame = resolve));
+            credit--;
+            socket.send(encodeDataFrame(id, bytes.subarray(at, at + MAX_DATA_BYTES)));
+          }
+        },
+        end() {
+          socket.send(encodeMessage({ t: "end", request_id: id }));
+        },
+        respondWhole(status, headers, body) {
+          const head = { t: "response_head" as const, request_id: id, status, headers };
+          socket.send(encodeWholeFrame(head, body));
+        },
+      });
+      return state;
+    };
     socket.onmessage = (event) => {
+      if (event.data instanceof ArrayBuffer && isWholeFrame(new Uint8Array(event.data))) {
+        const { head, bytes } = decodeWholeFrame(new Uint8Array(event.data));
+        if (head.t !== "request_head") throw new Error("a response_head from the Router");
+        const state = begin(head, true);
+        state.chunks.push(bytes.slice());
+        state.done();
+        return;
+      }
       if (event.data instanceof ArrayBuffer) {
         const frame = decodeDataFrame(new Uint8Array(event.data));
         current?.chunks.push(frame.bytes.slice());
@@ -176,37 +236,7 @@ export class FakeNode {
       }
       const message = parseSlotMessage(event.data as string);
       if (message.t === "request_head") {
-        let done!: () => void;
-        const ended = new Promise<void>((resolve) => (done = resolve));
-        current = { chunks: [], done, ended };
-        read = 0;
-        credit = CREDIT_WINDOW;
-        const state = current;
-        const id = message.request_id;
-        handler({
-          head: message,
-          socket,
-          async body() {
-            await state.ended;
-            const out = new Uint8Array(state.chunks.reduce((n, c) => n + c.length, 0));
-            let at = 0;
-            for (const chunk of state.chunks) (out.set(chunk, at), at += chunk.length);
-            return out;
-          },
-          respond(status, headers = []) {
-            socket.send(encodeMessage({ t: "response_head", request_id: id, status, headers }));
-          },
-          async write(bytes) {
-            for (let at = 0; at < bytes.length; at += MAX_DATA_BYTES) {
-              while (credit === 0) await new Promise<void>((resolve) => (creditCame = resolve));
-              credit--;
-              socket.send(encodeDataFrame(id, bytes.subarray(at, at + MAX_DATA_BYTES)));
-            }
-          },
-          end() {
-            socket.send(encodeMessage({ t: "end", request_id: id }));
-          },
-        });
+        begin(message, false);
       } else if (message.t === "end") {
         current?.done();
       } else if (message.t === "cancel") {

@@ -9,11 +9,14 @@ import assert from "node:assert/strict";
 import { NodeLink } from "../server/node_link.ts";
 import {
   decodeDataFrame,
+  decodeWholeFrame,
   encodeDataFrame,
   encodeMessage,
+  encodeWholeFrame,
   type HeaderEntry,
   parseSlotMessage,
   SLOT_PATH,
+  type SlotHello,
 } from "../protocol/node_link.ts";
 import { concatBytes } from "../protocol/bytes.ts";
 import { callProgram, multipartBody, testApp } from "./_server.ts";
@@ -86,20 +89,28 @@ class _RouterSlot {
   }
 }
 
-/** A Router that acknowledges every slot's hello and hands the slots to the test. */
-function _fakeRouter() {
+/**
+ * A Router that acknowledges every slot's hello (taking whole frames when `whole`, as a Router
+ * of this version does; an earlier Router's ack says nothing of them) and hands the slots to the
+ * test.
+ */
+function _fakeRouter(whole = false) {
   const slots: _RouterSlot[] = [];
+  const hellos: SlotHello[] = [];
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, (request) => {
     assert.equal(new URL(request.url).pathname, SLOT_PATH);
     const { socket, response } = Deno.upgradeWebSocket(request);
     socket.onmessage = (event) => {
-      assert.equal(parseSlotMessage(event.data).t, "hello");
-      socket.send(encodeMessage({ t: "ack" }));
+      const hello = parseSlotMessage(event.data);
+      assert.equal(hello.t, "hello");
+      hellos.push(hello as SlotHello);
+      socket.send(encodeMessage(whole ? { t: "ack", whole: true } : { t: "ack" }));
       slots.push(new _RouterSlot(socket));
     };
     return response;
   });
   return {
+    hellos,
     url: `http://127.0.0.1:${server.addr.port}`,
     async slot(index: number): Promise<_RouterSlot> {
       const deadline = performance.now() + 30_000;
@@ -244,3 +255,107 @@ Deno.test("node link: small bodies go in whole, others streamed; answers and rec
     await app.shutdown();
   }
 });
+
+Deno.test("node link: with a Router that takes whole frames, a request in one frame is answered in one", async () => {
+  const { app } = testApp({ numWorkers: 1 });
+  await app.start();
+  const router = _fakeRouter(true);
+  const link = new NodeLink({
+    routerEndpoint: router.url,
+    nodeId: "cpu-a",
+    nodeToken: null,
+    serverInstanceId: app.health().instance_id,
+    slots: 1,
+    execute: (request, client) => app.execute(request, client),
+    events: app.events,
+    reconnectMinMs: 10,
+  });
+  link.start();
+  try {
+    const slot = await router.slot(0);
+    assert.equal(router.hellos[0].whole, true, "the node offers whole frames");
+    const { body, contentType } = multipartBody([{
+      name: "program",
+      contentType: "application/json",
+      body: JSON.stringify(callProgram("def f(x):\n    return x * 2\n", "f", [21])),
+    }]);
+    for (let round = 0; round < 3; round++) {
+      const id = crypto.randomUUID();
+      slot.socket.send(encodeWholeFrame({
+        t: "request_head",
+        request_id: id,
+        headers: [["content-type", contentType], ["content-length", String(body.length)]],
+        content_length: body.length,
+      }, body));
+      // One message back: head, body and end together.
+      const answer = await slot.next();
+      assert.ok(answer instanceof ArrayBuffer, `a whole frame, not ${JSON.stringify(answer)}`);
+      const { head, bytes } = decodeWholeFrame(new Uint8Array(answer));
+      assert.ok(head.t === "response_head" && head.request_id === id);
+      assert.equal(head.status, 200);
+      const declared = head.headers.find(([name]) => name === "content-length")?.[1];
+      assert.equal(Number(declared), bytes.length);
+      const json = JSON.parse(new TextDecoder().decode(bytes));
+      assert.deepEqual(json.results, { out: { type: "integer", value: 42 } });
+    }
+    // A request sent the long way gets its answer whole all the same (the answer is one frame).
+    const id = crypto.randomUUID();
+    slot.request(id, [["content-type", contentType]], [body]);
+    const answer = await slot.next();
+    assert.ok(answer instanceof ArrayBuffer);
+    assert.equal(decodeWholeFrame(new Uint8Array(answer)).head.request_id, id);
+  } finally {
+    await link.stop();
+    await router.stop();
+    await app.shutdown();
+  }
+});
+
+Deno.test("node link: a whole frame from a Router whose ack did not take them, or a malformed one, ends the slot", async () => {
+  const { app, events } = testApp({ numWorkers: 1 });
+  await app.start();
+  for (
+    const [whole, frame, reason] of [
+      [
+        false,
+        (id: string) => encodeWholeFrame(_head(id), new Uint8Array(0)),
+        "the ack did not take",
+      ],
+      [true, () => new Uint8Array([2, 1, 2, 3]), "malformed whole frame"],
+      [true, (id: string) => {
+        const frame = encodeWholeFrame(_head(id), new Uint8Array(0));
+        frame[1] ^= 1; // the frame's request id no longer the head's
+        return frame;
+      }, "another request"],
+    ] as const
+  ) {
+    const router = _fakeRouter(whole);
+    const link = new NodeLink({
+      routerEndpoint: router.url,
+      nodeId: "cpu-a",
+      nodeToken: null,
+      serverInstanceId: app.health().instance_id,
+      slots: 1,
+      execute: (request, client) => app.execute(request, client),
+      events: app.events,
+      reconnectMinMs: 10,
+    });
+    link.start();
+    try {
+      const slot = await router.slot(0);
+      slot.socket.send(frame(crypto.randomUUID()));
+      const closed = await slot.next() as { closed: number; reason: string };
+      assert.equal(closed.closed, 4003, JSON.stringify(closed));
+      assert.match(closed.reason, new RegExp(reason));
+      assert.ok(events.some((e) => e.event === "tunnel_protocol_error"));
+    } finally {
+      await link.stop();
+      await router.stop();
+    }
+  }
+  await app.shutdown();
+});
+
+function _head(id: string) {
+  return { t: "request_head" as const, request_id: id, headers: [], content_length: 0 };
+}

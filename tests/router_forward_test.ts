@@ -10,7 +10,13 @@ import { forwardExecute } from "../router/forward.ts";
 import { NodeRegistry } from "../router/registry.ts";
 import { EventLog } from "../http/events.ts";
 import { parseRouterArgs } from "../router/options.ts";
-import { CONTROL_PATH, encodeDataFrame, encodeMessage, SLOT_PATH } from "../protocol/node_link.ts";
+import {
+  CONTROL_PATH,
+  encodeDataFrame,
+  encodeMessage,
+  encodeWholeFrame,
+  SLOT_PATH,
+} from "../protocol/node_link.ts";
 import { closed, FakeNode, healthyStatus, openLink } from "./_fake_node.ts";
 
 async function startRouter(args: string[] = []) {
@@ -732,5 +738,118 @@ Deno.test("router: a client that leaves the queue gets an answer nobody reads, a
     assert.match(finished[0], /finish_reason=client_disconnected/);
   } finally {
     registry.close();
+  }
+});
+
+Deno.test("router: to a node that offers whole frames, a body of one frame goes with its head and end in one message", async () => {
+  const r = await startRouter();
+  const node = new FakeNode(r.url, "gpu-w");
+  const seen: { whole: boolean; body: string; length: number | null }[] = [];
+  try {
+    await node.connect();
+    await node.openSlot(
+      async (request) => {
+        const body = await request.body();
+        seen.push({
+          whole: request.cameWhole,
+          body: new TextDecoder().decode(body.subarray(0, 20)),
+          length: request.head.content_length,
+        });
+        const answer = new TextEncoder().encode(`{"got":${body.length}}`);
+        if (body.length <= 262_144) {
+          request.respondWhole(200, [["content-length", String(answer.length)]], answer);
+        } else {
+          request.respond(200);
+          await request.write(answer);
+          request.end();
+        }
+      },
+      null,
+      true,
+    );
+    await waitFor("capacity", async () => (await capacity(r.url)) === 1);
+
+    const small = await fetch(`${r.url}/execute`, { method: "POST", body: "hello" });
+    assert.equal(small.status, 200);
+    assert.equal(small.headers.get("content-length"), "9");
+    assert.equal(small.headers.get("x-kcoral-node"), "gpu-w");
+    assert.equal(await small.text(), '{"got":5}');
+    const empty = await fetch(`${r.url}/execute`, { method: "POST" });
+    assert.equal(await empty.text(), '{"got":0}');
+    // Larger than one frame: head, data frames, end, as before.
+    const large = new Uint8Array(300_000).fill(120);
+    const big = await fetch(`${r.url}/execute`, { method: "POST", body: large });
+    assert.equal(await big.text(), '{"got":300000}');
+    assert.deepEqual(seen.map((s) => [s.whole, s.length]), [
+      [true, 5],
+      [true, 0],
+      [false, 300_000],
+    ]);
+    assert.equal(seen[0].body, "hello");
+
+    // A client that declares more than it sends: 400, and nothing reached the node (no cancel);
+    // the one slot serves the next request.
+    const conn = await Deno.connect({ hostname: "127.0.0.1", port: Number(new URL(r.url).port) });
+    await conn.write(
+      new TextEncoder().encode(
+        "POST /execute HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\nhello",
+      ),
+    );
+    await conn.closeWrite();
+    const reply = new Uint8Array(4096);
+    const n = await conn.read(reply);
+    conn.close();
+    assert.match(new TextDecoder().decode(reply.subarray(0, n ?? 0)), /^HTTP\/1\.1 400/);
+    await waitFor("its log line", () => r.finished().length === 4);
+    assert.equal(r.finished()[3].finish_reason, "client_disconnected");
+    const after = await fetch(`${r.url}/execute`, { method: "POST", body: "again" });
+    assert.equal(await after.text(), '{"got":5}');
+    assert.equal(seen.length, 4);
+    assert.deepEqual(node.cancels, []);
+    assert.equal(node.sockets.filter((s) => s.readyState === WebSocket.OPEN).length, 2);
+  } finally {
+    node.close();
+    await r.stop();
+  }
+});
+
+Deno.test("router: a whole frame a node's hello did not offer, or with a request head, is a 502 invalid_response", async () => {
+  const r = await startRouter();
+  const node = new FakeNode(r.url, "gpu-w");
+  try {
+    await node.connect();
+    for (const offered of [false, true]) {
+      const socket = await node.openSlot(
+        (request) => {
+          const id = request.head.request_id;
+          // Offered: a request head where the response head belongs. Not offered: any whole frame.
+          request.socket.send(
+            offered
+              ? encodeWholeFrame({ ...request.head, request_id: id }, new Uint8Array(0))
+              : encodeWholeFrame(
+                { t: "response_head", request_id: id, status: 200, headers: [] },
+                new Uint8Array(0),
+              ),
+          );
+        },
+        null,
+        offered,
+      );
+      await waitFor("capacity", async () => (await capacity(r.url)) === 1);
+      const response = await fetch(`${r.url}/execute`, { method: "POST", body: "x" });
+      assert.equal(response.status, 502);
+      assert.equal((await response.json()).error.kind, "server_transport");
+      const close = await closed(socket);
+      assert.equal(close.reason, "invalid_response");
+      await waitFor("no capacity", async () => (await capacity(r.url)) === 0);
+    }
+    await waitFor("log lines", () => r.finished().length === 2);
+    assert.deepEqual(r.finished().map((f) => f.finish_reason), [
+      "invalid_response",
+      "invalid_response",
+    ]);
+  } finally {
+    node.close();
+    await r.stop();
   }
 });
