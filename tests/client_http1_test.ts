@@ -545,6 +545,64 @@ Deno.test("http1: a chunked answer (as a Router sends) is read into the prepared
   }
 });
 
+Deno.test("http1: a large chunked answer with nothing prepared grows in place, intact", async () => {
+  const payload = randomBytes(12 << 20);
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, () => {
+    const body = new ReadableStream<Uint8Array>({
+      start(controller) {
+        // Uneven pieces, so that growth steps fall inside chunks.
+        for (let at = 0; at < payload.length; at += 300_001) {
+          controller.enqueue(payload.slice(at, Math.min(payload.length, at + 300_001)));
+        }
+        controller.close();
+      },
+    });
+    return new Response(body);
+  });
+  const agent = loopbackAgent((server.addr as Deno.NetAddr).port, null);
+  try {
+    const response = await agent.request("GET", "/", new Headers(), [], () => ({
+      pad: () => 3,
+      update: () => {},
+    }));
+    assert.equal(response.headers.get("transfer-encoding"), "chunked");
+    assert.equal(agent.prefaultedResponses, 0);
+    assert.equal(response.body.length, payload.length);
+    assert.equal(response.body.byteOffset, 3);
+    assert.ok(response.body.every((byte, i) => byte === payload[i]), "body intact");
+    assert.ok((response.body.buffer as ArrayBuffer).resizable, "grown in place, not copied");
+    // What the caller gets works with the platform's byte APIs.
+    const digest = await crypto.subtle.digest("SHA-256", response.body as Uint8Array<ArrayBuffer>);
+    assert.equal(digest.byteLength, 32);
+  } finally {
+    agent.close();
+    await server.shutdown();
+  }
+});
+
+Deno.test("http1: a body buffer grows in place within its reservation, and moves once past it", async () => {
+  const { growBodyBuffer } = await import("../client/transport/http1_reader.ts");
+  const small = new Uint8Array(1000).fill(7);
+  const plain = growBodyBuffer(small, 1000, 5000);
+  assert.equal((plain.buffer as ArrayBuffer).resizable, false); // small: a plain copy
+  assert.deepEqual(plain.subarray(0, 1000), small);
+  const first = growBodyBuffer(plain, 1000, 3 << 20);
+  const backing = first.buffer as ArrayBuffer;
+  assert.ok(backing.resizable && backing.maxByteLength >= 256 << 20);
+  first[(3 << 20) - 1] = 9;
+  const second = growBodyBuffer(first, 3 << 20, 10 << 20);
+  assert.equal(second.buffer, backing, "grown in place");
+  assert.equal(second[(3 << 20) - 1], 9);
+  assert.deepEqual(second.subarray(0, 1000), small);
+  // A reservation too small for what is needed: the bytes move into a larger one.
+  const tight = new Uint8Array(new ArrayBuffer(2 << 20, { maxByteLength: 4 << 20 }));
+  tight.set(small);
+  const moved = growBodyBuffer(tight, 1000, 8 << 20);
+  assert.notEqual(moved.buffer, tight.buffer);
+  assert.ok(moved.length >= 8 << 20);
+  assert.deepEqual(moved.subarray(0, 1000), small);
+});
+
 Deno.test("http1: of concurrent requests after a large answer, one at a time prepares a buffer", async () => {
   const payload = randomBytes(12 << 20);
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async () => {

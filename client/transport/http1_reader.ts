@@ -265,7 +265,7 @@ export class ResponseReader {
     observer?: BodyObserver,
   ): Promise<Uint8Array> {
     // A buffer prepared for an answer as large as the last one (a routed answer has no
-    // Content-Length), else one that doubles as the body grows.
+    // Content-Length), else one that grows with the body (growBodyBuffer).
     const prepared = this.#prepared();
     let buffer = prepared ?? new Uint8Array(64 * 1024);
     let pad = 0;
@@ -287,9 +287,7 @@ export class ResponseReader {
         buffer.set(first, pad);
       } else {
         if (pad + length + size > buffer.length) {
-          const grown = new Uint8Array(Math.max(buffer.length * 2, pad + length + size));
-          grown.set(buffer.subarray(0, pad + length));
-          buffer = grown;
+          buffer = growBodyBuffer(buffer, pad + length, pad + length + size);
         }
         await this.readInto(buffer.subarray(pad + length, pad + length + size));
       }
@@ -310,6 +308,59 @@ export class ResponseReader {
     this.#start = this.#end;
     return body;
   }
+}
+
+/** From this size on, a body buffer grows in place instead of by copying. */
+const _IN_PLACE_FROM = 1 << 20;
+/** The least address space an in-place body buffer reserves (virtual: nothing is touched). */
+const _RESERVE_MIN = 256 * 1024 * 1024;
+/** An in-place body buffer reserves this many times what it must hold when it is made. */
+const _RESERVE_FACTOR = 64;
+
+/**
+ * A body buffer of at least `needed` bytes holding the first `used` bytes of `buffer`. A body of
+ * unknown length (chunked) would otherwise grow by doubling: a 64 MiB body then faults in 128 MiB
+ * of fresh memory and copies 64 MiB on the way, about as much as receiving it. From 1 MiB on the
+ * buffer is a resizable `ArrayBuffer` that grows in place: it reserves address space (at least
+ * 256 MiB, or 64 × its size) and pages are mapped as the body fills them; past its reservation
+ * it moves once into a larger one. What the caller gets is a fixed-length view, which every
+ * platform API takes (digests, sockets, files, `postMessage`). Measured in
+ * docs/decisions.md, "A routed answer is read into a prepared buffer".
+ *
+ * @example
+ * ```ts
+ * import { growBodyBuffer } from "./http1_reader.ts";
+ *
+ * let body: Uint8Array = new Uint8Array(64 * 1024);
+ * body[7] = 1;
+ * for (const size of [2 << 20, 8 << 20]) body = growBodyBuffer(body, 8, size);
+ * if (body.length < 8 << 20 || body[7] !== 1) throw new Error("not grown");
+ * if (!(body.buffer as ArrayBuffer).resizable) throw new Error("copied, not grown in place");
+ * ```
+ */
+export function growBodyBuffer(
+  buffer: Uint8Array,
+  used: number,
+  needed: number,
+): Uint8Array<ArrayBuffer> {
+  const size = Math.max(buffer.length * 2, needed);
+  const backing = buffer.buffer as ArrayBuffer;
+  if (backing.resizable && buffer.byteOffset === 0 && needed <= backing.maxByteLength) {
+    backing.resize(Math.min(size, backing.maxByteLength));
+    return new Uint8Array(backing, 0, backing.byteLength);
+  }
+  let grown: Uint8Array<ArrayBuffer>;
+  if (size < _IN_PLACE_FROM) grown = new Uint8Array(size);
+  else {
+    const reserve = Math.max(_RESERVE_MIN, _RESERVE_FACTOR * size);
+    try {
+      grown = new Uint8Array(new ArrayBuffer(size, { maxByteLength: reserve }));
+    } catch {
+      grown = new Uint8Array(size); // no room to reserve: a plain buffer, doubling as before
+    }
+  }
+  grown.set(buffer.subarray(0, used));
+  return grown;
 }
 
 const _CRLF = new DelimiterFinder(new Uint8Array([13, 10]));
