@@ -48,6 +48,7 @@ export class BodySender {
   readonly #header: Uint8Array;
   readonly #sendFrame: (frame: Uint8Array) => void;
   readonly #sendEnd: () => void;
+  readonly #sendParts: ((parts: readonly Uint8Array[]) => void) | null;
   #credit = CREDIT_WINDOW;
   #granted = 0;
   #sentFrames = 0;
@@ -62,7 +63,10 @@ export class BodySender {
 
   /**
    * A sender of the body of request `requestId`: `sendFrame` sends one whole data frame (it
-   * may keep the buffer: each frame is a new one), `sendEnd` the `end` message.
+   * may keep the buffer: each frame is a new one), `sendEnd` the `end` message. `sendParts`, if
+   * given, sends one data frame given as parts (its header, then a slice of a written chunk)
+   * and copies them before it returns: full frames of a large chunk then go out without being
+   * copied into a frame of their own first.
    *
    * @example
    * ```ts
@@ -72,10 +76,16 @@ export class BodySender {
    * if (sender.sentBytes !== 0) throw new Error();
    * ```
    */
-  constructor(requestId: string, sendFrame: (frame: Uint8Array) => void, sendEnd: () => void) {
+  constructor(
+    requestId: string,
+    sendFrame: (frame: Uint8Array) => void,
+    sendEnd: () => void,
+    sendParts?: (parts: readonly Uint8Array[]) => void,
+  ) {
     this.#header = encodeDataFrame(requestId, new Uint8Array(0));
     this.#sendFrame = sendFrame;
     this.#sendEnd = sendEnd;
+    this.#sendParts = sendParts ?? null;
   }
 
   /**
@@ -170,6 +180,13 @@ export class BodySender {
     let rest = chunk;
     while (rest.length > 0) {
       if (this.#failure) throw this.#failure;
+      if (this.#sendParts && this.#staged === 0 && rest.length >= MAX_DATA_BYTES) {
+        // A full frame straight from the chunk, as parts (no frame of its own to copy into).
+        await this.#frame([this.#header, rest.subarray(0, MAX_DATA_BYTES)], MAX_DATA_BYTES);
+        this.#sentFull = true;
+        rest = rest.subarray(MAX_DATA_BYTES);
+        continue;
+      }
       const capacity = (this.#stage?.length ?? DATA_HEADER_BYTES) - DATA_HEADER_BYTES;
       if (capacity < MAX_DATA_BYTES && capacity - this.#staged < rest.length) {
         // Grow the stage (to what this write needs, at least 16 KiB, by doubling): a small
@@ -289,7 +306,7 @@ export class BodySender {
     await this.#frame(frame, length);
   }
 
-  async #frame(frame: Uint8Array, length: number): Promise<void> {
+  async #frame(frame: Uint8Array | readonly Uint8Array[], length: number): Promise<void> {
     while (this.#credit === 0 && !this.#failure) {
       await new Promise<void>((resolve) => (this.#waiter = resolve));
     }
@@ -297,7 +314,8 @@ export class BodySender {
     this.#credit--;
     this.#sentFrames++;
     this.sentBytes += length;
-    this.#sendFrame(frame);
+    if (frame instanceof Uint8Array) this.#sendFrame(frame);
+    else this.#sendParts!(frame);
   }
 
   #wake(): void {

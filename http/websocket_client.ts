@@ -14,6 +14,7 @@
  * ```
  *  connect ─▶ GET + Upgrade (request headers, Sec-WebSocket-Key) ─▶ 101 + Sec-WebSocket-Accept
  *  send(data)  ─▶ one masked frame, written in order, one write each
+ *  sendParts(parts) ─▶ the same for one binary message given in pieces (masked piece by piece)
  *  frames in   ─▶ text/binary messages (fragments joined) · ping ─▶ pong · close ─▶ close back
  * ```
  *
@@ -128,6 +129,16 @@ export class WebSocketClient {
     if (this.#state !== WebSocketClient.OPEN) return;
     if (typeof data === "string") this.#write(1, _encoder.encode(data));
     else this.#write(2, data instanceof Uint8Array ? data : new Uint8Array(data));
+  }
+
+  /**
+   * Sends one binary message made of `parts` in order, masked from each part into the frame:
+   * a data frame's header and a slice of a larger body go out without being joined first.
+   * Ignored unless open. The parts are copied before this returns.
+   */
+  sendParts(parts: readonly Uint8Array[]): void {
+    if (this.#state !== WebSocketClient.OPEN) return;
+    this.#write(2, parts);
   }
 
   /** Starts the closing handshake (or gives up connecting). */
@@ -334,7 +345,7 @@ export class WebSocketClient {
   }
 
   /** Queues one frame (masked, as RFC 6455 requires of clients); frames go out in order. */
-  #write(opcode: number, payload: Uint8Array): void {
+  #write(opcode: number, payload: Uint8Array | readonly Uint8Array[]): void {
     const conn = this.#conn;
     if (!conn) return;
     const frame = _maskedFrame(opcode, payload, this.#spares);
@@ -474,11 +485,18 @@ class _FrameReader {
 }
 
 /**
- * A client frame: header, masking key, the payload masked (http/websocket_mask.ts), in a spare
- * buffer of the same size when `spares` has one (taken from it), a new one otherwise.
+ * A client frame: header, masking key, the payload (one array, or parts in order) masked
+ * (http/websocket_mask.ts), in a spare buffer of the same size when `spares` has one (taken from
+ * it), a new one otherwise.
  */
-function _maskedFrame(opcode: number, payload: Uint8Array, spares: ArrayBuffer[]): Uint8Array {
-  const length = payload.length;
+function _maskedFrame(
+  opcode: number,
+  payload: Uint8Array | readonly Uint8Array[],
+  spares: ArrayBuffer[],
+): Uint8Array {
+  const parts = payload instanceof Uint8Array ? [payload] : payload;
+  let length = 0;
+  for (const part of parts) length += part.length;
   const header = length < 126 ? 2 : length < 65536 ? 4 : 10;
   const size = header + 4 + length;
   const spare = spares.findLastIndex((b) => b.byteLength === size);
@@ -495,7 +513,11 @@ function _maskedFrame(opcode: number, payload: Uint8Array, spares: ArrayBuffer[]
   }
   const key = frame.subarray(header, header + 4);
   crypto.getRandomValues(key);
-  maskInto(payload, key, frame.subarray(header + 4));
+  let at = 0;
+  for (const part of parts) {
+    maskInto(part, key, frame.subarray(header + 4 + at), at);
+    at += part.length;
+  }
   return frame;
 }
 

@@ -48,8 +48,10 @@ const _scratch = new Uint8Array(
 );
 
 /**
- * Writes `payload` XOR `key` (byte `i` with `key[i % 4]`) into `out`, which must be at least as
- * long as `payload`. `payload` and `out` may be any views, aligned or not, but must not overlap.
+ * Writes `payload` XOR `key` (byte `i` with `key[(phase + i) % 4]`) into `out`, which must be at
+ * least as long as `payload`. `payload` and `out` may be any views, aligned or not, but must not
+ * overlap. `phase` is the payload's offset in the message it is part of (a message sent in
+ * pieces is masked piece by piece).
  *
  * @example
  * ```ts
@@ -59,12 +61,24 @@ const _scratch = new Uint8Array(
  * const out = new Uint8Array(5);
  * maskInto(new Uint8Array([1, 2, 3, 4, 5]), key, out);
  * if (out.join() !== "0,0,0,0,4") throw new Error(`unexpected ${out}`);
+ * // The same bytes as the second piece of a message, one byte in:
+ * maskInto(new Uint8Array([2, 3, 4, 1]), key, out, 1);
+ * if (out.subarray(0, 4).join() !== "0,0,0,0") throw new Error(`unexpected ${out}`);
  * ```
  */
-export function maskInto(payload: Uint8Array, key: Uint8Array, out: Uint8Array): void {
+export function maskInto(
+  payload: Uint8Array,
+  key: Uint8Array,
+  out: Uint8Array,
+  phase = 0,
+): void {
   if (key.length !== 4) throw new RangeError(`a masking key is 4 bytes, not ${key.length}`);
   if (out.length < payload.length) {
     throw new RangeError(`out holds ${out.length} bytes, the payload ${payload.length}`);
+  }
+  if (phase % 4 !== 0) {
+    const p = phase % 4;
+    key = Uint8Array.of(key[p], key[(p + 1) % 4], key[(p + 2) % 4], key[(p + 3) % 4]);
   }
   // WebAssembly loads little-endian: lane byte j of the splatted word is key[j].
   const keyWord = (key[0] | key[1] << 8 | key[2] << 16 | key[3] << 24) >>> 0;

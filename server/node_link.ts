@@ -153,7 +153,11 @@ class _Request {
   task: Promise<void> = Promise.resolve();
   answered = false;
 
-  constructor(id: string, send: (data: string | Uint8Array) => void) {
+  constructor(
+    id: string,
+    send: (data: string | Uint8Array) => void,
+    sendParts: (parts: readonly Uint8Array[]) => void,
+  ) {
     this.id = id;
     this.body = new BodyReceiver((frames) =>
       send(encodeMessage({ t: "credit", request_id: id, frames }))
@@ -164,6 +168,8 @@ class _Request {
       // memory goes back at once instead of at a collection (protocol/bytes.ts).
       (frame) => (send(frame), releaseBuffer(frame)),
       () => send(encodeMessage({ t: "end", request_id: id })),
+      // Full frames of a large answer's chunks are masked from the chunk itself.
+      sendParts,
     );
   }
 
@@ -364,7 +370,11 @@ class _Slot {
   }
 
   #begin(head: RequestHead, previous: _Request | null): void {
-    const request = new _Request(head.request_id, (data) => this.#send(data));
+    const request = new _Request(
+      head.request_id,
+      (data) => this.#send(data),
+      (parts) => this.#socket?.sendParts(parts),
+    );
     this.#request = request;
     const headers = new Headers();
     for (const [name, value] of head.headers) headers.append(name, value);

@@ -191,3 +191,47 @@ Deno.test("tunnel body: a body that may be small rejects when the slot fails fir
   assert.throws(() => taken.wholeIfWithin(10), /already has a reader/);
   assert.throws(() => taken.whole(10), /already has a reader/);
 });
+
+Deno.test("tunnel body: with sendParts, full frames of a large chunk go as header + slice of it, the rest staged", async () => {
+  const sent: { kind: "frame" | "parts"; bytes: Uint8Array; parts?: readonly Uint8Array[] }[] = [];
+  const sender = new BodySender(
+    ID,
+    (frame) => sent.push({ kind: "frame", bytes: frame.slice() }),
+    () => {},
+    (parts) => {
+      const joined = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+      let at = 0;
+      for (const part of parts) (joined.set(part, at), at += part.length);
+      sent.push({ kind: "parts", bytes: joined, parts });
+    },
+  );
+  // A small tail first (staged), then a large chunk: the stage fills up to a full frame from the
+  // chunk, then whole frames go as parts, and the chunk's tail is staged again.
+  const writes = [_pattern(100, 1), _pattern(3 * MAX_DATA_BYTES + 7, 2), _pattern(9, 3)];
+  for (const chunk of writes) await sender.write(chunk);
+  await sender.end();
+  assert.deepEqual(sent.map((s) => s.kind), ["frame", "parts", "parts", "frame"]);
+  const large = writes[1];
+  for (const s of sent.filter((s) => s.kind === "parts")) {
+    assert.equal(s.parts!.length, 2);
+    assert.equal(s.parts![0].length, DATA_HEADER_BYTES);
+    assert.equal(s.parts![1].length, MAX_DATA_BYTES);
+    assert.equal(s.parts![1].buffer, large.buffer, "a slice of the written chunk, not a copy");
+  }
+  const payloads = sent.map((s) => decodeDataFrame(s.bytes));
+  assert.ok(payloads.every((p) => p.requestId === ID));
+  assert.deepEqual(payloads.map((p) => p.bytes.length), [
+    MAX_DATA_BYTES,
+    MAX_DATA_BYTES,
+    MAX_DATA_BYTES,
+    100 + 7 + 9,
+  ]);
+  const joined = new Uint8Array(payloads.reduce((n, p) => n + p.bytes.length, 0));
+  let at = 0;
+  for (const p of payloads) (joined.set(p.bytes, at), at += p.bytes.length);
+  const expected = new Uint8Array(joined.length);
+  at = 0;
+  for (const w of writes) (expected.set(w, at), at += w.length);
+  assert.deepEqual(joined, expected);
+  assert.equal(sender.sentBytes, expected.length);
+});

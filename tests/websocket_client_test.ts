@@ -302,3 +302,35 @@ Deno.test("websocket client: large frames sent one after another reuse buffers a
   await seen.closed;
   await server.shutdown();
 });
+
+Deno.test("websocket client: a message sent in parts arrives as their concatenation", async () => {
+  const server = Deno.serve({ port: 0, onListen() {} }, (request) => {
+    const { socket, response } = Deno.upgradeWebSocket(request);
+    socket.binaryType = "arraybuffer";
+    socket.onmessage = (event) => socket.send(event.data);
+    return response;
+  });
+  const socket = new WebSocketClient(`ws://127.0.0.1:${server.addr.port}/`, {
+    maxMessageBytes: 1 << 20,
+  });
+  const seen = _watch(socket);
+  await _until(() => seen.open);
+  const backing = Uint8Array.from({ length: 600_000 }, (_, i) => (i * 131 + 7) & 0xff);
+  const messages: Uint8Array[][] = [
+    [backing.subarray(0, 37), backing.subarray(1000, 1000 + 262_144)],
+    [backing.subarray(3, 4), backing.subarray(5, 7), backing.subarray(9, 130)],
+    [new Uint8Array(0), backing.subarray(11, 70_011)],
+    [backing.subarray(1, 38), backing.subarray(100_001, 362_145)],
+  ];
+  for (const parts of messages) socket.sendParts(parts);
+  await _until(() => seen.messages.length === messages.length);
+  for (const [i, parts] of messages.entries()) {
+    const expected = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+    let at = 0;
+    for (const part of parts) (expected.set(part, at), at += part.length);
+    assert.deepEqual(new Uint8Array(seen.messages[i] as ArrayBuffer), expected, `message ${i}`);
+  }
+  socket.close();
+  await seen.closed;
+  await server.shutdown();
+});

@@ -69,3 +69,17 @@ Deno.test("websocket mask: a key that is not 4 bytes, or an output too short, is
     /out holds 4 bytes, the payload 5/,
   );
 });
+
+Deno.test("websocket mask: a message masked piece by piece, each at its phase, equals it masked whole", () => {
+  const message = Uint8Array.from({ length: 300_007 }, (_, i) => (i * 29 + 3) & 0xff);
+  const key = new Uint8Array([0x11, 0x22, 0x33, 0x44]);
+  for (const cuts of [[37], [1, 2, 3], [37, 65_536 + 37], [5, 70_000, 70_001, 200_000]]) {
+    const out = new Uint8Array(message.length);
+    let from = 0;
+    for (const to of [...cuts, message.length]) {
+      maskInto(message.subarray(from, to), key, out.subarray(from), from);
+      from = to;
+    }
+    assert.deepEqual(out, _reference(message, key), `cuts ${cuts}`);
+  }
+});
