@@ -26,7 +26,9 @@
  * `whole: true`, a head whose body fits one data frame may travel with its body and its end as
  * one binary frame ({@linkcode encodeWholeFrame}: `0x02`, the request id, the head's JSON length
  * and text, the body). It means exactly `request_head`/`response_head`, `data` (when the body is
- * not empty), `end`; a peer that did not say `whole: true` never receives one. A sender may have
+ * not empty), `end`; a peer that did not say `whole: true` never receives one. A whole frame is at
+ * most {@linkcode MAX_TEXT_BYTES} long (a node's link takes no longer message); a head and body
+ * that would not fit go as separate messages. A sender may have
  * {@linkcode CREDIT_WINDOW} data frames of one body unacknowledged; the receiver returns credit
  * as it consumes them, so neither end buffers more than a window per request and direction
  * (a WebSocket has no back-pressure of its own). The slot is reusable once both `end`s have

@@ -226,19 +226,20 @@ async function _exchange(
     throw whole;
   }
   let exchange: TunnelExchange;
+  let sentWhole = false;
   try {
-    exchange = whole
-      ? slot.beginWhole(trace.id, headers, length, whole)
-      : slot.begin(trace.id, headers, length);
+    const wholeExchange = whole ? slot.beginWhole(trace.id, headers, length, whole) : null;
+    sentWhole = wholeExchange !== null;
+    exchange = wholeExchange ?? slot.begin(trace.id, headers, length);
   } catch (error) {
     if (!(error instanceof TunnelError)) throw error;
     lease.release(false);
     throw new _RouterError(502, "server_transport", _TRANSPORT_MESSAGE, "tunnel_disconnected");
   }
-  if (whole) trace.requestBytes = whole.length;
-  const upload = whole
+  if (sentWhole) trace.requestBytes = whole!.length;
+  const upload = sentWhole
     ? Promise.resolve(null)
-    : _upload(request, exchange, length, ctx.maxRequestBytes, trace);
+    : _upload(request, exchange, length, ctx.maxRequestBytes, trace, whole);
   // Settles only with the upload's error (an upload that ended leaves the answer to come).
   const uploadFailed = upload.then((e) => e ?? new Promise<never>(() => {}));
   let head: ResponseHead;
@@ -386,10 +387,13 @@ async function _upload(
   length: number | null,
   limit: number,
   trace: _Trace,
+  read: Uint8Array | null,
 ): Promise<_RouterError | null> {
   try {
     const body = request.body;
-    const total = !body
+    const total = read
+      ? await _sendBytes(read, exchange, trace)
+      : !body
       ? 0
       : length !== null && length <= MAX_DATA_BYTES
       ? await _sendSmallBody(request, exchange, trace)
@@ -462,6 +466,15 @@ async function _sendSmallBody(
     return _clientFailed();
   }
   if (bytes.length > MAX_DATA_BYTES) return bytes.length;
+  return await _sendBytes(bytes, exchange, trace);
+}
+
+/** A body already read whole (at most one data frame), sent as one frame; its byte count. */
+async function _sendBytes(
+  bytes: Uint8Array,
+  exchange: TunnelExchange,
+  trace: _Trace,
+): Promise<number> {
   if (bytes.length > 0) {
     const frame = exchange.upload.newFrame(bytes.length);
     frame.set(bytes, DATA_HEADER_BYTES);

@@ -27,6 +27,7 @@ import {
   LINK_CLOSE,
   type LinkCloseName,
   LinkMessageError,
+  MAX_TEXT_BYTES,
   parseSlotMessage,
   type ResponseHead,
   type SlotHello,
@@ -283,16 +284,19 @@ export class RouterSlot implements SlotHandle {
   /**
    * Starts a request whose whole body is at hand (at most one data frame) on a slot that
    * {@linkcode RouterSlot.takesWhole}: head, body and end go in one whole frame, and the
-   * exchange's upload has ended. Throws {@linkcode TunnelError} when the connection is gone.
+   * exchange's upload has ended. `null`, with nothing sent, when the frame would be longer than
+   * a node takes in one message ({@linkcode MAX_TEXT_BYTES}: a head of huge headers); the
+   * request then goes as head, data and end. Throws {@linkcode TunnelError} when the connection
+   * is gone.
    *
    * @example
    * ```ts
    * import type { RouterSlot } from "./slot_link.ts";
    *
    * function start(slot: RouterSlot, body: Uint8Array) {
-   *   return slot.takesWhole
-   *     ? slot.beginWhole(crypto.randomUUID(), [], body.length, body)
-   *     : slot.begin(crypto.randomUUID(), [], body.length);
+   *   const id = crypto.randomUUID();
+   *   return (slot.takesWhole ? slot.beginWhole(id, [], body.length, body) : null) ??
+   *     slot.begin(id, [], body.length);
    * }
    * ```
    */
@@ -301,11 +305,13 @@ export class RouterSlot implements SlotHandle {
     headers: HeaderEntry[],
     contentLength: number | null,
     body: Uint8Array,
-  ): TunnelExchange {
+  ): TunnelExchange | null {
     if (!this.takesWhole) throw new Error("the node did not offer whole frames");
-    const exchange = this.#start(requestId);
     const head = { t: "request_head" as const, request_id: requestId, headers };
-    this.#send(encodeWholeFrame({ ...head, content_length: contentLength }, body));
+    const frame = encodeWholeFrame({ ...head, content_length: contentLength }, body);
+    if (frame.length > MAX_TEXT_BYTES) return null;
+    const exchange = this.#start(requestId);
+    this.#send(frame);
     exchange.upload.sentWhole(body.length);
     exchange.uploadEnded = true;
     return exchange;

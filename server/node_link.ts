@@ -442,8 +442,12 @@ class _Slot {
         // and end in one whole frame, or in a data frame of its size with no stage to grow;
         // more than declared goes out as any body does.
         const bytes = await response.bytes();
-        if (this.#whole && bytes.length <= MAX_DATA_BYTES) {
-          this.#send(encodeWholeFrame(head, bytes));
+        const whole = this.#whole && bytes.length <= MAX_DATA_BYTES
+          ? encodeWholeFrame(head, bytes)
+          : null;
+        // A whole frame is at most what a peer takes in one message (protocol/node_link.ts).
+        if (whole && whole.length <= MAX_TEXT_BYTES) {
+          this.#send(whole);
           request.response.sentWhole(bytes.length);
         } else {
           this.#send(encodeMessage(head));

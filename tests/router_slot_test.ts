@@ -4,7 +4,7 @@
  * frame's memory once the socket has taken it.
  */
 import assert from "node:assert/strict";
-import { decodeDataFrame, MAX_DATA_BYTES } from "../protocol/node_link.ts";
+import { decodeDataFrame, decodeWholeFrame, MAX_DATA_BYTES } from "../protocol/node_link.ts";
 import { RouterSlot } from "../router/slot_link.ts";
 
 /** A socket that keeps a copy of everything sent (a real one copies the bytes in `send`). */
@@ -44,4 +44,37 @@ Deno.test("router slot: upload frames carry the body in order, and each frame's 
   assert.deepEqual(messages.map((text) => JSON.parse(text).t), ["request_head", "end"]);
   // Detached after the send: nothing waits for a garbage collection to give it back.
   for (const original of socket.originals) assert.equal(original.buffer.byteLength, 0);
+});
+
+Deno.test("router slot: a whole frame only to a node that offered them, and only if it fits one message", () => {
+  const hello = {
+    t: "hello" as const,
+    node_id: "n1",
+    server_instance_id: "i1",
+    slot_id: "s1",
+    protocol_version: 1,
+  };
+  const id = "0f6c2b4e-1111-4222-8333-444455556666";
+  const body = new Uint8Array(MAX_DATA_BYTES).fill(7);
+
+  const plain = new RouterSlot(new _RecordingSocket() as unknown as WebSocket, hello, () => {});
+  assert.equal(plain.takesWhole, false);
+  assert.throws(() => plain.beginWhole(id, [], body.length, body), /did not offer whole frames/);
+
+  const socket = new _RecordingSocket();
+  const slot = new RouterSlot(socket as unknown as WebSocket, { ...hello, whole: true }, () => {});
+  assert.equal(slot.takesWhole, true);
+  // Headers whose JSON (every quote escaped) and a full body exceed what a node takes at once.
+  const huge: [string, string][] = [["x-quotes", '"'.repeat(400_000)]];
+  assert.equal(slot.beginWhole(id, huge, body.length, body), null);
+  assert.equal(socket.copies.length, 0, "nothing sent");
+  assert.equal(slot.busy, false, "the slot is still free");
+  const exchange = slot.beginWhole(id, [["content-type", "x"]], body.length, body)!;
+  assert.ok(exchange.upload.ended);
+  assert.equal(exchange.upload.sentBytes, body.length);
+  assert.equal(socket.copies.length, 1);
+  const frame = decodeWholeFrame(socket.copies[0] as Uint8Array);
+  assert.equal(frame.head.request_id, id);
+  assert.equal(frame.bytes.length, body.length);
+  assert.ok(frame.head.t === "request_head" && frame.head.content_length === body.length);
 });
