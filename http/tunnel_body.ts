@@ -259,8 +259,9 @@ export class BodySender {
   }
 
   /**
-   * The whole body, `length` bytes, went out with its head and its end in one whole frame
-   * (protocol/node_link.ts): it counts as sent and ended, and this sender sends nothing.
+   * The whole body, `length` bytes, goes out with its head and its end in one whole frame
+   * (protocol/node_link.ts): it counts as sent and ended, and this sender sends nothing. Throws
+   * the slot's failure once it has failed (the frame must not be sent then).
    *
    * @example
    * ```ts
@@ -272,6 +273,7 @@ export class BodySender {
    * ```
    */
   sentWhole(length: number): void {
+    if (this.#failure) throw this.#failure;
     if (this.#ended || this.#sentFrames > 0 || this.#staged > 0) {
       throw new Error("the body is already being sent frame by frame");
     }

@@ -8,6 +8,9 @@
  * against a target of 0.2 ms/MiB for everything a Router adds to a large answer
  * (docs/decisions.md, "Node-link frames are masked in WebAssembly").
  *
+ * Where WebAssembly cannot run (Deno started with `--v8-flags=--jitless`), the same is done
+ * byte by byte in JavaScript.
+ *
  * The module (104 bytes, embedded below) is this text, compiled with `wat2wasm --enable-simd`:
  *
  * ```wat
@@ -36,16 +39,27 @@ const _WASM =
 /** The scratch: the module's one 64 KiB page. */
 const _SCRATCH_BYTES = 64 * 1024;
 
-const _instance = new WebAssembly.Instance(
-  new WebAssembly.Module(Uint8Array.from(atob(_WASM), (c) => c.charCodeAt(0))),
-);
-const _mask = _instance.exports.mask as (length: number, key: number) => number;
-// The memory never grows, so this view stays attached.
-const _scratch = new Uint8Array(
-  (_instance.exports.memory as WebAssembly.Memory).buffer,
-  0,
-  _SCRATCH_BYTES,
-);
+/** The module's `mask` and its scratch; `null` where WebAssembly cannot run (`--jitless`). */
+const _simd = _instantiate();
+
+function _instantiate():
+  | { mask: (length: number, key: number) => number; scratch: Uint8Array }
+  | null {
+  let instance: WebAssembly.Instance;
+  try {
+    instance = new WebAssembly.Instance(
+      new WebAssembly.Module(Uint8Array.from(atob(_WASM), (c) => c.charCodeAt(0))),
+    );
+  } catch {
+    return null; // masked byte by byte below: correct, several times slower
+  }
+  const memory = instance.exports.memory as WebAssembly.Memory;
+  return {
+    mask: instance.exports.mask as (length: number, key: number) => number,
+    // The memory never grows, so this view stays attached.
+    scratch: new Uint8Array(memory.buffer, 0, _SCRATCH_BYTES),
+  };
+}
 
 /**
  * Writes `payload` XOR `key` (byte `i` with `key[(phase + i) % 4]`) into `out`, which must be at
@@ -80,14 +94,19 @@ export function maskInto(
     const p = phase % 4;
     key = Uint8Array.of(key[p], key[(p + 1) % 4], key[(p + 2) % 4], key[(p + 3) % 4]);
   }
+  if (!_simd) {
+    for (let i = 0; i < payload.length; i++) out[i] = payload[i] ^ key[i & 3];
+    return;
+  }
+  const { mask, scratch } = _simd;
   // WebAssembly loads little-endian: lane byte j of the splatted word is key[j].
   const keyWord = (key[0] | key[1] << 8 | key[2] << 16 | key[3] << 24) >>> 0;
   // Every piece but the last is a multiple of 16 bytes long, so byte i of a piece keeps the
   // key byte (i % 4) it has in the payload.
   for (let at = 0; at < payload.length; at += _SCRATCH_BYTES) {
     const piece = payload.subarray(at, at + _SCRATCH_BYTES);
-    _scratch.set(piece);
-    for (let i = _mask(piece.length, keyWord); i < piece.length; i++) _scratch[i] ^= key[i & 3];
-    out.set(_scratch.subarray(0, piece.length), at);
+    scratch.set(piece);
+    for (let i = mask(piece.length, keyWord); i < piece.length; i++) scratch[i] ^= key[i & 3];
+    out.set(scratch.subarray(0, piece.length), at);
   }
 }

@@ -144,33 +144,44 @@ interface _Attempt {
   expected: boolean;
 }
 
-/** One request on a slot, the node's side. */
+/**
+ * One request on a slot, the node's side. Everything it sends goes to the connection it came on:
+ * an answer that ends after that connection was cancelled or lost is dropped, never sent on the
+ * slot's next connection (where the Router would take it for a violation).
+ */
 class _Request {
   readonly id: string;
   readonly body: BodyReceiver;
   readonly response: BodySender;
   readonly abort = new AbortController();
+  readonly #socket: WebSocketClient | null;
   task: Promise<void> = Promise.resolve();
   answered = false;
 
-  constructor(
-    id: string,
-    send: (data: string | Uint8Array) => void,
-    sendParts: (parts: readonly Uint8Array[]) => void,
-  ) {
+  constructor(id: string, socket: WebSocketClient | null) {
     this.id = id;
+    this.#socket = socket;
     this.body = new BodyReceiver((frames) =>
-      send(encodeMessage({ t: "credit", request_id: id, frames }))
+      this.send(encodeMessage({ t: "credit", request_id: id, frames }))
     );
     this.response = new BodySender(
       id,
       // The slot's client copies the frame into its own masked one at `send`: the frame's
       // memory goes back at once instead of at a collection (protocol/bytes.ts).
-      (frame) => (send(frame), releaseBuffer(frame)),
-      () => send(encodeMessage({ t: "end", request_id: id })),
+      (frame) => (this.send(frame), releaseBuffer(frame)),
+      () => this.send(encodeMessage({ t: "end", request_id: id })),
       // Full frames of a large answer's chunks are masked from the chunk itself.
-      sendParts,
+      (parts) => this.#socket?.sendParts(parts),
     );
+  }
+
+  /** Sends on this request's connection (nothing once it has closed). */
+  send(data: string | Uint8Array): void {
+    try {
+      this.#socket?.send(data as string);
+    } catch {
+      // closing: the close event ends the request
+    }
   }
 
   get done(): boolean {
@@ -370,11 +381,7 @@ class _Slot {
   }
 
   #begin(head: RequestHead, previous: _Request | null): void {
-    const request = new _Request(
-      head.request_id,
-      (data) => this.#send(data),
-      (parts) => this.#socket?.sendParts(parts),
-    );
+    const request = new _Request(head.request_id, this.#socket);
     this.#request = request;
     const headers = new Headers();
     for (const [name, value] of head.headers) headers.append(name, value);
@@ -447,10 +454,10 @@ class _Slot {
           : null;
         // A whole frame is at most what a peer takes in one message (protocol/node_link.ts).
         if (whole && whole.length <= MAX_TEXT_BYTES) {
-          this.#send(whole);
-          request.response.sentWhole(bytes.length);
+          request.response.sentWhole(bytes.length); // throws once the slot failed
+          request.send(whole);
         } else {
-          this.#send(encodeMessage(head));
+          request.send(encodeMessage(head));
           if (bytes.length > MAX_DATA_BYTES) await request.response.write(bytes);
           else if (bytes.length > 0) {
             const frame = request.response.newFrame(bytes.length);
@@ -459,7 +466,7 @@ class _Slot {
           }
         }
       } else {
-        this.#send(encodeMessage(head));
+        request.send(encodeMessage(head));
         // A live-output answer's pieces go out as they come (others fill whole frames).
         for await (const chunk of response.body ?? []) {
           await request.response.write(chunk);
@@ -491,14 +498,6 @@ class _Slot {
     request.body.fail(error);
     request.response.fail(error);
     request.abort.abort(error);
-  }
-
-  #send(data: string | Uint8Array): void {
-    try {
-      this.#socket?.send(data as string);
-    } catch {
-      // closing: the close event ends the request
-    }
   }
 
   #close(code: number, reason: string): void {

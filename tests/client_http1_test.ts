@@ -539,6 +539,11 @@ Deno.test("http1: a chunked answer (as a Router sends) is read into the prepared
     assert.equal(await get(9 << 20, true), 2); // padded, within the slack
     assert.equal(await get(12 << 20), 2); // larger than prepared: grows out of it, intact
     assert.equal(await get(12 << 20), 3); // and the larger size is prepared next
+    // Much smaller than prepared: a buffer of its own, not a view that holds the prepared one.
+    const small = await agent.request("GET", `/?n=${1 << 20}`, new Headers());
+    assert.ok(small.body.every((byte, i) => byte === payload[i]));
+    assert.equal(small.body.buffer.byteLength, 1 << 20);
+    assert.equal(agent.prefaultedResponses, 3);
   } finally {
     agent.close();
     await server.shutdown();
@@ -601,6 +606,13 @@ Deno.test("http1: a body buffer grows in place within its reservation, and moves
   assert.notEqual(moved.buffer, tight.buffer);
   assert.ok(moved.length >= 8 << 20);
   assert.deepEqual(moved.subarray(0, 1000), small);
+  // Fixed-length views: growing the buffer later does not change what a caller holds.
+  for (const view of [first, moved]) {
+    const length = view.length;
+    const backing = view.buffer as ArrayBuffer;
+    backing.resize(Math.min(backing.maxByteLength, backing.byteLength + 4096));
+    assert.equal(view.length, length);
+  }
 });
 
 Deno.test("http1: of concurrent requests after a large answer, one at a time prepares a buffer", async () => {

@@ -19,6 +19,7 @@ import {
   type SlotHello,
 } from "../protocol/node_link.ts";
 import { concatBytes } from "../protocol/bytes.ts";
+import { EventLog } from "../http/events.ts";
 import { callProgram, multipartBody, testApp } from "./_server.ts";
 
 type _Message = string | ArrayBuffer | { closed: number; reason: string };
@@ -341,13 +342,15 @@ Deno.test("node link: a whole frame from a Router whose ack did not take them, o
       reconnectMinMs: 10,
     });
     link.start();
+    const errors = () => events.filter((e) => e.event === "tunnel_protocol_error").length;
+    const errorsBefore = errors();
     try {
       const slot = await router.slot(0);
       slot.socket.send(frame(crypto.randomUUID()));
       const closed = await slot.next() as { closed: number; reason: string };
       assert.equal(closed.closed, 4003, JSON.stringify(closed));
       assert.match(closed.reason, new RegExp(reason));
-      assert.ok(events.some((e) => e.event === "tunnel_protocol_error"));
+      assert.equal(errors(), errorsBefore + 1, "this case's protocol error was logged");
     } finally {
       await link.stop();
       await router.stop();
@@ -359,3 +362,50 @@ Deno.test("node link: a whole frame from a Router whose ack did not take them, o
 function _head(id: string) {
   return { t: "request_head" as const, request_id: id, headers: [], content_length: 0 };
 }
+
+Deno.test("node link: an answer that ends after its connection was cancelled is dropped, never sent on the next one", async () => {
+  for (const whole of [true, false]) {
+    const router = _fakeRouter(whole);
+    let finish!: () => void;
+    let calls = 0;
+    const link = new NodeLink({
+      routerEndpoint: router.url,
+      nodeId: "cpu-a",
+      nodeToken: null,
+      serverInstanceId: "i1",
+      slots: 1,
+      reconnectMinMs: 10,
+      // The first program is still running when its client goes away; later ones answer at once.
+      execute: async () => {
+        if (calls++ === 0) await new Promise<void>((resolve) => (finish = resolve));
+        return new Response("late", { headers: { "content-length": "4" } });
+      },
+      events: new EventLog({ logDir: null, console: false, programs: false }),
+    });
+    link.start();
+    try {
+      const first = await router.slot(0);
+      const id = crypto.randomUUID();
+      first.request(id, [["content-length", "0"]], []);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      first.socket.send(
+        encodeMessage({ t: "cancel", request_id: id, reason: "client_disconnected" }),
+      );
+      assert.deepEqual(await first.next(), { closed: 1000, reason: "cancelled" });
+      const second = await router.slot(1);
+      finish();
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      // Nothing of the cancelled request came on the new connection; it serves the next one.
+      const next = crypto.randomUUID();
+      second.request(next, [["content-length", "0"]], []);
+      const answer = await second.next();
+      const head = answer instanceof ArrayBuffer
+        ? decodeWholeFrame(new Uint8Array(answer)).head
+        : parseSlotMessage(answer as string);
+      assert.equal((head as { request_id: string }).request_id, next, `whole ${whole}`);
+    } finally {
+      await link.stop();
+      await router.stop();
+    }
+  }
+});

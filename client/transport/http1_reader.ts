@@ -297,6 +297,13 @@ export class ResponseReader {
       if ((await this.readLine()) !== "") throw new Error("malformed chunked body");
     }
     while ((await this.readLine()) !== "") { /* trailer fields are ignored */ }
+    if (buffer === prepared && 2 * (pad + length) < buffer.length) {
+      // Much smaller than the answer prepared for: a buffer of its own (with its padding), so
+      // that holding the body does not hold the whole prepared buffer.
+      const own = new Uint8Array(pad + length);
+      own.set(buffer.subarray(pad, pad + length), pad);
+      buffer = own;
+    }
     this.allocated = { bytes: pad + length, prefaulted: prepared !== null && buffer === prepared };
     return buffer.subarray(pad, pad + length);
   }
@@ -354,7 +361,7 @@ export function growBodyBuffer(
   else {
     const reserve = Math.max(_RESERVE_MIN, _RESERVE_FACTOR * size);
     try {
-      grown = new Uint8Array(new ArrayBuffer(size, { maxByteLength: reserve }));
+      grown = new Uint8Array(new ArrayBuffer(size, { maxByteLength: reserve }), 0, size);
     } catch {
       grown = new Uint8Array(size); // no room to reserve: a plain buffer, doubling as before
     }
