@@ -7,7 +7,7 @@
  *  id, preferred node ─▶ Content-Length (400 / 413) ─▶ registry.acquire (503 router_busy /
  *  no_node, Retry-After: 1) ─▶ request_head ─▶ upload (concurrently: 413, 400, 502)
  *    (or, a body of one frame to a node that takes whole frames: read, then head, body and
- *    end in one message)
+ *    end in one message; a slot gone meanwhile had nothing sent: another slot takes it)
  *  ─▶ response_head (502 when out of turn or gone) ─▶ an answer of one frame (declared by its
  *  length, not live output) taken whole to the node's end and sent with its length; any other
  *  streamed to the client
@@ -171,36 +171,65 @@ export async function forwardExecute(request: Request, ctx: ForwardContext): Pro
         "request_rejected",
       );
     }
-    const queued = performance.now();
-    try {
-      lease = await ctx.registry.acquire(preferred, () => request.signal);
-    } catch (error) {
-      const kind = (error as { kind?: string }).kind;
-      if (error instanceof RouterStopping) {
-        throw new _RouterError(503, "router_busy", "router is shutting down", "queue_timeout");
+    // A small body read while a slot was held, kept if that slot went away before anything was
+    // sent on it: the request then takes another slot (it never reached a node).
+    let read: Uint8Array | null = null;
+    for (let attempt = 1;; attempt++) {
+      lease = await _acquire(request, preferred, trace, ctx);
+      trace.node = lease.nodeId;
+      const outcome = await _exchange(request, length, lease, trace, ctx, read);
+      if (!(outcome instanceof _SlotGoneUnsent)) return outcome;
+      lease = null;
+      read = outcome.body;
+      if (attempt === _UNSENT_ATTEMPTS) {
+        throw new _RouterError(502, "server_transport", _TRANSPORT_MESSAGE, "tunnel_disconnected");
       }
-      if (kind === "router_busy") {
-        throw new _RouterError(503, "router_busy", "router queue is full", "queue_full");
-      }
-      if (kind === "no_node") {
-        throw new _RouterError(
-          503,
-          "no_node",
-          "no compatible node has an available slot",
-          "queue_timeout",
-        );
-      }
-      throw new _RouterError(0, "invalid_request", "client went away", "client_disconnected");
-    } finally {
-      trace.queueWaitMs = performance.now() - queued;
     }
-    trace.node = lease.nodeId;
-    return await _exchange(request, length, lease, trace, ctx);
   } catch (error) {
     if (error instanceof _RouterError) return _errorResponse(error, trace, ctx);
     (lease?.slot as RouterSlot | undefined)?.close("cancelled", "request_rejected");
     lease?.release(false);
     throw error;
+  }
+}
+
+/** Slots a request may take in turn when each goes away before anything was sent on it. */
+const _UNSENT_ATTEMPTS = 3;
+
+/** The held slot went away before anything of the request was sent on it; its body so far. */
+class _SlotGoneUnsent {
+  constructor(readonly body: Uint8Array) {}
+}
+
+/** A slot for the request (its queue wait added to the trace); throws the 503 or client error to answer. */
+async function _acquire(
+  request: Request,
+  preferred: string | null,
+  trace: _Trace,
+  ctx: ForwardContext,
+): Promise<SlotLease> {
+  const queued = performance.now();
+  try {
+    return await ctx.registry.acquire(preferred, () => request.signal);
+  } catch (error) {
+    const kind = (error as { kind?: string }).kind;
+    if (error instanceof RouterStopping) {
+      throw new _RouterError(503, "router_busy", "router is shutting down", "queue_timeout");
+    }
+    if (kind === "router_busy") {
+      throw new _RouterError(503, "router_busy", "router queue is full", "queue_full");
+    }
+    if (kind === "no_node") {
+      throw new _RouterError(
+        503,
+        "no_node",
+        "no compatible node has an available slot",
+        "queue_timeout",
+      );
+    }
+    throw new _RouterError(0, "invalid_request", "client went away", "client_disconnected");
+  } finally {
+    trace.queueWaitMs += performance.now() - queued;
   }
 }
 
@@ -210,7 +239,8 @@ async function _exchange(
   lease: SlotLease,
   trace: _Trace,
   ctx: ForwardContext,
-): Promise<Response> {
+  read: Uint8Array | null,
+): Promise<Response | _SlotGoneUnsent> {
   // The registry hands out the slots the hub registered, which are RouterSlots.
   const slot = lease.slot as RouterSlot;
   const headers = forwardedHeaders(request.headers, DROPPED_REQUEST_HEADERS);
@@ -218,9 +248,10 @@ async function _exchange(
   if (length !== null) headers.push(["content-length", String(length)]);
   // A body that fits one data frame goes with its head in one whole frame when the node takes
   // them: read first (nothing reaches the node before it is all here), then one message.
-  const whole = slot.takesWhole && (length === null ? !request.body : length <= MAX_DATA_BYTES)
-    ? await _smallBody(request, length)
-    : null;
+  const whole = read ??
+    (slot.takesWhole && (length === null ? !request.body : length <= MAX_DATA_BYTES)
+      ? await _smallBody(request, length)
+      : null);
   if (whole instanceof _RouterError) {
     lease.release(true); // nothing was sent: the slot is as it was
     throw whole;
@@ -228,12 +259,16 @@ async function _exchange(
   let exchange: TunnelExchange;
   let sentWhole = false;
   try {
-    const wholeExchange = whole ? slot.beginWhole(trace.id, headers, length, whole) : null;
+    const wholeExchange = whole && slot.takesWhole
+      ? slot.beginWhole(trace.id, headers, length, whole)
+      : null;
     sentWhole = wholeExchange !== null;
     exchange = wholeExchange ?? slot.begin(trace.id, headers, length);
   } catch (error) {
     if (!(error instanceof TunnelError)) throw error;
     lease.release(false);
+    // Gone while its body was read: nothing was sent, so another slot may take the request.
+    if (whole) return new _SlotGoneUnsent(whole);
     throw new _RouterError(502, "server_transport", _TRANSPORT_MESSAGE, "tunnel_disconnected");
   }
   if (sentWhole) trace.requestBytes = whole!.length;

@@ -17,7 +17,7 @@ import {
   encodeWholeFrame,
   SLOT_PATH,
 } from "../protocol/node_link.ts";
-import { closed, FakeNode, healthyStatus, openLink } from "./_fake_node.ts";
+import { closed, FakeNode, type FakeRequest, healthyStatus, openLink } from "./_fake_node.ts";
 
 async function startRouter(args: string[] = []) {
   const lines: string[] = [];
@@ -854,6 +854,62 @@ Deno.test("router: a whole frame a node's hello did not offer, or with a request
       "invalid_response",
       "invalid_response",
     ]);
+  } finally {
+    node.close();
+    await r.stop();
+  }
+});
+
+Deno.test("router: a slot that goes away while a small body is read sends nothing; another slot takes the request", async () => {
+  const r = await startRouter();
+  const node = new FakeNode(r.url, "gpu-w");
+  const served: string[] = [];
+  try {
+    await node.connect();
+    const handler = (which: string) => async (request: FakeRequest) => {
+      const body = new TextDecoder().decode(await request.body());
+      served.push(`${which}:${body}`);
+      const answer = new TextEncoder().encode(which);
+      request.respondWhole(200, [["content-length", String(answer.length)]], answer);
+    };
+    const first = await node.openSlot(handler("first"), null, true);
+    await waitFor("capacity", async () => (await capacity(r.url)) === 1);
+    // The client sends its head (a body of 10 declared) and holds the body back.
+    const conn = await Deno.connect({ hostname: "127.0.0.1", port: Number(new URL(r.url).port) });
+    await conn.write(
+      new TextEncoder().encode("POST /execute HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\n"),
+    );
+    const inProgress = async () =>
+      (await (await fetch(`${r.url}/health`)).json()).load.requests_in_progress;
+    await waitFor("the slot taken", async () => (await inProgress()) === 1);
+    // Meanwhile the slot's connection goes away and the node opens another.
+    first.close();
+    await node.openSlot(handler("second"), null, true);
+    await conn.write(new TextEncoder().encode("0123456789"));
+    const reply = new Uint8Array(4096);
+    let text = "";
+    const deadline = setTimeout(() => conn.close(), 10_000);
+    try {
+      while (!text.endsWith("second")) {
+        const n = await conn.read(reply);
+        if (n === null) break;
+        text += new TextDecoder().decode(reply.subarray(0, n));
+      }
+    } catch {
+      // closed at the deadline: the assertions below say what came
+    } finally {
+      clearTimeout(deadline);
+    }
+    try {
+      conn.close();
+    } catch {
+      // already closed
+    }
+    assert.match(text, /^HTTP\/1\.1 200/);
+    assert.ok(text.endsWith("second"), text);
+    assert.deepEqual(served, ["second:0123456789"]);
+    await waitFor("its log line", () => r.finished().length === 1);
+    assert.equal(r.finished()[0].finish_reason, "completed");
   } finally {
     node.close();
     await r.stop();
