@@ -27,8 +27,7 @@
  * one binary frame ({@linkcode encodeWholeFrame}: `0x02`, the request id, the head's JSON length
  * and text, the body). It means exactly `request_head`/`response_head`, `data` (when the body is
  * not empty), `end`; a peer that did not say `whole: true` never receives one. A whole frame is at
- * most {@linkcode MAX_TEXT_BYTES} long (a node's link takes no longer message); a head and body
- * that would not fit go as separate messages. A sender may have
+ * most {@linkcode MAX_TEXT_BYTES} long (a node's link takes no longer message). A sender may have
  * {@linkcode CREDIT_WINDOW} data frames of one body unacknowledged; the receiver returns credit
  * as it consumes them, so neither end buffers more than a window per request and direction
  * (a WebSocket has no back-pressure of its own). The slot is reusable once both `end`s have
@@ -350,10 +349,15 @@ const _WHOLE = 2;
 /** Kind byte, request id, the head's length. */
 const _WHOLE_PREFIX = 41;
 
+const _utf8 = new TextEncoder();
+const _strictUtf8 = new TextDecoder("utf-8", { fatal: true });
+
 /**
  * A whole exchange in one binary frame: `0x02`, the request id, the head's JSON length (4 bytes,
  * big-endian) and text, then the body (at most {@linkcode MAX_DATA_BYTES}). It stands for the
- * head, a data frame of the body (none when empty) and `end`.
+ * head, a data frame of the body (none when empty) and `end`. `null` when the frame would be
+ * longer than {@linkcode MAX_TEXT_BYTES} (what a node takes in one message: a head of huge
+ * headers); the head, body and end then go as separate messages.
  *
  * @example
  * ```ts
@@ -364,18 +368,19 @@ const _WHOLE_PREFIX = 41;
  *   { t: "response_head", request_id: id, status: 200, headers: [["content-length", "2"]] },
  *   new Uint8Array([7, 8]),
  * );
- * const back = decodeWholeFrame(frame);
+ * const back = decodeWholeFrame(frame!);
  * if (back.head.t !== "response_head" || back.bytes.length !== 2) throw new Error();
  * ```
  */
 export function encodeWholeFrame(
   head: RequestHead | ResponseHead,
   body: Uint8Array,
-): Uint8Array<ArrayBuffer> {
+): Uint8Array<ArrayBuffer> | null {
   if (body.length > MAX_DATA_BYTES) {
     throw new RangeError(`a whole frame carries at most ${MAX_DATA_BYTES} bytes of body`);
   }
-  const text = new TextEncoder().encode(encodeMessage(head));
+  const text = _utf8.encode(encodeMessage(head));
+  if (_WHOLE_PREFIX + text.length + body.length > MAX_TEXT_BYTES) return null;
   const frame = new Uint8Array(_WHOLE_PREFIX + text.length + body.length);
   frame[0] = _WHOLE;
   for (let i = 0; i < 36; i++) frame[1 + i] = head.request_id.charCodeAt(i);
@@ -438,7 +443,7 @@ export function decodeWholeFrame(frame: Uint8Array): WholeFrame {
   }
   let text: string;
   try {
-    text = new TextDecoder("utf-8", { fatal: true }).decode(
+    text = _strictUtf8.decode(
       frame.subarray(_WHOLE_PREFIX, _WHOLE_PREFIX + textLength),
     );
   } catch {

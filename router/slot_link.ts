@@ -27,7 +27,6 @@ import {
   LINK_CLOSE,
   type LinkCloseName,
   LinkMessageError,
-  MAX_TEXT_BYTES,
   parseSlotMessage,
   type ResponseHead,
   type SlotHello,
@@ -285,7 +284,7 @@ export class RouterSlot implements SlotHandle {
    * Starts a request whose whole body is at hand (at most one data frame) on a slot that
    * {@linkcode RouterSlot.takesWhole}: head, body and end go in one whole frame, and the
    * exchange's upload has ended. `null`, with nothing sent, when the frame would be longer than
-   * a node takes in one message ({@linkcode MAX_TEXT_BYTES}: a head of huge headers); the
+   * a node takes in one message (`MAX_TEXT_BYTES`: a head of huge headers); the
    * request then goes as head, data and end. Throws {@linkcode TunnelError} when the connection
    * is gone.
    *
@@ -309,7 +308,7 @@ export class RouterSlot implements SlotHandle {
     if (!this.takesWhole) throw new Error("the node did not offer whole frames");
     const head = { t: "request_head" as const, request_id: requestId, headers };
     const frame = encodeWholeFrame({ ...head, content_length: contentLength }, body);
-    if (frame.length > MAX_TEXT_BYTES) return null;
+    if (!frame) return null;
     const exchange = this.#start(requestId);
     this.#send(frame);
     exchange.upload.sentWhole(body.length);

@@ -307,9 +307,10 @@ class _Slot {
   }
 
   #onMessage(data: unknown, attempt: _Attempt): void {
-    if (data instanceof ArrayBuffer && isWholeFrame(new Uint8Array(data))) {
+    const binary = data instanceof ArrayBuffer ? new Uint8Array(data) : null;
+    if (binary && isWholeFrame(binary)) {
       if (!this.#whole) throw new LinkMessageError("a whole frame the ack did not take");
-      const { head, bytes } = decodeWholeFrame(new Uint8Array(data));
+      const { head, bytes } = decodeWholeFrame(binary);
       if (head.t !== "request_head") throw new LinkMessageError("'response_head' from the Router");
       if (!this.#requestHead(head)) return;
       const request = this.#request!;
@@ -318,8 +319,8 @@ class _Slot {
       this.#settle(request);
       return;
     }
-    if (data instanceof ArrayBuffer) {
-      const frame = decodeDataFrame(new Uint8Array(data));
+    if (binary) {
+      const frame = decodeDataFrame(binary);
       const request = this.#request;
       if (!request || frame.requestId !== request.id) {
         throw new LinkMessageError("data for another request");
@@ -452,8 +453,7 @@ class _Slot {
         const whole = this.#whole && bytes.length <= MAX_DATA_BYTES
           ? encodeWholeFrame(head, bytes)
           : null;
-        // A whole frame is at most what a peer takes in one message (protocol/node_link.ts).
-        if (whole && whole.length <= MAX_TEXT_BYTES) {
+        if (whole) {
           request.response.sentWhole(bytes.length); // throws once the slot failed
           request.send(whole);
         } else {

@@ -211,7 +211,7 @@ export class FakeNode {
         },
         respondWhole(status, headers, body) {
           const head = { t: "response_head" as const, request_id: id, status, headers };
-          socket.send(encodeWholeFrame(head, body));
+          socket.send(encodeWholeFrame(head, body)!);
         },
       });
       return state;

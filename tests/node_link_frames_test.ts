@@ -23,15 +23,15 @@ const head: RequestHead = {
 Deno.test("node link frames: a whole frame carries its head and body, empty or full", () => {
   for (const length of [0, 3, MAX_DATA_BYTES]) {
     const body = Uint8Array.from({ length }, (_, i) => i & 0xff);
-    const back = decodeWholeFrame(encodeWholeFrame({ ...head, content_length: length }, body));
+    const back = decodeWholeFrame(encodeWholeFrame({ ...head, content_length: length }, body)!);
     assert.deepEqual(back.head, { ...head, content_length: length });
     assert.deepEqual(back.bytes, body);
   }
-  assert.throws(() => encodeWholeFrame(head, new Uint8Array(MAX_DATA_BYTES + 1)), RangeError);
+  assert.throws(() => encodeWholeFrame(head, new Uint8Array(MAX_DATA_BYTES + 1))!, RangeError);
 });
 
 Deno.test("node link frames: malformed whole frames are refused", () => {
-  const good = encodeWholeFrame(head, new Uint8Array([1, 2, 3]));
+  const good = encodeWholeFrame(head, new Uint8Array([1, 2, 3]))!;
   const textLength = new DataView(good.buffer).getUint32(37);
   const withLength = (n: number) => {
     const frame = good.slice();
@@ -81,7 +81,7 @@ Deno.test("node link frames: malformed whole frames are refused", () => {
 
 /** A whole frame with a body of `length` bytes, built past the encoder's limit. */
 function encodeWholeFrameUnchecked(length: number): Uint8Array {
-  const small = encodeWholeFrame(head, new Uint8Array(0));
+  const small = encodeWholeFrame(head, new Uint8Array(0))!;
   const frame = new Uint8Array(small.length + length);
   frame.set(small);
   return frame;

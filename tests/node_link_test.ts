@@ -282,12 +282,14 @@ Deno.test("node link: with a Router that takes whole frames, a request in one fr
     }]);
     for (let round = 0; round < 3; round++) {
       const id = crypto.randomUUID();
-      slot.socket.send(encodeWholeFrame({
-        t: "request_head",
-        request_id: id,
-        headers: [["content-type", contentType], ["content-length", String(body.length)]],
-        content_length: body.length,
-      }, body));
+      slot.socket.send(
+        encodeWholeFrame({
+          t: "request_head",
+          request_id: id,
+          headers: [["content-type", contentType], ["content-length", String(body.length)]],
+          content_length: body.length,
+        }, body)!,
+      );
       // One message back: head, body and end together.
       const answer = await slot.next();
       assert.ok(answer instanceof ArrayBuffer, `a whole frame, not ${JSON.stringify(answer)}`);
@@ -319,12 +321,12 @@ Deno.test("node link: a whole frame from a Router whose ack did not take them, o
     const [whole, frame, reason] of [
       [
         false,
-        (id: string) => encodeWholeFrame(_head(id), new Uint8Array(0)),
+        (id: string) => encodeWholeFrame(_head(id), new Uint8Array(0))!,
         "the ack did not take",
       ],
       [true, () => new Uint8Array([2, 1, 2, 3]), "malformed whole frame"],
       [true, (id: string) => {
-        const frame = encodeWholeFrame(_head(id), new Uint8Array(0));
+        const frame = encodeWholeFrame(_head(id), new Uint8Array(0))!;
         frame[1] ^= 1; // the frame's request id no longer the head's
         return frame;
       }, "another request"],

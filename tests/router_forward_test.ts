@@ -831,11 +831,11 @@ Deno.test("router: a whole frame a node's hello did not offer, or with a request
           // Offered: a request head where the response head belongs. Not offered: any whole frame.
           request.socket.send(
             offered
-              ? encodeWholeFrame({ ...request.head, request_id: id }, new Uint8Array(0))
+              ? encodeWholeFrame({ ...request.head, request_id: id }, new Uint8Array(0))!
               : encodeWholeFrame(
                 { t: "response_head", request_id: id, status: 200, headers: [] },
                 new Uint8Array(0),
-              ),
+              )!,
           );
         },
         null,
