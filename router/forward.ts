@@ -474,14 +474,19 @@ async function _smallBody(
   request: Request,
   length: number | null,
 ): Promise<Uint8Array | _RouterError> {
-  let bytes: Uint8Array;
+  const bytes = await _readBody(request);
+  if (bytes instanceof _RouterError) return bytes;
+  if (length !== null && bytes.length !== length) return _lengthMismatch();
+  return bytes;
+}
+
+/** The client's whole body (empty when it has none), or the error its failure is answered with. */
+async function _readBody(request: Request): Promise<Uint8Array | _RouterError> {
   try {
-    bytes = request.body ? await request.bytes() : new Uint8Array(0);
+    return request.body ? await request.bytes() : new Uint8Array(0);
   } catch {
     return _clientFailed();
   }
-  if (length !== null && bytes.length !== length) return _lengthMismatch();
-  return bytes;
 }
 
 /**
@@ -494,12 +499,8 @@ async function _sendSmallBody(
   exchange: TunnelExchange,
   trace: _Trace,
 ): Promise<number | _RouterError> {
-  let bytes: Uint8Array;
-  try {
-    bytes = await request.bytes();
-  } catch {
-    return _clientFailed();
-  }
+  const bytes = await _readBody(request);
+  if (bytes instanceof _RouterError) return bytes;
   if (bytes.length > MAX_DATA_BYTES) return bytes.length;
   return await _sendBytes(bytes, exchange, trace);
 }
