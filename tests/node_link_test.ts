@@ -261,16 +261,7 @@ Deno.test("node link: with a Router that takes whole frames, a request in one fr
   const { app } = testApp({ numWorkers: 1 });
   await app.start();
   const router = _fakeRouter(true);
-  const link = new NodeLink({
-    routerEndpoint: router.url,
-    nodeId: "cpu-a",
-    nodeToken: null,
-    serverInstanceId: app.health().instance_id,
-    slots: 1,
-    execute: (request, client) => app.execute(request, client),
-    events: app.events,
-    reconnectMinMs: 10,
-  });
+  const link = _linkTo(router.url, app);
   link.start();
   try {
     const slot = await router.slot(0);
@@ -333,16 +324,7 @@ Deno.test("node link: a whole frame from a Router whose ack did not take them, o
     ] as const
   ) {
     const router = _fakeRouter(whole);
-    const link = new NodeLink({
-      routerEndpoint: router.url,
-      nodeId: "cpu-a",
-      nodeToken: null,
-      serverInstanceId: app.health().instance_id,
-      slots: 1,
-      execute: (request, client) => app.execute(request, client),
-      events: app.events,
-      reconnectMinMs: 10,
-    });
+    const link = _linkTo(router.url, app);
     link.start();
     const errors = () => events.filter((e) => e.event === "tunnel_protocol_error").length;
     const errorsBefore = errors();
@@ -360,6 +342,20 @@ Deno.test("node link: a whole frame from a Router whose ack did not take them, o
   }
   await app.shutdown();
 });
+
+/** One slot of `app` linked to the Router at `url`, reconnecting after 10 ms. */
+function _linkTo(url: string, app: ReturnType<typeof testApp>["app"]): NodeLink {
+  return new NodeLink({
+    routerEndpoint: url,
+    nodeId: "cpu-a",
+    nodeToken: null,
+    serverInstanceId: app.health().instance_id,
+    slots: 1,
+    execute: (request, client) => app.execute(request, client),
+    events: app.events,
+    reconnectMinMs: 10,
+  });
+}
 
 function _head(id: string) {
   return { t: "request_head" as const, request_id: id, headers: [], content_length: 0 };

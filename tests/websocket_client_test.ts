@@ -25,6 +25,16 @@ function _watch(socket: WebSocketClient): _Seen {
   return seen;
 }
 
+/** A Deno WebSocket server that sends every message back as it came. */
+function _echoServer(): Deno.HttpServer<Deno.NetAddr> {
+  return Deno.serve({ port: 0, onListen() {} }, (request) => {
+    const { socket, response } = Deno.upgradeWebSocket(request);
+    socket.binaryType = "arraybuffer";
+    socket.onmessage = (event) => socket.send(event.data);
+    return response;
+  });
+}
+
 async function _until(test: () => boolean): Promise<void> {
   for (let i = 0; i < 500 && !test(); i++) await new Promise((r) => setTimeout(r, 10));
   assert.ok(test(), "condition not reached in time");
@@ -238,12 +248,7 @@ for (
 }
 
 Deno.test("websocket client: payloads at any offset and length arrive intact (masked in pieces, SIMD and tail)", async () => {
-  const server = Deno.serve({ port: 0, onListen() {} }, (request) => {
-    const { socket, response } = Deno.upgradeWebSocket(request);
-    socket.binaryType = "arraybuffer";
-    socket.onmessage = (event) => socket.send(event.data);
-    return response;
-  });
+  const server = _echoServer();
   const socket = new WebSocketClient(`ws://127.0.0.1:${server.addr.port}/`);
   const seen = _watch(socket);
   await _until(() => seen.open);
@@ -268,12 +273,7 @@ Deno.test("websocket client: payloads at any offset and length arrive intact (ma
 });
 
 Deno.test("websocket client: large frames sent one after another reuse buffers and stay intact", async () => {
-  const server = Deno.serve({ port: 0, onListen() {} }, (request) => {
-    const { socket, response } = Deno.upgradeWebSocket(request);
-    socket.binaryType = "arraybuffer";
-    socket.onmessage = (event) => socket.send(event.data);
-    return response;
-  });
+  const server = _echoServer();
   const socket = new WebSocketClient(`ws://127.0.0.1:${server.addr.port}/`, {
     maxMessageBytes: 1 << 20,
   });
@@ -304,12 +304,7 @@ Deno.test("websocket client: large frames sent one after another reuse buffers a
 });
 
 Deno.test("websocket client: a message sent in parts arrives as their concatenation", async () => {
-  const server = Deno.serve({ port: 0, onListen() {} }, (request) => {
-    const { socket, response } = Deno.upgradeWebSocket(request);
-    socket.binaryType = "arraybuffer";
-    socket.onmessage = (event) => socket.send(event.data);
-    return response;
-  });
+  const server = _echoServer();
   const socket = new WebSocketClient(`ws://127.0.0.1:${server.addr.port}/`, {
     maxMessageBytes: 1 << 20,
   });
