@@ -9,6 +9,7 @@
  * @module
  */
 import { CommandLineError } from "../options/command.ts";
+import { pinMallocThresholds } from "./malloc_thresholds.ts";
 import { parseRouterCommandLine, RouterHelp, routerUsage } from "../router/options.ts";
 
 /**
@@ -46,6 +47,8 @@ export async function routerMain(
     }
     throw error;
   }
+  // Buffers freed per node-link message stay mapped for the next ones (cli/malloc_thresholds.ts).
+  pinMallocThresholds(env);
   const { createRouter } = await import("../router/app.ts");
   const { serve } = await import("../http/serve.ts");
   const { consoleMessage } = await import("../http/events.ts");

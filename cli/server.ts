@@ -31,6 +31,7 @@ import { versionLine } from "../options/version.ts";
 import { serverConfigOptions, serverListenOptions } from "../server/config_options.ts";
 import { type AccessConfig, accessOptions, checkAccessConfig } from "../http/access_options.ts";
 import { type ServerConfig, serverConfigSchema } from "../server/config.ts";
+import { pinMallocThresholds } from "./malloc_thresholds.ts";
 import { selfCommand } from "./self_command.ts";
 import {
   checkNodeCommandLine,
@@ -211,6 +212,8 @@ export async function serverMain(
   if (args.node.routerEndpoint !== null && env.KCORAL_NODE_SERVER !== "1") {
     return await _superviseNode(argv, args, env);
   }
+  // Buffers freed per message and chunk stay mapped for the next ones (cli/malloc_thresholds.ts).
+  pinMallocThresholds(env);
   const { createApp } = await import("../server/app.ts");
   const { serve } = await import("../http/serve.ts");
   const { loadAccess } = await import("../http/access_options.ts");
