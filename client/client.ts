@@ -430,11 +430,14 @@ export class Client implements AsyncDisposable {
         headers,
         signal,
         observe: (responseHeaders) => {
-          // A chunked answer (through a Router) has no length: no thread, no progress.
-          const length = Number(responseHeaders.get("content-length") ?? 0);
+          // A chunked answer (through a Router) has no length: no progress.
+          const declared = responseHeaders.get("content-length");
+          const length = Number(declared ?? 0);
           const multipart = PartDigests.forMultipart(responseHeaders);
-          // Large payloads are hashed on a thread while the rest arrives.
-          const thread = multipart && length >= _THREAD_HASH_BYTES
+          // Large payloads are hashed on a thread while the rest arrives. A Router streams only
+          // answers larger than one node-link frame (256 KiB; smaller ones come whole, with
+          // their length), so an answer of unknown length is taken as large.
+          const thread = multipart && (declared === null || length >= _THREAD_HASH_BYTES)
             ? this.#hashes.take()
             : undefined;
           threaded = thread !== undefined;

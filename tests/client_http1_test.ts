@@ -666,7 +666,7 @@ Deno.test("http1: preparing a buffer for a large answer never holds a small answ
 });
 
 Deno.test("http1: a chunked body is watched as it arrives, padded as the observer asks", async () => {
-  const payload = randomBytes(3 << 20);
+  const payload = randomBytes(5 << 20);
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, () => {
     // A stream answers chunked (as a Router does): pieces of 100 bytes, then 256 KiB each.
     const pieces = [payload.subarray(0, 100)];
@@ -698,6 +698,13 @@ Deno.test("http1: a chunked body is watched as it arrives, padded as the observe
     assert.equal(seen.at(-1), payload.length);
     assert.ok(seen.length >= 2, `updates as the body arrives: ${seen.join()}`);
     assert.ok(seen.every((n, i) => i === 0 || n > seen[i - 1]), "the body only grows");
+    // Every 2 MiB as a Content-Length body's, not at each of its 21 chunks (each update hands the
+    // new bytes to a hash thread in one message), and once at the end.
+    assert.ok(
+      seen.slice(0, -1).every((n, i) => n - (seen[i - 1] ?? 0) >= 2 << 20),
+      `updates every 2 MiB: ${seen.join()}`,
+    );
+    assert.ok(seen.length <= 3, `${seen.length} updates: ${seen.join()}`);
     // The last update saw the very bytes the response carries (digests are found by position).
     const lastSeen = last as Uint8Array | null;
     assert.ok(lastSeen !== null && lastSeen.buffer === response.body.buffer);
