@@ -9,7 +9,9 @@
  * - the Router's resident memory while 8 clients each send a 256 MiB request at once;
  * - the Router's CPU per request with 1, 10, 100 and 500 connected nodes, one client: the nodes
  *   are a load generator speaking the node protocol (a control link and one slot each,
- *   answering at once), not real servers.
+ *   answering at once), not real servers. The four Routers run at once and are measured in 5
+ *   rounds, taking turns, so each row has 5 samples and drift falls on all alike; a last row
+ *   gives the largest distance of a row's median from the four medians' mean.
  *
  * The node is a real `kcoral server --router` (its supervisor and its server); direct requests
  * go to that server's own port.
@@ -229,29 +231,60 @@ export async function runRouterBench(options: RouterBenchOptions): Promise<Bench
     await router.stop();
   }
 
-  // CPU per request with many connected nodes (a fresh Router for each count).
-  for (const count of [1, 10, 100, 500]) {
-    _progress(`CPU with ${count} node links`);
-    const r = await startRouterProcess();
-    const stop = await _fakeNodes(r.url, count, {});
-    try {
+  // CPU per request with many connected nodes: a Router for each count, all up at once and
+  // measured in turns, so that the machine's drift over the minutes falls on every count alike.
+  const counts = [1, 10, 100, 500];
+  const rounds = 5;
+  const perRound = quick ? 300 : 600;
+  const routers: { count: number; url: string; pid: number; cpu: number[] }[] = [];
+  const stops: (() => Promise<void>)[] = [];
+  try {
+    for (const count of counts) {
+      _progress(`CPU: a Router with ${count} node links`);
+      const r = await startRouterProcess();
+      const stop = await _fakeNodes(r.url, count, {});
+      stops.push(async () => (stop(), await r.stop()));
       await waitForCapacity(r.url, count);
-      const body = new TextEncoder().encode("x");
-      for (let i = 0; i < 200; i++) await _post(r.url, body);
-      // One client: no request waits in the Router's queue, whatever the node count (a queue
-      // would add its own work with one link of one slot, and none with 500).
-      const requests = quick ? 1000 : 3000;
-      const before = ownCpuMs(r.pid);
-      for (let sent = 0; sent < requests; sent++) await _post(r.url, body);
-      const perRequest = (ownCpuMs(r.pid) - before) / requests;
-      rows.push(
-        row(`Router CPU per request, ${count} node link(s) (load generator)`, "ms", [perRequest]),
-      );
-    } finally {
-      stop();
-      await r.stop();
+      routers.push({ count, url: r.url, pid: r.pid, cpu: [] });
     }
+    const body = new TextEncoder().encode("x");
+    for (const router of routers) {
+      for (let i = 0; i < 200; i++) await _post(router.url, body);
+    }
+    for (let round = 0; round < rounds; round++) {
+      _progress(`CPU: round ${round + 1} of ${rounds}`);
+      for (const router of routers) {
+        // One client: no request waits in the Router's queue, whatever the node count (a queue
+        // would add its own work with one link of one slot, and none with 500).
+        const before = ownCpuMs(router.pid);
+        for (let sent = 0; sent < perRound; sent++) await _post(router.url, body);
+        router.cpu.push((ownCpuMs(router.pid) - before) / perRound);
+      }
+    }
+  } finally {
+    for (const stop of stops) await stop();
   }
+  const medians: number[] = [];
+  for (const { count, cpu } of routers) {
+    const summary = row(
+      `Router CPU per request, ${count} node link(s) (load generator)`,
+      "ms",
+      cpu,
+    );
+    rows.push(summary);
+    medians.push(summary.median);
+  }
+  const mean = medians.reduce((a, b) => a + b, 0) / medians.length;
+  const spread = Math.max(...medians.map((m) => Math.abs(m / mean - 1))) * 100;
+  rows.push(
+    row(
+      "Router CPU per request, largest median's distance from their mean",
+      "%",
+      [spread],
+      undefined,
+      "≤ 20",
+    ),
+  );
   return rows;
 }
 

@@ -10,10 +10,10 @@
  * a message. A Router forwarding a 64 MiB answer took 14,500 minor faults, and its node 5,100;
  * with the thresholds pinned, 500 and 120 (docs/decisions.md, "Malloc thresholds").
  *
- * It is done in-process through `mallopt(3)` (FFI, so it needs `--allow-ffi`, which `-A` gives).
- * Nothing is changed where glibc is not the C library (`libc.so.6` does not load), where FFI is
- * not allowed, or where the operator set malloc tunables themselves (`GLIBC_TUNABLES` with a
- * `glibc.malloc.` entry): theirs win.
+ * It is done in-process through `mallopt(3)` (FFI, so it needs `--allow-ffi`, which `-A` gives;
+ * without it nothing is asked for). Nothing is changed where glibc is not the C library
+ * (`libc.so.6` does not load), where FFI is not allowed, or where the operator set malloc tunables
+ * themselves (`GLIBC_TUNABLES` with a `glibc.malloc.` entry): theirs win.
  *
  * @module
  */
@@ -45,13 +45,17 @@ export function pinMallocThresholds(
     return "skipped: GLIBC_TUNABLES sets malloc tunables";
   }
   if (Deno.build.os !== "linux") return `skipped: ${Deno.build.os}`;
+  // Asked, not requested: without the permission a terminal would otherwise prompt for it.
+  if (Deno.permissions.querySync({ name: "ffi" }).state !== "granted") {
+    return "skipped: no FFI permission";
+  }
   let libc;
   try {
     libc = Deno.dlopen("libc.so.6", {
       mallopt: { parameters: ["i32", "i32"], result: "i32" },
     });
   } catch (error) {
-    // No FFI permission, or not glibc (musl names its C library otherwise).
+    // Not glibc (musl names its C library otherwise).
     return `skipped: ${error instanceof Error ? error.message : error}`;
   }
   try {
