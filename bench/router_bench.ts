@@ -9,8 +9,8 @@
  * - the Router's resident memory while 8 clients each send a 256 MiB request at once;
  * - the Router's CPU per request with 1, 10, 100 and 500 connected nodes, one client: the nodes
  *   are a load generator speaking the node protocol (a control link and one slot each,
- *   answering at once), not real servers. The four Routers run at once and are measured in 5
- *   rounds, taking turns, so each row has 5 samples and drift falls on all alike; a last row
+ *   answering at once), not real servers. A fresh Router per count and round, the counts taking
+ *   turns over 5 rounds, so each row has 5 samples and drift falls on all alike; a last row
  *   gives the largest distance of a row's median from the four medians' mean.
  *
  * The node is a real `kcoral server --router` (its supervisor and its server); direct requests
@@ -231,38 +231,33 @@ export async function runRouterBench(options: RouterBenchOptions): Promise<Bench
     await router.stop();
   }
 
-  // CPU per request with many connected nodes: a Router for each count, all up at once and
-  // measured in turns, so that the machine's drift over the minutes falls on every count alike.
+  // CPU per request with many connected nodes: a fresh Router per count and round, the counts
+  // taking turns round by round, so that the machine's drift over the minutes falls on every
+  // count alike (one Router at a time: on a small machine, idle Routers beside it would slow it).
   const counts = [1, 10, 100, 500];
   const rounds = 5;
-  const perRound = quick ? 300 : 600;
-  const routers: { count: number; url: string; pid: number; cpu: number[] }[] = [];
-  const stops: (() => Promise<void>)[] = [];
-  try {
-    for (const count of counts) {
-      _progress(`CPU: a Router with ${count} node links`);
-      const r = await startRouterProcess();
-      const stop = await _fakeNodes(r.url, count, {});
-      stops.push(async () => (stop(), await r.stop()));
-      await waitForCapacity(r.url, count);
-      routers.push({ count, url: r.url, pid: r.pid, cpu: [] });
-    }
-    const body = new TextEncoder().encode("x");
+  const perRound = quick ? 500 : 1500;
+  const routers = counts.map((count) => ({ count, cpu: [] as number[] }));
+  const body = new TextEncoder().encode("x");
+  for (let round = 0; round < rounds; round++) {
     for (const router of routers) {
-      for (let i = 0; i < 200; i++) await _post(router.url, body);
-    }
-    for (let round = 0; round < rounds; round++) {
-      _progress(`CPU: round ${round + 1} of ${rounds}`);
-      for (const router of routers) {
+      _progress(`CPU: round ${round + 1} of ${rounds}, ${router.count} node links`);
+      const r = await startRouterProcess();
+      const stop = await _fakeNodes(r.url, router.count, {});
+      try {
+        await waitForCapacity(r.url, router.count);
+        // Warm-up: past the new Router's first compilations.
+        for (let i = 0; i < 500; i++) await _post(r.url, body);
         // One client: no request waits in the Router's queue, whatever the node count (a queue
         // would add its own work with one link of one slot, and none with 500).
-        const before = ownCpuMs(router.pid);
-        for (let sent = 0; sent < perRound; sent++) await _post(router.url, body);
-        router.cpu.push((ownCpuMs(router.pid) - before) / perRound);
+        const before = ownCpuMs(r.pid);
+        for (let sent = 0; sent < perRound; sent++) await _post(r.url, body);
+        router.cpu.push((ownCpuMs(r.pid) - before) / perRound);
+      } finally {
+        stop();
+        await r.stop();
       }
     }
-  } finally {
-    for (const stop of stops) await stop();
   }
   const medians: number[] = [];
   for (const { count, cpu } of routers) {
