@@ -8,6 +8,28 @@
 
 import { HashThread } from "../protocol/hash_threads.ts";
 
+/** Multipart responses this large are hashed on a thread while they arrive. */
+const _THREAD_HASH_BYTES = 8 * 1024 * 1024;
+
+/**
+ * Whether a response with these headers is large enough to hash on the thread: a declared
+ * length of 8 MiB or more, or no length at all. A Router streams only answers larger than one
+ * node-link frame (256 KiB; smaller ones come whole, with their length), so an answer of unknown
+ * length is taken as large.
+ *
+ * @example
+ * ```ts
+ * import { hashesOnThread } from "./_shared_hash_thread.ts";
+ *
+ * if (hashesOnThread(new Headers({ "content-length": "1024" }))) throw new Error("small");
+ * if (!hashesOnThread(new Headers())) throw new Error("a chunked answer is large");
+ * ```
+ */
+export function hashesOnThread(headers: Headers): boolean {
+  const declared = headers.get("content-length");
+  return declared === null || Number(declared) >= _THREAD_HASH_BYTES;
+}
+
 /** How long an unused thread is kept for the next large response. */
 const _IDLE_MS = 1000;
 

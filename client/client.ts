@@ -47,7 +47,7 @@ import { Program } from "./program.ts";
 import type { ExecuteOptions, TransferProgress } from "./program_options.ts";
 import { ProgramResult, RESULT_FACTORIES } from "./result.ts";
 import { RemoteFunction, type RemoteFunctionOptions } from "./remote_function.ts";
-import { SharedHashThread } from "./_shared_hash_thread.ts";
+import { hashesOnThread, SharedHashThread } from "./_shared_hash_thread.ts";
 import {
   basicAuthorization,
   type BodyObserver,
@@ -431,13 +431,10 @@ export class Client implements AsyncDisposable {
         signal,
         observe: (responseHeaders) => {
           // A chunked answer (through a Router) has no length: no progress.
-          const declared = responseHeaders.get("content-length");
-          const length = Number(declared ?? 0);
+          const length = Number(responseHeaders.get("content-length") ?? 0);
           const multipart = PartDigests.forMultipart(responseHeaders);
-          // Large payloads are hashed on a thread while the rest arrives. A Router streams only
-          // answers larger than one node-link frame (256 KiB; smaller ones come whole, with
-          // their length), so an answer of unknown length is taken as large.
-          const thread = multipart && (declared === null || length >= _THREAD_HASH_BYTES)
+          // Large payloads are hashed on a thread while the rest arrives.
+          const thread = multipart && hashesOnThread(responseHeaders)
             ? this.#hashes.take()
             : undefined;
           threaded = thread !== undefined;
@@ -547,9 +544,6 @@ function _serverError(response: TransportResponse): KCoralError {
     requestId: info.requestId,
   });
 }
-
-/** Multipart responses this large are hashed on a thread while they arrive. */
-const _THREAD_HASH_BYTES = 8 * 1024 * 1024;
 
 /** `observer` (if any), also reporting the download's progress to `onProgress`. */
 function _reporting(

@@ -3,6 +3,7 @@
 import assert from "node:assert/strict";
 import { PartDigests } from "../protocol/part_digests.ts";
 import { HashThread } from "../protocol/hash_threads.ts";
+import { hashesOnThread } from "../client/_shared_hash_thread.ts";
 import { Client, Program, ProtocolError } from "../mod.ts";
 import { encodeMultipart } from "../protocol/multipart_encode.ts";
 import { sha256Hex } from "../protocol/hash.ts";
@@ -525,4 +526,12 @@ Deno.test("hash threads: rest stops the threads with nothing open; they start ag
   } finally {
     threads.close();
   }
+});
+
+Deno.test("client: an answer without a length (a Router's, chunked) is hashed on the thread, as a large one", () => {
+  const length = (bytes: number) => new Headers({ "content-length": String(bytes) });
+  assert.equal(hashesOnThread(new Headers({ "transfer-encoding": "chunked" })), true);
+  assert.equal(hashesOnThread(length(8 * 1024 * 1024)), true);
+  assert.equal(hashesOnThread(length(8 * 1024 * 1024 - 1)), false);
+  assert.equal(hashesOnThread(length(300 * 1024)), false);
 });
