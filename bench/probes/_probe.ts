@@ -1,6 +1,6 @@
 /**
- * Shared pieces of the diagnostic probes: a `kcoral server` in its own process, and the 64 MiB
- * `c = a + b` program of the server bench.
+ * Shared pieces of the diagnostic probes: a `kcoral server` in its own process, the 64 MiB
+ * `c = a + b` program of the server bench, and reading the probes' command lines.
  *
  * @module
  */
@@ -133,4 +133,17 @@ export function requestEvents(logDir: string): Map<string, Record<string, unknow
     byRequest.set(event.request_id, [...(byRequest.get(event.request_id) ?? []), event]);
   }
   return byRequest;
+}
+
+/** The number after `name` (`--requests 8`) on the command line, or `fallback`. */
+export function numberArg(name: string, fallback: number): number {
+  const at = Deno.args.indexOf(name);
+  return at >= 0 ? Number(Deno.args[at + 1]) : fallback;
+}
+
+/** The command line's positional arguments (checkouts): not `--name`, its value, nor `gpu`. */
+export function positionalArgs(): string[] {
+  return Deno.args.filter((arg, i) =>
+    !arg.startsWith("--") && !Deno.args[i - 1]?.startsWith("--") && arg !== "gpu"
+  );
 }

@@ -16,18 +16,12 @@ import type { Client } from "../../mod.ts";
 import { trivialProgram } from "../_programs.ts";
 import { childPid, ownCpuMs } from "../_proc.ts";
 import { startRoutedSide, stopRoutedSides } from "../_routed_ab.ts";
-import { median } from "./_probe.ts";
+import { median, numberArg, positionalArgs } from "./_probe.ts";
 
-const option = (name: string, fallback: number) => {
-  const at = Deno.args.indexOf(name);
-  return at >= 0 ? Number(Deno.args[at + 1]) : fallback;
-};
-const trees = Deno.args.filter((arg, i) =>
-  !arg.startsWith("--") && !Deno.args[i - 1]?.startsWith("--")
-);
+const trees = positionalArgs();
 if (trees.length !== 2) throw new Error("usage: routed_latency_pairs.ts TREE_A TREE_B [--steps N]");
-const steps = option("--steps", 2000);
-const warmups = option("--warmups", 300);
+const steps = numberArg("--steps", 2000);
+const warmups = numberArg("--warmups", 300);
 const program = trivialProgram();
 
 const sides = [];

@@ -8,26 +8,21 @@
  *
  * @module
  */
+import { numberArg, positionalArgs } from "./_probe.ts";
 import type { Client } from "../../mod.ts";
 import { bytesResultProgram } from "../_programs.ts";
 import { runRoutedAB } from "../_routed_ab.ts";
 
-const option = (name: string, fallback: number) => {
-  const at = Deno.args.indexOf(name);
-  return at >= 0 ? Number(Deno.args[at + 1]) : fallback;
-};
-const trees = Deno.args.filter((arg, i) =>
-  !arg.startsWith("--") && !Deno.args[i - 1]?.startsWith("--") && arg !== "gpu"
-).slice(0, 2);
+const trees = positionalArgs().slice(0, 2);
 if (trees.length !== 2) throw new Error("usage: routed_result_ab.ts TREE_A TREE_B [--rounds N]");
-const mib = option("--mib", 64);
+const mib = numberArg("--mib", 64);
 const program = bytesResultProgram(mib);
 
 await runRoutedAB({
   trees,
   mode: Deno.args.includes("gpu") ? "gpu" : "cpu",
-  rounds: option("--rounds", 6),
-  perRound: option("--per-round", 3),
+  rounds: numberArg("--rounds", 6),
+  perRound: numberArg("--per-round", 3),
   warmups: 2,
   time: async (client: Client) => {
     const start = performance.now();

@@ -11,19 +11,13 @@
  * @module
  */
 import process from "node:process";
-import { median } from "./_probe.ts";
+import { median, numberArg, positionalArgs } from "./_probe.ts";
 
-const option = (name: string, fallback: number) => {
-  const at = Deno.args.indexOf(name);
-  return at >= 0 ? Number(Deno.args[at + 1]) : fallback;
-};
-const trees = Deno.args.filter((arg, i) =>
-  !arg.startsWith("--") && !Deno.args[i - 1]?.startsWith("--") && arg !== "gpu"
-).map((tree) => Deno.realPathSync(tree));
+const trees = positionalArgs().map((tree) => Deno.realPathSync(tree));
 if (trees.length < 1) throw new Error("usage: routed_result_own_client.ts TREE_A [TREE_B]");
-const mib = option("--mib", 64);
-const pairs = option("--pairs", 12);
-const turns = option("--turns", 2);
+const mib = numberArg("--mib", 64);
+const pairs = numberArg("--pairs", 12);
+const turns = numberArg("--turns", 2);
 const mode = Deno.args.includes("gpu") ? "gpu" : "cpu";
 
 for (let turn = 1; turn <= turns; turn++) {

@@ -10,19 +10,11 @@
  *
  * @module
  */
-import { median } from "./_probe.ts";
+import { median, numberArg, positionalArgs } from "./_probe.ts";
 
-const option = (name: string, fallback: number) => {
-  const at = Deno.args.indexOf(name);
-  return at >= 0 ? Number(Deno.args[at + 1]) : fallback;
-};
-const tree = Deno.realPathSync(
-  Deno.args.find((arg, i) =>
-    !arg.startsWith("--") && !Deno.args[i - 1]?.startsWith("--") && arg !== "gpu"
-  ) ?? new URL("../..", import.meta.url).pathname,
-);
-const mib = option("--mib", 64);
-const requests = option("--requests", 10);
+const tree = Deno.realPathSync(positionalArgs()[0] ?? new URL("../..", import.meta.url).pathname);
+const mib = numberArg("--mib", 64);
+const requests = numberArg("--requests", 10);
 const mode = Deno.args.includes("gpu") ? "gpu" : "cpu";
 
 const { startRoutedSide, stopRoutedSides } = await import(`${tree}/bench/_routed_ab.ts`);
