@@ -4,6 +4,7 @@ import {
   pinMallocThresholds,
   TRIM_THRESHOLD_BYTES,
 } from "../cli/malloc_thresholds.ts";
+import { outputWithInput } from "./_child.ts";
 
 /**
  * A child process allocates and frees eight node-link-sized buffers (256 KiB + 37) per cycle, as
@@ -26,16 +27,11 @@ async function faultsOfMessageChurn(args: string[], pin: boolean): Promise<numbe
     }
     console.log(faults() - before);
   `;
-  const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "--no-config", ...args, "-"],
-    stdin: "piped",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  const writer = child.stdin.getWriter();
-  await writer.write(new TextEncoder().encode(script));
-  await writer.close();
-  const { code, stdout, stderr } = await child.output();
+  const { code, stdout, stderr } = await outputWithInput(
+    Deno.execPath(),
+    ["run", "--no-config", ...args, "-"],
+    script,
+  );
   assert.equal(code, 0, new TextDecoder().decode(stderr));
   return Number(new TextDecoder().decode(stdout).trim());
 }
@@ -54,22 +50,13 @@ Deno.test("malloc thresholds: the operator's GLIBC_TUNABLES win, and no FFI perm
     "skipped: GLIBC_TUNABLES sets malloc tunables",
   );
   const module = new URL("../cli/malloc_thresholds.ts", import.meta.url).href;
-  const limited = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "--no-config", "--allow-read", "-"],
-    stdin: "piped",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  const writer = limited.stdin.getWriter();
-  await writer.write(
-    new TextEncoder().encode(
-      `import { pinMallocThresholds } from ${
-        JSON.stringify(module)
-      }; console.log(pinMallocThresholds({}));`,
-    ),
+  const { code, stdout } = await outputWithInput(
+    Deno.execPath(),
+    ["run", "--no-config", "--allow-read", "-"],
+    `import { pinMallocThresholds } from ${
+      JSON.stringify(module)
+    }; console.log(pinMallocThresholds({}));`,
   );
-  await writer.close();
-  const { code, stdout } = await limited.output();
   assert.equal(code, 0);
   assert.equal(new TextDecoder().decode(stdout).trim(), "skipped: no FFI permission");
   assert.equal(MMAP_THRESHOLD_BYTES * 2, TRIM_THRESHOLD_BYTES);

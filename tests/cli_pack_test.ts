@@ -3,6 +3,7 @@
 // (runtime_py/kcoral_runtime/tools/runner.py, exec'd like the worker does) read the archive.
 
 import assert from "node:assert/strict";
+import { outputWithInput } from "./_child.ts";
 import { type PackedInputs, PackError, packInputs } from "../cli/run/pack.ts";
 import { readToolSources } from "../cli/run/sources.ts";
 import { writeTar } from "../cli/run/tar.ts";
@@ -51,16 +52,7 @@ async function rejects(promise: Promise<unknown>, message: string): Promise<void
 }
 
 async function python(script: string, input: Uint8Array, ...args: string[]): Promise<string> {
-  const child = new Deno.Command("python3", {
-    args: ["-c", script, ...args],
-    stdin: "piped",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  const writer = child.stdin.getWriter();
-  await writer.write(input);
-  await writer.close();
-  const { code, stdout, stderr } = await child.output();
+  const { code, stdout, stderr } = await outputWithInput("python3", ["-c", script, ...args], input);
   const text = new TextDecoder().decode(stderr);
   assertEquals(code, 0, text);
   return new TextDecoder().decode(stdout);

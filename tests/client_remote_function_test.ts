@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { outputWithInput } from "./_child.ts";
 import {
   Client,
   ProtocolError,
@@ -109,16 +110,11 @@ for item in program["instructions"]:
         print(json.dumps(handles[item["value"]["$ref"]], sort_keys=True))
 `;
     const blobs = Object.fromEntries([...program.blobs].map(([hash, bytes]) => [hash, [...bytes]]));
-    const child = new Deno.Command("python3", {
-      args: ["-c", harness, JSON.stringify(blobs)],
-      stdin: "piped",
-      stdout: "piped",
-      stderr: "piped",
-    }).spawn();
-    const writer = child.stdin.getWriter();
-    await writer.write(new TextEncoder().encode(program.toJson()));
-    await writer.close();
-    const output = await child.output();
+    const output = await outputWithInput(
+      "python3",
+      ["-c", harness, JSON.stringify(blobs)],
+      program.toJson(),
+    );
     assert.equal(output.code, 0, new TextDecoder().decode(output.stderr));
     assert.deepEqual(JSON.parse(new TextDecoder().decode(output.stdout)), expected);
   }

@@ -9,6 +9,7 @@ import { Client } from "../mod.ts";
 import { callProgram, postProgram, startServer } from "./_server.ts";
 import { startNode, startRouter, waitForCapacity } from "./_router.ts";
 import { lengthProgram } from "../bench/_programs.ts";
+import { outputWithInput } from "./_child.ts";
 
 interface Sample {
   name: string;
@@ -47,16 +48,7 @@ async function scrape(url: string): Promise<Scraped> {
   assert.equal(response.status, 200);
   assert.match(response.headers.get("content-type") ?? "", /^text\/plain; version=0\.0\.4/);
   const text = await response.text();
-  const child = new Deno.Command(await parserPython(), {
-    args: [PARSER],
-    stdin: "piped",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  const writer = child.stdin.getWriter();
-  await writer.write(new TextEncoder().encode(text));
-  await writer.close();
-  const output = await child.output();
+  const output = await outputWithInput(await parserPython(), [PARSER], text);
   assert.ok(output.success, new TextDecoder().decode(output.stderr));
   const families = JSON.parse(new TextDecoder().decode(output.stdout)) as Family[];
   return {

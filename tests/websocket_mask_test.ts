@@ -4,6 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { maskInto } from "../http/websocket_mask.ts";
+import { outputWithInput } from "./_child.ts";
 
 function _reference(payload: Uint8Array, key: Uint8Array): Uint8Array {
   return payload.map((byte, i) => byte ^ key[i % 4]);
@@ -100,16 +101,11 @@ Deno.test("websocket mask: where WebAssembly cannot run (--jitless), bytes are m
     }
     console.log("masked");
   `;
-  const output = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "--no-config", "--v8-flags=--jitless", "-"],
-    stdin: "piped",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  const writer = output.stdin.getWriter();
-  await writer.write(new TextEncoder().encode(script));
-  await writer.close();
-  const { code, stdout, stderr } = await output.output();
+  const { code, stdout, stderr } = await outputWithInput(
+    Deno.execPath(),
+    ["run", "--no-config", "--v8-flags=--jitless", "-"],
+    script,
+  );
   const text = new TextDecoder().decode(stdout);
   assert.equal(code, 0, new TextDecoder().decode(stderr));
   assert.equal(text.trim(), "masked", "WebAssembly did not run, and the fallback masked correctly");
