@@ -272,6 +272,13 @@ export class ResponseReader {
     let length = 0;
     /** What the observer has seen. */
     let observed = 0;
+    // As a Content-Length body's: every _STEP bytes, not every chunk (each update hands the new
+    // bytes to the hash thread in one message), and the rest at the end.
+    const observe = async (step: number) => {
+      if (!observer || length - observed < step) return;
+      observed = length;
+      await observer.update(buffer.subarray(pad, pad + length), length);
+    };
     for (;;) {
       const line = await this.readLine();
       const sizeText = line.split(";")[0].trim();
@@ -295,17 +302,10 @@ export class ResponseReader {
       }
       sink?.(buffer.slice(pad + length, pad + length + size));
       length += size;
-      // As a Content-Length body's: every _STEP bytes, not every (256 KiB) chunk; each update
-      // hands the new bytes to the hash thread in one message.
-      if (observer && length - observed >= _STEP) {
-        observed = length;
-        await observer.update(buffer.subarray(pad, pad + length), length);
-      }
+      await observe(_STEP);
       if ((await this.readLine()) !== "") throw new Error("malformed chunked body");
     }
-    if (observer && length > observed) {
-      await observer.update(buffer.subarray(pad, pad + length), length);
-    }
+    await observe(1);
     while ((await this.readLine()) !== "") { /* trailer fields are ignored */ }
     if (buffer === prepared && 2 * (pad + length) < buffer.length) {
       // Much smaller than the answer prepared for: a buffer of its own (with its padding), so
