@@ -1,0 +1,62 @@
+/**
+ * The headers that cross the Router (router/headers.ts): the response headers built straight
+ * from a node's entries are the ones the general rule gives for the same headers.
+ */
+import assert from "node:assert/strict";
+import {
+  DROPPED_RESPONSE_HEADERS,
+  forwardedHeaders,
+  forwardedResponseHeaders,
+} from "../router/headers.ts";
+import type { HeaderEntry } from "../protocol/node_link.ts";
+
+/** The general rule: the entries as `Headers`, filtered, and back into `Headers`. */
+function viaGeneralRule(entries: HeaderEntry[], drop: readonly string[]): Headers {
+  const whole = new Headers();
+  for (const [name, value] of entries) whole.append(name, value);
+  const out = new Headers();
+  for (const [name, value] of forwardedHeaders(whole, drop)) out.append(name, value);
+  return out;
+}
+
+const cases: HeaderEntry[][] = [
+  [],
+  [["content-type", "application/json"], ["content-length", "22"]],
+  [["Content-Type", "text/plain"], ["X-Request-ID", "node's"], ["X-KCoral-Node", "other"]],
+  [["connection", "X-Private, keep-alive"], ["x-private", "1"], ["Keep-Alive", "5"], ["x-b", "2"]],
+  [["Connection", "x-a"], ["connection", " x-b ,"], ["x-a", "1"], ["X-B", "2"], ["x-c", "3"]],
+  [["set-cookie", "a=1"], ["Set-Cookie", "b=2"], ["x-d", "1"], ["x-d", "2"]],
+  [["connection", "set-cookie"], ["set-cookie", "a=1"], ["x-e", "1"]],
+  [["transfer-encoding", "chunked"], ["upgrade", "h2c"], ["te", "trailers"], ["trailer", "x"]],
+  [["proxy-authenticate", "Basic"], ["x-f", "  padded  "], ["x-g", ""]],
+];
+
+Deno.test("router headers: a node's response entries give the general rule's headers", () => {
+  for (const entries of cases) {
+    for (const drop of [DROPPED_RESPONSE_HEADERS, [] as string[], ["x-b", "set-cookie"]]) {
+      const fast = forwardedResponseHeaders(entries, drop);
+      const general = viaGeneralRule(entries, drop);
+      const label = JSON.stringify({ entries, drop });
+      assert.deepEqual([...fast], [...general], label);
+      assert.deepEqual(fast.getSetCookie(), general.getSetCookie(), label);
+    }
+  }
+});
+
+Deno.test("router headers: hop-by-hop, Connection-named and dropped names never reach the client", () => {
+  const headers = forwardedResponseHeaders([
+    ["Connection", "X-Private"],
+    ["X-Private", "secret"],
+    ["Transfer-Encoding", "chunked"],
+    ["Content-Length", "7"],
+    ["X-Request-ID", "spoofed"],
+    ["Set-Cookie", "a=1"],
+    ["set-cookie", "b=2"],
+    ["x-kept", "1"],
+  ], DROPPED_RESPONSE_HEADERS);
+  assert.deepEqual([...headers], [["set-cookie", "a=1"], ["set-cookie", "b=2"], ["x-kept", "1"]]);
+});
+
+Deno.test("router headers: an entry Headers refuses is a TypeError", () => {
+  assert.throws(() => forwardedResponseHeaders([["bad name", "1"]], []), TypeError);
+});
