@@ -45,7 +45,9 @@ export const DATA_HEADER_BYTES = 37;
  * ```
  */
 export class BodySender {
-  readonly #header: Uint8Array;
+  readonly #requestId: string;
+  /** A data frame's header for this body, made at its first data frame (a whole exchange has none). */
+  #headerBytes: Uint8Array | null = null;
   readonly #sendFrame: (frame: Uint8Array) => void;
   readonly #sendEnd: () => void;
   readonly #sendParts: ((parts: readonly Uint8Array[]) => void) | null;
@@ -82,10 +84,14 @@ export class BodySender {
     sendEnd: () => void,
     sendParts?: (parts: readonly Uint8Array[]) => void,
   ) {
-    this.#header = encodeDataFrame(requestId, new Uint8Array(0));
+    this.#requestId = requestId;
     this.#sendFrame = sendFrame;
     this.#sendEnd = sendEnd;
     this.#sendParts = sendParts ?? null;
+  }
+
+  #header(): Uint8Array {
+    return this.#headerBytes ??= encodeDataFrame(this.#requestId, new Uint8Array(0));
   }
 
   /**
@@ -106,7 +112,7 @@ export class BodySender {
    */
   newFrame(capacity: number = MAX_DATA_BYTES): Uint8Array<ArrayBuffer> {
     const frame = new Uint8Array(DATA_HEADER_BYTES + Math.min(capacity, MAX_DATA_BYTES));
-    frame.set(this.#header);
+    frame.set(this.#header());
     return frame;
   }
 
@@ -182,7 +188,7 @@ export class BodySender {
       if (this.#failure) throw this.#failure;
       if (this.#sendParts && this.#staged === 0 && rest.length >= MAX_DATA_BYTES) {
         // A full frame straight from the chunk, as parts (no frame of its own to copy into).
-        await this.#frame([this.#header, rest.subarray(0, MAX_DATA_BYTES)], MAX_DATA_BYTES);
+        await this.#frame([this.#header(), rest.subarray(0, MAX_DATA_BYTES)], MAX_DATA_BYTES);
         this.#sentFull = true;
         rest = rest.subarray(MAX_DATA_BYTES);
         continue;
