@@ -28,6 +28,7 @@ import type { ClientTokens } from "../http/client_tokens.ts";
 import { jsonResponse, type Route, route, type RouteGuard } from "../http/routes.ts";
 import type { HttpApp } from "../http/serve.ts";
 import { forwardExecute } from "./forward.ts";
+import { ClientWatch } from "./client_watch.ts";
 import { acceptNodeLink } from "./hub.ts";
 import { NodeRegistry } from "./registry.ts";
 import { RouterMetrics } from "./metrics.ts";
@@ -86,6 +87,7 @@ class _Router implements RouterApp {
   readonly #guard: RouteGuard;
   readonly #metrics: RouterMetrics;
   readonly #status: RouterStatus;
+  readonly #clientWatch = new ClientWatch();
 
   constructor(config: RouterConfig, options: RouterAppOptions) {
     this.#config = config;
@@ -137,6 +139,7 @@ class _Router implements RouterApp {
 
   start(): Promise<void> {
     this.registry.start();
+    this.#clientWatch.start();
     this.events.emit("INFO", "router_started", {
       instance_id: this.instanceId,
       host: this.#config.host,
@@ -153,6 +156,7 @@ class _Router implements RouterApp {
     const drained = this.#inFlight.drain();
     this.registry.close();
     await drained;
+    this.#clientWatch.stop();
     for (const socket of this.#sockets) {
       try {
         socket.close(1001, "router stopping");
@@ -194,6 +198,7 @@ class _Router implements RouterApp {
         maxRequestBytes: this.#config.maxRequestBytes,
         events: this.events,
         onFinished: leave,
+        clientWatch: this.#clientWatch,
       });
     } catch (error) {
       leave();

@@ -12,7 +12,8 @@
  *  length, not live output) taken whole to the node's end and sent with its length; any other
  *  streamed to the client
  *  ─▶ node's end: slot back to its FIFO (or discarded when the upload had not finished)
- *  client gone ─▶ cancel client_disconnected
+ *  client gone (before the answer: noticed through ClientWatch; after: by the answer's stream)
+ *    ─▶ cancel client_disconnected
  * ```
  *
  * One `request_finished` console event per attempt, with the request id the node's own
@@ -21,6 +22,7 @@
  * @module
  */
 import {
+  type HeaderEntry,
   isValidNodeId,
   MAX_DATA_BYTES,
   NODE_HEADER,
@@ -34,10 +36,11 @@ import {
   DROPPED_REQUEST_HEADERS,
   DROPPED_RESPONSE_HEADERS,
   forwardedHeaders,
-  forwardedResponseHeaders,
+  forwardedResponseEntries,
 } from "./headers.ts";
 import { type NodeRegistry, RouterStopping, type SlotLease } from "./registry.ts";
 import { type RouterSlot, TunnelError, type TunnelExchange } from "./slot_link.ts";
+import type { ClientWatch } from "./client_watch.ts";
 
 /** What forwarding needs of the Router. */
 export interface ForwardContext {
@@ -49,6 +52,8 @@ export interface ForwardContext {
   events: EventLog;
   /** Called once the attempt has finished (answered, streamed, abandoned). */
   onFinished?: () => void;
+  /** Notices a client that goes away while its request is on a node (default: not noticed). */
+  clientWatch?: ClientWatch;
 }
 
 /** Why an attempt ended (`finish_reason` of `request_finished`). */
@@ -131,9 +136,10 @@ function _errorResponse(error: _RouterError, trace: _Trace, ctx: ForwardContext)
 function _contentLength(headers: Headers): number | null {
   const value = headers.get("content-length");
   if (value === null) return null;
-  if (!/^\d+$/.test(value.trim()) || !Number.isSafeInteger(Number(value))) {
+  if (!/^\d+$/.test(value.trim())) {
     throw new _RouterError(400, "invalid_request", "invalid Content-Length", "request_rejected");
   }
+  // Past 2^53 the number is not exact, but it is past any limit: a 413.
   return Number(value);
 }
 
@@ -279,12 +285,39 @@ async function _exchange(
   const upload = sentWhole
     ? Promise.resolve(null)
     : _upload(request, exchange, length, ctx.maxRequestBytes, trace, whole);
-  // Settles only with the upload's error (an upload that ended leaves the answer to come).
-  const uploadFailed = upload.then((e) => e ?? new Promise<never>(() => {}));
+  // Settles only with what ends the attempt before its answer: the upload's error, or the client
+  // going away while the node works (an upload that ended leaves the answer to come).
+  const { promise: interrupted, resolve: interrupt, reject } = Promise.withResolvers<
+    _RouterError
+  >();
+  upload.then((error) => error && interrupt(error), reject);
+  const unwatch = ctx.clientWatch?.watch(request, () => interrupt(_clientGone())) ?? _unwatched;
+  try {
+    return await _answer(exchange, interrupted, lease, trace, ctx);
+  } finally {
+    // Once the answer is the client's (whole, or its stream begun), its stream notices a client
+    // that goes away.
+    unwatch();
+  }
+}
+
+const _unwatched = () => {};
+
+const _clientGone = () =>
+  new _RouterError(0, "invalid_request", "client went away", "client_disconnected");
+
+/** The node's answer for the client, once its head comes. */
+async function _answer(
+  exchange: TunnelExchange,
+  interrupted: Promise<_RouterError>,
+  lease: SlotLease,
+  trace: _Trace,
+  ctx: ForwardContext,
+): Promise<Response> {
   let head: ResponseHead;
   try {
-    // The head, or an upload that failed first.
-    const first: ResponseHead | _RouterError = await Promise.race([exchange.head, uploadFailed]);
+    // The head, or an upload that failed or a client that went away first.
+    const first: ResponseHead | _RouterError = await Promise.race([exchange.head, interrupted]);
     if (first instanceof _RouterError) throw first;
     head = first;
   } catch (error) {
@@ -298,23 +331,39 @@ async function _exchange(
     lease.release(false);
     throw failure;
   }
+  // The entries themselves go to the client's Response: a repeated header stays repeated.
+  const responseHeaders = forwardedResponseEntries(head.headers, DROPPED_RESPONSE_HEADERS);
+  if (!_validHeaders(responseHeaders)) {
+    // Headers no HTTP answer can carry (spec router §2.2 item 7: not decodable).
+    exchange.cancel("invalid_response");
+    lease.release(false);
+    throw new _RouterError(502, "server_transport", _TRANSPORT_MESSAGE, "invalid_response");
+  }
+  responseHeaders.push([NODE_HEADER, lease.nodeId], ["x-request-id", trace.id]);
   trace.status = head.status;
   if (head.status === 503) lease.markSaturated();
-  const responseHeaders = forwardedResponseHeaders(head.headers, DROPPED_RESPONSE_HEADERS);
-  responseHeaders.set(NODE_HEADER, lease.nodeId);
-  responseHeaders.set("x-request-id", trace.id);
   // A status that has no body (204, 205, 304) gets none, whatever the node sent: the node's
   // bytes are read to its end all the same (the slot is settled there) and dropped.
   const bodyless = _NULL_BODY_STATUSES.has(head.status);
   const init = { status: head.status, headers: responseHeaders };
   if (_declaresOneFrame(head)) {
-    const whole = await _wholeAnswer(exchange, uploadFailed, lease, trace, ctx);
+    const whole = await _wholeAnswer(exchange, interrupted, lease, trace, ctx);
     if (whole) return new Response(bodyless ? null : whole, init);
   }
-  const body = _responseBody(exchange, uploadFailed, lease, trace, ctx);
+  const body = _responseBody(exchange, interrupted, lease, trace, ctx);
   if (!bodyless) return new Response(body, init);
   body.pipeTo(new WritableStream()).catch(() => {});
   return new Response(null, init);
+}
+
+/** Whether `Headers` takes every entry (a name that is a token, a value without CR, LF or NUL). */
+function _validHeaders(entries: HeaderEntry[]): boolean {
+  try {
+    new Headers(entries);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** Statuses whose responses have no body (a node's status is 200–599: no 1xx comes). */
@@ -342,15 +391,12 @@ function _declaresOneFrame(head: ResponseHead): boolean {
  * where a streamed answer costs the Router a stream, chunked framing and a second write. `null`
  * once the answer is larger (nothing taken: it is streamed). Whatever `Content-Length` the node
  * declared, the bytes up to its `end` are the answer. The slot is settled as at a streamed
- * answer's end; an upload failing first or the slot failing are answered as before the head.
- * The client is not watched meanwhile (`request.signal` would print Deno's legacy-abort warning
- * into the Router's log on every request): a node that declared a small answer and stalls holds
- * its slot until it ends the answer or its links are dropped (status age), as it holds it
- * mid-stream until the client notices.
+ * answer's end; an upload failing first, a client going away (`ForwardContext.clientWatch`)
+ * or the slot failing are answered as before the head.
  */
 async function _wholeAnswer(
   exchange: TunnelExchange,
-  uploadFailed: Promise<_RouterError>,
+  interrupted: Promise<_RouterError>,
   lease: SlotLease,
   trace: _Trace,
   ctx: ForwardContext,
@@ -359,7 +405,7 @@ async function _wholeAnswer(
   try {
     answer = await Promise.race([
       exchange.body.wholeIfWithin(MAX_DATA_BYTES),
-      uploadFailed,
+      interrupted,
     ]);
   } catch (error) {
     // forwardExecute answers it (its log line included); the slot is given up here.
@@ -594,7 +640,7 @@ async function _sendBody(
 /** The node's body for the client; the slot's fate is settled when it ends either way. */
 function _responseBody(
   exchange: TunnelExchange,
-  uploadFailed: Promise<_RouterError>,
+  interrupted: Promise<_RouterError>,
   lease: SlotLease,
   trace: _Trace,
   ctx: ForwardContext,
@@ -620,7 +666,7 @@ function _responseBody(
       release();
       let next: ReadableStreamReadResult<Uint8Array> | _RouterError;
       try {
-        next = await Promise.race([reader.read(), uploadFailed]);
+        next = await Promise.race([reader.read(), interrupted]);
       } catch (error) {
         // The slot failed mid-answer: the client's body is cut short.
         const reason = error instanceof TunnelError ? error.reason : "tunnel_disconnected";

@@ -3,7 +3,9 @@
  * (`connection`, `keep-alive`, `proxy-*`, `te`, `trailer`, `transfer-encoding`, `upgrade`, and
  * any header `Connection` names), nor the ones the Router sets itself. Nor does a client's
  * `Authorization`: a client token is the Router's to check, never a node's to see (the node
- * link has its own token). Repeated `set-cookie` headers stay separate entries.
+ * link has its own token). A node's repeated response headers stay separate entries and
+ * separate lines to the client. A client's repeated request headers reach the node as one entry
+ * joined with ", " (`Deno.serve` gives a request's headers only that way), except `set-cookie`.
  *
  * @module
  */
@@ -74,29 +76,30 @@ export function forwardedHeaders(headers: Headers, drop: readonly string[]): Hea
 }
 
 /**
- * A node's response header entries as the `Headers` the client gets: less hop-by-hop headers,
- * those its `Connection` entries name and `drop`, with names compared case-insensitively and
- * repeated names appended (each `set-cookie` stays its own). The same headers as
- * {@linkcode forwardedHeaders} of the entries' `Headers`, built once instead of three times (a
- * trivial routed request's answer is mostly headers). An entry `Headers` refuses is a
- * `TypeError`.
+ * A node's response header entries as the client gets them: less hop-by-hop headers, those its
+ * `Connection` entries name and `drop`, names compared case-insensitively. Repeated names stay
+ * separate entries in their order: give the entries themselves to `Response` (a `Headers` given
+ * to it would be read joined, `a: 1, 2`). The same headers as {@linkcode forwardedHeaders}
+ * gives for the entries' `Headers`, without building one. Not checked here: an entry `Headers`
+ * refuses fails where the entries are used.
  *
  * @example
  * ```ts
- * import { forwardedResponseHeaders } from "./headers.ts";
+ * import { forwardedResponseEntries } from "./headers.ts";
  *
- * const h = forwardedResponseHeaders([
- *   ["Connection", "x-private"], ["x-private", "1"], ["set-cookie", "a=1"],
- *   ["set-cookie", "b=2"], ["Content-Length", "5"], ["x-a", "1"],
+ * const entries = forwardedResponseEntries([
+ *   ["Connection", "x-private"], ["x-private", "1"], ["x-a", "1"], ["x-a", "2"],
+ *   ["Content-Length", "5"], ["set-cookie", "a=1"],
  * ], ["content-length"]);
- * if (h.getSetCookie().length !== 2 || h.get("x-a") !== "1") throw new Error();
- * if (h.has("x-private") || h.has("connection") || h.has("content-length")) throw new Error();
+ * if (JSON.stringify(entries) !== '[["x-a","1"],["x-a","2"],["set-cookie","a=1"]]') {
+ *   throw new Error(JSON.stringify(entries));
+ * }
  * ```
  */
-export function forwardedResponseHeaders(
+export function forwardedResponseEntries(
   entries: readonly HeaderEntry[],
   drop: readonly string[],
-): Headers {
+): HeaderEntry[] {
   let named: Set<string> | null = null;
   for (const [name, value] of entries) {
     if (name.toLowerCase() !== "connection") continue;
@@ -106,11 +109,11 @@ export function forwardedResponseHeaders(
       if (listed) named.add(listed);
     }
   }
-  const headers = new Headers();
-  for (const [name, value] of entries) {
-    const lower = name.toLowerCase();
+  const out: HeaderEntry[] = [];
+  for (const entry of entries) {
+    const lower = entry[0].toLowerCase();
     if (_HOP_BY_HOP.has(lower) || drop.includes(lower) || named?.has(lower)) continue;
-    headers.append(name, value);
+    out.push(entry);
   }
-  return headers;
+  return out;
 }

@@ -915,3 +915,151 @@ Deno.test("router: a slot that goes away while a small body is read sends nothin
     await r.stop();
   }
 });
+
+/** Sends a raw HTTP/1.1 request to the Router; returns the connection (read or close it). */
+async function rawRequest(url: string, head: string, body = ""): Promise<Deno.TcpConn> {
+  const { hostname, port } = new URL(url);
+  const conn = await Deno.connect({ hostname, port: Number(port) });
+  await conn.write(new TextEncoder().encode(head + "\r\n\r\n" + body));
+  return conn;
+}
+
+/** Everything the server sends until it closes the connection. */
+async function readAll(conn: Deno.TcpConn): Promise<string> {
+  const buffer = new Uint8Array(65536);
+  let text = "";
+  for (let n = await conn.read(buffer); n !== null; n = await conn.read(buffer)) {
+    text += new TextDecoder().decode(buffer.subarray(0, n));
+  }
+  conn.close();
+  return text;
+}
+
+for (const phase of ["before the response head", "while a small answer is taken whole"]) {
+  Deno.test(`router: a client gone ${phase} gives the slot up (client_disconnected)`, async () => {
+    const r = await startRouter();
+    const node = new FakeNode(r.url, "gpu-a");
+    try {
+      await node.connect();
+      let reached!: () => void;
+      const arrived = new Promise<void>((resolve) => (reached = resolve));
+      const slot = await node.openSlot((request) => {
+        // The node works on and on: no head, or a head of a small answer and no end.
+        if (phase.startsWith("while")) request.respond(200, [["content-length", "10"]]);
+        reached();
+      });
+      await waitFor("capacity", async () => (await capacity(r.url)) === 1);
+      const conn = await rawRequest(
+        r.url,
+        "POST /execute HTTP/1.1\r\nhost: router\r\ncontent-length: 1",
+        "x",
+      );
+      await arrived;
+      conn.close();
+      let timer!: ReturnType<typeof setTimeout>;
+      const end = await Promise.race([
+        closed(slot),
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(new Error("the slot was kept")), 5000);
+        }),
+      ]).finally(() => clearTimeout(timer));
+      assert.equal(end.reason, "client_disconnected");
+      assert.deepEqual(node.cancels.map((c) => c.reason), ["client_disconnected"]);
+      await waitFor("finished", () => r.finished().length === 1);
+      assert.equal(r.finished()[0].finish_reason, "client_disconnected");
+      const health = await (await fetch(`${r.url}/health`)).json();
+      assert.equal(health.load.requests_in_progress, 0);
+    } finally {
+      node.close();
+      await r.stop();
+    }
+  });
+}
+
+Deno.test("router: a response head with headers no answer can carry is a 502 invalid_response", async () => {
+  for (const bad of [["bad name", "1"], ["x-split", "a\nb"]] as [string, string][]) {
+    const r = await startRouter();
+    const node = new FakeNode(r.url, "gpu-a");
+    try {
+      await node.connect();
+      const slot = await node.openSlot((request) => {
+        request.respond(200, [["content-type", "application/json"], bad]);
+        request.end();
+      });
+      await waitFor("capacity", async () => (await capacity(r.url)) === 1);
+      const response = await fetch(`${r.url}/execute`, { method: "POST", body: "x" });
+      assert.equal(response.status, 502, JSON.stringify(bad));
+      const body = await response.json();
+      assert.equal(body.error.kind, "server_transport");
+      assert.equal(body.request_id, response.headers.get("x-request-id"));
+      assert.equal((await closed(slot)).reason, "invalid_response");
+      await waitFor("finished", () => r.finished().length === 1);
+      assert.equal(r.finished()[0].finish_reason, "invalid_response");
+    } finally {
+      node.close();
+      await r.stop();
+    }
+  }
+});
+
+Deno.test("router: a node's repeated response headers reach the client as separate lines", async () => {
+  const r = await startRouter();
+  const node = new FakeNode(r.url, "gpu-a");
+  try {
+    await node.connect();
+    await node.openSlot((request) => {
+      request.respond(200, [
+        ["x-repeated", "1"],
+        ["X-Repeated", "2"],
+        ["set-cookie", "a=1"],
+        ["set-cookie", "b=2"],
+        ["content-length", "2"],
+      ]);
+      request.write(new TextEncoder().encode("ok")).then(() => request.end());
+    });
+    await waitFor("capacity", async () => (await capacity(r.url)) === 1);
+    const text = await readAll(
+      await rawRequest(
+        r.url,
+        "POST /execute HTTP/1.1\r\nhost: router\r\nconnection: close\r\ncontent-length: 1",
+        "x",
+      ),
+    );
+    const lines = text.split("\r\n").map((line) => line.toLowerCase());
+    assert.deepEqual(lines.filter((l) => l.startsWith("x-repeated:")), [
+      "x-repeated: 1",
+      "x-repeated: 2",
+    ]);
+    assert.deepEqual(lines.filter((l) => l.startsWith("set-cookie:")), [
+      "set-cookie: a=1",
+      "set-cookie: b=2",
+    ]);
+    assert.ok(text.endsWith("\r\n\r\nok"), text);
+  } finally {
+    node.close();
+    await r.stop();
+  }
+});
+
+Deno.test("router: a Content-Length past 2^53 is 413 request_too_large, not 400", async () => {
+  const r = await startRouter();
+  try {
+    // The answer comes before any of the body (which is never sent): read up to its JSON's end.
+    const conn = await rawRequest(
+      r.url,
+      "POST /execute HTTP/1.1\r\nhost: router\r\ncontent-length: 9007199254740993",
+    );
+    const buffer = new Uint8Array(4096);
+    let text = "";
+    while (!text.endsWith("}")) {
+      const n = await conn.read(buffer);
+      if (n === null) break;
+      text += new TextDecoder().decode(buffer.subarray(0, n));
+    }
+    conn.close();
+    assert.match(text, /^HTTP\/1\.1 413 /);
+    assert.match(text, /"kind":"request_too_large"/);
+  } finally {
+    await r.stop();
+  }
+});

@@ -1,0 +1,165 @@
+/**
+ * Noticing a client that went away while its request is on a node (spec router §2.2 item 11,
+ * §3): the attempt then gives its slot up at once (`cancel client_disconnected`) instead of when
+ * the node answers.
+ *
+ * ```
+ *  watch(request, onGone) ─▶ waiting (a Map entry: nothing else per request)
+ *  every `afterMs` (one timer for all) ─▶ requests waiting longer ─▶ request.signal watched
+ *  the client's connection closes ─▶ its signal aborts ─▶ onGone()
+ *  unwatch() (answered, streaming, failed) ─▶ forgotten
+ * ```
+ *
+ * Reading a `Deno.serve` request's `signal` and listening on it costs each request a few
+ * microseconds, and a timer of its own would cost more (decisions.md, "The Router finishes an
+ * attempt without a timer"); most requests are answered in a millisecond. So a request is
+ * watched only once it has waited `afterMs`: a client that goes away is noticed within about
+ * twice that, and a request answered sooner costs a `Map` entry.
+ *
+ * @module
+ */
+
+/** A request being watched: when it came, and what to call once its client has gone. */
+interface _Watched {
+  since: number;
+  request: Request;
+  onGone: () => void;
+  signal: AbortSignal | null;
+}
+
+/** Watches requests' clients, one timer for all. */
+export class ClientWatch {
+  readonly #afterMs: number;
+  readonly #now: () => number;
+  /** Requests not watched yet, oldest first (a `Map` keeps insertion order). */
+  readonly #waiting = new Map<number, _Watched>();
+  #next = 0;
+  #timer: ReturnType<typeof setInterval> | null = null;
+
+  /**
+   * A watch that looks at requests older than `afterMs` (default 250) every `afterMs`; not
+   * running until {@linkcode ClientWatch.start}.
+   *
+   * @example
+   * ```ts
+   * import { ClientWatch } from "./client_watch.ts";
+   *
+   * const watch = new ClientWatch(100);
+   * watch.start();
+   * watch.stop();
+   * ```
+   */
+  constructor(afterMs = 250, now: () => number = () => performance.now()) {
+    this.#afterMs = afterMs;
+    this.#now = now;
+  }
+
+  /**
+   * Starts the timer (it does not keep the process alive). Idempotent.
+   *
+   * @example
+   * ```ts
+   * import { ClientWatch } from "./client_watch.ts";
+   *
+   * const watch = new ClientWatch();
+   * watch.start();
+   * watch.start();
+   * watch.stop();
+   * ```
+   */
+  start(): void {
+    if (this.#timer !== null) return;
+    this.#timer = setInterval(() => this.check(), this.#afterMs);
+    Deno.unrefTimer(this.#timer);
+  }
+
+  /**
+   * Stops the timer; requests already watched through their signal stay watched until
+   * unwatched. Idempotent.
+   *
+   * @example
+   * ```ts
+   * import { ClientWatch } from "./client_watch.ts";
+   *
+   * new ClientWatch().stop();
+   * ```
+   */
+  stop(): void {
+    if (this.#timer !== null) clearInterval(this.#timer);
+    this.#timer = null;
+  }
+
+  /**
+   * Watches `request`'s client: `onGone` runs (once) if it goes away before the returned
+   * function is called.
+   *
+   * @example
+   * ```ts
+   * import { ClientWatch } from "./client_watch.ts";
+   *
+   * let clock = 0;
+   * const watch = new ClientWatch(250, () => clock);
+   * const controller = new AbortController();
+   * const request = new Request("http://router/execute", { signal: controller.signal });
+   * let gone = false;
+   * const unwatch = watch.watch(request, () => (gone = true));
+   * clock = 300;
+   * watch.check();
+   * controller.abort();
+   * if (!gone) throw new Error("not noticed");
+   * unwatch();
+   * ```
+   */
+  watch(request: Request, onGone: () => void): () => void {
+    const key = this.#next++;
+    const watched: _Watched = { since: this.#now(), request, onGone, signal: null };
+    this.#waiting.set(key, watched);
+    return () => {
+      if (!this.#waiting.delete(key)) watched.signal?.removeEventListener("abort", onGone);
+    };
+  }
+
+  /**
+   * Watches the signals of the requests that have waited at least `afterMs` (the timer's
+   * work; callable directly).
+   *
+   * @example
+   * ```ts
+   * import { ClientWatch } from "./client_watch.ts";
+   *
+   * new ClientWatch().check(); // nothing waiting: nothing to do
+   * ```
+   */
+  check(): void {
+    const due = this.#now() - this.#afterMs;
+    for (const [key, watched] of this.#waiting) {
+      if (watched.since > due) break;
+      this.#waiting.delete(key);
+      const signal = watched.request.signal;
+      if (signal.aborted) {
+        watched.onGone();
+        continue;
+      }
+      watched.signal = signal;
+      signal.addEventListener("abort", watched.onGone, { once: true });
+    }
+  }
+
+  /**
+   * Requests not yet watched through their signal.
+   *
+   * @example
+   * ```ts
+   * import { ClientWatch } from "./client_watch.ts";
+   *
+   * const watch = new ClientWatch();
+   * const unwatch = watch.watch(new Request("http://router/execute"), () => {});
+   * const before = watch.waiting;
+   * unwatch();
+   * if (before !== 1 || watch.waiting !== 0) throw new Error();
+   * ```
+   */
+  get waiting(): number {
+    return this.#waiting.size;
+  }
+}
