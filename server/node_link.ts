@@ -430,11 +430,10 @@ class _Slot {
   }
 
   async #answer(request: _Request, response: Response): Promise<void> {
+    // Each `set-cookie` apart; `forEach` rather than Deno's slower `Headers` iterator
+    // (router/headers.ts).
     const headers: HeaderEntry[] = [];
-    for (const [name, value] of response.headers) {
-      if (name !== "set-cookie") headers.push([name, value]);
-    }
-    for (const cookie of response.headers.getSetCookie()) headers.push(["set-cookie", cookie]);
+    response.headers.forEach((value, name) => headers.push([name, value]));
     const head: ResponseHead = {
       t: "response_head",
       request_id: request.id,

@@ -127,11 +127,12 @@ export class Http1Agent {
     let length = 0;
     for (const chunk of body) length += chunk.length;
     let head = `${method} ${target} HTTP/1.1\r\nhost: ${this.#target.host}\r\n`;
-    for (const [name, value] of headers) {
+    // `forEach`, not `for…of`: Deno's `Headers` iterator costs about six times as much.
+    headers.forEach((value, name) => {
       if (name !== "host" && name !== "content-length" && name !== "connection") {
         head += `${name}: ${value}\r\n`;
       }
-    }
+    });
     if (length > 0 || method === "POST" || method === "PUT") {
       head += `content-length: ${length}\r\n`;
     }
