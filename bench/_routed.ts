@@ -6,6 +6,7 @@
 import { Client } from "../mod.ts";
 import { lengthProgram, randomBytes } from "./_programs.ts";
 import { rssMiB } from "./_proc.ts";
+import type { NodeStatus } from "../protocol/node_link.ts";
 
 const _CLI = new URL("../cli.ts", import.meta.url).pathname;
 
@@ -31,18 +32,17 @@ export function freePort(): number {
 }
 
 /**
- * Spawns `kcoral ARGS` and waits until its stderr shows `ready` (the rest is drained). `tree`
- * is another checkout to run it from (its own `deno.json`), for A/B probes.
+ * Spawns `deno run -A ARGS` (in `cwd`, if given) and waits until its stderr shows `ready`; the
+ * rest of its stderr is drained.
  */
-async function _spawn(
+export async function spawnUntilReady(
   args: string[],
   ready: string,
-  port: number,
-  tree?: string,
-): Promise<RoutedProcess> {
+  cwd?: string,
+): Promise<Deno.ChildProcess> {
   const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", tree ? `${tree}/cli.ts` : _CLI, ...args],
-    cwd: tree,
+    args: ["run", "-A", ...args],
+    cwd,
     stdin: "null",
     stdout: "null",
     stderr: "piped",
@@ -57,6 +57,20 @@ async function _spawn(
   (async () => {
     while (!(await reader.read()).done) { /* drained */ }
   })();
+  return child;
+}
+
+/**
+ * Spawns `kcoral ARGS` until it is ready (`spawnUntilReady`). `tree` is another checkout to run
+ * it from (its own `deno.json`), for A/B probes.
+ */
+async function _spawn(
+  args: string[],
+  ready: string,
+  port: number,
+  tree?: string,
+): Promise<RoutedProcess> {
+  const child = await spawnUntilReady([tree ? `${tree}/cli.ts` : _CLI, ...args], ready, tree);
   return {
     url: `http://127.0.0.1:${port}`,
     pid: child.pid,
@@ -68,6 +82,30 @@ async function _spawn(
       }
       await child.status;
     },
+  };
+}
+
+/**
+ * A node's status report as a load generator or stand-in node sends it: healthy, one worker, no
+ * target, `versions` as given.
+ */
+export function standInStatus(
+  nodeId: string,
+  serverInstanceId: string,
+  versions: Record<string, string> = {},
+): NodeStatus {
+  return {
+    t: "status",
+    node_id: nodeId,
+    server_healthy: true,
+    supervisor_instance_id: crypto.randomUUID(),
+    server_instance_id: serverInstanceId,
+    worker_count: 1,
+    busy_workers: 0,
+    target: {},
+    versions,
+    last_error: "",
+    health_age_millis: 0,
   };
 }
 

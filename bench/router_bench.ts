@@ -29,6 +29,7 @@ import { WebSocketClient } from "../http/websocket_client.ts";
 import { ownCpuMs } from "./_proc.ts";
 import {
   type NodeMode,
+  standInStatus,
   startNodeProcess,
   startRouterProcess,
   uploadBurstRss,
@@ -38,7 +39,6 @@ import {
   CONTROL_PATH,
   encodeDataFrame,
   encodeMessage,
-  type NodeStatus,
   parseSlotMessage,
   SLOT_PATH,
 } from "../protocol/node_link.ts";
@@ -67,19 +67,7 @@ async function _fakeNodes(routerUrl: string, count: number, versions: Record<str
     const instance = crypto.randomUUID();
     const control = new WebSocketClient(ws + CONTROL_PATH);
     await new Promise<void>((resolve) => (control.onopen = resolve));
-    const status: NodeStatus = {
-      t: "status",
-      node_id: nodeId,
-      server_healthy: true,
-      supervisor_instance_id: crypto.randomUUID(),
-      server_instance_id: instance,
-      worker_count: 1,
-      busy_workers: 0,
-      target: {},
-      versions,
-      last_error: "",
-      health_age_millis: 0,
-    };
+    const status = standInStatus(nodeId, instance, versions);
     control.send(encodeMessage(status));
     statuses.push(() => control.send(encodeMessage(status)));
     const slot = new WebSocketClient(ws + SLOT_PATH);

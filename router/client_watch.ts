@@ -4,7 +4,7 @@
  * the node answers.
  *
  * ```
- *  watch(request, onGone) ─▶ waiting (a Map entry: nothing else per request)
+ *  watch(request, onGone) ─▶ waiting (a Set entry: nothing else per request)
  *  every `afterMs` (one timer for all) ─▶ requests waiting longer ─▶ request.signal watched
  *  the client's connection closes ─▶ its signal aborts ─▶ onGone()
  *  unwatch() (answered, streaming, failed) ─▶ forgotten
@@ -14,7 +14,7 @@
  * microseconds, and a timer of its own would cost more (decisions.md, "The Router finishes an
  * attempt without a timer"); most requests are answered in a millisecond. So a request is
  * watched only once it has waited `afterMs`: a client that goes away is noticed within about
- * twice that, and a request answered sooner costs a `Map` entry.
+ * twice that, and a request answered sooner costs a `Set` entry.
  *
  * @module
  */
@@ -31,9 +31,8 @@ interface _Watched {
 export class ClientWatch {
   readonly #afterMs: number;
   readonly #now: () => number;
-  /** Requests not watched yet, oldest first (a `Map` keeps insertion order). */
-  readonly #waiting = new Map<number, _Watched>();
-  #next = 0;
+  /** Requests not watched yet, oldest first (a `Set` keeps insertion order). */
+  readonly #waiting = new Set<_Watched>();
   #timer: ReturnType<typeof setInterval> | null = null;
 
   /**
@@ -111,11 +110,10 @@ export class ClientWatch {
    * ```
    */
   watch(request: Request, onGone: () => void): () => void {
-    const key = this.#next++;
     const watched: _Watched = { since: this.#now(), request, onGone, signal: null };
-    this.#waiting.set(key, watched);
+    this.#waiting.add(watched);
     return () => {
-      if (!this.#waiting.delete(key)) watched.signal?.removeEventListener("abort", onGone);
+      if (!this.#waiting.delete(watched)) watched.signal?.removeEventListener("abort", onGone);
     };
   }
 
@@ -132,9 +130,9 @@ export class ClientWatch {
    */
   check(): void {
     const due = this.#now() - this.#afterMs;
-    for (const [key, watched] of this.#waiting) {
+    for (const watched of this.#waiting) {
       if (watched.since > due) break;
-      this.#waiting.delete(key);
+      this.#waiting.delete(watched);
       const signal = watched.request.signal;
       if (signal.aborted) {
         watched.onGone();

@@ -57,11 +57,7 @@ export const DROPPED_RESPONSE_HEADERS: readonly string[] = [
  * ```
  */
 export function forwardedHeaders(headers: Headers, drop: readonly string[]): HeaderEntry[] {
-  const named = new Set(drop);
-  for (const token of (headers.get("connection") ?? "").split(",")) {
-    const name = token.trim().toLowerCase();
-    if (name) named.add(name);
-  }
+  const named = _withConnectionNames(drop, [headers.get("connection") ?? ""]);
   // `forEach` visits what iterating visits (sorted names, each `set-cookie` apart), about six
   // times faster than Deno's `Headers` iterator (2.3 against 13 µs for seven headers).
   const out: HeaderEntry[] = [];
@@ -96,20 +92,22 @@ export function forwardedResponseEntries(
   entries: readonly HeaderEntry[],
   drop: readonly string[],
 ): HeaderEntry[] {
-  let named: Set<string> | null = null;
-  for (const [name, value] of entries) {
-    if (name.toLowerCase() !== "connection") continue;
-    named ??= new Set();
+  const connection = entries.filter(([name]) => name.toLowerCase() === "connection");
+  const named = _withConnectionNames(drop, connection.map(([, value]) => value));
+  return entries.filter(([name]) => {
+    const lower = name.toLowerCase();
+    return !_HOP_BY_HOP.has(lower) && !named.has(lower);
+  });
+}
+
+/** `drop` and the header names the `Connection` values list (lower case). */
+function _withConnectionNames(drop: readonly string[], values: readonly string[]): Set<string> {
+  const named = new Set(drop);
+  for (const value of values) {
     for (const token of value.split(",")) {
-      const listed = token.trim().toLowerCase();
-      if (listed) named.add(listed);
+      const name = token.trim().toLowerCase();
+      if (name) named.add(name);
     }
   }
-  const out: HeaderEntry[] = [];
-  for (const entry of entries) {
-    const lower = entry[0].toLowerCase();
-    if (_HOP_BY_HOP.has(lower) || drop.includes(lower) || named?.has(lower)) continue;
-    out.push(entry);
-  }
-  return out;
+  return named;
 }

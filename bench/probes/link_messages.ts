@@ -36,7 +36,7 @@ const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, (re
   return response;
 });
 const client = new WebSocketClient(`ws://127.0.0.1:${server.addr.port}/`);
-await new Promise((resolve) => (client.onopen = resolve));
+await new Promise<void>((resolve) => (client.onopen = () => resolve()));
 let waiting = 0;
 let done: () => void = () => {};
 client.onmessage = () => void (--waiting === 0 && done());

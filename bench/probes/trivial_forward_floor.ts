@@ -27,7 +27,13 @@ import {
   SLOT_PATH,
 } from "../../protocol/node_link.ts";
 import { ownCpuMs } from "../_proc.ts";
-import { freePort, startRouterProcess, waitForCapacity } from "../_routed.ts";
+import {
+  freePort,
+  spawnUntilReady,
+  standInStatus,
+  startRouterProcess,
+  waitForCapacity,
+} from "../_routed.ts";
 import { median, numberArg, positionalArgs } from "./_probe.ts";
 
 const _ANSWER = new TextEncoder().encode('{"status":"COMPLETED"}');
@@ -94,19 +100,7 @@ async function _routerNode(port: number): Promise<never> {
   const instance = crypto.randomUUID();
   const control = new WebSocketClient(ws + CONTROL_PATH);
   await new Promise<void>((resolve) => (control.onopen = resolve));
-  const status = encodeMessage({
-    t: "status",
-    node_id: "stand-in",
-    server_healthy: true,
-    supervisor_instance_id: crypto.randomUUID(),
-    server_instance_id: instance,
-    worker_count: 1,
-    busy_workers: 0,
-    target: {},
-    versions: {},
-    last_error: "",
-    health_age_millis: 0,
-  });
+  const status = encodeMessage(standInStatus("stand-in", instance));
   control.send(status);
   setInterval(() => control.send(status), 2000);
   const slot = new WebSocketClient(ws + SLOT_PATH);
@@ -137,26 +131,9 @@ async function _routerNode(port: number): Promise<never> {
   return await new Promise<never>(() => {});
 }
 
-function _spawn(args: string[]) {
-  const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", _SELF, ...args],
-    stdin: "null",
-    stdout: "null",
-    stderr: "piped",
-  }).spawn();
-  const ready = (async () => {
-    const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
-    let seen = "";
-    while (!seen.includes("ready")) {
-      const { value, done } = await reader.read();
-      if (done) throw new Error(`exited: ${seen}`);
-      seen += value;
-    }
-    (async () => {
-      while (!(await reader.read()).done) { /* drained */ }
-    })();
-  })();
-  return { child, ready };
+/** This script in another role, once it says it is ready. */
+function _spawn(args: string[]): Promise<Deno.ChildProcess> {
+  return spawnUntilReady([_SELF, ...args], "ready");
 }
 
 async function _time(url: string, count: number): Promise<number[]> {
@@ -179,22 +156,19 @@ async function _main(): Promise<void> {
   const rounds = numberArg("--rounds", 5);
   const requests = numberArg("--requests", 1000);
   const port = freePort();
-  const forwarder = _spawn(["--forwarder", String(port)]);
-  await forwarder.ready;
-  const floorNode = _spawn(["--floor-node", String(port)]);
-  await floorNode.ready;
+  const forwarder = await _spawn(["--forwarder", String(port)]);
+  const floorNode = await _spawn(["--floor-node", String(port)]);
   const trees = positionalArgs();
   const routers = [];
   for (const tree of trees.length ? trees : [undefined]) {
     const router = await startRouterProcess([], tree);
-    const node = _spawn(["--router-node", new URL(router.url).port]);
-    await node.ready;
+    const node = await _spawn(["--router-node", new URL(router.url).port]);
     await waitForCapacity(router.url, 1);
     routers.push({ name: `router${tree ? ` ${tree}` : ""}`, router, node });
   }
   const only = Deno.args.includes("--only") ? Deno.args[Deno.args.indexOf("--only") + 1] : null;
   const ways = [
-    { name: "floor", url: `http://127.0.0.1:${port}`, pid: forwarder.child.pid },
+    { name: "floor", url: `http://127.0.0.1:${port}`, pid: forwarder.pid },
     ...routers.map(({ name, router }) => ({ name, url: router.url, pid: router.pid })),
   ].filter((way) => !only || way.name.startsWith(only));
   console.error(`pids: ${ways.map((way) => `${way.name} ${way.pid}`).join(", ")}`);
@@ -222,6 +196,6 @@ async function _main(): Promise<void> {
       `${name}: median p50 ${median(p50).toFixed(3)} ms, CPU ${median(cpu).toFixed(3)} ms/request`,
     );
   }
-  for (const process of [forwarder, floorNode]) process.child.kill("SIGKILL");
-  for (const { router, node } of routers) (node.child.kill("SIGKILL"), await router.stop());
+  for (const process of [forwarder, floorNode]) process.kill("SIGKILL");
+  for (const { router, node } of routers) (node.kill("SIGKILL"), await router.stop());
 }
