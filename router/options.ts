@@ -3,8 +3,9 @@
  * declared once as an options table (see `options/`): the flags, their defaults, limits and
  * help, the configuration type, its validation and the command line all come from
  * {@linkcode routerOptions}. An explicit `--node-token` wins over `KCORAL_NODE_TOKEN`; an empty
- * variable means no token, an explicit empty flag is an error. A malformed command line exits 2,
- * a well-formed but invalid one 1.
+ * token is a configuration error, from the flag or the variable (spec router §1.2: a Router
+ * that would take an empty secret for "no token" is open to every node). A malformed command
+ * line exits 2, a well-formed but invalid one 1.
  *
  * @example
  * ```ts
@@ -270,7 +271,7 @@ const routerCommandLine: CommandLineSpec = {
  * ```
  */
 export function routerHelpText(env: Readonly<Record<string, string | undefined>>): string {
-  return commandLineHelp(routerCommandOptions, routerCommandLine, withoutEmptyToken(env));
+  return commandLineHelp(routerCommandOptions, routerCommandLine, env);
 }
 
 /**
@@ -289,6 +290,20 @@ export function routerUsage(): string {
 }
 
 /**
+ * The error for an empty `KCORAL_NODE_TOKEN` (Router and routed node alike): a token that is
+ * set must not be empty; unset the variable for no token.
+ *
+ * @example
+ * ```ts
+ * import { EMPTY_NODE_TOKEN_VARIABLE } from "./options.ts";
+ *
+ * if (!EMPTY_NODE_TOKEN_VARIABLE.startsWith("KCORAL_NODE_TOKEN")) throw new Error();
+ * ```
+ */
+export const EMPTY_NODE_TOKEN_VARIABLE =
+  "KCORAL_NODE_TOKEN must not be empty (unset it for no token)";
+
+/**
  * Parses `kcoral router` arguments (after `router`) into a validated configuration. Throws
  * {@linkcode RouterHelp} for `-h`/`--help`, and the options' `CommandLineError` for a command
  * line that cannot be used (`exitCode` 2: malformed; 1: an invalid setting, e.g.
@@ -298,12 +313,15 @@ export function routerUsage(): string {
  * ```ts
  * import assert from "node:assert/strict";
  * import { CommandLineError } from "../options/command.ts";
- * import { parseRouterArgs } from "./options.ts";
+ * import { EMPTY_NODE_TOKEN_VARIABLE, parseRouterArgs } from "./options.ts";
  *
- * assert.equal(parseRouterArgs([], { KCORAL_NODE_TOKEN: "" }).nodeToken, null);
  * assert.throws(
  *   () => parseRouterArgs(["--node-token", ""], {}),
  *   new CommandLineError("--node-token must not be empty", 1),
+ * );
+ * assert.throws(
+ *   () => parseRouterArgs([], { KCORAL_NODE_TOKEN: "" }),
+ *   new CommandLineError(EMPTY_NODE_TOKEN_VARIABLE, 1),
  * );
  * ```
  */
@@ -334,12 +352,14 @@ export function parseRouterCommandLine(
   argv: readonly string[],
   env: Readonly<Record<string, string | undefined>>,
 ): { config: RouterConfig; access: AccessConfig } {
-  const readable = withoutEmptyToken(env);
-  const parsed = parseCommandLine(argv, routerCommandOptions, routerCommandLine, readable);
+  const parsed = parseCommandLine(argv, routerCommandOptions, routerCommandLine, env);
   if (parsed.kind === "help") throw new RouterHelp(parsed.text);
+  if (parsed.sources.nodeToken === "env" && parsed.values.nodeToken === "") {
+    throw new CommandLineError(EMPTY_NODE_TOKEN_VARIABLE, 1);
+  }
   const { clientTokens, clientTokenFile, protectHealth, tlsCert, tlsKey, ...values } =
     parsed.values;
-  const config = checkCommandLineValues(routerConfigSchema, values, readable);
+  const config = checkCommandLineValues(routerConfigSchema, values, env);
   try {
     const access = checkAccessConfig({
       clientTokens,
@@ -380,13 +400,4 @@ export function registryConfig(config: RouterConfig): RegistryConfig {
     maxQueuedRequests: config.maxQueuedRequests,
     queueWaitTimeoutMs: config.queueWaitTimeoutSeconds * 1000,
   };
-}
-
-/** `env` without an empty `KCORAL_NODE_TOKEN` (an empty variable means "no token"). */
-function withoutEmptyToken(env: Environment): Environment {
-  const name = routerOptions.nodeToken.env;
-  if (env[name] !== "") return env;
-  const rest = { ...env };
-  delete rest[name];
-  return rest;
 }

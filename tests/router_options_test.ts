@@ -77,12 +77,21 @@ Deno.test("router options: --help lists every option with its default", () => {
   assert.match(flat, /--node-token TOKEN .*no token.*\[env: KCORAL_NODE_TOKEN\]/);
 });
 
-Deno.test("router options: the token flag wins over the variable; empty means none", () => {
+Deno.test("router options: the token flag wins over the variable; an empty token is an error", () => {
   const env = { KCORAL_NODE_TOKEN: "env-token" };
   assert.equal(parseRouterArgs(["--node-token", "flag-token"], env).nodeToken, "flag-token");
   assert.equal(parseRouterArgs([], env).nodeToken, "env-token");
-  assert.equal(parseRouterArgs([], { KCORAL_NODE_TOKEN: "" }).nodeToken, null);
   assert.equal(parseRouterArgs([], {}).nodeToken, null);
+  // Set but empty (spec router §1.2): refused, never read as "no token".
+  assert.deepEqual(failure(() => parseRouterArgs([], { KCORAL_NODE_TOKEN: "" })), [
+    1,
+    "KCORAL_NODE_TOKEN must not be empty (unset it for no token)",
+  ]);
+  // The flag wins over an empty variable.
+  assert.equal(
+    parseRouterArgs(["--node-token", "flag-token"], { KCORAL_NODE_TOKEN: "" }).nodeToken,
+    "flag-token",
+  );
   for (const argv of [["--node-token", ""], ["--node-token="]]) {
     assert.deepEqual(failure(() => parseRouterArgs(argv, env)), [
       1,

@@ -127,13 +127,13 @@ Deno.test("node options: variables fill in, explicit flags win", () => {
   assert.equal(flags.nodeToken, "flag-token");
   // The Router from its variable is enough for the advanced options.
   assert.equal(node(["--failure-threshold", "7"], env).failureThreshold, 7);
-  // Empty variables count as unset.
-  assert.deepEqual(
-    (({ routerEndpoint, nodeToken }) => ({ routerEndpoint, nodeToken }))(
-      node(ROUTED, { KCORAL_NODE_TOKEN: "" }),
-    ),
-    { routerEndpoint: "http://127.0.0.1:9000", nodeToken: null },
-  );
+  // Empty routing variables count as unset; an empty token on a routed node is an error (as
+  // at the Router), and unused without one.
+  assert.deepEqual(failure(ROUTED, { KCORAL_NODE_TOKEN: "" }), [
+    1,
+    "KCORAL_NODE_TOKEN must not be empty (unset it for no token)",
+  ]);
+  assert.equal(node([], { KCORAL_NODE_TOKEN: "" }).routerEndpoint, null);
   assert.equal(node([], { KCORAL_ROUTER_ENDPOINT: "", KCORAL_NODE_ID: "" }).routerEndpoint, null);
 });
 

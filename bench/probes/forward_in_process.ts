@@ -43,7 +43,6 @@ const answerHeaders: [string, string][] = [
   ["content-type", "application/json"],
   ["content-length", String(answer.length)],
 ];
-let slot: RouterSlot;
 const socket = {
   send(data: Uint8Array) {
     const { head } = decodeWholeFrame(data);
@@ -65,7 +64,7 @@ const hello: SlotHello = {
   protocol_version: 1,
   whole: true,
 };
-slot = new RouterSlot(socket, hello, () => {});
+const slot = new RouterSlot(socket, hello, () => {});
 registry.registerSlot(hello, slot);
 const ctx = { registry, maxRequestBytes: 1 << 28, events };
 const body = new Uint8Array([120]);

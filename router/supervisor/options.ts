@@ -31,6 +31,7 @@ import {
 } from "../../options/schema.ts";
 import type { OptionTable, OptionTableValues } from "../../options/spec.ts";
 import { isValidNodeId } from "../../protocol/node_link.ts";
+import { EMPTY_NODE_TOKEN_VARIABLE } from "../options.ts";
 import { probeOrigin } from "./probe.ts";
 import type { ChildCommand } from "./process_tree.ts";
 import { nodeServerEnv, type SupervisorOptions, type SupervisorTimings } from "./supervisor.ts";
@@ -321,8 +322,9 @@ export interface ParsedNodeCommandLine {
 
 /**
  * The node configuration of a parsed `kcoral server` command line whose table includes
- * {@linkcode nodeOptions}. An empty `KCORAL_ROUTER_ENDPOINT`, `KCORAL_NODE_ID` or
- * `KCORAL_NODE_TOKEN` counts as unset (an explicit empty flag stays an error). Throws
+ * {@linkcode nodeOptions}. An empty `KCORAL_ROUTER_ENDPOINT` or `KCORAL_NODE_ID` counts as
+ * unset (an explicit empty flag stays an error); an empty `KCORAL_NODE_TOKEN` on a routed node
+ * is an error, as an empty `--node-token` is. Throws
  * {@linkcode CommandLineError}: exit status 2 when a supervisor option is given as a flag
  * without a Router, 1 for an invalid setting (`--router and --node-id must be configured
  * together`, `--node-token must not be empty`, ...). `routerEndpoint` `null` means a
@@ -333,8 +335,8 @@ export interface ParsedNodeCommandLine {
  * import { checkNodeCommandLine } from "./options.ts";
  *
  * const config = checkNodeCommandLine({
- *   values: { routerEndpoint: "http://127.0.0.1:9000", nodeId: "gpu-a", nodeToken: "", port: 1 },
- *   sources: { routerEndpoint: "flag", nodeId: "env", nodeToken: "env", port: "flag" },
+ *   values: { routerEndpoint: "http://127.0.0.1:9000", nodeId: "gpu-a", port: 1 },
+ *   sources: { routerEndpoint: "flag", nodeId: "env", port: "flag" },
  * });
  * if (config.nodeToken !== null || config.failureThreshold !== 3) throw new Error();
  * ```
@@ -345,9 +347,11 @@ export function checkNodeCommandLine(
 ): NodeConfig {
   const values: Record<string, unknown> = {};
   const sources: Record<string, OptionSource | undefined> = {};
+  let emptyTokenVariable = false;
   for (const field of Object.keys(nodeOptions)) {
     const value = parsed.values[field];
     const source = parsed.sources[field];
+    if (source === "env" && value === "" && field === "nodeToken") emptyTokenVariable = true;
     if (value === undefined || (source === "env" && value === "")) continue;
     values[field] = value;
     sources[field] = source;
@@ -356,6 +360,11 @@ export function checkNodeCommandLine(
   // "configured together"); a token without a Router is unused, as upstream's.
   if ((values.routerEndpoint === undefined) !== (values.nodeId === undefined)) {
     throw new CommandLineError("--router and --node-id must be configured together", 1);
+  }
+  // A token set empty is a configuration error, as a Router's (spec router §1.2); unused
+  // without a Router.
+  if (values.routerEndpoint !== undefined && emptyTokenVariable) {
+    throw new CommandLineError(EMPTY_NODE_TOKEN_VARIABLE, 1);
   }
   if (values.routerEndpoint === undefined) {
     for (const [field, spec] of Object.entries(nodeOptions) as [NodeField, OptionTable[string]][]) {
