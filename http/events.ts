@@ -135,7 +135,7 @@ export class EventLog {
 
   /** Writes one event (write errors are ignored, as upstream does). */
   emit(level: EventLevel, event: string, fields: Record<string, unknown> = {}): void {
-    const timestamp = new Date().toISOString();
+    const timestamp = isoNow();
     const record: Record<string, unknown> = { timestamp, level, event, ...fields };
     for (const listener of this.#listeners) listener(record);
     if (this.#file) {
@@ -322,4 +322,51 @@ function _consoleLine(
     parts.push(`${key}=${text}`);
   }
   return parts.join(" ");
+}
+
+let _isoMs = Number.NaN;
+let _isoText = "";
+let _dayStartMs = Number.NaN;
+let _dayPrefix = "";
+
+/**
+ * `new Date().toISOString()`, about five times cheaper: the date part is formatted once per
+ * day, the time of day by arithmetic, and the text of the last millisecond is reused (an event
+ * per request pays for its timestamp on every request).
+ *
+ * @example
+ * ```ts
+ * import { isoNow } from "./events.ts";
+ *
+ * const before = Date.now();
+ * const text = isoNow();
+ * const after = Date.now();
+ * const ms = Date.parse(text);
+ * if (!(ms >= before && ms <= after) || new Date(ms).toISOString() !== text) throw new Error(text);
+ * ```
+ */
+export function isoNow(): string {
+  const ms = Date.now();
+  if (ms === _isoMs) return _isoText;
+  const dayStart = Math.floor(ms / 86_400_000) * 86_400_000;
+  if (dayStart !== _dayStartMs) {
+    _dayStartMs = dayStart;
+    _dayPrefix = new Date(dayStart).toISOString().slice(0, -13); // up to and with the "T"
+  }
+  let rest = ms - dayStart;
+  const milli = rest % 1000;
+  rest = (rest - milli) / 1000;
+  const second = rest % 60;
+  rest = (rest - second) / 60;
+  const minute = rest % 60;
+  const hour = (rest - minute) / 60;
+  _isoMs = ms;
+  _isoText = `${_dayPrefix}${_two(hour)}:${_two(minute)}:${_two(second)}.${
+    milli < 10 ? "00" : milli < 100 ? "0" : ""
+  }${milli}Z`;
+  return _isoText;
+}
+
+function _two(n: number): string {
+  return n < 10 ? `0${n}` : `${n}`;
 }

@@ -22,7 +22,6 @@
  * @module
  */
 import {
-  type HeaderEntry,
   isValidNodeId,
   MAX_DATA_BYTES,
   NODE_HEADER,
@@ -37,6 +36,7 @@ import {
   DROPPED_RESPONSE_HEADERS,
   forwardedHeaders,
   forwardedResponseEntries,
+  validHeaderEntries,
 } from "./headers.ts";
 import { type NodeRegistry, RouterStopping, type SlotLease } from "./registry.ts";
 import { type RouterSlot, TunnelError, type TunnelExchange } from "./slot_link.ts";
@@ -185,7 +185,8 @@ export async function forwardExecute(request: Request, ctx: ForwardContext): Pro
     // sent on it: the request then takes another slot (it never reached a node).
     let read: Uint8Array | null = null;
     for (let attempt = 1;; attempt++) {
-      lease = await _acquire(request, preferred, trace, ctx);
+      // A free slot is taken at once; only a request that must wait goes through the queue.
+      lease = ctx.registry.tryAcquire(preferred) ?? await _acquire(request, preferred, trace, ctx);
       trace.node = lease.nodeId;
       const outcome = await _exchange(request, length, lease, trace, ctx, read);
       if (!(outcome instanceof _SlotGoneUnsent)) return outcome;
@@ -281,16 +282,16 @@ async function _exchange(
     if (whole) return new _SlotGoneUnsent(whole);
     throw new _RouterError(502, "server_transport", _TRANSPORT_MESSAGE, "tunnel_disconnected");
   }
-  if (sentWhole) trace.requestBytes = whole!.length;
-  const upload = sentWhole
-    ? Promise.resolve(null)
-    : _upload(request, exchange, length, ctx.maxRequestBytes, trace, whole);
   // Settles only with what ends the attempt before its answer: the upload's error, or the client
   // going away while the node works (an upload that ended leaves the answer to come).
   const { promise: interrupted, resolve: interrupt, reject } = Promise.withResolvers<
     _RouterError
   >();
-  upload.then((error) => error && interrupt(error), reject);
+  if (sentWhole) trace.requestBytes = whole!.length;
+  else {
+    _upload(request, exchange, length, ctx.maxRequestBytes, trace, whole)
+      .then((error) => error && interrupt(error), reject);
+  }
   const unwatch = ctx.clientWatch?.watch(request, () => interrupt(_clientGone())) ?? _unwatched;
   try {
     return await _answer(exchange, interrupted, lease, trace, ctx);
@@ -333,7 +334,7 @@ async function _answer(
   }
   // The entries themselves go to the client's Response: a repeated header stays repeated.
   const responseHeaders = forwardedResponseEntries(head.headers, DROPPED_RESPONSE_HEADERS);
-  if (!_validHeaders(responseHeaders)) {
+  if (!validHeaderEntries(responseHeaders)) {
     // Headers no HTTP answer can carry (spec router §2.2 item 7: not decodable).
     exchange.cancel("invalid_response");
     lease.release(false);
@@ -346,6 +347,14 @@ async function _answer(
   // bytes are read to its end all the same (the slot is settled there) and dropped.
   const bodyless = _NULL_BODY_STATUSES.has(head.status);
   const init = { status: head.status, headers: responseHeaders };
+  const complete = exchange.wholeBody;
+  if (complete !== null) {
+    // The node's whole frame brought the head, the body and the end at once: the answer is
+    // here, nothing to wait for.
+    trace.responseBytes = complete.length;
+    _answered(exchange, lease, trace, ctx);
+    return new Response(bodyless ? null : complete as Uint8Array<ArrayBuffer>, init);
+  }
   if (_declaresOneFrame(head)) {
     const whole = await _wholeAnswer(exchange, interrupted, lease, trace, ctx);
     if (whole) return new Response(bodyless ? null : whole, init);
@@ -354,16 +363,6 @@ async function _answer(
   if (!bodyless) return new Response(body, init);
   body.pipeTo(new WritableStream()).catch(() => {});
   return new Response(null, init);
-}
-
-/** Whether `Headers` takes every entry (a name that is a token, a value without CR, LF or NUL). */
-function _validHeaders(entries: HeaderEntry[]): boolean {
-  try {
-    new Headers(entries);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /** Statuses whose responses have no body (a node's status is 200–599: no 1xx comes). */
@@ -524,8 +523,12 @@ async function _smallBody(
   request: Request,
   length: number | null,
 ): Promise<Uint8Array | _RouterError> {
-  const bytes = await _readBody(request);
-  if (bytes instanceof _RouterError) return bytes;
+  let bytes: Uint8Array;
+  try {
+    bytes = request.body ? await request.bytes() : new Uint8Array(0);
+  } catch {
+    return _clientFailed();
+  }
   if (length !== null && bytes.length !== length) return _lengthMismatch();
   return bytes;
 }

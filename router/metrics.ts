@@ -60,7 +60,12 @@ export class RouterMetrics {
   /** The registry `render` exposes. */
   readonly registry: Registry = new Registry();
   readonly #unsubscribe: () => void;
-  readonly #requests: Counter<"code" | "outcome" | "error_kind">;
+  /**
+   * Requests finished so far by their label values (`code`, `outcome`, `error_kind`, joined by
+   * NUL): counted here, given to the counter when scraped (prom-client's `inc` with labels
+   * validates and hashes them on every call).
+   */
+  readonly #requestCounts = new Map<string, number>();
   readonly #queueWait: Histogram;
   readonly #requestBytes: Counter;
   readonly #responseBytes: Counter;
@@ -68,12 +73,20 @@ export class RouterMetrics {
   /** Observes `events`; reads `registry` when scraped. */
   constructor(events: EventLog, registry: NodeRegistry) {
     const registers = [this.registry];
-    this.#requests = new Counter({
+    const requestCounts = this.#requestCounts;
+    new Counter({
       name: "kcoral_router_requests_total",
       help: "Requests the Router finished, by HTTP status, outcome (finish reason) and the kind " +
         "of an answer the Router made itself (router_busy, no_node, server_transport, ...).",
       labelNames: ["code", "outcome", "error_kind"],
       registers,
+      collect() {
+        this.reset();
+        for (const [key, count] of requestCounts) {
+          const [code, outcome, error_kind] = key.split("\0");
+          this.inc({ code, outcome, error_kind }, count);
+        }
+      },
     });
     this.#queueWait = new Histogram({
       name: "kcoral_router_queue_wait_seconds",
@@ -151,11 +164,10 @@ export class RouterMetrics {
 
   #observe(record: Record<string, unknown>): void {
     if (record.event !== "request_finished") return;
-    this.#requests.inc({
-      code: String(record.http_status ?? 0),
-      outcome: typeof record.finish_reason === "string" ? record.finish_reason : "unknown",
-      error_kind: typeof record.error_kind === "string" ? record.error_kind : "none",
-    });
+    const key = `${record.http_status ?? 0}\0${
+      typeof record.finish_reason === "string" ? record.finish_reason : "unknown"
+    }\0${typeof record.error_kind === "string" ? record.error_kind : "none"}`;
+    this.#requestCounts.set(key, (this.#requestCounts.get(key) ?? 0) + 1);
     if (typeof record.queue_wait_ms === "number") {
       this.#queueWait.observe(record.queue_wait_ms / 1000);
     }

@@ -631,6 +631,28 @@ export class NodeRegistry {
   }
 
   /**
+   * A slot at once, chosen as {@linkcode NodeRegistry.acquire} chooses, or `null` (none free, or
+   * the registry is closed) with nothing changed: the caller then waits with `acquire`. The
+   * same order as `acquire`'s first try, without its promise (the usual case of a free slot).
+   *
+   * @example
+   * ```ts
+   * import { NodeRegistry } from "./registry.ts";
+   *
+   * const registry = new NodeRegistry({
+   *   maxStatusAgeMs: 5000, unhealthyThreshold: 3, recoveryThreshold: 2,
+   *   nodeRetentionMs: 600_000, statusCheckIntervalMs: 1000, maxQueuedRequests: 1,
+   *   queueWaitTimeoutMs: 10,
+   * });
+   * if (registry.tryAcquire(null) !== null) throw new Error("no node, yet a slot");
+   * registry.close();
+   * ```
+   */
+  tryAcquire(preferred: string | null): SlotLease | null {
+    return this.#closed ? null : this.#tryAcquire(preferred);
+  }
+
+  /**
    * The freshness sweep and retention (spec router §4): a control connection whose last report
    * is older than max-status-age is dropped and closed (`unavailable`, "supervisor status
    * expired") and its node becomes `unhealthy`; then node records without a control connection,

@@ -85,6 +85,12 @@ export interface TunnelExchange {
   readonly body: BodyReceiver;
   /** Resolves once the node's `end` came; rejects with {@linkcode TunnelError}. */
   readonly answered: Promise<void>;
+  /**
+   * The answer's body when the node sent its answer in one whole frame (head, body and end
+   * together: the answer is complete once `head` resolves), else `null`. The same bytes are in
+   * {@linkcode TunnelExchange.body} too.
+   */
+  readonly wholeBody: Uint8Array | null;
   /** Discards the request and the slot (non-blocking). */
   cancel(reason: CancelReason): void;
 }
@@ -96,6 +102,7 @@ class _Exchange implements TunnelExchange {
   readonly head: Promise<ResponseHead>;
   readonly answered: Promise<void>;
   headSeen = false;
+  wholeBody: Uint8Array | null = null;
   uploadEnded = false;
   nodeEnded = false;
   #resolveHead!: (head: ResponseHead) => void;
@@ -172,6 +179,8 @@ class _Exchange implements TunnelExchange {
   /** A whole frame from the node: its response head, its body (if any) and its end. */
   onWhole(whole: WholeFrame): void {
     if (whole.head.t !== "response_head") throw new LinkMessageError("'request_head' from a node");
+    // Set before the head's promise settles: whoever awaits it finds the answer complete.
+    if (!this.headSeen) this.wholeBody = whole.bytes;
     this.onMessage(whole.head);
     if (whole.bytes.length > 0) this.onData(whole.head.request_id, whole.bytes);
     this.onMessage({ t: "end", request_id: whole.head.request_id });

@@ -1,6 +1,6 @@
 /** The event log: layout, events of a request, program records, console mirror, switches. */
 import assert from "node:assert/strict";
-import { EventLog, type EventLogOptions } from "../http/events.ts";
+import { EventLog, type EventLogOptions, isoNow } from "../http/events.ts";
 import { callProgram, postProgram, startServer } from "./_server.ts";
 
 /** An event log that writes no files and collects its console lines. */
@@ -178,4 +178,29 @@ Deno.test("events: batched lines reach stderr before the process exits", async (
     "request_id=r1",
     "request_id=r2",
   ]);
+});
+
+Deno.test("events: isoNow is the ISO time of Date.now, whatever the day and the millisecond", () => {
+  const realNow = Date.now;
+  try {
+    for (
+      const base of [
+        0,
+        86_399_999,
+        1_700_000_000_000,
+        1_798_000_000_123,
+        253_402_300_799_000,
+        -1000,
+      ]
+    ) {
+      for (let step = 0; step < 400; step++) {
+        const ms = base + step * 997;
+        Date.now = () => ms;
+        assert.equal(isoNow(), new Date(ms).toISOString());
+        assert.equal(isoNow(), new Date(ms).toISOString(), "the same millisecond again");
+      }
+    }
+  } finally {
+    Date.now = realNow;
+  }
 });

@@ -8,6 +8,7 @@ import {
   DROPPED_RESPONSE_HEADERS,
   forwardedHeaders,
   forwardedResponseEntries,
+  validHeaderEntries,
 } from "../router/headers.ts";
 import type { HeaderEntry } from "../protocol/node_link.ts";
 
@@ -62,4 +63,39 @@ Deno.test("router headers: hop-by-hop, Connection-named and dropped names never 
     ["x-repeated", "2"],
     ["set-cookie", "b=2"],
   ]);
+});
+
+Deno.test("router headers: validHeaderEntries takes exactly the entries Headers takes", () => {
+  const names = ["a", "", "a b", "a:b", "é", "x`y", "x\u0100", "(x)", "a\tb", "A-B_c.d"];
+  const values = [
+    "",
+    " v ",
+    "v\r\n",
+    "\r\nv",
+    "v\0",
+    "a\rb",
+    "a\nb",
+    "é",
+    "\u0100",
+    "\u00ff",
+    "a\tb",
+    "\t",
+    "\x7f",
+    "\x01",
+  ];
+  for (const name of names) {
+    for (const value of values) {
+      let taken = true;
+      try {
+        new Headers([[name, value]]);
+      } catch {
+        taken = false;
+      }
+      assert.equal(
+        validHeaderEntries([["x-ok", "1"], [name, value]]),
+        taken,
+        `${JSON.stringify(name)}: ${JSON.stringify(value)}`,
+      );
+    }
+  }
 });

@@ -744,3 +744,21 @@ Deno.test("registry: start runs the sweep on a timer until stopped", async () =>
   assert.deepEqual(later.closes, []);
   registry.close();
 });
+
+Deno.test("registry: tryAcquire takes a free slot at once, as acquire would, and nothing otherwise", async () => {
+  const { registry, slot } = readyNode();
+  const lease = registry.tryAcquire(null);
+  assert.ok(lease, "a free slot");
+  assert.equal(lease.slot, slot);
+  assert.equal(registry.snapshot().active_requests, 1);
+  // None free: null, and no place in the queue taken.
+  assert.equal(registry.tryAcquire(null), null);
+  assert.equal(registry.health().load.requests_waiting, 0);
+  // A waiter gets the slot once it is released, as before.
+  const waiting = registry.acquire(null);
+  lease.release(true);
+  assert.equal((await waiting).slot, slot);
+  registry.close();
+  // Closed: null (acquire then refuses with RouterStopping).
+  assert.equal(registry.tryAcquire(null), null);
+});

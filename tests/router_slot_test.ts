@@ -4,7 +4,13 @@
  * frame's memory once the socket has taken it.
  */
 import assert from "node:assert/strict";
-import { decodeDataFrame, decodeWholeFrame, MAX_DATA_BYTES } from "../protocol/node_link.ts";
+import {
+  decodeDataFrame,
+  decodeWholeFrame,
+  encodeDataFrame,
+  encodeWholeFrame,
+  MAX_DATA_BYTES,
+} from "../protocol/node_link.ts";
 import { RouterSlot } from "../router/slot_link.ts";
 
 /** A socket that keeps a copy of everything sent (a real one copies the bytes in `send`). */
@@ -77,4 +83,43 @@ Deno.test("router slot: a whole frame only to a node that offered them, and only
   assert.equal(frame.head.request_id, id);
   assert.equal(frame.bytes.length, body.length);
   assert.ok(frame.head.t === "request_head" && frame.head.content_length === body.length);
+});
+
+Deno.test("router slot: an answer in one whole frame is complete once its head resolves; a streamed one is not", async () => {
+  const hello = {
+    t: "hello" as const,
+    node_id: "n1",
+    server_instance_id: "i1",
+    slot_id: "s1",
+    protocol_version: 1,
+    whole: true as const,
+  };
+  const id = "0f6c2b4e-1111-4222-8333-444455556666";
+  const head = {
+    t: "response_head" as const,
+    request_id: id,
+    status: 200,
+    headers: [["content-type", "application/json"]] as [string, string][],
+  };
+  const answer = new TextEncoder().encode('{"status":"COMPLETED"}');
+
+  const whole = new RouterSlot(new _RecordingSocket() as unknown as WebSocket, hello, () => {});
+  const first = whole.beginWhole(id, [], 1, new Uint8Array([1]))!;
+  assert.equal(first.wholeBody, null, "nothing came yet");
+  whole.receive(encodeWholeFrame(head, answer)!.buffer);
+  await first.head;
+  assert.deepEqual(first.wholeBody, answer);
+  // The same bytes are the body's too, and the slot is free again.
+  assert.deepEqual(await first.body.wholeIfWithin(MAX_DATA_BYTES), answer);
+  assert.equal(whole.busy, false);
+
+  const streamed = new RouterSlot(new _RecordingSocket() as unknown as WebSocket, hello, () => {});
+  const second = streamed.beginWhole(id, [], 1, new Uint8Array([1]))!;
+  streamed.receive(JSON.stringify(head));
+  await second.head;
+  assert.equal(second.wholeBody, null, "head alone: the answer is still to come");
+  streamed.receive(encodeDataFrame(id, answer).buffer);
+  streamed.receive(JSON.stringify({ t: "end", request_id: id }));
+  assert.equal(second.wholeBody, null);
+  assert.deepEqual(await second.body.wholeIfWithin(MAX_DATA_BYTES), answer);
 });
