@@ -181,8 +181,9 @@ export async function runRouterBench(options: RouterBenchOptions): Promise<Bench
     // Each pair alternates which side goes first (ABBA), so neither always follows the other's
     // 64 MiB of freed memory and work deferred past its answer.
     const pair = (r: number) => (r % 2 === 0 ? [direct, routed] : [routed, direct]);
-    // One pair first, not counted: the first 64 MiB upload on each side pays for memory the
-    // later ones reuse. Each pair's figure goes to stderr.
+    // One pair first, not counted: the first 64 MiB upload to each side is an outlier (on the
+    // H200, −3.13 ms/MiB where the next ten read −0.05 to 0.44). Each pair's figure goes to
+    // stderr.
     for (let r = -1; r < (quick ? 4 : 10); r++) {
       const times = new Map<Client, number>();
       for (const client of pair(r + 1)) {
