@@ -23,6 +23,7 @@
 import { describeTlsFailure } from "../protocol/tls_failure.ts";
 import { releaseBuffer } from "../protocol/bytes.ts";
 import { maskInto } from "./websocket_mask.ts";
+import { decodeUtf8 } from "../protocol/utf8.ts";
 
 /** What {@linkcode WebSocketClient} accepts besides the URL. */
 export interface WebSocketClientOptions {
@@ -105,7 +106,6 @@ export class WebSocketClient {
   #closeInfo: WebSocketCloseInfo | null = null;
   readonly #maxMessage: number;
   readonly #caCerts: string[];
-  readonly #decoder = new TextDecoder("utf-8", { fatal: true });
 
   /** Opens a connection to `url` (`ws:` or `wss:`). */
   constructor(url: string | URL, options: WebSocketClientOptions = {}) {
@@ -289,7 +289,7 @@ export class WebSocketClient {
       let data: string | ArrayBuffer;
       if (type === 1) {
         try {
-          data = this.#decoder.decode(whole);
+          data = decodeUtf8(whole);
         } catch {
           this.#protocolError(1007, "invalid UTF-8");
           return;
@@ -307,7 +307,7 @@ export class WebSocketClient {
     const code = payload.length >= 2 ? (payload[0] << 8) | payload[1] : 1005;
     let reason = "";
     try {
-      reason = this.#decoder.decode(payload.subarray(2));
+      reason = decodeUtf8(payload.subarray(2));
     } catch {
       // an invalid reason is dropped
     }

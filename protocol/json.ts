@@ -13,6 +13,7 @@
  *
  * @module
  */
+import { decodeUtf8 } from "./utf8.ts";
 
 import { JsonFloat } from "./json_float.ts";
 import { pyStrRepr } from "./python_repr.ts";
@@ -87,8 +88,6 @@ export interface ParseJsonOptions {
   maxIntDigits?: number;
 }
 
-const _decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
-
 /**
  * Parse strict JSON exactly as upstream KCoral does.
  *
@@ -132,7 +131,7 @@ export function parseJsonTyped(
 function _text(text: string | Uint8Array): string {
   if (typeof text === "string") return text;
   try {
-    return _decoder.decode(text);
+    return decodeUtf8(text, { keepBom: true });
   } catch {
     throw new JsonParseError(`malformed JSON: ${_utf8ErrorMessage(text)}`);
   }

@@ -49,3 +49,4 @@ export * from "./health.ts";
 export * from "./node_link.ts";
 export * from "./python_repr.ts";
 export * from "./python_str.ts";
+export * from "./utf8.ts";

@@ -36,6 +36,7 @@
  *
  * @module
  */
+import { decodeUtf8 } from "./utf8.ts";
 
 /** The node-link protocol version a slot's `hello` must carry. */
 export const PROTOCOL_VERSION = 1;
@@ -358,7 +359,6 @@ const _WHOLE = 2;
 const _WHOLE_PREFIX = 41;
 
 const _utf8 = new TextEncoder();
-const _strictUtf8 = new TextDecoder("utf-8", { fatal: true });
 
 /**
  * A whole exchange in one binary frame: `0x02`, the request id, the head's JSON length (4 bytes,
@@ -451,9 +451,7 @@ export function decodeWholeFrame(frame: Uint8Array): WholeFrame {
   }
   let text: string;
   try {
-    text = _strictUtf8.decode(
-      frame.subarray(_WHOLE_PREFIX, _WHOLE_PREFIX + textLength),
-    );
+    text = decodeUtf8(frame.subarray(_WHOLE_PREFIX, _WHOLE_PREFIX + textLength));
   } catch {
     throw new LinkMessageError("whole frame head is not UTF-8");
   }

@@ -433,7 +433,13 @@ class _Slot {
     // Each `set-cookie` apart; `forEach` rather than Deno's slower `Headers` iterator
     // (router/headers.ts).
     const headers: HeaderEntry[] = [];
-    response.headers.forEach((value, name) => headers.push([name, value]));
+    let contentType: string | null = null;
+    let contentLength = NaN;
+    response.headers.forEach((value, name) => {
+      headers.push([name, value]);
+      if (name === "content-type") contentType = value;
+      else if (name === "content-length") contentLength = Number(value);
+    });
     const head: ResponseHead = {
       t: "response_head",
       request_id: request.id,
@@ -441,8 +447,8 @@ class _Slot {
       headers,
     };
     try {
-      const live = isLiveOutput(response.headers.get("content-type"));
-      const declared = Number(response.headers.get("content-length") ?? NaN);
+      const live = isLiveOutput(contentType);
+      const declared = contentLength;
       if (!live && declared <= MAX_DATA_BYTES) {
         // An answer of one frame (the pipeline's answers declare their length): read whole
         // (`body` is not touched: it would turn the bytes into a stream) and sent with its head

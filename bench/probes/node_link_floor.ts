@@ -102,7 +102,7 @@ async function _main(): Promise<void> {
     { name: "routed", url: router.url, p50: [] as number[], cpu: [] as number[] },
   ];
   const routerCpu: number[] = [];
-  for (const way of ways) await _time(way.url, 300);
+  for (const way of ways) await _time(way.url, 2000);
   for (let round = 0; round < rounds; round++) {
     for (const way of round % 2 === 0 ? ways : [...ways].reverse()) {
       const before = ownCpuMs(node.pid);
