@@ -8,7 +8,12 @@
  * node's process and of the Router's (from /proc); then routed − direct. What this difference
  * leaves out of a real routed request's added latency is the pipeline's own difference.
  *
- *   deno run -A bench/probes/node_link_floor.ts [TREE] [--rounds N] [--requests N]
+ *   deno run -A bench/probes/node_link_floor.ts [TREE] [--rounds N] [--requests N] [--slots N]
+ *
+ * `--slots N`: the node links N slots (a server links one per worker); the Router takes them in
+ * turn, so each request finds a connection that was idle for N − 1 requests. `--delay-ms D`: the
+ * node waits D ms (a timer) before each answer, as a server waits for its worker: every process
+ * on the path then idles as long as it does on a real request.
  *
  * `TREE`: another checkout to take the Router and the node's link code from.
  *
@@ -27,11 +32,24 @@ import { median, numberArg, positionalArgs } from "./_probe.ts";
 const _SELF = new URL(import.meta.url).pathname;
 const _ANSWER = '{"status":"COMPLETED","outputs":{}}';
 
-if (Deno.args[0] === "--node") await _node(Deno.args[1], Number(Deno.args[2]), Deno.args[3]);
-else await _main();
+if (Deno.args[0] === "--node") {
+  await _node(
+    Deno.args[1],
+    Number(Deno.args[2]),
+    Deno.args[3],
+    Number(Deno.args[4] ?? 1),
+    Number(Deno.args[5] ?? 0),
+  );
+} else await _main();
 
 /** The node: its own port, and one slot linked to the Router, both answering at once. */
-async function _node(routerUrl: string, port: number, tree: string): Promise<never> {
+async function _node(
+  routerUrl: string,
+  port: number,
+  tree: string,
+  slots: number,
+  delayMs: number,
+): Promise<never> {
   const root = new URL(`${tree.replace(/\/$/, "")}/`, `file://${Deno.cwd()}/`);
   const { NodeLink } = await import(new URL("server/node_link.ts", root).href);
   const { EventLog } = await import(new URL("http/events.ts", root).href);
@@ -39,18 +57,21 @@ async function _node(routerUrl: string, port: number, tree: string): Promise<nev
   const { CONTROL_PATH, encodeMessage } = await import(
     new URL("protocol/node_link.ts", root).href
   );
+  // As a server waits for its worker: the process idles for `delayMs` before it answers.
+  const wait = () => delayMs > 0 ? new Promise((resolve) => setTimeout(resolve, delayMs)) : null;
   const answer = () =>
     new Response(_ANSWER, {
       headers: { "content-type": "application/json", "content-length": String(_ANSWER.length) },
     });
   Deno.serve({ hostname: "127.0.0.1", port, onListen: () => {} }, async (request) => {
     await request.bytes();
+    await wait();
     return answer();
   });
   const instance = crypto.randomUUID();
   const control = new WebSocketClient(`${routerUrl.replace(/^http/, "ws")}${CONTROL_PATH}`);
   await new Promise<void>((resolve) => (control.onopen = resolve));
-  const status = encodeMessage(standInStatus("link-floor", instance));
+  const status = encodeMessage({ ...standInStatus("link-floor", instance), worker_count: slots });
   control.send(status);
   setInterval(() => control.send(status), 1000);
   const link = new NodeLink({
@@ -58,9 +79,10 @@ async function _node(routerUrl: string, port: number, tree: string): Promise<nev
     nodeId: "link-floor",
     nodeToken: null,
     serverInstanceId: instance,
-    slots: 1,
+    slots,
     execute: async (request: Request | { bytes(): Promise<Uint8Array> }) => {
       await request.bytes();
+      await wait();
       return answer();
     },
     events: new EventLog({ logDir: null, console: false, programs: false }),
@@ -90,13 +112,22 @@ async function _main(): Promise<void> {
   const rounds = numberArg("--rounds", 8);
   const requests = numberArg("--requests", 1000);
   const tree = positionalArgs()[0];
+  const slots = numberArg("--slots", 1);
   const router = await startRouterProcess([], tree);
   const port = freePort();
   const node = await spawnUntilReady(
-    [_SELF, "--node", router.url, String(port), tree ?? new URL("../..", import.meta.url).pathname],
+    [
+      _SELF,
+      "--node",
+      router.url,
+      String(port),
+      tree ?? new URL("../..", import.meta.url).pathname,
+      String(slots),
+      String(numberArg("--delay-ms", 0)),
+    ],
     "ready",
   );
-  await waitForCapacity(router.url, 1);
+  await waitForCapacity(router.url, slots);
   const ways = [
     { name: "direct", url: `http://127.0.0.1:${port}`, p50: [] as number[], cpu: [] as number[] },
     { name: "routed", url: router.url, p50: [] as number[], cpu: [] as number[] },
