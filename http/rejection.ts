@@ -18,6 +18,8 @@ import { errorBody } from "../protocol/errors.ts";
  * const busy = new Rejection(503, "busy", "server saturated", "no_worker", { queue_ms: 0 });
  * const response = busy.response("0f6c2b4e-1111-4222-8333-444455556666");
  * if (response.status !== 503 || response.headers.get("retry-after") !== "1") throw new Error();
+ * const body = await response.bytes();
+ * if (response.headers.get("content-length") !== String(body.length)) throw new Error("length");
  * ```
  */
 export class Rejection extends Error {
@@ -46,19 +48,24 @@ export class Rejection extends Error {
     this.fields = fields;
   }
 
-  /** The ERROR response (`X-Request-ID`; `Retry-After: 1` with a 503). */
+  /**
+   * The ERROR response (`X-Request-ID`; `Retry-After: 1` with a 503), its length declared: a
+   * node's link then sends it to the Router in one whole frame, where an answer of unknown length
+   * is streamed (server/node_link.ts).
+   */
   response(requestId: string): Response {
+    const body = _encoder.encode(errorBody(requestId, this.kind, this.message));
     const headers: Record<string, string> = {
       "content-type": "application/json",
+      "content-length": String(body.length),
       "x-request-id": requestId,
     };
     if (this.status === 503) headers["retry-after"] = "1";
-    return new Response(errorBody(requestId, this.kind, this.message), {
-      status: this.status,
-      headers,
-    });
+    return new Response(body, { status: this.status, headers });
   }
 }
+
+const _encoder = new TextEncoder();
 
 /**
  * The log fields of an unexpected error (it becomes a 500 `engine` "internal server error"):

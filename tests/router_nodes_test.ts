@@ -102,6 +102,24 @@ Deno.test({
         assert.ok((seen["cpu-a"] ?? 0) >= 3 && (seen["cpu-b"] ?? 0) >= 2, JSON.stringify(seen));
       });
 
+      await t.step(
+        "a node's ERROR answer crosses the Router with its length, not chunked",
+        async () => {
+          // A malformed program: the node's pipeline refuses it (400 parse).
+          const response = await fetch(`${router.url}/execute`, {
+            method: "POST",
+            body: "{not json",
+            headers: { "content-type": "application/json" },
+          });
+          const body = await response.bytes();
+          assert.equal(response.status, 400);
+          assert.equal(JSON.parse(new TextDecoder().decode(body)).status, "ERROR");
+          assert.ok(response.headers.get("x-kcoral-node"), "answered by a node");
+          assert.equal(response.headers.get("transfer-encoding"), null);
+          assert.equal(response.headers.get("content-length"), String(body.length));
+        },
+      );
+
       await t.step("a CACHE_MISS retry lands on the node that answered the miss", async () => {
         for (let i = 0; i < 4; i++) {
           const blob = crypto.getRandomValues(new Uint8Array(1000 + i));
