@@ -3,10 +3,11 @@
  * `kcoral router` and a node (`kcoral server --router`: its supervisor, its server, its workers),
  * each started and awaited until it is ready.
  */
-import { Client } from "../mod.ts";
+import { Client, type Program } from "../mod.ts";
 import { lengthProgram, randomBytes } from "./_programs.ts";
 import { rssMiB } from "./_proc.ts";
-import type { NodeStatus } from "../protocol/node_link.ts";
+import { CONTROL_PATH, encodeMessage, type NodeStatus } from "../protocol/node_link.ts";
+import { WebSocketClient } from "../http/websocket_client.ts";
 
 const _CLI = new URL("../cli.ts", import.meta.url).pathname;
 
@@ -107,6 +108,50 @@ export function standInStatus(
     last_error: "",
     health_age_millis: 0,
   };
+}
+
+/**
+ * A stand-in supervisor: a control link to the Router at `routerUrl` reporting node `nodeId`
+ * (server instance `serverInstanceId`, `workerCount` workers) healthy now and every
+ * `everyMs`; resolves once the first report is sent.
+ */
+export async function standInControl(
+  routerUrl: string,
+  nodeId: string,
+  serverInstanceId: string,
+  options: { workerCount?: number; everyMs?: number } = {},
+): Promise<WebSocketClient> {
+  const control = new WebSocketClient(routerUrl.replace(/^http/, "ws") + CONTROL_PATH);
+  await new Promise<void>((resolve) => (control.onopen = resolve));
+  const status = encodeMessage({
+    ...standInStatus(nodeId, serverInstanceId),
+    worker_count: options.workerCount ?? 1,
+  });
+  control.send(status);
+  setInterval(() => control.send(status), options.everyMs ?? 2000);
+  return control;
+}
+
+/**
+ * `pairs` pairs of one direct request and one routed request of `program`, in that order, each
+ * timed alone (ms): alternating them request by request lets drift fall on both alike.
+ */
+export async function timedPairs(
+  direct: Client,
+  routed: Client,
+  program: Program,
+  pairs: number,
+): Promise<{ direct: number[]; routed: number[] }> {
+  const times = { direct: [] as number[], routed: [] as number[] };
+  for (let i = 0; i < pairs; i++) {
+    let start = performance.now();
+    await direct.execute(program);
+    times.direct.push(performance.now() - start);
+    start = performance.now();
+    await routed.execute(program);
+    times.routed.push(performance.now() - start);
+  }
+  return times;
 }
 
 /** Starts `kcoral router` on a free port (`extra` flags after the defaults), from `tree`. */

@@ -32,6 +32,7 @@ import {
   standInStatus,
   startNodeProcess,
   startRouterProcess,
+  timedPairs,
   uploadBurstRss,
   waitForCapacity,
 } from "./_routed.ts";
@@ -133,18 +134,9 @@ export async function runRouterBench(options: RouterBenchOptions): Promise<Bench
     const routedP50: number[] = [];
     const directP50: number[] = [];
     for (let r = 0; r < rounds; r++) {
-      const d: number[] = [];
-      const t: number[] = [];
-      for (let i = 0; i < 200; i++) {
-        let start = performance.now();
-        await direct.execute(trivial);
-        d.push(performance.now() - start);
-        start = performance.now();
-        await routed.execute(trivial);
-        t.push(performance.now() - start);
-      }
-      const dm = summarize(d).median;
-      const tm = summarize(t).median;
+      const times = await timedPairs(direct, routed, trivial, 200);
+      const dm = summarize(times.direct).median;
+      const tm = summarize(times.routed).median;
       directP50.push(dm);
       routedP50.push(tm);
       added.push(tm - dm);

@@ -135,6 +135,26 @@ export function requestEvents(logDir: string): Map<string, Record<string, unknow
   return byRequest;
 }
 
+/**
+ * `count` POSTs of a one-byte body to `url`/execute with `fetch` (keep-alive), one at a time,
+ * each answer read whole; their times in ms.
+ */
+export async function timeOneBytePosts(url: string, count: number): Promise<number[]> {
+  const body = new Uint8Array([120]);
+  const times: number[] = [];
+  for (let i = 0; i < count; i++) {
+    const start = performance.now();
+    const response = await fetch(`${url}/execute`, {
+      method: "POST",
+      body,
+      headers: { "content-type": "application/octet-stream" },
+    });
+    await response.arrayBuffer();
+    times.push(performance.now() - start);
+  }
+  return times;
+}
+
 /** The number after `name` (`--requests 8`) on the command line, or `fallback`. */
 export function numberArg(name: string, fallback: number): number {
   const at = Deno.args.indexOf(name);

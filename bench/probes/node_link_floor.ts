@@ -23,11 +23,11 @@ import { ownCpuMs } from "../_proc.ts";
 import {
   freePort,
   spawnUntilReady,
-  standInStatus,
+  standInControl,
   startRouterProcess,
   waitForCapacity,
 } from "../_routed.ts";
-import { median, numberArg, positionalArgs } from "./_probe.ts";
+import { median, numberArg, positionalArgs, timeOneBytePosts } from "./_probe.ts";
 
 const _SELF = new URL(import.meta.url).pathname;
 const _ANSWER = '{"status":"COMPLETED","outputs":{}}';
@@ -53,10 +53,6 @@ async function _node(
   const root = new URL(`${tree.replace(/\/$/, "")}/`, `file://${Deno.cwd()}/`);
   const { NodeLink } = await import(new URL("server/node_link.ts", root).href);
   const { EventLog } = await import(new URL("http/events.ts", root).href);
-  const { WebSocketClient } = await import(new URL("http/websocket_client.ts", root).href);
-  const { CONTROL_PATH, encodeMessage } = await import(
-    new URL("protocol/node_link.ts", root).href
-  );
   // As a server waits for its worker: the process idles for `delayMs` before it answers.
   const wait = () => delayMs > 0 ? new Promise((resolve) => setTimeout(resolve, delayMs)) : null;
   const answer = () =>
@@ -69,11 +65,7 @@ async function _node(
     return answer();
   });
   const instance = crypto.randomUUID();
-  const control = new WebSocketClient(`${routerUrl.replace(/^http/, "ws")}${CONTROL_PATH}`);
-  await new Promise<void>((resolve) => (control.onopen = resolve));
-  const status = encodeMessage({ ...standInStatus("link-floor", instance), worker_count: slots });
-  control.send(status);
-  setInterval(() => control.send(status), 1000);
+  await standInControl(routerUrl, "link-floor", instance, { workerCount: slots, everyMs: 1000 });
   const link = new NodeLink({
     routerEndpoint: routerUrl,
     nodeId: "link-floor",
@@ -90,22 +82,6 @@ async function _node(
   link.start();
   console.error("ready");
   return await new Promise<never>(() => {});
-}
-
-async function _time(url: string, count: number): Promise<number[]> {
-  const body = new Uint8Array([120]);
-  const times: number[] = [];
-  for (let i = 0; i < count; i++) {
-    const start = performance.now();
-    const response = await fetch(`${url}/execute`, {
-      method: "POST",
-      body,
-      headers: { "content-type": "application/octet-stream" },
-    });
-    await response.arrayBuffer();
-    times.push(performance.now() - start);
-  }
-  return times;
 }
 
 async function _main(): Promise<void> {
@@ -133,12 +109,12 @@ async function _main(): Promise<void> {
     { name: "routed", url: router.url, p50: [] as number[], cpu: [] as number[] },
   ];
   const routerCpu: number[] = [];
-  for (const way of ways) await _time(way.url, 2000);
+  for (const way of ways) await timeOneBytePosts(way.url, 2000);
   for (let round = 0; round < rounds; round++) {
     for (const way of round % 2 === 0 ? ways : [...ways].reverse()) {
       const before = ownCpuMs(node.pid);
       const routerBefore = ownCpuMs(router.pid);
-      way.p50.push(median(await _time(way.url, requests)));
+      way.p50.push(median(await timeOneBytePosts(way.url, requests)));
       way.cpu.push((ownCpuMs(node.pid) - before) / requests);
       if (way.name === "routed") routerCpu.push((ownCpuMs(router.pid) - routerBefore) / requests);
     }

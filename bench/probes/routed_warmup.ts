@@ -11,7 +11,7 @@
  */
 import { Client } from "../../mod.ts";
 import { trivialProgram } from "../_programs.ts";
-import { startNodeProcess, startRouterProcess, waitForCapacity } from "../_routed.ts";
+import { startNodeProcess, startRouterProcess, timedPairs, waitForCapacity } from "../_routed.ts";
 import { median, numberArg } from "./_probe.ts";
 
 const gpu = Deno.args.includes("gpu");
@@ -25,17 +25,8 @@ try {
   await using routed = new Client(router.url);
   const trivial = trivialProgram();
   for (let round = 1; round <= rounds; round++) {
-    const directTimes: number[] = [];
-    const routedTimes: number[] = [];
-    for (let i = 0; i < 200; i++) {
-      let start = performance.now();
-      await direct.execute(trivial);
-      directTimes.push(performance.now() - start);
-      start = performance.now();
-      await routed.execute(trivial);
-      routedTimes.push(performance.now() - start);
-    }
-    const [d, t] = [median(directTimes), median(routedTimes)];
+    const times = await timedPairs(direct, routed, trivial, 200);
+    const [d, t] = [median(times.direct), median(times.routed)];
     console.log(
       `round ${round} (pairs ${round * 200 - 199}–${round * 200}): direct p50 ${
         d.toFixed(3)

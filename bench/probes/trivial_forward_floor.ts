@@ -19,7 +19,6 @@
  */
 import { WebSocketClient } from "../../http/websocket_client.ts";
 import {
-  CONTROL_PATH,
   decodeWholeFrame,
   encodeMessage,
   encodeWholeFrame,
@@ -30,11 +29,11 @@ import { ownCpuMs } from "../_proc.ts";
 import {
   freePort,
   spawnUntilReady,
-  standInStatus,
+  standInControl,
   startRouterProcess,
   waitForCapacity,
 } from "../_routed.ts";
-import { median, numberArg, positionalArgs } from "./_probe.ts";
+import { median, numberArg, positionalArgs, timeOneBytePosts } from "./_probe.ts";
 
 const _ANSWER = new TextEncoder().encode('{"status":"COMPLETED"}');
 const _SELF = new URL(import.meta.url).pathname;
@@ -98,11 +97,7 @@ function _floorNode(port: number): Promise<never> {
 async function _routerNode(port: number): Promise<never> {
   const ws = `ws://127.0.0.1:${port}`;
   const instance = crypto.randomUUID();
-  const control = new WebSocketClient(ws + CONTROL_PATH);
-  await new Promise<void>((resolve) => (control.onopen = resolve));
-  const status = encodeMessage(standInStatus("stand-in", instance));
-  control.send(status);
-  setInterval(() => control.send(status), 2000);
+  await standInControl(`http://127.0.0.1:${port}`, "stand-in", instance);
   const slot = new WebSocketClient(ws + SLOT_PATH);
   await new Promise<void>((resolve) => (slot.onopen = resolve));
   slot.send(encodeMessage({
@@ -136,22 +131,6 @@ function _spawn(args: string[]): Promise<Deno.ChildProcess> {
   return spawnUntilReady([_SELF, ...args], "ready");
 }
 
-async function _time(url: string, count: number): Promise<number[]> {
-  const body = new Uint8Array([120]);
-  const times: number[] = [];
-  for (let i = 0; i < count; i++) {
-    const start = performance.now();
-    const response = await fetch(`${url}/execute`, {
-      method: "POST",
-      body,
-      headers: { "content-type": "application/octet-stream" },
-    });
-    await response.arrayBuffer();
-    times.push(performance.now() - start);
-  }
-  return times;
-}
-
 async function _main(): Promise<void> {
   const rounds = numberArg("--rounds", 5);
   const requests = numberArg("--requests", 1000);
@@ -175,11 +154,11 @@ async function _main(): Promise<void> {
   const results = new Map(
     ways.map((way) => [way.name, { p50: [] as number[], cpu: [] as number[] }]),
   );
-  for (const way of ways) await _time(way.url, 500);
+  for (const way of ways) await timeOneBytePosts(way.url, 500);
   for (let round = 0; round < rounds; round++) {
     for (const way of [...ways.slice(round % ways.length), ...ways.slice(0, round % ways.length)]) {
       const before = ownCpuMs(way.pid);
-      const times = await _time(way.url, requests);
+      const times = await timeOneBytePosts(way.url, requests);
       const cpu = (ownCpuMs(way.pid) - before) / requests;
       const p50 = median(times);
       results.get(way.name)!.p50.push(p50);
