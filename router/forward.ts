@@ -523,23 +523,18 @@ async function _smallBody(
   request: Request,
   length: number | null,
 ): Promise<Uint8Array | _RouterError> {
-  let bytes: Uint8Array;
-  try {
-    bytes = request.body ? await request.bytes() : new Uint8Array(0);
-  } catch {
-    return _clientFailed();
-  }
+  const bytes = await _readBody(request);
+  if (bytes instanceof _RouterError) return bytes;
   if (length !== null && bytes.length !== length) return _lengthMismatch();
   return bytes;
 }
 
-/** The client's whole body (empty when it has none), or the error its failure is answered with. */
-async function _readBody(request: Request): Promise<Uint8Array | _RouterError> {
-  try {
-    return request.body ? await request.bytes() : new Uint8Array(0);
-  } catch {
-    return _clientFailed();
-  }
+/**
+ * The client's whole body (empty when it has none), or the error its failure is answered with; a
+ * promise chain rather than an `async` function, one layer less on every small request.
+ */
+function _readBody(request: Request): Promise<Uint8Array | _RouterError> {
+  return request.body ? request.bytes().catch(_clientFailed) : Promise.resolve(new Uint8Array(0));
 }
 
 /**
