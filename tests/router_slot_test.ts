@@ -13,6 +13,16 @@ import {
 } from "../protocol/node_link.ts";
 import { RouterSlot } from "../router/slot_link.ts";
 
+/** A node's hello, without whole frames; the request id of every exchange here. */
+const _HELLO = {
+  t: "hello" as const,
+  node_id: "n1",
+  server_instance_id: "i1",
+  slot_id: "s1",
+  protocol_version: 1,
+};
+const id = "0f6c2b4e-1111-4222-8333-444455556666";
+
 /** A socket that keeps a copy of everything sent (a real one copies the bytes in `send`). */
 class _RecordingSocket {
   readonly copies: (string | Uint8Array)[] = [];
@@ -29,10 +39,9 @@ Deno.test("router slot: upload frames carry the body in order, and each frame's 
   const socket = new _RecordingSocket();
   const slot = new RouterSlot(
     socket as unknown as WebSocket,
-    { t: "hello", node_id: "n1", server_instance_id: "i1", slot_id: "s1", protocol_version: 1 },
+    _HELLO,
     () => {},
   );
-  const id = "0f6c2b4e-1111-4222-8333-444455556666";
   const body = new Uint8Array(MAX_DATA_BYTES + 1000).map((_, i) => i % 251);
   const exchange = slot.begin(id, [["content-type", "application/octet-stream"]], body.length);
   await exchange.upload.write(body);
@@ -53,22 +62,14 @@ Deno.test("router slot: upload frames carry the body in order, and each frame's 
 });
 
 Deno.test("router slot: a whole frame only to a node that offered them, and only if it fits one message", () => {
-  const hello = {
-    t: "hello" as const,
-    node_id: "n1",
-    server_instance_id: "i1",
-    slot_id: "s1",
-    protocol_version: 1,
-  };
-  const id = "0f6c2b4e-1111-4222-8333-444455556666";
   const body = new Uint8Array(MAX_DATA_BYTES).fill(7);
 
-  const plain = new RouterSlot(new _RecordingSocket() as unknown as WebSocket, hello, () => {});
+  const plain = new RouterSlot(new _RecordingSocket() as unknown as WebSocket, _HELLO, () => {});
   assert.equal(plain.takesWhole, false);
   assert.throws(() => plain.beginWhole(id, [], body.length, body), /did not offer whole frames/);
 
   const socket = new _RecordingSocket();
-  const slot = new RouterSlot(socket as unknown as WebSocket, { ...hello, whole: true }, () => {});
+  const slot = new RouterSlot(socket as unknown as WebSocket, { ..._HELLO, whole: true }, () => {});
   assert.equal(slot.takesWhole, true);
   // Headers whose JSON (every quote escaped) and a full body exceed what a node takes at once.
   const huge: [string, string][] = [["x-quotes", '"'.repeat(400_000)]];
@@ -86,15 +87,7 @@ Deno.test("router slot: a whole frame only to a node that offered them, and only
 });
 
 Deno.test("router slot: an answer in one whole frame is complete once its head resolves; a streamed one is not", async () => {
-  const hello = {
-    t: "hello" as const,
-    node_id: "n1",
-    server_instance_id: "i1",
-    slot_id: "s1",
-    protocol_version: 1,
-    whole: true as const,
-  };
-  const id = "0f6c2b4e-1111-4222-8333-444455556666";
+  const hello = { ..._HELLO, whole: true as const };
   const head = {
     t: "response_head" as const,
     request_id: id,
