@@ -9,76 +9,15 @@
  *
  * @module
  */
-import { forwardExecute } from "../../router/forward.ts";
-import { NodeRegistry } from "../../router/registry.ts";
-import { RouterSlot } from "../../router/slot_link.ts";
-import { RouterMetrics } from "../../router/metrics.ts";
 import { DROPPED_REQUEST_HEADERS, forwardedHeaders } from "../../router/headers.ts";
-import { EventLog } from "../../http/events.ts";
-import { decodeWholeFrame, encodeWholeFrame, type SlotHello } from "../../protocol/node_link.ts";
-import { standInStatus } from "../_routed.ts";
+import { decodeWholeFrame, encodeWholeFrame } from "../../protocol/node_link.ts";
+import { forwarding } from "./_forwarding.ts";
 import { numberArg } from "./_probe.ts";
 
 const N = numberArg("--requests", 20_000);
-const registry = new NodeRegistry({
-  maxStatusAgeMs: 1e9,
-  unhealthyThreshold: 3,
-  recoveryThreshold: 1,
-  nodeRetentionMs: 600_000,
-  statusCheckIntervalMs: 1000,
-  maxQueuedRequests: 16,
-  queueWaitTimeoutMs: 1000,
-});
-const events = new EventLog({
-  logDir: null,
-  console: true,
-  programs: false,
-  consoleWrite: () => {},
-  consoleBatched: ["request_finished"],
-});
-const metrics = new RouterMetrics(events, registry);
-registry.controlStatus({ connectionId: "c", close() {} }, standInStatus("n", "i"), true);
-const answer = new TextEncoder().encode('{"status":"COMPLETED","outputs":{}}');
-const answerHeaders: [string, string][] = [
-  ["content-type", "application/json"],
-  ["content-length", String(answer.length)],
-];
-const socket = {
-  send(data: Uint8Array) {
-    const { head } = decodeWholeFrame(data);
-    const frame = encodeWholeFrame({
-      t: "response_head",
-      request_id: head.request_id,
-      status: 200,
-      headers: [...answerHeaders, ["x-request-id", head.request_id]],
-    }, answer)!;
-    queueMicrotask(() => slot.receive(frame.buffer));
-  },
-  close() {},
-} as unknown as WebSocket;
-const hello: SlotHello = {
-  t: "hello",
-  node_id: "n",
-  server_instance_id: "i",
-  slot_id: "x",
-  protocol_version: 1,
-  whole: true,
-};
-const slot = new RouterSlot(socket, hello, () => {});
-registry.registerSlot(hello, slot);
-const ctx = { registry, maxRequestBytes: 1 << 28, events };
+const loop = await forwarding();
+const { newRequest, answer, answerHeaders, events } = loop;
 const body = new Uint8Array([120]);
-const requestHeaders = {
-  "content-type": "application/octet-stream",
-  "content-length": "1",
-  host: "127.0.0.1:9000",
-  "user-agent": "kcoral-ts/0.1",
-  accept: "*/*",
-  "x-a": "1",
-  "x-b": "2",
-};
-const newRequest = () =>
-  new Request("http://127.0.0.1:9000/execute", { method: "POST", body, headers: requestHeaders });
 const id = crypto.randomUUID();
 const headers = newRequest().headers;
 const frame = encodeWholeFrame({
@@ -93,9 +32,7 @@ const cases: [string, () => unknown][] = [
     await newRequest().bytes();
     await new Response(answer, { headers: answerHeaders }).arrayBuffer();
   }],
-  ["forwardExecute, answered in a microtask", async () => {
-    await (await forwardExecute(newRequest(), ctx)).arrayBuffer();
-  }],
+  ["forwardExecute, answered in a microtask", () => loop.run()],
   ["seven headers read with for…of", () => {
     const out = [];
     for (const entry of headers) out.push(entry);
@@ -140,6 +77,4 @@ for (const [name, run] of cases) {
   events.flush();
   console.log(`${best.toFixed(2).padStart(8)} µs  ${name}`);
 }
-metrics.close();
-registry.close();
-events.close();
+loop.close();
