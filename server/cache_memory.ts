@@ -11,6 +11,12 @@ import { CacheCounters } from "./cache_counters.ts";
 
 /** Blobs up to this size are written without leaving the event loop. */
 const _SYNC_WRITE_BYTES = 64 * 1024;
+/**
+ * Blob files up to this size are unlinked without leaving the event loop. A larger one is moved
+ * aside and unlinked on the thread pool: freeing a tmpfs file's pages takes the unlink ~0.15 ms per
+ * MiB (64 MiB: ~10 ms, 256 MiB: ~40 ms), a stall for every request the server holds.
+ */
+const _SYNC_UNLINK_BYTES = 64 * 1024;
 
 interface _Entry {
   size: number;
@@ -30,11 +36,22 @@ export class BlobStore {
   #entries = new Map<string, _Entry>(); // insertion order = LRU order (first = least recent)
   #retainedBytes = 0;
   #writes = new Map<string, Promise<void>>();
+  #unlinks = new Set<Promise<void>>();
 
-  /** Uses `dir` (created if missing; existing blob files are discarded). */
-  constructor(dir: string, capacityBytes: number) {
+  #unlinkLarge: (path: string) => Promise<void>;
+
+  /**
+   * Uses `dir` (created if missing; existing blob files are discarded). `unlinkLarge` unlinks a
+   * dropped blob's file that is too large to unlink on the event loop (after it was moved aside).
+   */
+  constructor(
+    dir: string,
+    capacityBytes: number,
+    unlinkLarge: (path: string) => Promise<void> = (path) => Deno.remove(path),
+  ) {
     this.dir = dir;
     this.capacityBytes = capacityBytes;
+    this.#unlinkLarge = unlinkLarge;
     Deno.mkdirSync(dir, { recursive: true, mode: 0o755 });
   }
 
@@ -147,6 +164,14 @@ export class BlobStore {
     this.#evict();
   }
 
+  /**
+   * Resolves once the files of blobs dropped so far are unlinked (large ones go on the thread
+   * pool, after the blob is already gone from the store).
+   */
+  async unlinked(): Promise<void> {
+    while (this.#unlinks.size > 0) await Promise.all(this.#unlinks);
+  }
+
   /** Deletes every blob file and the directory. */
   close(): void {
     this.#entries.clear();
@@ -186,8 +211,20 @@ export class BlobStore {
     if (!entry) return;
     this.#entries.delete(sha256);
     if (entry.retained) this.#retainedBytes -= entry.size;
+    const path = this.path(sha256);
     try {
-      Deno.removeSync(this.path(sha256));
+      if (entry.size <= _SYNC_UNLINK_BYTES) {
+        Deno.removeSync(path);
+        return;
+      }
+      // Out of the blob's name at once (a request storing the same blob again writes a new
+      // file there), then unlinked off the event loop.
+      const aside = `${this.dir}/.dropped-${crypto.randomUUID()}`;
+      Deno.renameSync(path, aside);
+      const unlink = this.#unlinkLarge(aside).catch(() => {}).finally(() =>
+        this.#unlinks.delete(unlink)
+      );
+      this.#unlinks.add(unlink);
     } catch {
       // never written or already gone
     }

@@ -41,6 +41,48 @@ Deno.test("memory cache: LRU eviction of unpinned blobs, hits refresh recency", 
   await Deno.remove(dir, { recursive: true });
 });
 
+Deno.test("memory cache: a large dropped blob is unlinked off the event loop, never a new copy", async () => {
+  const dir = await Deno.makeTempDir();
+  // The large-file unlink waits for the test's go, as a busy thread pool would make it.
+  const unlinking: string[] = [];
+  const go = Promise.withResolvers<void>();
+  const store = new BlobStore(`${dir}/blobs`, 1 << 20, async (path) => {
+    unlinking.push(path);
+    await go.promise;
+    await Deno.remove(path);
+  });
+  const [a, b] = [bytesOf(250_000, 1), bytesOf(250_000, 2)];
+  const big = bytesOf(400_000, 3); // over a quarter of the capacity: kept only while pinned
+  for (const blob of [a, b]) {
+    await store.putPinned(sha(blob), blob, true);
+    store.unpin([sha(blob)]);
+  }
+  await store.putPinned(sha(big), big, true);
+  store.unpin([sha(big)]); // transient: dropped now
+  assert.equal(store.has(sha(big)), false);
+  assert.equal(exists(store.path(sha(big))), false, "out of the blob's name at once");
+  assert.equal(unlinking.length, 1);
+  assert.notEqual(unlinking[0], store.path(sha(big)), "the file is unlinked under another name");
+  // Stored again before the old file's unlink ran: the new file must survive it.
+  await store.putPinned(sha(big), big, true);
+  go.resolve();
+  await store.unlinked();
+  assert.deepEqual(await Deno.readFile(store.path(sha(big))), big);
+  store.unpin([sha(big)]);
+  // LRU eviction of large blobs goes the same way.
+  const [c, d, e] = [bytesOf(250_000, 4), bytesOf(250_000, 5), bytesOf(250_000, 6)];
+  for (const blob of [c, d, e]) {
+    await store.putPinned(sha(blob), blob, true);
+    store.unpin([sha(blob)]);
+  }
+  assert.equal(store.has(sha(a)), false, "the least recent went");
+  await store.unlinked();
+  const names = [...Deno.readDirSync(store.dir)].map((entry) => entry.name).sort();
+  assert.deepEqual(names, [b, c, d, e].map(sha).sort(), "only the retained blobs' files are left");
+  store.close();
+  await Deno.remove(dir, { recursive: true });
+});
+
 Deno.test("memory cache: pinned blobs are never evicted; oversized ones serve only their request", async () => {
   const dir = await Deno.makeTempDir();
   const store = new BlobStore(`${dir}/blobs`, 400);

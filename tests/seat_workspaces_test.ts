@@ -33,6 +33,13 @@ const LEFTOVERS: Record<string, (path: string) => void> = {
     Deno.writeTextFileSync(`${path}/a/b/c`, "x");
     Deno.chmodSync(`${path}/a`, 0o500);
   },
+  "large files (unlinked off the event loop), one read-only, beside small ones": (path) => {
+    const large = new Uint8Array(1 << 20);
+    Deno.writeFileSync(`${path}/part-0`, large);
+    Deno.writeFileSync(`${path}/locked.bin`, large, { mode: 0o400 });
+    Deno.writeTextFileSync(`${path}/${RESERVED_DIR}/tmp/small`, "x");
+    Deno.writeFileSync(`${path}/${RESERVED_DIR}/tmp/large`, large);
+  },
   "the reserved directory removed": (path) => {
     Deno.removeSync(`${path}/${RESERVED_DIR}`, { recursive: true });
   },
