@@ -5,7 +5,7 @@
  *
  * - added latency of a trivial request on reused workers (p50 of routed − p50 of direct);
  * - throughput of 8 closed-loop clients, routed / direct;
- * - a 64 MiB request (10 pairs after one uncounted) and then a 64 MiB result (10 pairs), added
+ * - a 64 MiB request (16 pairs after one uncounted) and then a 64 MiB result (16 pairs), added
  *   ms per MiB, each pair in alternating order (ABBA);
  * - the Router's resident memory while 8 clients each send a 256 MiB request at once;
  * - the Router's CPU per request with 1, 10, 100 and 500 connected nodes, one client: the nodes
@@ -176,7 +176,7 @@ export async function runRouterBench(options: RouterBenchOptions): Promise<Bench
     // One pair first, not counted: the first 64 MiB upload to each side is an outlier (on the
     // H200, −3.13 ms/MiB where the next ten read −0.05 to 0.44). Each pair's figure goes to
     // stderr.
-    for (let r = -1; r < (quick ? 4 : 10); r++) {
+    for (let r = -1; r < (quick ? 4 : 16); r++) {
       const times = new Map<Client, number>();
       for (const client of pair(r + 1)) {
         const program = lengthProgram(randomBytes(mib << 20));
@@ -191,7 +191,7 @@ export async function runRouterBench(options: RouterBenchOptions): Promise<Bench
     }
     // The results in their own pairs, after the uploads (a 64 MiB upload just before a result
     // leaves the client without the buffer it prepares for a large answer, on one side or both).
-    for (let r = 0; r < (quick ? 4 : 10); r++) {
+    for (let r = 0; r < (quick ? 4 : 16); r++) {
       const times = new Map<Client, number>();
       for (const client of pair(r)) {
         const start = performance.now();

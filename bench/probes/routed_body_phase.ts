@@ -7,7 +7,8 @@
  *   to the last byte (the body), and during the body the on-CPU ms of the node server's and the
  *   Router's main threads (all their threads in brackets) and of this process (the client), from
  *   `/proc/PID/task/TID/schedstat` (ns), and each process's minor page faults.
- * - With the tree's own `Client`: the same per whole request.
+ * - With the tree's own `Client`: the same per whole request, for that result and for a fresh
+ *   `--mib` MiB `bytes` upload (a new blob each time: the request, its CACHE_MISS and the resend).
  *
  * A main thread on CPU for most of the body is what limits it (docs/decisions.md, "Malloc
  * thresholds").
@@ -23,7 +24,9 @@ const mib = numberArg("--mib", 64);
 const requests = numberArg("--requests", 8);
 
 const { startRoutedSide, stopRoutedSides } = await import(`${tree}/bench/_routed_ab.ts`);
-const { bytesResultProgram } = await import(`${tree}/bench/_programs.ts`);
+const { bytesResultProgram, lengthProgram, randomBytes } = await import(
+  `${tree}/bench/_programs.ts`
+);
 const { multipartBody } = await import(`${tree}/tests/_server.ts`);
 const { childPid } = await import(`${tree}/bench/_proc.ts`);
 
@@ -124,6 +127,24 @@ try {
   }
   for (const way of ["direct", "routed"] as const) {
     report(`client ${way}, whole request`, viaClient[way], ["total"]);
+  }
+  const uploads = { direct: [] as number[][], routed: [] as number[][] };
+  for (let i = 0; i < requests + 2; i++) {
+    // Alternating which way goes first, as the Router bench does.
+    const ways = i % 2 === 0 ? ["direct", "routed"] as const : ["routed", "direct"] as const;
+    for (const way of ways) {
+      const upload = lengthProgram(randomBytes(mib << 20));
+      const before = snapshot();
+      const start = performance.now();
+      await side[way].execute(upload);
+      const elapsed = performance.now() - start;
+      const after = snapshot();
+      if (i < 2) continue;
+      uploads[way].push([elapsed, ...after.map((v, k) => v - before[k])]);
+    }
+  }
+  for (const way of ["direct", "routed"] as const) {
+    report(`client ${way}, fresh upload`, uploads[way], ["total"]);
   }
 } finally {
   await stopRoutedSides([side]);
