@@ -298,7 +298,17 @@ async function _superviseNode(
   const { runSupervisor } = await import("../router/supervisor/supervisor.ts");
   const format = args.config.logFormat ?? "text";
   const { supervisorOptionsFrom } = await import("../router/supervisor/options.ts");
+  const { resolveProbeHost } = await import("../router/supervisor/probe.ts");
   const { readCaFile } = await import("../http/access_options.ts");
+  let probeHost: string;
+  try {
+    probeHost = await resolveProbeHost(args.host);
+  } catch (error) {
+    console.error(commandLineUsage(serverOptions, serverCommandLine).trimEnd());
+    const reason = error instanceof Error ? error.message : String(error);
+    console.error(`kcoral server: error: cannot resolve --host '${args.host}': ${reason}`);
+    return 2;
+  }
   let caCerts: string[] = [];
   try {
     if (args.node.caFile !== null) caCerts = [readCaFile(args.node.caFile)];
@@ -324,6 +334,7 @@ async function _superviseNode(
   }
   const code = await runSupervisor(supervisorOptionsFrom(args.node, {
     host: args.host,
+    probeHost,
     port: args.port,
     child: {
       // `deno run -A <cli.ts> server …`, or the binary itself when this is a compiled `kcoral`.

@@ -700,6 +700,31 @@ Deno.test("kcoral server: repeated SIGINT/SIGTERM keep draining; both requests f
   }
 });
 
+Deno.test("kcoral server --router: a --host that does not resolve is a usage error (exit 2)", async () => {
+  const output = await new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "-A",
+      new URL("../cli.ts", import.meta.url).pathname,
+      "server",
+      "--router",
+      "http://127.0.0.1:9",
+      "--node-id",
+      "cpu-a",
+      "--host",
+      "no-such-host.invalid",
+    ],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const stderr = new TextDecoder().decode(output.stderr);
+  assert.equal(output.code, 2, stderr);
+  assert.match(
+    stderr,
+    /^kcoral server: error: cannot resolve --host 'no-such-host\.invalid': .+$/m,
+  );
+});
+
 Deno.test("kcoral server: --help shows the node options but not the supervisor's (seed 003)", () => {
   const help = serverHelpText(ENV);
   assert.ok(help.includes("add --router and --node-id to join a Router"));

@@ -6,6 +6,7 @@
  * with the server's own tables as `kcoral server` composes them.
  */
 import assert from "node:assert/strict";
+import { resolveProbeHost } from "../router/supervisor/probe.ts";
 import { serverConfigOptions, serverListenOptions } from "../server/config_options.ts";
 import { CommandLineError, commandLineHelp, parseCommandLine } from "../options/command.ts";
 import {
@@ -279,6 +280,23 @@ Deno.test("node options: the supervisor's options and the child's environment", 
     () => supervisorOptionsFrom(node([]), { host: "127.0.0.1", port: 8000, child: options.child }),
     TypeError,
   );
+});
+
+Deno.test("node options: a host name is probed at the address it resolves to", async () => {
+  for (const literal of ["0.0.0.0", "", "::", "[::1]", "10.0.0.5", "fe80::1"]) {
+    assert.equal(await resolveProbeHost(literal), literal);
+  }
+  const local = await resolveProbeHost("localhost");
+  assert.ok(local === "127.0.0.1" || local === "::1", local);
+  await assert.rejects(resolveProbeHost("no-such-host.invalid"));
+  const options = supervisorOptionsFrom(node(ROUTED), {
+    host: "gpu-a.example",
+    probeHost: "10.0.0.5",
+    port: 8000,
+    child: { command: "kcoral", args: ["server"], env: {} },
+  });
+  assert.equal(options.serverUrl, "http://10.0.0.5:8000/");
+  assert.equal(options.child.env.KCORAL_SERVER_HOST, "gpu-a.example", "the server binds the name");
 });
 
 Deno.test("node options: the child's arguments leave out every node option", () => {

@@ -424,6 +424,8 @@ export function childServerArgs(argv: readonly string[]): string[] {
 export interface SupervisedServer {
   /** The server's bind address (`--host`). */
   host: string;
+  /** The address it is probed at: `host` resolved (`resolveProbeHost`, probe.ts); default `host`. */
+  probeHost?: string;
   /** The server's port (`--port`). */
   port: number;
   /** The server command (e.g. `deno run -A cli.ts server ...`); node variables are added. */
@@ -478,7 +480,7 @@ export function supervisorOptionsFrom(
     routerEndpoint: config.routerEndpoint,
     nodeToken: config.nodeToken,
     caCerts: server.caCerts ?? [],
-    serverUrl: probeOrigin(server.host, server.port),
+    serverUrl: probeOrigin(server.probeHost ?? server.host, server.port),
     child: {
       command: server.child.command,
       args: [...server.child.args],

@@ -4,8 +4,8 @@
  * timeout, with no redirects and no proxy.
  *
  * The endpoint answers loopback peers only (others get 404), so the probe origin is derived
- * from the server's `--host`/`--port` with {@linkcode probeOrigin} (a wildcard bind is probed
- * on loopback), and a server bound to one specific non-loopback address is probed *from*
+ * from the server's `--host`/`--port` with {@linkcode probeOrigin} (a host name resolved first
+ * by {@linkcode resolveProbeHost}; a wildcard bind is probed on loopback), and a server bound to one specific non-loopback address is probed *from*
  * loopback (the connection's source address is bound to `127.0.0.1` or `::1`; Linux routes
  * that to any local address). Proxy variables (`HTTP_PROXY`, ...) never apply: the probe's
  * HTTP client sends every request straight to the server's address.
@@ -24,6 +24,7 @@
  *
  * @module
  */
+import { lookup } from "node:dns/promises";
 
 /** What a successful probe reports about the server (spec router §5.2). */
 export interface ServerHealth {
@@ -57,6 +58,29 @@ export type ProbeResult =
 export const WORKER_STATUS_PATH = "/internal/worker-status";
 
 const IPV4 = /^\d{1,3}(\.\d{1,3}){3}$/;
+
+/**
+ * The address to probe a server bound to `host` at: an IP literal or a wildcard as it is, a name
+ * resolved by the system's resolver (its first address, as `getaddrinfo` gives them: the hosts
+ * file, then DNS; spec cli §1.4, "The probe IP is the first getaddrinfo result for --host").
+ * An address keeps the probe on an address the server listens on and lets it connect from
+ * loopback. Rejects when the name does not resolve.
+ *
+ * @example
+ * ```ts
+ * import { resolveProbeHost } from "./probe.ts";
+ *
+ * if (await resolveProbeHost("0.0.0.0") !== "0.0.0.0") throw new Error();
+ * if (await resolveProbeHost("[::1]") !== "[::1]") throw new Error();
+ * const local = await resolveProbeHost("localhost");
+ * if (local !== "127.0.0.1" && local !== "::1") throw new Error(local);
+ * ```
+ */
+export async function resolveProbeHost(host: string): Promise<string> {
+  const name = host.trim();
+  if (name === "" || IPV4.test(name) || name.includes(":")) return host;
+  return (await lookup(name)).address;
+}
 
 /**
  * The origin (`http://host:port/`) to probe a server bound to `host`:`port`: a wildcard bind
