@@ -134,9 +134,12 @@ function _errorResponse(error: _RouterError, trace: _Trace, ctx: ForwardContext)
 }
 
 function _contentLength(headers: Headers): number | null {
-  const value = headers.get("content-length");
-  if (value === null) return null;
-  if (!/^\d+$/.test(value.trim())) {
+  const joined = headers.get("content-length");
+  if (joined === null) return null;
+  // A repeated header arrives joined ("3, 3"); repeats of one value stand for it (RFC 9110
+  // §8.6; the HTTP parser has already refused differing ones).
+  const [value, ...repeats] = joined.split(",").map((part) => part.trim());
+  if (!/^\d+$/.test(value) || repeats.some((repeat) => repeat !== value)) {
     throw new _RouterError(400, "invalid_request", "invalid Content-Length", "request_rejected");
   }
   // Past 2^53 the number is not exact, but it is past any limit: a 413.

@@ -1063,3 +1063,30 @@ Deno.test("router: a Content-Length past 2^53 is 413 request_too_large, not 400"
     await r.stop();
   }
 });
+
+Deno.test("router: a Content-Length repeated with one value stands for it; a node gets the body", async () => {
+  const r = await startRouter();
+  const node = new FakeNode(r.url, "gpu-a");
+  try {
+    await node.connect();
+    const bodies: string[] = [];
+    await node.openSlot(async (request) => {
+      bodies.push(new TextDecoder().decode(await request.body()));
+      request.respond(200, [["content-type", "text/plain"]]);
+      request.end();
+    });
+    await waitFor("capacity", async () => (await capacity(r.url)) === 1);
+    const conn = await rawRequest(
+      r.url,
+      "POST /execute HTTP/1.1\r\nhost: router\r\nconnection: close\r\ncontent-length: 3\r\n" +
+        "content-length: 3",
+      "abc",
+    );
+    const text = await readAll(conn);
+    assert.match(text, /^HTTP\/1\.1 200 /);
+    assert.deepEqual(bodies, ["abc"]);
+  } finally {
+    await node.close();
+    await r.stop();
+  }
+});
