@@ -22,7 +22,7 @@ import { parseRouterCommandLine, RouterHelp, routerUsage } from "../router/optio
  *
  * const quiet = console.error;
  * console.error = () => {};
- * const code = await routerMain(["--port", "0"], {}); // invalid: exits 1 before listening
+ * const code = await routerMain(["--port", "65536"], {}); // invalid: exits 1 before listening
  * console.error = quiet;
  * if (code !== 1) throw new Error(String(code));
  * ```
@@ -69,6 +69,7 @@ export async function routerMain(
       tls: access.tls,
       clientTokens: access.tokens,
       label: "KCoral router",
+      onListen: (addr) => router.listening(addr),
       log: (line) => console.error(consoleMessage(config.logFormat, line, "router_console")),
     });
   } catch (error) {

@@ -52,6 +52,11 @@ export interface RouterApp extends HttpApp {
   readonly registry: NodeRegistry;
   /** This Router process's id (`instance_id` of `/health`). */
   readonly instanceId: string;
+  /**
+   * Reports the address the Router listens on (`router_started`, with the port a `--port 0`
+   * got); `serve`'s `onListen`.
+   */
+  listening(addr: Deno.NetAddr): void;
 }
 
 /**
@@ -140,14 +145,17 @@ class _Router implements RouterApp {
   start(): Promise<void> {
     this.registry.start();
     this.#clientWatch.start();
+    return Promise.resolve();
+  }
+
+  listening(addr: Deno.NetAddr): void {
     this.events.emit("INFO", "router_started", {
       instance_id: this.instanceId,
       host: this.#config.host,
-      port: this.#config.port,
+      port: addr.port,
       node_token: this.#config.nodeToken !== null,
       client_tokens: this.#guard.tokens !== null,
     });
-    return Promise.resolve();
   }
 
   async shutdown(): Promise<void> {

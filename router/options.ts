@@ -55,15 +55,15 @@ export const routerOptions = {
     placeholder: "host",
     help: "Router listen address",
   },
-  /** The port to listen on (HTTP clients and node connections alike). */
+  /** The port to listen on (HTTP clients and node connections alike); 0: any free port. */
   port: {
     flag: "--port",
     type: "int",
-    min: 1,
+    min: 0,
     max: 65535,
     default: 9000,
     placeholder: "port",
-    help: "Router listen port, 1-65535",
+    help: "Router listen port, 0-65535 (0: any free port, shown in the listening line)",
   },
   /** Period of the freshness sweep, and how long a node 503 keeps the node aside. */
   statusCheckIntervalSeconds: {

@@ -99,12 +99,13 @@ Deno.test("router options: the token flag wins over the variable; an empty token
     ]);
   }
   assert.equal(parseRouterArgs(["--node-token=a b"], {}).nodeToken, "a b");
+  assert.equal(parseRouterArgs(["--port", "0"], {}).port, 0, "any free port, as upstream's u16");
 });
 
 Deno.test("router options: out-of-range settings exit 1 naming the flag", () => {
   const cases: [string[], string][] = [
-    [["--port", "0"], "--port must be between 1 and 65535"],
-    [["--port", "65536"], "--port must be between 1 and 65535"],
+    [["--port", "-1"], "--port must be between 0 and 65535"],
+    [["--port", "65536"], "--port must be between 0 and 65535"],
     [["--status-check-interval-seconds", "0"], "--status-check-interval-seconds must be positive"],
     [["--max-status-age-seconds", "0"], "--max-status-age-seconds must be positive"],
     [["--unhealthy-threshold", "0"], "--unhealthy-threshold must be at least 1"],
@@ -182,4 +183,28 @@ Deno.test("router options: only the token is read from the environment", () => {
   });
   assert.equal(config.port, 9000);
   assert.equal(config.nodeToken, "t");
+});
+
+Deno.test("kcoral router --port 0 listens on a free port and logs that port", async () => {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", new URL("../cli.ts", import.meta.url).pathname, "router", "--port", "0"],
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
+  let seen = "";
+  while (!seen.includes("Application startup complete.")) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`the Router exited:\n${seen}`);
+    seen += value;
+  }
+  const url = seen.match(/KCoral router listening on (http:\/\/127\.0\.0\.1:(\d+))/);
+  assert.ok(url && url[2] !== "0", seen);
+  assert.match(seen, new RegExp(`router_started .*port=${url[2]} `));
+  const health = await fetch(`${url[1]}/health`);
+  assert.equal(health.status, 503, "no node yet");
+  await health.body?.cancel();
+  child.kill("SIGTERM");
+  while (!(await reader.read()).done) { /* drain */ }
+  assert.equal((await child.status).code, 0);
 });
