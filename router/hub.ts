@@ -87,7 +87,25 @@ export function acceptNodeLink(request: Request, ctx: HubContext): Response {
       headers: { "content-type": "application/json", upgrade: "websocket" },
     });
   }
-  const { socket, response } = Deno.upgradeWebSocket(request, { idleTimeout: _IDLE_TIMEOUT_S });
+  let upgraded: { socket: WebSocket; response: Response };
+  try {
+    upgraded = Deno.upgradeWebSocket(request, { idleTimeout: _IDLE_TIMEOUT_S });
+  } catch (error) {
+    // Not a valid WebSocket handshake (no Sec-WebSocket-Key, no "upgrade" in Connection, ...).
+    const message = `invalid WebSocket handshake: ${
+      error instanceof Error ? error.message : String(error)
+    }`;
+    ctx.events.emit("WARNING", "node_link_refused", {
+      link: new URL(request.url).pathname === CONTROL_PATH ? "control" : "slot",
+      code: "invalid_request",
+      reason: message,
+    });
+    return jsonResponse(
+      400,
+      JSON.stringify({ status: "ERROR", error: { kind: "invalid_request", message } }),
+    );
+  }
+  const { socket, response } = upgraded;
   socket.binaryType = "arraybuffer";
   ctx.sockets.add(socket);
   const path = new URL(request.url).pathname;

@@ -524,6 +524,18 @@ Deno.test("router: hostile node peers are closed; other nodes keep serving", asy
     await assert.rejects(() => response.arrayBuffer());
     assert.equal((await closed(oversized)).reason, "invalid_response");
     flooder.close();
+    // A broken handshake (no Sec-WebSocket-Key; no "upgrade" in Connection): a 400 naming it.
+    for (const headers of [{ connection: "upgrade" }, { connection: "keep-alive" }]) {
+      const handshake = await fetch(`${r.url}${SLOT_PATH}`, {
+        headers: { upgrade: "websocket", ...headers },
+      });
+      assert.equal(handshake.status, 400);
+      const refusal = await handshake.json();
+      assert.equal(refusal.error.kind, "invalid_request");
+      assert.match(refusal.error.message, /^invalid WebSocket handshake: /);
+    }
+    assert.ok(r.lines.some((l) => /node_link_refused .*code=invalid_request/.test(l)));
+    assert.ok(!r.lines.some((l) => /TypeError|    at /.test(l)), "no stack trace");
     // A peer that never says anything is closed after the first-message timeout (10 s): not
     // waited for here; the others did not disturb the good node.
     for (let i = 0; i < 3; i++) {
