@@ -638,6 +638,14 @@ async function _sendBody(
   }
 }
 
+/**
+ * What a cut-short answer's stream fails with. `Deno.serve` prints the error of an answer's
+ * stream on stderr, whatever it is (a stack trace for an `Error`), among the console's event
+ * lines; the attempt's own `request_finished` line already gives the reason, so the value is
+ * empty (at most a blank line, which a JSON-lines reader skips).
+ */
+const _CUT_SHORT = "";
+
 /** The node's body for the client; the slot's fate is settled when it ends either way. */
 function _responseBody(
   exchange: TunnelExchange,
@@ -672,12 +680,12 @@ function _responseBody(
         // The slot failed mid-answer: the client's body is cut short.
         const reason = error instanceof TunnelError ? error.reason : "tunnel_disconnected";
         settle(reason, false);
-        controller.error(error);
+        controller.error(_CUT_SHORT);
         return;
       }
       if (next instanceof _RouterError) {
         settle(next.reason, false, next.reason);
-        controller.error(new Error(next.message));
+        controller.error(_CUT_SHORT);
         return;
       }
       if (next.done) {
