@@ -199,7 +199,7 @@ export async function serve(app: HttpApp, options: ServeOptions = {}): Promise<R
           () => listen(addr.port, () => {}),
           (fields) => {
             app.events.emit("WARNING", "listener_restarted", fields);
-            log(`kcoral server: listening again after: ${fields.error}`);
+            log(`${options.label ?? "KCoral server"}: listening again after: ${fields.error}`);
           },
         );
         if (again) {
