@@ -138,7 +138,9 @@ function _contentLength(headers: Headers): number | null {
   if (joined === null) return null;
   // A repeated header arrives joined ("3, 3"); repeats of one value stand for it (RFC 9110
   // §8.6; the HTTP parser has already refused differing ones).
-  const [value, ...repeats] = joined.split(",").map((part) => part.trim());
+  const [value, ...repeats] = joined.includes(",")
+    ? joined.split(",").map((part) => part.trim())
+    : [joined.trim()];
   if (!/^\d+$/.test(value) || repeats.some((repeat) => repeat !== value)) {
     throw new _RouterError(400, "invalid_request", "invalid Content-Length", "request_rejected");
   }
