@@ -1,5 +1,6 @@
 /** `kcoral server` options: defaults, environment variables, precedence, validation, help. */
 import assert from "node:assert/strict";
+import { KcoralProcess } from "./_router.ts";
 import { parseServerArgs, ServerArgsError, ServerHelp, serverHelpText } from "../cli/server.ts";
 import {
   ConfigError,
@@ -701,27 +702,29 @@ Deno.test("kcoral server: repeated SIGINT/SIGTERM keep draining; both requests f
 });
 
 Deno.test("kcoral server --router: a --host that does not resolve is a usage error (exit 2)", async () => {
-  const output = await new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "-A",
-      new URL("../cli.ts", import.meta.url).pathname,
-      "server",
-      "--router",
-      "http://127.0.0.1:9",
-      "--node-id",
-      "cpu-a",
-      "--host",
-      "no-such-host.invalid",
-    ],
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const stderr = new TextDecoder().decode(output.stderr);
-  assert.equal(output.code, 2, stderr);
-  assert.match(
-    stderr,
-    /^kcoral server: error: cannot resolve --host 'no-such-host\.invalid': .+$/m,
+  const node = new KcoralProcess([
+    "server",
+    "--router",
+    "http://127.0.0.1:9",
+    "--node-id",
+    "cpu-a",
+    "--host",
+    "no-such-host.invalid",
+  ]);
+  // Without the check the supervisor would restart its server forever: a limit, not a hang.
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const status = await Promise.race([
+    node.status,
+    new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), 30_000))),
+  ]);
+  clearTimeout(timer);
+  if (status === null) await node.stop(1000);
+  assert.equal(status?.code, 2, node.lines.join("\n"));
+  assert.ok(
+    node.lines.some((line) =>
+      /^kcoral server: error: cannot resolve --host 'no-such-host\.invalid': .+$/.test(line)
+    ),
+    node.lines.join("\n"),
   );
 });
 

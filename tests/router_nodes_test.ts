@@ -18,6 +18,7 @@ import {
   waitUntil,
 } from "./_router.ts";
 import { trivialProgram } from "../bench/_programs.ts";
+import { FakeNode } from "./_fake_node.ts";
 
 const SLEEP = "import time\ndef f(s):\n    time.sleep(s)\n    return s\n";
 
@@ -343,4 +344,28 @@ Deno.test({
       await router.stop();
     }
   },
+});
+
+Deno.test("routed: an answer its node cuts short reaches the client cut, with no stack trace on the Router's console", async () => {
+  const router = await startRouter();
+  const node = new FakeNode(router.url, "gpu-a");
+  try {
+    await node.connect();
+    await node.openSlot(async (request) => {
+      await request.body();
+      request.respond(200, [["content-type", "application/octet-stream"]]);
+      await request.write(new Uint8Array(1000));
+      request.socket.close(); // gone mid-answer
+    });
+    await waitForCapacity(router.url, 1);
+    const response = await fetch(`${router.url}/execute`, { method: "POST", body: "x" });
+    assert.equal(response.status, 200);
+    await assert.rejects(() => response.arrayBuffer());
+    await router.process.waitForLine(/request_finished .*finish_reason=tunnel_disconnected/);
+    const traces = router.process.lines.filter((line) => /TunnelError|^\s+at /.test(line));
+    assert.deepEqual(traces, []);
+  } finally {
+    node.close();
+    await router.stop();
+  }
 });

@@ -1,5 +1,6 @@
 /** `kcoral router` options (seed 003, "Router options"; spec router §3–§4 validation). */
 import assert from "node:assert/strict";
+import { KcoralProcess } from "./_router.ts";
 import { CommandLineError } from "../options/command.ts";
 import { optionDefaultText } from "../options/help.ts";
 import {
@@ -186,25 +187,16 @@ Deno.test("router options: only the token is read from the environment", () => {
 });
 
 Deno.test("kcoral router --port 0 listens on a free port and logs that port", async () => {
-  const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", new URL("../cli.ts", import.meta.url).pathname, "router", "--port", "0"],
-    stdout: "null",
-    stderr: "piped",
-  }).spawn();
-  const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
-  let seen = "";
-  while (!seen.includes("Application startup complete.")) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error(`the Router exited:\n${seen}`);
-    seen += value;
+  const router = new KcoralProcess(["router", "--port", "0"]);
+  try {
+    const listening = await router.waitForLine(/KCoral router listening on /);
+    const url = listening.match(/listening on (http:\/\/127\.0\.0\.1:(\d+))/);
+    assert.ok(url && url[2] !== "0", listening);
+    await router.waitForLine(new RegExp(`router_started .*port=${url[2]} `));
+    const health = await fetch(`${url[1]}/health`);
+    assert.equal(health.status, 503, "no node yet");
+    await health.body?.cancel();
+  } finally {
+    assert.equal((await router.stop()).code, 0);
   }
-  const url = seen.match(/KCoral router listening on (http:\/\/127\.0\.0\.1:(\d+))/);
-  assert.ok(url && url[2] !== "0", seen);
-  assert.match(seen, new RegExp(`router_started .*port=${url[2]} `));
-  const health = await fetch(`${url[1]}/health`);
-  assert.equal(health.status, 503, "no node yet");
-  await health.body?.cancel();
-  child.kill("SIGTERM");
-  while (!(await reader.read()).done) { /* drain */ }
-  assert.equal((await child.status).code, 0);
 });
