@@ -88,6 +88,33 @@ function report(label: string, rows: number[][], times: string[]): void {
   console.log(`${label}: ${timed.join(", ")}; ${figures.join(", ")} (medians of ${rows.length})`);
 }
 
+/**
+ * `requests` whole requests each way through the tree's own `Client` (after two uncounted), a
+ * program from `programFor` each time, the two ways taking turns to go first when `alternate`;
+ * reported as `client <way>, <label>`.
+ */
+async function timeWholeRequests(label: string, programFor: () => unknown, alternate: boolean) {
+  const rows = { direct: [] as number[][], routed: [] as number[][] };
+  for (let i = 0; i < requests + 2; i++) {
+    const ways = alternate && i % 2 === 1
+      ? ["routed", "direct"] as const
+      : ["direct", "routed"] as const;
+    for (const way of ways) {
+      const request = programFor();
+      const before = snapshot();
+      const start = performance.now();
+      await side[way].execute(request);
+      const elapsed = performance.now() - start;
+      const after = snapshot();
+      if (i < 2) continue;
+      rows[way].push([elapsed, ...after.map((v, k) => v - before[k])]);
+    }
+  }
+  for (const way of ["direct", "routed"] as const) {
+    report(`client ${way}, ${label}`, rows[way], ["total"]);
+  }
+}
+
 try {
   const viaFetch = { direct: [] as number[][], routed: [] as number[][] };
   for (let i = 0; i < requests + 2; i++) {
@@ -113,39 +140,9 @@ try {
   for (const way of ["direct", "routed"] as const) {
     report(`fetch ${way}, during the body`, viaFetch[way], ["head", "body"]);
   }
-  const viaClient = { direct: [] as number[][], routed: [] as number[][] };
-  for (let i = 0; i < requests + 2; i++) {
-    for (const way of ["direct", "routed"] as const) {
-      const before = snapshot();
-      const start = performance.now();
-      await side[way].execute(program);
-      const elapsed = performance.now() - start;
-      const after = snapshot();
-      if (i < 2) continue;
-      viaClient[way].push([elapsed, ...after.map((v, k) => v - before[k])]);
-    }
-  }
-  for (const way of ["direct", "routed"] as const) {
-    report(`client ${way}, whole request`, viaClient[way], ["total"]);
-  }
-  const uploads = { direct: [] as number[][], routed: [] as number[][] };
-  for (let i = 0; i < requests + 2; i++) {
-    // Alternating which way goes first, as the Router bench does.
-    const ways = i % 2 === 0 ? ["direct", "routed"] as const : ["routed", "direct"] as const;
-    for (const way of ways) {
-      const upload = lengthProgram(randomBytes(mib << 20));
-      const before = snapshot();
-      const start = performance.now();
-      await side[way].execute(upload);
-      const elapsed = performance.now() - start;
-      const after = snapshot();
-      if (i < 2) continue;
-      uploads[way].push([elapsed, ...after.map((v, k) => v - before[k])]);
-    }
-  }
-  for (const way of ["direct", "routed"] as const) {
-    report(`client ${way}, fresh upload`, uploads[way], ["total"]);
-  }
+  await timeWholeRequests("whole request", () => program, false);
+  // A new blob each time; alternating which way goes first, as the Router bench does.
+  await timeWholeRequests("fresh upload", () => lengthProgram(randomBytes(mib << 20)), true);
 } finally {
   await stopRoutedSides([side]);
 }
