@@ -67,9 +67,8 @@ const _IDLE_TIMEOUT_S = 30;
 export function acceptNodeLink(request: Request, ctx: HubContext): Response {
   // The token comes first: nothing else of an unauthenticated peer is read.
   if (!bearerMatches(request.headers.get("authorization"), ctx.nodeToken)) {
-    const link = new URL(request.url).pathname === CONTROL_PATH ? "control" : "slot";
     ctx.events.emit("WARNING", "node_link_refused", {
-      link,
+      link: _linkName(request),
       code: "unauthenticated",
       reason: "invalid node bearer token",
     });
@@ -96,7 +95,7 @@ export function acceptNodeLink(request: Request, ctx: HubContext): Response {
       error instanceof Error ? error.message : String(error)
     }`;
     ctx.events.emit("WARNING", "node_link_refused", {
-      link: new URL(request.url).pathname === CONTROL_PATH ? "control" : "slot",
+      link: _linkName(request),
       code: "invalid_request",
       reason: message,
     });
@@ -113,6 +112,11 @@ export function acceptNodeLink(request: Request, ctx: HubContext): Response {
   else if (path === SLOT_PATH) _slot(socket, ctx);
   else socket.onopen = () => _close(socket, "invalid_argument", "unknown node link path");
   return response;
+}
+
+/** Which link a refused request asked for, for its `node_link_refused` event. */
+function _linkName(request: Request): "control" | "slot" {
+  return new URL(request.url).pathname === CONTROL_PATH ? "control" : "slot";
 }
 
 function _close(socket: WebSocket, code: LinkCloseName, reason: string): void {
