@@ -36,6 +36,31 @@ function _read<T>(read: Promise<T>): Promise<T> {
   });
 }
 
+/**
+ * A request's declared body length: `null` without a `Content-Length`, `NaN` when it is not one
+ * length. `Deno.serve` joins a repeated header (`3, 3`); repeats of one value stand for it
+ * (RFC 9110 §8.6; the HTTP parser has already refused differing ones). Past 2^53 the number is
+ * not exact, but it is past any limit.
+ *
+ * @example
+ * ```ts
+ * import { declaredLength } from "./request_body.ts";
+ *
+ * if (declaredLength(new Headers({ "content-length": "3, 3" })) !== 3) throw new Error();
+ * if (!Number.isNaN(declaredLength(new Headers({ "content-length": "3, 4" })))) throw new Error();
+ * if (declaredLength(new Headers()) !== null) throw new Error();
+ * ```
+ */
+export function declaredLength(headers: Headers): number | null {
+  const joined = headers.get("content-length");
+  if (joined === null) return null;
+  const [value, ...repeats] = joined.includes(",")
+    ? joined.split(",").map((part) => part.trim())
+    : [joined.trim()];
+  if (!/^\d+$/.test(value) || repeats.some((repeat) => repeat !== value)) return NaN;
+  return Number(value);
+}
+
 /** A request body; `digests` when it was scanned and hashed while it arrived. */
 export interface ReceivedBody {
   /** The whole body. */
@@ -63,7 +88,7 @@ export async function readRequestBody(
 ): Promise<ReceivedBody | null> {
   if (!request.body) return { body: new Uint8Array(0), pooled: false };
   signal?.throwIfAborted();
-  const declared = Number(request.headers.get("content-length") ?? NaN);
+  const declared = declaredLength(request.headers) ?? NaN;
   if (
     large && Number.isSafeInteger(declared) && declared >= LARGE_BODY_BYTES && declared <= limit
   ) {

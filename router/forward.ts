@@ -28,6 +28,7 @@ import {
   type ResponseHead,
 } from "../protocol/node_link.ts";
 import { DATA_HEADER_BYTES } from "../http/tunnel_body.ts";
+import { declaredLength } from "../http/request_body.ts";
 import { releaseBuffer } from "../protocol/bytes.ts";
 import { isLiveOutput } from "../protocol/live_output.ts";
 import type { EventLog } from "../http/events.ts";
@@ -134,18 +135,11 @@ function _errorResponse(error: _RouterError, trace: _Trace, ctx: ForwardContext)
 }
 
 function _contentLength(headers: Headers): number | null {
-  const joined = headers.get("content-length");
-  if (joined === null) return null;
-  // A repeated header arrives joined ("3, 3"); repeats of one value stand for it (RFC 9110
-  // §8.6; the HTTP parser has already refused differing ones).
-  const [value, ...repeats] = joined.includes(",")
-    ? joined.split(",").map((part) => part.trim())
-    : [joined.trim()];
-  if (!/^\d+$/.test(value) || repeats.some((repeat) => repeat !== value)) {
+  const length = declaredLength(headers);
+  if (Number.isNaN(length)) {
     throw new _RouterError(400, "invalid_request", "invalid Content-Length", "request_rejected");
   }
-  // Past 2^53 the number is not exact, but it is past any limit: a 413.
-  return Number(value);
+  return length;
 }
 
 /**

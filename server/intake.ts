@@ -13,7 +13,12 @@ import type { HashThreads } from "../protocol/hash_threads.ts";
 import { PartDigests } from "../protocol/part_digests.ts";
 import type { BodyBuffers } from "../http/body_buffers.ts";
 import { Rejection } from "../http/rejection.ts";
-import { BodyReadError, LARGE_BODY_BYTES, readRequestBody } from "../http/request_body.ts";
+import {
+  BodyReadError,
+  declaredLength,
+  LARGE_BODY_BYTES,
+  readRequestBody,
+} from "../http/request_body.ts";
 import type { BlobStore } from "./cache_memory.ts";
 
 /** Large bodies read at once into buffers sized before their bytes arrive (as upstream's 4). */
@@ -141,18 +146,15 @@ export class Intake {
    */
   async receive(request: Request | WholeBodyRequest): Promise<ReceivedBody> {
     const { maxRequestBytes, hashes, bodies, mirrors, store } = this.#o;
-    const contentLength = request.headers.get("content-length");
-    if (
-      contentLength !== null && /^\d+$/.test(contentLength) &&
-      Number(contentLength) > maxRequestBytes
-    ) {
+    const declared = declaredLength(request.headers); // NaN (not one length) passes both checks
+    if (declared !== null && declared > maxRequestBytes) {
       await discardBody(request);
       throw _tooLarge();
     }
     if (!(request instanceof Request)) return await this.#receiveWhole(request);
     // At most a few large bodies at once get buffers sized by their Content-Length before their
     // bytes arrive (a declared length costs a client nothing); any others are held as they come.
-    const inPlace = contentLength !== null && Number(contentLength) >= LARGE_BODY_BYTES &&
+    const inPlace = declared !== null && declared >= LARGE_BODY_BYTES &&
       this.#largeReceives < _MAX_LARGE_RECEIVES;
     if (inPlace) {
       hashes.warm();
@@ -172,7 +174,7 @@ export class Intake {
           take: (size) => bodies.take(size),
           observer: () =>
             observed = PartDigests.forMultipart(request.headers, hashes, {
-              mirror: () => mirror = mirrors.take(Number(contentLength)),
+              mirror: () => mirror = mirrors.take(declared!),
               // Blob payloads are also written to the memory cache's directory as they arrive.
               spool: (partHeader) =>
                 store && _BLOB_PART.test(partHeader)
