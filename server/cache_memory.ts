@@ -13,8 +13,9 @@ import { CacheCounters } from "./cache_counters.ts";
 const _SYNC_WRITE_BYTES = 64 * 1024;
 /**
  * Blob files up to this size are unlinked without leaving the event loop. A larger one is moved
- * aside and unlinked on the thread pool: freeing a tmpfs file's pages takes the unlink ~0.15 ms per
- * MiB (64 MiB: ~10 ms, 256 MiB: ~40 ms), a stall for every request the server holds.
+ * aside and unlinked on the thread pool: freeing a tmpfs file's pages takes the unlink ~0.12–0.15
+ * ms per MiB (64 MiB: 8–10 ms, 256 MiB: 30–40 ms; bench/probes/tmpfs_unlink.ts), a stall for every
+ * request the server holds.
  */
 const _SYNC_UNLINK_BYTES = 64 * 1024;
 

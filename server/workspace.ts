@@ -222,7 +222,7 @@ export async function emptyDirectory(dir: string): Promise<void> {
 // The mode check is synchronous on purpose: one cheap syscall on a directory the server owns,
 // where an async op costs far more than the syscall. Removing what a program left stays
 // asynchronous when it is large: a directory tree, or a file over _SYNC_UNLINK_BYTES (unlinking
-// frees the file's pages in the call, ~0.15 ms per MiB on tmpfs: a 64 MiB result part would hold
+// frees the file's pages in the call, ~0.12–0.15 ms per MiB on tmpfs, bench/probes/tmpfs_unlink.ts: a 64 MiB result part would hold
 // the event loop ~10 ms).
 
 /** Files up to this size are unlinked without leaving the event loop. */
