@@ -31,6 +31,7 @@ if __name__ == "__main__":
 import argparse  # noqa: E402
 import fcntl  # noqa: E402
 import gc  # noqa: E402
+import importlib.machinery  # noqa: E402
 import json  # noqa: E402
 import mmap  # noqa: E402
 import platform  # noqa: E402
@@ -500,6 +501,49 @@ class Zygote:
             self.server_gone = True
 
 
+def subprocess_python_path(current: str, runtime_dir: str, compat_dir: Optional[str]) -> str:
+    """``PYTHONPATH`` ``current`` with ``runtime_dir`` and then ``compat_dir`` (unless ``None``)
+    appended, each only where no entry names it already."""
+    entries = current.split(os.pathsep) if current else []
+    for extra in (runtime_dir, compat_dir):
+        if extra is not None and extra not in entries:
+            entries.append(extra)
+    return os.pathsep.join(entries)
+
+
+def installed_kcoral() -> Optional[str]:
+    """Where a ``kcoral`` other than ours is found on ``sys.path`` (the working directory, a
+    request's workspace, left out), or ``None``. A namespace portion does not count: a regular
+    package anywhere on the path, ours included, comes before it."""
+    here = os.getcwd()
+    path = [entry for entry in sys.path if entry not in ("", here)]
+    spec = importlib.machinery.PathFinder.find_spec("kcoral", path)
+    return spec.origin if spec is not None and spec.origin is not None else None
+
+
+def expose_runtime() -> None:
+    """Upstream's worker-side names (``kcoral.errors``, ``kcoral.builtins``, the package
+    ``compat/kcoral``) for uploaded code and for every process a request starts.
+
+    In this process (and the children it forks) the compat directory goes last on
+    ``sys.path``: a real ``kcoral`` comes first and wins. A new interpreter (a ``kcoral run``
+    script, a program's subprocess, its grandchildren) builds its path from ``PYTHONPATH``,
+    which the children inherit: it gets the runtime's directory (``kcoral.builtins`` imports
+    ``kcoral_runtime``; the server names it already) and, when no real ``kcoral`` is installed,
+    the compat directory, both at the end. With a real one the compat directory stays off
+    ``PYTHONPATH``: its entries come before ``site-packages`` and would hide that installation
+    there, where this process finds it. Either way a subprocess imports the same files as this
+    process. Before any child is forked: reuse hygiene restores this environment after each
+    request."""
+    package_dir = os.path.dirname(os.path.abspath(__file__))
+    compat_dir = os.path.join(package_dir, "compat")
+    real = installed_kcoral()
+    sys.path.append(compat_dir)
+    os.environ["PYTHONPATH"] = subprocess_python_path(
+        os.environ.get("PYTHONPATH", ""), os.path.dirname(package_dir),
+        None if real is not None else compat_dir)
+
+
 def _parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m kcoral_runtime.zygote")
     parser.add_argument("--mode", choices=("gpu", "sim", "cpu"), required=True)
@@ -555,9 +599,7 @@ def main(channel: "tuple[int, int]", argv: Optional[List[str]] = None) -> int:
         from . import devices
 
         devices.import_heavy(args.mode)
-        # Upstream's worker-side names (``kcoral.errors``, ``kcoral.builtins``) for uploaded
-        # code, last on the path: a real ``kcoral`` installation comes first and wins.
-        sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "compat"))
+        expose_runtime()
         versions = devices.collect_versions(args.mode)
         from . import child, engine  # noqa: F401  (imported once, here, not per child)
     except BaseException as exc:
