@@ -196,6 +196,28 @@ def test_environment_composition_and_path_order(workspace, monkeypatch):
     assert compose({}, "/w")["PATH"] == python_dir
 
 
+def test_an_overridden_pythonpath_keeps_the_worker_entries_after_the_client_ones(
+    workspace, monkeypatch
+):
+    compose = load("runner")["compose_environment"]
+    monkeypatch.setenv("PYTHONPATH", "/runtime:/ro:/runtime/kcoral_runtime/compat")
+    assert compose({}, "/w")["PYTHONPATH"] == "/runtime:/ro:/runtime/kcoral_runtime/compat"
+    env = compose({"PYTHONPATH": "/mine:/ro"}, "/w")
+    assert env["PYTHONPATH"] == "/mine:/ro:/runtime:/runtime/kcoral_runtime/compat"
+    # Empty entries of the client's value (the working directory) are kept where they stand.
+    assert compose({"PYTHONPATH": ":/mine"}, "/w")["PYTHONPATH"] == (
+        ":/mine:/runtime:/ro:/runtime/kcoral_runtime/compat"
+    )
+    assert compose({"PYTHONPATH": ""}, "/w")["PYTHONPATH"] == (
+        "/runtime:/ro:/runtime/kcoral_runtime/compat"
+    )
+    assert os.environ["PYTHONPATH"] == "/runtime:/ro:/runtime/kcoral_runtime/compat"
+    # A worker without PYTHONPATH (an upstream worker with kcoral installed): the client's value.
+    monkeypatch.delenv("PYTHONPATH")
+    assert compose({"PYTHONPATH": "/mine"}, "/w")["PYTHONPATH"] == "/mine"
+    assert "PYTHONPATH" not in compose({}, "/w")
+
+
 @pytest.mark.parametrize(
     "overrides,message",
     [

@@ -74,8 +74,10 @@ def compose_environment(overrides, directory):
 
     Worker environment, then the client's overrides, then ``KCORAL_DIR=directory``; finally
     the directory of the worker's Python interpreter is put first on ``PATH`` (after the
-    overrides, so ``-e PATH=...`` cannot displace it). Overrides must map identifier
-    names to strings without NUL and must not name a managed variable.
+    overrides, so ``-e PATH=...`` cannot displace it), and an overridden ``PYTHONPATH`` keeps
+    the worker's own entries after the client's (the worker's modules, such as ``kcoral``,
+    stay importable). Overrides must map identifier names to strings without NUL and must
+    not name a managed variable.
     """
     if not isinstance(overrides, dict):
         raise ValueError("environment overrides must be an object")
@@ -93,6 +95,12 @@ def compose_environment(overrides, directory):
     if python_dir:
         search = env.get("PATH", "")
         env["PATH"] = python_dir + os.pathsep + search if search else python_dir
+    worker_modules = os.environ.get("PYTHONPATH", "")
+    client_modules = overrides.get("PYTHONPATH")
+    if client_modules is not None and worker_modules:
+        named = client_modules.split(os.pathsep) if client_modules else []
+        added = [e for e in worker_modules.split(os.pathsep) if e and e not in named]
+        env["PYTHONPATH"] = os.pathsep.join(named + added)
     return env
 
 
