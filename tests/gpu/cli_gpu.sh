@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end checks of `kcoral run compute-sanitizer` and `kcoral run ncu` on a real GPU
-# (issue 6). Run it on a machine with nvcc and ncu, against a KCoral GPU server that is
-# already running:
+# (issue 6), and of `kcoral run python` importing `kcoral.builtins` and `kcoral_runtime`.
+# Run it on a machine with nvcc and ncu, against a KCoral GPU server that is already running:
 #
 #   KCORAL_URL=http://127.0.0.1:8000 bash tests/gpu/cli_gpu.sh
 #
@@ -118,6 +118,24 @@ if nvcc -lineinfo "${EXTRA_NVCC[@]}" -o exp/clean exp/clean.cu >build.out 2>&1 &
   pass "nvcc builds the clean and the out-of-bounds programs"
 else
   fail "nvcc builds the clean and the out-of-bounds programs" "see the compiler output" build.out
+fi
+
+# ---- kcoral and kcoral_runtime in a kcoral run script ------------------------------------
+
+# Imports only: benchmark is not called here.
+kcoral_run imports python --timeout 120 -- -c "
+import kcoral, kcoral_runtime
+from kcoral.builtins import benchmark
+assert callable(benchmark)
+print('kcoral', kcoral.__file__)
+print('kcoral_runtime', kcoral_runtime.__file__)
+print('imports ok')"
+if [[ $CODE -eq 0 ]] && grep -q "^imports ok$" imports.out; then
+  pass "kcoral run python imports kcoral.builtins.benchmark and kcoral_runtime"
+  sed 's/^/    /' imports.out | grep -v "imports ok"
+else
+  fail "kcoral run python imports kcoral.builtins.benchmark and kcoral_runtime" "exit $CODE" \
+    imports.out
 fi
 
 # ---- compute-sanitizer ----------------------------------------------------------------
