@@ -2,7 +2,8 @@
 
 ``python -m kcoral_runtime.nvml`` prints ``[{"index", "uuid", "minor", "name"}, ...]`` as JSON
 (``[]`` when NVML is absent), so the front-end can map ``--gpus`` indices to UUIDs for
-``CUDA_VISIBLE_DEVICES`` and to ``/dev/nvidia<minor>`` nodes for the sandbox.
+``CUDA_VISIBLE_DEVICES`` and to ``/dev/nvidia<minor>`` nodes for the sandbox. The library is
+found as ``gpu_state`` finds it (``$KCORAL_NVML_LIBRARY``, else the driver's ``libnvidia-ml``).
 """
 
 from __future__ import annotations
@@ -12,17 +13,17 @@ import json
 import sys
 from typing import Any, Dict, List, Optional
 
+from kcoral_runtime.gpu_state import NvmlUnavailable, load_library
+
 _SUCCESS = 0
 _BUFFER = 96  # NVML_DEVICE_UUID_V2_BUFFER_SIZE, also enough for names
 
 
 def _load() -> Optional[ctypes.CDLL]:
-    for name in ("libnvidia-ml.so.1", "libnvidia-ml.so"):
-        try:
-            return ctypes.CDLL(name)
-        except OSError:
-            continue
-    return None
+    try:
+        return load_library()
+    except NvmlUnavailable:
+        return None
 
 
 def list_gpus() -> List[Dict[str, Any]]:

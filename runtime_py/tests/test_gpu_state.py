@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import json
+import os
 import subprocess
 import sys
 import threading
@@ -496,3 +498,23 @@ def test_reason_names_and_the_throttle_mask() -> None:
     assert not is_throttled(0x1 | 0x2 | 0x10 | 0x100)
     assert all(is_throttled(bit) for bit in (0x4, 0x8, 0x20, 0x40, 0x80))
 
+
+# --------------------------------------------------------------------------- kcoral_runtime.nvml
+
+
+def run_nvml_cli(library: str) -> object:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(RUNTIME_DIR)
+    env[gpu_state.LIBRARY_ENV] = library
+    proc = subprocess.run([sys.executable, "-m", "kcoral_runtime.nvml"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_the_nvml_cli_finds_the_library_as_gpu_state_does(fake_path: str) -> None:
+    assert run_nvml_cli(fake_path) == [
+        {"index": 0, "uuid": UUID0, "minor": 0, "name": "NVIDIA Stand-in 80GB HBM3"},
+        {"index": 1, "uuid": UUID1, "minor": 1, "name": "NVIDIA Stand-in 80GB HBM3"},
+    ]
+    assert run_nvml_cli("/nonexistent/libnvidia-ml.so.1") == []
