@@ -23,7 +23,7 @@ import sys
 import traceback
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import devices, procs, progress
+from . import devices, gate, procs, progress
 from .devices import CpuBackend, make_backend
 from .engine import Engine
 from .frames import Clean, InitFailed, Outcome, Ready
@@ -148,7 +148,10 @@ class Child:
                 target, device_uuids = backend.init()
                 install_cpu_only_guard(backend.mode)
                 lease: Any = Lease(self.channel, backend) if backend.uses_lease else NoLease()
-                engine = Engine(backend, lease, self._notify_instr)
+                # After the context exists (the driver read its injection variable already):
+                # the processes of our requests take the lease at their first CUDA call.
+                gpu_gate = gate.start(lease) if backend.uses_lease else None
+                engine = Engine(backend, lease, self._notify_instr, gpu_gate)
                 engine.snapshot_state()
             except BaseException as exc:
                 failure = (exc, traceback.format_exc())

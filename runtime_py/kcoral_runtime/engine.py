@@ -12,7 +12,7 @@ import sys
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from . import cuda_guard, files
+from . import cuda_guard, files, tool_sources
 from .capture import OutputCapture
 from .errors import ExecutionError, GPUAccessViolation, foreign_execution_error_kind
 from .ipc import dumps
@@ -74,6 +74,12 @@ class _Request:
         self.results = results
         self.cpu_only = cpu_only
         self.env: Dict[str, Any] = {}
+        # ``kcoral run`` tools (tool_sources.py), with the gate only: id -> role of each
+        # recognised module and of each function taken from one; the runs that leave the lease
+        # to the processes they start, and their results (plain values).
+        self.tool_modules: Dict[str, str] = {}
+        self.tool_functions: Dict[str, str] = {}
+        self.gated_runs: Set[str] = set()
 
     def blob(self, sha256: str) -> str:
         try:
@@ -84,11 +90,15 @@ class _Request:
 
 class Engine:
     """One per child. ``backend`` is a devices backend, ``lease`` a Lease or NoLease,
-    ``notify_instr(k)`` sends the ``instr`` frame for instruction ``k``."""
+    ``notify_instr(k)`` sends the ``instr`` frame for instruction ``k``; ``gate``: the child's
+    GPU gate (``gate.py``), or ``None`` (every run holds the lease as the spec places it)."""
 
-    def __init__(self, backend: Any, lease: Any, notify_instr: Callable[[int], None]) -> None:
+    def __init__(
+        self, backend: Any, lease: Any, notify_instr: Callable[[int], None], gate: Any = None
+    ) -> None:
         self.backend = backend
         self.lease = lease
+        self.gate = gate
         self.notify_instr = notify_instr
         self.modules = ModuleLoader()
         self.capture = OutputCapture()
@@ -147,6 +157,8 @@ class Engine:
             self.lease.held = True  # the server granted the lease together with the program
         limit = int(req.get("output_limit_bytes", DEFAULT_OUTPUT_LIMIT_BYTES))
         self.capture.start(req["results"], limit)
+        if self.gate is not None:
+            self.gate.begin_request()
         try:
             error, gpu_access, index, ins = self._run_instructions(instructions, request)
             if self.state is not None and not last_request:
@@ -168,6 +180,8 @@ class Engine:
         self.backend.libraries.end_request(sandbox)
 
         leftovers = kill_leftover_processes()
+        if self.gate is not None:
+            self.gate.end_request()  # its processes are gone: no hold of theirs is left
         if leftovers and error is None:
             error = instruction_error("runtime", LEFTOVER_MESSAGE, index, ins)
 
@@ -237,7 +251,7 @@ class Engine:
                 sys.path.insert(0, request.workspace)
             for index, ins in enumerate(instructions):
                 self.notify_instr(index)
-                self._place(ins, request.cpu_only)
+                self._place(ins, request)
                 self._execute(ins, request)
         except GPUAccessViolation as exc:
             error = instruction_error("gpu_access", exc.message, index, ins)
@@ -265,10 +279,16 @@ class Engine:
 
     # ------------------------------------------------------------------ lease
 
-    def _place(self, ins: Dict[str, Any], cpu_only: Set[str]) -> None:
-        """Hold or drop the GPU lease for the instruction about to run (spec protocol §2.5)."""
+    def _place(self, ins: Dict[str, Any], request: _Request) -> None:
+        """Hold or drop the GPU lease for the instruction about to run (spec protocol §2.5).
+
+        With the gate, a ``kcoral run`` tool's own instructions (``_place_tool``) are the
+        exception: its processes take the lease at their first CUDA call."""
         if not self.backend.uses_lease:
             return
+        if self.gate is not None and self._place_tool(ins, request):
+            return
+        cpu_only = request.cpu_only
         op = ins["op"]
         if op == "upload":
             kind = ins.get("kind")
@@ -286,6 +306,44 @@ class Engine:
                 self.lease.release()
                 return
         self.lease.acquire()
+
+    def _place_tool(self, ins: Dict[str, Any], request: _Request) -> bool:
+        """Places the lease for an instruction of a recognised ``kcoral run`` tool; ``False``
+        for any other instruction. The tool's modules and functions are this runtime's own code
+        (tool_sources.py), which never calls CUDA here: their uploads leave the lease as it is
+        (as a bytes upload does). The runner's run of a gated tool (``python``, ``shell``) drops
+        it, and its processes take it through the gate; a profiler's run (``ncu``,
+        ``compute-sanitizer``, ``run-iket``) keeps the whole-run lease. The outcome of a gated
+        run is a plain value: returning it leaves the lease as it is too."""
+        op = ins["op"]
+        if op == "upload" and ins.get("kind") == "module":
+            role = tool_sources.role_of(ins.get("source"))
+            if role is None:
+                return False
+            request.tool_modules[ins["id"]] = role
+            return True
+        if op == "get_function":
+            role = request.tool_modules.get(_ref_id(ins.get("module")))
+            if role is None:
+                return False
+            request.tool_functions[ins["id"]] = role
+            return True
+        if op == "run":
+            fn = _ref_id(ins.get("fn"))
+            args = ins.get("args") or []
+            definition = _ref_id(args[1]) if len(args) == 5 else None
+            if (
+                request.tool_functions.get(fn) != tool_sources.RUNNER
+                or request.tool_functions.get(definition) != tool_sources.GATED
+                or fn in request.cpu_only
+            ):
+                return False
+            request.gated_runs.add(ins["id"])
+            self.lease.release()
+            return True
+        if op == "return" and "kind" not in ins:
+            return _ref_id(ins.get("value")) in request.gated_runs
+        return False
 
     def _drain(
         self, error: Optional[Dict[str, Any]], index: int, ins: Dict[str, Any]
@@ -481,6 +539,28 @@ class Engine:
         args = [env[arg["$ref"]] if is_ref(arg) else arg for arg in ins.get("args", [])]
         if fn_id in request.cpu_only:
             return self.backend.run_cpu_only(fn, args)
+        if ins.get("id") in request.gated_runs:
+            return self._run_gated(fn, args)
+        return fn(*args)
+
+    def _run_gated(self, fn: Callable[..., Any], args: List[Any]) -> Any:
+        """A gated tool run, without the lease: under the CUDA guard where there is one, as a
+        ``cpu_only`` function (code a program left in this process that calls CUDA is caught as
+        a ``gpu_access`` error); when the guard cannot start, with the whole-run lease."""
+        started = False
+
+        def body(*call_args: Any) -> Any:
+            nonlocal started
+            started = True
+            return fn(*call_args)
+
+        try:
+            return self.backend.run_cpu_only(body, args)
+        except ExecutionError as exc:
+            if started or exc.kind != "unavailable":
+                raise
+        log("the CUDA guard is unavailable: this tool run holds the lease throughout")
+        self.lease.acquire()
         return fn(*args)
 
     def _return_path(self, ins: Dict[str, Any], request: _Request) -> None:
@@ -502,6 +582,11 @@ class Engine:
 
 RESULTS_INLINE_CHARS = 1 << 20
 """Results JSON longer than this goes to ``results.json`` beside the parts, not in the frame."""
+
+
+def _ref_id(value: Any) -> Optional[str]:
+    """The id a ``{"$ref": id}`` names, else ``None``."""
+    return value["$ref"] if is_ref(value) else None
 
 
 def _write_results(results_dir: str, data: bytes) -> Optional[Dict[str, Any]]:
