@@ -325,6 +325,18 @@ export const serverConfigOptions = {
     hidden: true,
     help: "TEST MODE: simulate the --gpus devices with torch CPU tensors",
   },
+  /**
+   * The GPU gate (server/gate_library.ts): the processes of a `kcoral run python`/`shell` request
+   * take the lease at their first CUDA call. Off: every run holds it from start to end, as
+   * before the gate. Hidden: for A/B measurements.
+   */
+  gpuGate: {
+    flag: "--no-gpu-gate",
+    type: "boolean",
+    default: true,
+    hidden: true,
+    help: "hold the GPU lease for a tool run's whole life (no gate at the first CUDA call)",
+  },
 } as const satisfies OptionTable;
 
 /**

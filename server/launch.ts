@@ -71,7 +71,7 @@ export class WorkerLaunch {
 
   /**
    * The launch for `config`: the worker interpreter, the runtime package's directory, the blob
-   * directory, the base environment and the GPUs found.
+   * directory, the base environment, the GPUs found and the GPU gate's shim (if built).
    */
   constructor(
     config: ServerConfig,
@@ -81,6 +81,7 @@ export class WorkerLaunch {
       blobDir: string;
       env: Record<string, string>;
       devices: GpuDevice[];
+      gateLibrary?: string | null;
     },
   ) {
     this.#config = config;
@@ -97,6 +98,7 @@ export class WorkerLaunch {
       readonlyPaths: config.sandboxReadonlyPaths,
       gpu: gpuMode,
       env: parts.env,
+      gateLibrary: gpuMode ? parts.gateLibrary ?? null : null,
       // An answer as large as the response limit travels in one frame (the worker keeps its
       // answers within it, or says it did not).
       maxFrameBytes: Math.max(MAX_FRAME_BYTES, config.maxResponseBytes + _FRAME_OVERHEAD_BYTES),

@@ -51,6 +51,12 @@ export interface SlotLaunch {
   env: Record<string, string>;
   /** Largest frame taken from the zygote (answers up to the response limit must fit). */
   maxFrameBytes?: number;
+  /**
+   * The GPU gate's shim (server/gate_library.ts), host path; `null` or absent: no gate. Named to
+   * the workers in `KCORAL_GATE_LIB`; inside a sandbox its directory is bound read-only at
+   * `/kcoral/gate`.
+   */
+  gateLibrary?: string | null;
 }
 
 /** Paths as a worker inside the slot sees them (its workspace: `SeatWorkspaces.workerPath`). */
@@ -94,6 +100,9 @@ const _RUNTIME_RO = [
   "/etc/nsswitch.conf",
 ];
 const _SANDBOX_RUNTIME = "/kcoral/runtime";
+/** Where the GPU gate's shim is bound (read-only). */
+const _SANDBOX_GATE = "/kcoral/gate";
+const _GATE_ENV = "KCORAL_GATE_LIB";
 /** Where the seat's workspaces are bound (the zygote hides them once it holds a handle). */
 const _SANDBOX_WORKSPACES = "/kcoral/ws";
 /**
@@ -118,12 +127,14 @@ export function workerPaths(
  */
 export function slotCommand(launch: SlotLaunch): SlotCommand {
   const zygote = [launch.python.executable, "-m", "kcoral_runtime.zygote", ...launch.zygoteArgs];
+  const { [_GATE_ENV]: _inherited, ...env } = launch.env;
   if (launch.sandbox === "none") {
     return {
       command: zygote[0],
       args: zygote.slice(1),
       env: {
-        ...launch.env,
+        ...env,
+        ...(launch.gateLibrary ? { [_GATE_ENV]: launch.gateLibrary } : {}),
         PYTHONPATH: [launch.runtimePath, launch.env.PYTHONPATH].filter(Boolean).join(":"),
         PYTHONDONTWRITEBYTECODE: "1",
       },
@@ -140,7 +151,7 @@ export function slotCommand(launch: SlotLaunch): SlotCommand {
   return {
     command: "bwrap",
     args: [...args, "--", ...zygote, "--workspace", launch.workspace],
-    env: { ...launch.env, PYTHONPATH: pythonPath.join(":") },
+    env: { ...env, PYTHONPATH: pythonPath.join(":") },
     maxFrameBytes: launch.maxFrameBytes,
   };
 }
@@ -215,6 +226,10 @@ export function bwrapArgs(launch: SlotLaunch): string[] {
   args.push("--bind", launch.resultsDir, "/kcoral/results");
   args.push("--ro-bind", launch.blobDir, "/kcoral/blobs");
   args.push("--ro-bind", launch.runtimePath, _SANDBOX_RUNTIME);
+  if (launch.gateLibrary) {
+    args.push("--ro-bind", _dirname(launch.gateLibrary), _SANDBOX_GATE);
+    args.push("--setenv", _GATE_ENV, `${_SANDBOX_GATE}/${_basename(launch.gateLibrary)}`);
+  }
   args.push("--proc", "/proc", "--dir", "/dev");
   for (const node of _DEV_NODES) if (_exists(node)) args.push("--dev-bind", node, node);
   if (launch.gpu) {
@@ -422,4 +437,8 @@ function _realpath(path: string): string {
 function _dirname(path: string): string {
   const i = path.lastIndexOf("/");
   return i <= 0 ? "/" : path.slice(0, i);
+}
+
+function _basename(path: string): string {
+  return path.slice(path.lastIndexOf("/") + 1);
 }

@@ -19,6 +19,7 @@ import { collectGarbage } from "./collect_garbage.ts";
 import { BlobStore } from "./cache_memory.ts";
 import type { ServerConfig } from "./config.ts";
 import { detectDevices, simulatedDevices } from "./devices.ts";
+import { buildGateLibrary } from "./gate_library.ts";
 import type { DispatchServices } from "./dispatch.ts";
 import { Intake } from "./intake.ts";
 import { WorkerLaunch } from "./launch.ts";
@@ -116,12 +117,22 @@ export async function startServices(
       : await detectDevices(config.gpus, python.executable, runtimePath);
     const env = { ...(options.env ?? Deno.env.toObject()) };
     if (gpuMode) delete env.CUDA_VISIBLE_DEVICES;
+    const gate = gpuMode && config.gpuGate
+      ? await buildGateLibrary(python.executable, runtimePath, `${runtimeDir}/gate`, env)
+      : null;
+    if (gate?.error) {
+      const message = `the GPU gate could not be built; every run holds the GPU lease for its ` +
+        `whole life: ${gate.error}`;
+      events.emit("WARNING", "gpu_gate_unavailable", { error: gate.error, message });
+      if (!config.logConsole) console.error(`kcoral: warning: ${message}`);
+    }
     const launch = new WorkerLaunch(config, {
       python,
       runtimePath,
       blobDir: store.dir,
       env,
       devices,
+      gateLibrary: gate?.path ?? null,
     });
     if (config.sandbox === "bubblewrap") await launch.probe(`${runtimeDir}/probe`, events);
     const leases = gpuMode ? new GpuLeases(devices.map((d) => d.index)) : null;

@@ -90,6 +90,7 @@ Deno.test("kcoral server: every option reaches the configuration", () => {
     "logs with spaces",
     "--no-log-console",
     "--no-log-programs",
+    "--no-gpu-gate",
   ], ENV);
   assert.equal(args.host, "0.0.0.0");
   assert.equal(args.port, 8123);
@@ -102,6 +103,7 @@ Deno.test("kcoral server: every option reaches the configuration", () => {
     logConsole: false,
     logPrograms: false,
     simulateGpus: false,
+    gpuGate: false,
     numWorkers: 3,
     workersPerGpu: 2,
     maxRequestsPerWorker: 0,

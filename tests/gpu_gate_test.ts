@@ -1,0 +1,112 @@
+/**
+ * The GPU gate end to end (issue 41, docs/decisions.md "A script holds the GPU only while it
+ * uses it"): a simulated-GPU server builds the gate's shim at startup, and a `kcoral run python`
+ * request whose script starts a process that calls a stand-in CUDA driver
+ * (runtime_py/tests/fixtures/gate/fake_libcuda.c, compiled by the script itself, so that it
+ * exists inside a sandbox too) holds the lease only while that process lives: its sleep after
+ * the process is gone is not under the lease. Without a sandbox, under bubblewrap, and through a
+ * Router; `--no-gpu-gate` is the control (the whole run under the lease).
+ */
+import assert from "node:assert/strict";
+import { Client } from "../client/mod.ts";
+import { decodeOutcome } from "../cli/run/outcome.ts";
+import { buildToolProgram } from "../cli/run/program.ts";
+import { readToolSources } from "../cli/run/sources.ts";
+import { writeTar } from "../cli/run/tar.ts";
+import type { ServerConfig } from "../server/config.ts";
+import { startServer } from "./_server.ts";
+import { startNode, startRouter, waitForCapacity } from "./_router.ts";
+
+const GPU_SECONDS = 0.5;
+const SLEEP_SECONDS = 2;
+const FAKE_DRIVER = new URL("../runtime_py/tests/fixtures/gate/fake_libcuda.c", import.meta.url);
+
+/** Compiles the stand-in driver, runs a process that uses it for GPU_SECONDS, then sleeps. */
+const SCRIPT = `
+import os, subprocess, sys, time
+os.makedirs("drv", exist_ok=True)
+subprocess.run(["cc", "-shared", "-fPIC", "fake_libcuda.c", "-o", "drv/libcuda.so.1",
+                "-ldl", "-lpthread"], check=True)
+code = ("import ctypes, time; lib = ctypes.CDLL('libcuda.so.1'); assert lib.cuInit(0) == 0; "
+        "c = ctypes.c_void_p(); assert lib.cuCtxCreate_v2(ctypes.byref(c), 0, 0) == 0; "
+        "time.sleep(${GPU_SECONDS})")
+env = dict(os.environ, LD_LIBRARY_PATH=os.path.abspath("drv"), FAKE_CUDA_LOG=os.path.abspath("log"))
+subprocess.run([sys.executable, "-c", code], env=env, check=True)
+time.sleep(${SLEEP_SECONDS})  # no CUDA here: outside the lease
+print(" ".join(line.split()[0] for line in open("log")))
+`;
+
+const SIM: Partial<ServerConfig> = {
+  device: "gpu",
+  simulateGpus: true,
+  gpus: [0],
+  workersPerGpu: 1,
+};
+
+async function runScript(url: string): Promise<{ heldMs: number; stdout: string }> {
+  const encoder = new TextEncoder();
+  const archive = writeTar([
+    { name: "script.py", data: encoder.encode(SCRIPT), mode: 0o600 },
+    { name: "fake_libcuda.c", data: await Deno.readFile(FAKE_DRIVER), mode: 0o600 },
+  ]);
+  const { program, options } = buildToolProgram(await readToolSources("python"), archive, {
+    forwarded: ["script.py"],
+    env: {},
+    fetch: [],
+    timeoutSeconds: 120,
+    outputLimitBytes: 1 << 16,
+  });
+  await using client = new Client(url);
+  const result = await client.execute(program, options);
+  assert.ok(result.completed, JSON.stringify(result.error));
+  assert.equal(decodeOutcome(result.get("outcome")).returncode, 0, result.stderr);
+  return { heldMs: result.leaseHeldMs, stdout: result.stdout };
+}
+
+function assertGated(run: { heldMs: number; stdout: string }): void {
+  assert.equal(run.stdout.trim(), "init use"); // the gate let the driver in
+  // The GPU process's life is under the lease; the script's sleep after it is not.
+  assert.ok(run.heldMs >= GPU_SECONDS * 1000, `lease held ${run.heldMs} ms`);
+  assert.ok(run.heldMs < SLEEP_SECONDS * 1000, `lease held ${run.heldMs} ms`);
+}
+
+Deno.test("gpu gate: a script holds the lease only while its CUDA process lives", async (t) => {
+  for (const sandbox of ["none", "bubblewrap"] as const) {
+    await t.step(`sandbox ${sandbox}`, async () => {
+      const server = await startServer({ ...SIM, sandbox });
+      try {
+        assert.equal(server.app.sandbox, sandbox);
+        assert.ok(!server.events.some((e) => e.event === "gpu_gate_unavailable"));
+        assertGated(await runScript(server.url));
+        assertGated(await runScript(server.url)); // the next worker too
+      } finally {
+        await server.stop();
+      }
+    });
+  }
+});
+
+Deno.test("gpu gate: --no-gpu-gate holds the lease for the whole run", async () => {
+  const server = await startServer({ ...SIM, gpuGate: false });
+  try {
+    const run = await runScript(server.url);
+    assert.equal(run.stdout.trim(), "init use");
+    assert.ok(run.heldMs >= (GPU_SECONDS + SLEEP_SECONDS) * 1000, `lease held ${run.heldMs} ms`);
+  } finally {
+    await server.stop();
+  }
+});
+
+Deno.test("gpu gate: through a Router", async () => {
+  const router = await startRouter();
+  const node = await startNode(router.url, "sim-a", {
+    extra: ["--device", "gpu", "--simulate-gpus", "--gpus", "0", "--workers-per-gpu", "1"],
+  });
+  try {
+    await waitForCapacity(router.url, 1);
+    assertGated(await runScript(router.url));
+  } finally {
+    await node.stop();
+    await router.stop();
+  }
+});
