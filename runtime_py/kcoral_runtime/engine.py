@@ -80,6 +80,9 @@ class _Request:
         self.tool_modules: Dict[str, str] = {}
         self.tool_functions: Dict[str, str] = {}
         self.gated_runs: Set[str] = set()
+        # A module or library other than a recognised tool's was loaded: code that is not this
+        # runtime's own ran in the process.
+        self.foreign_code = False
 
     def blob(self, sha256: str) -> str:
         try:
@@ -99,6 +102,7 @@ class Engine:
         self.backend = backend
         self.lease = lease
         self.gate = gate
+        self.requests = 0  # requests this child has started
         self.notify_instr = notify_instr
         self.modules = ModuleLoader()
         self.capture = OutputCapture()
@@ -135,6 +139,7 @@ class Engine:
         """
         instructions: List[Dict[str, Any]] = json.loads(req["program"])["instructions"]
         sandbox = bool(req.get("sandbox", False))
+        self.requests += 1
         results = Results(req["results"], self.backend.tensor_type)
         cpu_only = {
             ins["id"]
@@ -286,6 +291,8 @@ class Engine:
         exception: its processes take the lease at their first CUDA call."""
         if not self.backend.uses_lease:
             return
+        if ins["op"] == "upload" and ins.get("kind") == "library":
+            request.foreign_code = True
         if self.gate is not None and self._place_tool(ins, request):
             return
         cpu_only = request.cpu_only
@@ -319,6 +326,7 @@ class Engine:
         if op == "upload" and ins.get("kind") == "module":
             role = tool_sources.role_of(ins.get("source"))
             if role is None:
+                request.foreign_code = True
                 return False
             request.tool_modules[ins["id"]] = role
             return True
@@ -540,13 +548,17 @@ class Engine:
         if fn_id in request.cpu_only:
             return self.backend.run_cpu_only(fn, args)
         if ins.get("id") in request.gated_runs:
-            return self._run_gated(fn, args)
+            return self._run_gated(fn, args, request)
         return fn(*args)
 
-    def _run_gated(self, fn: Callable[..., Any], args: List[Any]) -> Any:
-        """A gated tool run, without the lease: under the CUDA guard where there is one, as a
-        ``cpu_only`` function (code a program left in this process that calls CUDA is caught as
-        a ``gpu_access`` error); when the guard cannot start, with the whole-run lease."""
+    def _run_gated(self, fn: Callable[..., Any], args: List[Any], request: _Request) -> Any:
+        """A gated tool run, without the lease. In a child's first request that loaded no code
+        but the tool's, nothing else ever ran in this process: directly. Otherwise under the CUDA
+        guard where there is one, as a ``cpu_only`` function (code a program left in this process
+        that calls CUDA is caught as a ``gpu_access`` error); when the guard cannot start, with
+        the whole-run lease."""
+        if self.requests == 1 and not request.foreign_code:
+            return fn(*args)
         started = False
 
         def body(*call_args: Any) -> Any:

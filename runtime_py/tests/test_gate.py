@@ -17,19 +17,20 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tarfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 
 from conftest import RUNTIME_DIR, TIMEOUT, ZygoteProcess
-from _doubles import c_compiler
+from _doubles import RecordingLease, c_compiler
 
-from kcoral_runtime import gate_shim
+from kcoral_runtime import engine as engine_module, gate_shim
+from kcoral_runtime.devices import SimBackend
+from kcoral_runtime.engine import Engine
 from kcoral_runtime.ipc import FrameSocket
 from kcoral_runtime.lease import Lease
 
@@ -580,3 +581,52 @@ def test_shim_refuses_without_a_gate(builds, tmp_path) -> None:
     assert proc.returncode == gate_shim.EXIT_REFUSED
     assert "KCORAL_GATE is not set" in proc.stderr
     assert not (tmp_path / "log").exists()  # the driver did nothing
+
+
+# --------------------------------------------------------------------------- the engine
+
+
+class _GuardedSim(SimBackend):
+    """Simulated devices that count the calls run under the cpu_only guard."""
+
+    def __init__(self) -> None:
+        super().__init__({}, 1)
+        self.guarded = 0
+
+    def run_cpu_only(self, fn: Callable[..., Any], args: List[Any]) -> Any:
+        self.guarded += 1
+        return fn(*args)
+
+
+class _NoGate:
+    def begin_request(self) -> None:
+        pass
+
+    def end_request(self) -> None:
+        pass
+
+
+def test_guard_only_where_other_code_ran(tmp_path, monkeypatch, make_request, kc) -> None:
+    """A fresh child's first tool request has run no code but this runtime's: the tool run needs
+    no CUDA guard; after another request, or beside a module of the program's own, it does."""
+    monkeypatch.setattr(engine_module, "kill_leftover_processes", lambda: False)
+    backend = _GuardedSim()
+    log: List[str] = []
+
+    def run(eng: Engine, extra_module: bool) -> None:
+        req = tool_program(make_request, kc, "shell", ["true"], {}, {})
+        if extra_module:
+            program = json.loads(req["program"])
+            program["instructions"].insert(0, kc.module("own", "x = 1\n"))
+            req["program"] = json.dumps(program)
+        outcome, _, _ = eng.execute(req, False)
+        eng.lease.request_done()
+        completed(outcome)
+
+    reused = Engine(backend, RecordingLease(log), lambda i: None, _NoGate())
+    run(reused, extra_module=False)
+    assert backend.guarded == 0
+    run(reused, extra_module=False)
+    assert backend.guarded == 1
+    run(Engine(backend, RecordingLease(log), lambda i: None, _NoGate()), extra_module=True)
+    assert backend.guarded == 2
