@@ -3,8 +3,9 @@
 * ``compile_cuda(sources, arch=None, flags=(), name="kernel") -> bytes``: nvcc builds a shared
   library (the plain C ABI of ``docs/c-abi.md``, or anything else nvcc can link) and returns its
   bytes, ready for ``upload kind=library`` on a GPU server. Works on CPU workers (no GPU needed).
-* ``benchmark(fn, *args, warmup=25, repeat=100, flush_l2=True) -> dict``: latency of
-  ``fn(*args)`` measured with CUDA events on the current stream.
+* ``benchmark(fn, *args, warmup=25, repeat=100, flush_l2=True, adaptive=False, ...) -> dict``:
+  latency of ``fn(*args)``, each call timed by the span of the GPU work it launched on any
+  stream (CUPTI activities), with a 95 % interval of the median, flags and a GPU-state receipt.
 * ``launch_times(fn, *args, warmup=25, repeat=100, flush_l2=True) -> list``: the same
   measurement, every timed call's latency in milliseconds (for percentiles).
 
@@ -18,15 +19,16 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
+from .benchmarking import Settings, flush_buffer_bytes, measure
 from .errors import ExecutionError
 
-__all__ = ["compile_cuda", "benchmark", "launch_times", "find_nvcc", "trim_diagnostics"]
+__all__ = ["compile_cuda", "benchmark", "launch_times", "find_nvcc", "trim_diagnostics",
+           "flush_buffer_bytes"]
 
 ARCH_ENV = "KCORAL_CUDA_ARCH"
 DEFAULT_CUDA_ROOTS = ("/usr/local/cuda",)
@@ -193,52 +195,34 @@ def compile_cuda(
 # --------------------------------------------------------------------------- benchmark
 
 
-def _check_count(function: str, label: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ExecutionError("runtime", f"{function}: {label} must be an integer >= {minimum}")
-    return value
-
-
-def summarize(times_ms: Sequence[float], warmup: int, repeat: int, flush_l2: bool) -> Dict[str, Any]:
-    """The result dict of ``benchmark`` from per-iteration latencies in milliseconds."""
-    if not times_ms:
-        raise ValueError("no measurements")
-    values = [float(t) for t in times_ms]
-    return {
-        "latency_ms_median": float(statistics.median(values)),
-        "latency_ms_mean": float(statistics.fmean(values)),
-        "latency_ms_min": min(values),
-        "latency_ms_max": max(values),
-        "warmup": warmup,
-        "repeat": repeat,
-        "flush_l2": flush_l2,
-    }
-
-
-def flush_buffer_bytes(l2_cache_bytes: int) -> int:
-    """Size of the buffer written between iterations: twice the L2, at least 64 MiB."""
-    return max(2 * int(l2_cache_bytes), 64 << 20)
-
-
 def benchmark(
     fn: Callable[..., Any],
     *args: Any,
     warmup: int = 25,
     repeat: int = 100,
     flush_l2: bool = True,
+    adaptive: bool = False,
+    target_rel_ci: float = 0.005,
+    budget_s: float = 10.0,
+    discard_throttled: bool = False,
 ) -> Dict[str, Any]:
-    """Latency statistics of ``fn(*args)`` in milliseconds, measured with CUDA events.
+    """Latency of ``fn(*args)`` in milliseconds: each call timed by the GPU work it launched.
 
-    ``warmup`` untimed calls, then ``repeat`` timed ones; each timed call is bracketed by its own
-    start/end event pair recorded on the current stream. With ``flush_l2`` a buffer of twice the
-    L2 size (at least 64 MiB) is overwritten on that stream before every call (warmup included),
-    outside the timed region, so each call starts with a cold L2. One synchronize at the end.
-    Work ``fn`` issues on other streams is only timed if ``fn`` joins it back to the current one.
-    Returns ``{"latency_ms_median", "latency_ms_mean", "latency_ms_min", "latency_ms_max",
-    "warmup", "repeat", "flush_l2"}``.
+    ``warmup`` untimed calls, then ``repeat`` timed ones (with ``adaptive``, rounds of ``repeat``
+    calls until the median's 95 % confidence half-width is at most ``target_rel_ci`` of it, or
+    ``budget_s`` seconds have passed). Each call is isolated (device synchronized before and
+    after) and timed from the first start to the last end of every kernel, memcpy and memset it
+    launched on any stream or thread (CUPTI activity records; without libcupti, CUDA events
+    closed by a device-wide synchronize, and ``timing`` says so). With ``flush_l2`` the
+    persisting-L2 lines are reset and twice the L2 is overwritten before every call, outside the
+    timed span. Returns ``latency_ms_{median,mean,min,max}``, ``ci95_ms``,
+    ``ci95_rel_half_width``, ``samples``, ``warmup``, ``repeat``, ``flush_l2``, ``timing``,
+    ``activities_stable``, ``escaped_work``, ``throttled_calls``, the GPU-state ``receipt`` and
+    more (docs/timing.md).
     """
-    times = _time_calls("benchmark", fn, args, warmup, repeat, flush_l2)
-    return summarize(times, warmup, repeat, flush_l2)
+    settings = Settings(warmup, repeat, flush_l2, adaptive, target_rel_ci, budget_s,
+                        discard_throttled)
+    return measure("benchmark", fn, args, settings)
 
 
 def launch_times(
@@ -255,45 +239,5 @@ def launch_times(
         times = sorted(launch_times(lambda: torch.add(a, b, out=c), repeat=1000))
         p99 = times[989]
     """
-    return _time_calls("launch_times", fn, args, warmup, repeat, flush_l2)
-
-
-def _time_calls(
-    label: str, fn: Any, args: Sequence[Any], warmup: Any, repeat: Any, flush_l2: Any
-) -> List[float]:
-    if not callable(fn):
-        raise ExecutionError("runtime", f"{label}: fn must be callable")
-    warmup = _check_count(label, "warmup", warmup, 0)
-    repeat = _check_count(label, "repeat", repeat, 1)
-    if not isinstance(flush_l2, bool):
-        raise ExecutionError("runtime", f"{label}: flush_l2 must be a bool")
-    try:
-        import torch
-    except ImportError:
-        raise ExecutionError("unavailable", f"{label} requires a CUDA device") from None
-    if not torch.cuda.is_available():
-        raise ExecutionError("unavailable", f"{label} requires a CUDA device")
-
-    device = torch.cuda.current_device()
-    stream = torch.cuda.current_stream(device)
-    flush: Optional[Any] = None
-    if flush_l2:
-        l2 = torch.cuda.get_device_properties(device).L2_cache_size
-        flush = torch.empty(flush_buffer_bytes(l2) // 4, dtype=torch.int32, device=device)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
-    torch.cuda.synchronize(device)
-    for _ in range(warmup):
-        if flush is not None:
-            flush.zero_()
-        fn(*args)
-    for i in range(repeat):
-        if flush is not None:
-            flush.zero_()
-        starts[i].record(stream)
-        fn(*args)
-        ends[i].record(stream)
-    torch.cuda.synchronize(device)
-    times = [starts[i].elapsed_time(ends[i]) for i in range(repeat)]
-    del flush
-    return times
+    settings = Settings(warmup, repeat, flush_l2)
+    return list(measure("launch_times", fn, args, settings, keep_times=True)["times_ms"])

@@ -345,22 +345,6 @@ def test_benchmark_without_cuda() -> None:
     assert calls == []  # fn never ran
 
 
-def test_summarize() -> None:
-    result = builtins.summarize([3.0, 1.0, 2.0, 10.0], warmup=5, repeat=4, flush_l2=False)
-    assert result == {
-        "latency_ms_median": 2.5,
-        "latency_ms_mean": 4.0,
-        "latency_ms_min": 1.0,
-        "latency_ms_max": 10.0,
-        "warmup": 5,
-        "repeat": 4,
-        "flush_l2": False,
-    }
-    assert all(isinstance(result[k], float) for k in result if k.startswith("latency"))
-    with pytest.raises(ValueError):
-        builtins.summarize([], 0, 0, True)
-
-
 def test_flush_buffer_size() -> None:
     assert builtins.flush_buffer_bytes(60 * 2**20) == 120 * 2**20  # H200: 60 MiB L2
     assert builtins.flush_buffer_bytes(4 * 2**20) == 64 * 2**20  # never below 64 MiB

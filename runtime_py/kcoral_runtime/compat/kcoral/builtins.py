@@ -4,13 +4,14 @@ signatures (see the package docstring).
 ``benchmark(mod, *tensors[, cfg])`` calls ``mod(*tensors)`` repeatedly and reports its latency in
 milliseconds. ``cfg`` (a trailing dict) takes ``warmup``/``repeat`` (iteration counts) or
 ``warmup_ms``/``repeat_ms`` (budgets, default 25 and 100, turned into counts from a 5-call
-estimate), and ``flush_l2`` (default True: a buffer of twice the L2 is zeroed before every call,
-outside the timed span). Upstream times each call by its CUPTI activity span and needs
-cupti-python; here each call is bracketed by CUDA events on the current stream, calls queued
-back to back (so the GPU never idles between the flush and the call), one synchronize at the
-end. The result has upstream's keys; ``activities_stable`` (whether every call launched the same
-GPU work, which only activity tracing can tell) is ``None``, and ``timing`` says
-``"cuda_events"``.
+estimate), and ``flush_l2`` (default True: persisting L2 reset and twice the L2 overwritten
+before every call, outside the timed span); beyond upstream, ``adaptive``, ``target_rel_ci``,
+``budget_s`` and ``discard_throttled`` as in ``kcoral_runtime.builtins.benchmark``. Each call is
+timed as upstream does, by the span of its CUPTI activities on every stream (bound here with
+ctypes: no cupti-python needed), with ``activities_stable``; without libcupti, by CUDA events
+closed by a device-wide synchronize. The result has upstream's keys plus ``timing``, the
+median's confidence interval, the escape and throttle flags and the GPU-state ``receipt``
+(docs/timing.md).
 
 ``compile_tirx(fn, bindings=None)`` compiles a ``@T.jit`` (specialized with ``bindings``) or
 ``@T.prim_func`` kernel for CUDA with TVM's ``tirx`` pipeline, caching up to 32 executables by
@@ -19,10 +20,10 @@ structural hash. It needs ``tvm`` on the worker.
 
 from __future__ import annotations
 
-import statistics
 from collections import OrderedDict
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from kcoral_runtime.benchmarking import Settings, cuda_torch, measure, preparation
 from kcoral_runtime.errors import ExecutionError
 
 __all__ = ["benchmark", "compile_tirx"]
@@ -97,22 +98,20 @@ def compile_tirx(fn: Any, bindings: Any = None) -> Any:
 
 
 def _counts(
-    call: Callable[[], None], cfg: Dict[str, Any], flush: Any, torch: Any
+    call: Callable[[], None], cfg: Dict[str, Any], prepare: Callable[[], None], torch: Any
 ) -> Tuple[int, int]:
     """Explicit ``warmup``/``repeat``, or counts from the budgets and a 5-call estimate."""
     warmup, repeat = cfg.get("warmup"), cfg.get("repeat")
     if warmup is not None and repeat is not None:
         return max(int(warmup), 1), max(int(repeat), 1)
     call()  # one-time initialization stays out of the estimate
-    if flush is not None:
-        flush.zero_()  # the first touch of a fresh buffer is far slower than the next ones
+    prepare()  # the first touch of a fresh flush buffer is far slower than the next ones
     torch.cuda.synchronize()
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(_ESTIMATE_CALLS):
-        if flush is not None:
-            flush.zero_()
+        prepare()
         call()
     end.record()
     torch.cuda.synchronize()
@@ -131,48 +130,25 @@ def benchmark(mod: Any, *rest: Any) -> Dict[str, Optional[Any]]:
     tensors, cfg = _split_cfg(rest)
     if not callable(mod):
         raise ExecutionError("runtime", "benchmark expects a compiled module handle")
-    try:
-        import torch
-    except ImportError as exc:
-        raise ExecutionError("unavailable", "benchmark requires PyTorch with a CUDA device") from exc
-    if not torch.cuda.is_available():
-        raise ExecutionError("unavailable", "benchmark requires PyTorch with a CUDA device")
+    torch = cuda_torch("benchmark")
     flush_l2 = bool(cfg.get("flush_l2", True))
 
     def call() -> None:
         mod(*tensors)
 
     try:
-        flush = None
-        if flush_l2:
-            l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-            flush = torch.empty(2 * l2_bytes, dtype=torch.int8, device="cuda")
-        warmup, repeat = _counts(call, cfg, flush, torch)
-        for _ in range(warmup):
-            if flush is not None:
-                flush.zero_()
-            call()
-        stream = torch.cuda.current_stream()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
-        for i in range(repeat):
-            if flush is not None:
-                flush.zero_()
-            starts[i].record(stream)
-            call()
-            ends[i].record(stream)
-        torch.cuda.synchronize()
-        times = [starts[i].elapsed_time(ends[i]) for i in range(repeat)]
+        prepare, _ = preparation(torch, torch.cuda.current_device(), flush_l2)
+        warmup, repeat = _counts(call, cfg, prepare, torch)
+        del prepare
+        settings = Settings(
+            warmup=warmup,
+            repeat=repeat,
+            flush_l2=flush_l2,
+            adaptive=bool(cfg.get("adaptive", False)),
+            target_rel_ci=float(cfg.get("target_rel_ci", 0.005)),
+            budget_s=float(cfg.get("budget_s", 10.0)),
+            discard_throttled=bool(cfg.get("discard_throttled", False)),
+        )
+        return measure("benchmark", call, (), settings)
     except RuntimeError as exc:  # a CUDA error raised by torch or by the called module
         raise ExecutionError("runtime", _short(exc)) from exc
-    return {
-        "latency_ms_median": statistics.median(times),
-        "latency_ms_mean": statistics.mean(times),
-        "latency_ms_min": min(times),
-        "latency_ms_max": max(times),
-        "activities_stable": None,
-        "flush_l2": flush_l2,
-        "warmup": warmup,
-        "repeat": repeat,
-        "timing": "cuda_events",
-    }
