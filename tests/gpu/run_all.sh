@@ -7,6 +7,7 @@
 #   bash tests/gpu/run_all.sh router-bench  # bench/router_bench.ts --mode gpu
 #   bash tests/gpu/run_all.sh mcp      # kcoral mcp: benchmark_kernel and profile on the GPU
 #   bash tests/gpu/run_all.sh default-config  # fresh workers and the sandbox: their rows, fidelity
+#   bash tests/gpu/run_all.sh trust    # activity timer, GPU-state receipt, GPU gate, script lease
 # Logs go to $OUT (or ./gpu-logs); a summary goes to stdout.
 set -u
 cd "$(dirname "$0")/../.."
@@ -81,6 +82,19 @@ if [ "$part" = default-config ]; then # the default configuration's rows (fresh,
   timeout 560 deno run -A bench/main.ts --mode gpu --only fidelity >"$OUT/bench-fidelity.md" 2>&1
   echo "== bench fidelity: rc=$? ($((SECONDS - start)) s)"
   cat "$OUT/bench-fidelity.md"
+fi
+if [ "$part" = trust ]; then # timings nothing slips past; the gate's lease at the first CUDA call
+  PYTHONPATH=runtime_py:runtime_py/kcoral_runtime/compat step timing_gpu 400 \
+    python3 tests/gpu/timing_gpu.py
+  grep -E "^\|" "$OUT/timing_gpu.log"
+  PYTHONPATH=runtime_py step gpu_state_gpu 120 python3 runtime_py/tests/gpu_state_gpu_check.py
+  step gate_gpu 300 python3 tests/gpu/gate_gpu.py
+  start=$SECONDS
+  timeout 500 deno run -A bench/script_lease_bench.ts --mode gpu >"$OUT/bench-script-lease.md" \
+    2>"$OUT/bench-script-lease.err"
+  echo "== bench script lease: rc=$? ($((SECONDS - start)) s)"
+  cat "$OUT/bench-script-lease.md"
+  tail -5 "$OUT/bench-script-lease.err"
 fi
 if [ "$part" = router-bench ]; then
   start=$SECONDS
