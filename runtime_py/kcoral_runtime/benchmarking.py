@@ -32,6 +32,7 @@ from .timing_stats import relative_half_width, summarize_times
 __all__ = ["Settings", "measure", "flush_buffer_bytes", "throttled_calls"]
 
 CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06
+DRIVER_LIBRARY = "libcuda.so.1"  # the CUDA driver (tests point it at a stand-in)
 MAX_ADAPTIVE_CALLS = 100_000
 
 
@@ -89,39 +90,63 @@ def cuda_torch(label: str) -> Any:
 
 
 class _PersistingL2:
-    """The driver calls that undo a persisting-L2 carve-out (None where libcuda lacks them)."""
+    """The driver calls that undo a persisting-L2 carve-out and notice one (None where libcuda
+    lacks them). ``seen``: how many checks found the persisting limit above 0, i.e. after how
+    many calls the code under test had set up a carve-out (each check follows one call)."""
 
     def __init__(self) -> None:
         self.reset: Optional[Any] = None
         self.set_limit: Optional[Any] = None
+        self.get_limit: Optional[Any] = None
+        self.seen = 0
         try:
-            lib = ctypes.CDLL("libcuda.so.1")
+            lib = ctypes.CDLL(DRIVER_LIBRARY)
             self.reset = lib.cuCtxResetPersistingL2Cache
             self.reset.restype = ctypes.c_int
             self.set_limit = lib.cuCtxSetLimit
             self.set_limit.argtypes = [ctypes.c_int, ctypes.c_size_t]
             self.set_limit.restype = ctypes.c_int
+            self.get_limit = lib.cuCtxGetLimit
+            self.get_limit.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]
+            self.get_limit.restype = ctypes.c_int
         except (OSError, AttributeError):
-            self.reset = self.set_limit = None
+            self.reset = self.set_limit = self.get_limit = None
 
     @property
     def available(self) -> bool:
         return self.reset is not None
 
+    def check(self) -> None:
+        if self.get_limit is None:
+            return
+        value = ctypes.c_size_t(0)
+        if self.get_limit(ctypes.byref(value), CU_LIMIT_PERSISTING_L2_CACHE_SIZE) == 0 \
+                and value.value > 0:
+            self.seen += 1
+
     def __call__(self) -> None:
+        self.check()
+        self.undo()
+
+    def undo(self) -> None:
         if self.set_limit is not None:
             self.set_limit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0)
         if self.reset is not None:
             self.reset()
 
 
-def preparation(torch: Any, device: int, flush_l2: bool) -> Tuple[Callable[[], None], Optional[Dict[str, Any]]]:
+def preparation(torch: Any, device: int, flush_l2: bool
+                ) -> Tuple[Callable[[], None], Optional[Dict[str, Any]], _PersistingL2]:
+    """The untimed step before every call: with ``flush_l2``, undo any persisting-L2 carve-out
+    and overwrite twice the L2; without, only notice a carve-out. Returns the step, the result's
+    ``cold_l2`` block (None without ``flush_l2``) and the carve-out watcher."""
+    persisting = _PersistingL2()
+    persisting.undo()  # what earlier code left is not the measured code's
     if not flush_l2:
-        return (lambda: None), None
+        return persisting.check, None, persisting
     l2 = int(torch.cuda.get_device_properties(device).L2_cache_size)
     size = flush_buffer_bytes(l2)
     buffer = torch.empty(size // 4, dtype=torch.int32, device=device)
-    persisting = _PersistingL2()
 
     def prepare() -> None:
         persisting()
@@ -131,7 +156,7 @@ def preparation(torch: Any, device: int, flush_l2: bool) -> Tuple[Callable[[], N
         "flush_bytes": size,
         "l2_bytes": l2,
         "persisting_l2_reset": persisting.available,
-    }
+    }, persisting
 
 
 # --------------------------------------------------------------------------- receipt
@@ -197,7 +222,7 @@ def measure(label: str, fn: Callable[..., Any], args: Sequence[Any], settings: S
     def sync() -> None:
         torch.cuda.synchronize(device)
 
-    prepare, cold_l2 = preparation(torch, device, settings.flush_l2)
+    prepare, cold_l2, persisting = preparation(torch, device, settings.flush_l2)
     sync()
     for _ in range(settings.warmup):
         prepare()
@@ -247,6 +272,8 @@ def measure(label: str, fn: Callable[..., Any], args: Sequence[Any], settings: S
                 reached = False
                 break
     finally:
+        persisting.check()  # after the last call
+        persisting.undo()
         samples = sampler.stop() if sampler is not None else []
         cupti_version = trace.version() if trace is not None else None
         if trace is not None:
@@ -322,6 +349,7 @@ def measure(label: str, fn: Callable[..., Any], args: Sequence[Any], settings: S
             "rounds": len(rounds),
         },
         "cold_l2": cold_l2,
+        "persisting_l2_calls": persisting.seen if persisting.get_limit is not None else None,
         "receipt": {
             "gpu": identity,
             "versions": _versions(torch, cupti_version),

@@ -30,6 +30,7 @@ RUNTIME = KIND["RUNTIME"]
 KERNEL = KIND["CONCURRENT_KERNEL"]
 MEMSET = KIND["MEMSET"]
 NVML_SOURCE = Path(__file__).resolve().parent / "fixtures" / "nvml" / "fake_nvml.c"
+DRIVER_SOURCE = Path(__file__).resolve().parent / "fixtures" / "driver" / "fake_persisting_l2.c"
 UUID0 = "GPU-11111111-2222-3333-4444-555555555555"
 SW_POWER_CAP = 0x4
 
@@ -267,6 +268,39 @@ def test_without_cupti_events_close_each_call_with_a_device_sync(cupti, monkeypa
     assert result["receipt"]["timing_fallback_reason"]
     assert result["receipt"]["versions"]["cupti"] is None
     assert fake.syncs >= 2 * 6, "a device-wide synchronize before and inside every timed call"
+
+
+@pytest.fixture()
+def driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ctypes.CDLL:
+    out = tmp_path / "libfake_driver_l2.so"
+    cmd = [c_compiler(), "-shared", "-fPIC", "-Wall", "-Werror", str(DRIVER_SOURCE), "-o", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    monkeypatch.setattr(benchmarking, "DRIVER_LIBRARY", str(out))
+    lib = ctypes.CDLL(str(out))
+    lib.cuCtxSetLimit.argtypes = [ctypes.c_int, ctypes.c_size_t]
+    return lib
+
+
+def test_a_persisting_l2_carve_out_is_undone_before_every_call_and_counted(cupti, torch, nvml,
+                                                                           driver):
+    def carve_out() -> None:
+        driver.cuCtxSetLimit(0x06, 32 << 20)  # what a candidate does to keep its data in L2
+        cupti.fake_activity_launch(RUNTIME, 1, KERNEL, b"k", 7, 20, 1_000, 0)
+
+    result = run(cupti, carve_out, warmup=2, repeat=6)
+    assert result["cold_l2"]["persisting_l2_reset"] is True
+    assert result["persisting_l2_calls"] == 8, "after each warmup and timed call"
+    assert driver.fake_resets() == 10, "reset at the start, before every call and at the end"
+    honest = run(cupti, launcher(cupti, lambda: 1_000), warmup=2, repeat=6)
+    assert honest["persisting_l2_calls"] == 0
+
+
+def test_without_the_driver_the_carve_out_count_is_unknown(cupti, torch, nvml, monkeypatch):
+    monkeypatch.setattr(benchmarking, "DRIVER_LIBRARY", "/nonexistent/libcuda.so.1")
+    result = run(cupti, launcher(cupti, lambda: 1_000), warmup=0, repeat=6)
+    assert result["persisting_l2_calls"] is None
+    assert result["cold_l2"]["persisting_l2_reset"] is False
 
 
 @pytest.mark.parametrize("field, value, fragment", [

@@ -193,6 +193,21 @@ def main() -> int:
           f"activities_stable={result['activities_stable']}"
           f" calls_without_activity={result['calls_without_activity']}")
 
+    # ---------------------------------------------------------------- persisting-L2 carve-out
+    import ctypes
+
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    libcuda.cuCtxSetLimit.argtypes = [ctypes.c_int, ctypes.c_size_t]
+
+    def carve_out():
+        libcuda.cuCtxSetLimit(0x06, 16 << 20)  # CU_LIMIT_PERSISTING_L2_CACHE_SIZE
+        x.add_(1)
+
+    result = benchmark(carve_out, warmup=2, repeat=10)
+    check("persisting_l2", result["persisting_l2_calls"] == 12
+          and result["cold_l2"]["persisting_l2_reset"] is True,
+          f"persisting_l2_calls={result['persisting_l2_calls']} cold_l2={result['cold_l2']}")
+
     # ---------------------------------------------------------------- honest kernels
     one = torch.zeros(1, device="cuda")
     big_a = torch.randn(1 << 20, device="cuda")  # 4 MiB fp32
@@ -219,7 +234,7 @@ def main() -> int:
         print(f"| {name} | {med:.5f} | {res['ci95_rel_half_width']:.4f} | {prof:.5f} | {r_prof:.4f} |"
               f" {ev:.5f} | {r_ev:.4f} |", flush=True)
         check(f"honest_{name}", abs(r_prof - 1) <= 0.01 and res["activities_stable"] is True
-              and res["escaped_work"] is False,
+              and res["escaped_work"] is False and res["persisting_l2_calls"] == 0,
               f"ours {med:.5f} vs profiler {prof:.5f} (x{r_prof:.4f}); events {ev:.5f}")
         receipt = res["receipt"]
         clocks = receipt.get("clocks") or {}

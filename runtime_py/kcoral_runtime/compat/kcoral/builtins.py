@@ -137,7 +137,7 @@ def benchmark(mod: Any, *rest: Any) -> Dict[str, Optional[Any]]:
         mod(*tensors)
 
     try:
-        prepare, _ = preparation(torch, torch.cuda.current_device(), flush_l2)
+        prepare, _, _ = preparation(torch, torch.cuda.current_device(), flush_l2)
         warmup, repeat = _counts(call, cfg, prepare, torch)
         del prepare
         settings = Settings(
