@@ -1,15 +1,13 @@
 /**
  * The Python worker runtime's copy in the user's cache directory, keyed by the package hash of
  * its manifest: `<cache>/runtime/<package-hash>/kcoral_runtime/…`. A node that does not run from
- * a checkout (a registry, an HTTP URL, a `deno compile` binary) materialises it once and reuses
- * it on every later start without touching the network.
+ * a checkout (a registry, an HTTP URL, a `deno compile` binary) writes the files it carries in
+ * its module graph there once, for Python, and reuses the copy on every later start.
  *
- * A copy is made in a temporary directory beside its place, each file checked against the
- * manifest's SHA-256 as it arrives, and renamed into place whole, so two nodes starting at once
- * never see half a runtime (the loser of the rename uses the winner's copy). Every start checks
- * the cached files against the manifest again (35 small files, a few milliseconds); a damaged
- * copy is moved aside and made anew from the source, and when the source cannot be reached
- * either, the error says both.
+ * A copy is written in a temporary directory beside its place and renamed into place whole, so
+ * two nodes starting at once never see half a runtime (the loser of the rename uses the winner's
+ * copy). Every start checks the cached files against the manifest again (a few milliseconds); a
+ * damaged copy is moved aside and written anew.
  *
  * @module
  */
@@ -17,8 +15,7 @@
 import { sha256Hex } from "../protocol/hash.ts";
 import { processEnv } from "../options/defaults.ts";
 import type { Env } from "../options/spec.ts";
-import type { RuntimeManifest } from "./runtime_manifest.ts";
-import { type RuntimeSource, RuntimeSourceError } from "./runtime_sources.ts";
+import { type RuntimeManifest, runtimeManifest } from "./runtime_manifest.ts";
 
 /** Leftovers of materialisations (temporary and damaged copies) older than this are removed. */
 const _LEFTOVER_MS = 60 * 60 * 1000;
@@ -80,50 +77,44 @@ export class RuntimeCacheError extends Error {
 export interface CachedRuntimeOptions {
   /** The user's cache directory ({@linkcode userCacheDir}). */
   cacheDir: string;
-  /** The package's files and hash. */
-  manifest: RuntimeManifest;
-  /** Where the files come from when the cache has no good copy. */
-  source: RuntimeSource;
+  /** The package's files: path inside `kcoral_runtime/` → text (`readRuntimeFiles()`). */
+  texts: ReadonlyMap<string, string>;
 }
 
 /** Where {@linkcode cachedRuntime} found the runtime. */
 export interface CachedRuntime {
   /** The directory to put on `PYTHONPATH` (it holds `kcoral_runtime/`). */
   readonly pythonPath: string;
-  /** `cached`: a good copy was there (no source was read); `made`: copied from the source now. */
+  /** `cached`: a good copy was there (nothing was written); `made`: written now. */
   readonly how: "cached" | "made";
   /** The damaged file of a copy that was replaced, if one was. */
   readonly replaced?: string;
 }
 
 /**
- * The runtime's directory in the cache, made from `source` first when there is no good copy.
+ * The runtime's directory in the cache, written from `texts` first when there is no good copy.
  *
  * @example
  * ```ts
  * import { cachedRuntime } from "./runtime_cache.ts";
- * import { RUNTIME_MANIFEST } from "./runtime_manifest.ts";
- * import { embeddedSource } from "./runtime_sources.ts";
+ * import { readRuntimeFiles } from "../runtime_py/runtime_files.ts";
  *
  * const cacheDir = await Deno.makeTempDir();
- * const source = embeddedSource(new URL("../runtime_py/kcoral_runtime/", import.meta.url));
- * const first = await cachedRuntime({ cacheDir, manifest: RUNTIME_MANIFEST, source });
+ * const texts = await readRuntimeFiles();
+ * const first = await cachedRuntime({ cacheDir, texts });
  * if (first.how !== "made") throw new Error();
- * const offline = { url: source.url, read: () => Promise.reject(new Error("offline")) };
- * const again = await cachedRuntime({ cacheDir, manifest: RUNTIME_MANIFEST, source: offline });
+ * const again = await cachedRuntime({ cacheDir, texts });
  * if (again.how !== "cached" || again.pythonPath !== first.pythonPath) throw new Error();
  * await Deno.remove(cacheDir, { recursive: true });
  * ```
  */
 export async function cachedRuntime(options: CachedRuntimeOptions): Promise<CachedRuntime> {
-  const { cacheDir, manifest, source } = options;
+  const { cacheDir, texts } = options;
+  const manifest = runtimeManifest(texts);
   const parent = `${cacheDir}/runtime`;
   const dir = `${parent}/${manifest.hash}`;
   const damaged = await _check(`${dir}/kcoral_runtime`, manifest);
   if (damaged === null) return { pythonPath: dir, how: "cached" };
-  const state = damaged === _ABSENT
-    ? `no cached copy under ${dir}`
-    : `the cached copy under ${dir} is damaged (${damaged})`;
   if (damaged !== _ABSENT) await _moveAside(dir, parent, manifest.hash);
   try {
     await Deno.mkdir(parent, { recursive: true });
@@ -138,7 +129,7 @@ export async function cachedRuntime(options: CachedRuntimeOptions): Promise<Cach
     prefix: `.tmp-${manifest.hash.slice(0, 16)}-`,
   });
   try {
-    await _copy(source, manifest, `${temp}/kcoral_runtime`);
+    await _write(texts, `${temp}/kcoral_runtime`);
     try {
       await Deno.rename(temp, dir);
     } catch (error) {
@@ -148,9 +139,6 @@ export async function cachedRuntime(options: CachedRuntimeOptions): Promise<Cach
     }
   } catch (error) {
     await Deno.remove(temp, { recursive: true }).catch(() => {});
-    if (error instanceof RuntimeSourceError || error instanceof RuntimeHashError) {
-      throw new RuntimeCacheError(`${error.message}; ${state}`, dir, { cause: error });
-    }
     throw new RuntimeCacheError(`cannot write the runtime cache ${dir}: ${error}`, dir, {
       cause: error,
     });
@@ -158,28 +146,6 @@ export async function cachedRuntime(options: CachedRuntimeOptions): Promise<Cach
   return damaged === _ABSENT
     ? { pythonPath: dir, how: "made" }
     : { pythonPath: dir, how: "made", replaced: damaged };
-}
-
-/** A file from the source whose SHA-256 is not the manifest's. */
-export class RuntimeHashError extends Error {
-  /**
-   * File `path` read from `url` hashes to `got`, not `expected`.
-   *
-   * @example
-   * ```ts
-   * import { RuntimeHashError } from "./runtime_cache.ts";
-   *
-   * const error = new RuntimeHashError("a.py", new URL("https://h/rt/a.py"), "00", "11");
-   * if (!error.message.includes("SHA-256 11, not 00")) throw new Error(error.message);
-   * ```
-   */
-  constructor(path: string, url: URL, expected: string, got: string) {
-    super(
-      `the KCoral Python runtime file ${path} from ${url} has SHA-256 ${got}, not ${expected} as ` +
-        "this version's manifest says (a different or altered runtime is served there)",
-    );
-    this.name = "RuntimeHashError";
-  }
 }
 
 const _ABSENT = "";
@@ -204,20 +170,12 @@ async function _check(pkg: string, manifest: RuntimeManifest): Promise<string | 
   return null;
 }
 
-async function _copy(source: RuntimeSource, manifest: RuntimeManifest, pkg: string) {
-  // Every copy ends before a failure is thrown, so none writes into the removed temporary copy.
-  const copies = await Promise.allSettled(
-    Object.entries(manifest.files).map(async ([path, sha]) => {
-      const bytes = await source.read(path);
-      const got = sha256Hex(bytes);
-      if (got !== sha) throw new RuntimeHashError(path, new URL(path, source.url), sha, got);
-      const file = `${pkg}/${path}`;
-      await Deno.mkdir(file.slice(0, file.lastIndexOf("/")), { recursive: true });
-      await Deno.writeFile(file, bytes, { mode: 0o644 });
-    }),
-  );
-  const failed = copies.find((copy) => copy.status === "rejected");
-  if (failed) throw failed.reason;
+async function _write(texts: ReadonlyMap<string, string>, pkg: string): Promise<void> {
+  for (const [path, text] of texts) {
+    const file = `${pkg}/${path}`;
+    await Deno.mkdir(file.slice(0, file.lastIndexOf("/")), { recursive: true });
+    await Deno.writeTextFile(file, text, { mode: 0o644 });
+  }
 }
 
 /** Renames a damaged copy out of its place (atomically) and removes it. */

@@ -1,21 +1,18 @@
 /**
  * Locates the Python worker runtime (`runtime_py/kcoral_runtime`) for the server's workers: the
  * directory Python finds `kcoral_runtime` in. From a local checkout the package is used in place.
- * Otherwise it is the content-addressed copy in the user's cache (`server/runtime_cache.ts`):
- * fetched once when this code runs from a registry or an HTTP URL; extracted from the embedded
- * file system when it runs as a `deno compile` binary, whose paths only this process can read,
- * never Python. Where the package is, and reading one file, is `runtime_py/runtime_files.ts`
- * (shared with `kcoral run`).
+ * Otherwise (a registry, an HTTP URL, a `deno compile` binary, whose embedded paths Python cannot
+ * open) it is the content-addressed copy in the user's cache (`server/runtime_cache.ts`), written
+ * from the files' text imports in the module graph (`runtime_py/runtime_files.ts`, shared with
+ * `kcoral run`): Deno's module cache or the binary holds them, so no start fetches anything.
  *
  * @module
  */
 
-import { RUNTIME_PACKAGE_URL } from "../runtime_py/runtime_files.ts";
+import { readRuntimeFiles, RUNTIME_PACKAGE_URL } from "../runtime_py/runtime_files.ts";
 import { cachedRuntime, userCacheDir } from "./runtime_cache.ts";
-import { RUNTIME_MANIFEST, type RuntimeManifest } from "./runtime_manifest.ts";
-import { embeddedSource, fetchedSource, type RuntimeSource } from "./runtime_sources.ts";
 
-/** Where the runtime package is and how it is read; every field has the running process's default. */
+/** Where the runtime package is; every field has the running process's default. */
 export interface RuntimeLocation {
   /** The package directory's URL (default: where this code found it, `RUNTIME_PACKAGE_URL`). */
   packageUrl?: URL;
@@ -23,35 +20,32 @@ export interface RuntimeLocation {
   standalone?: boolean;
   /** The user's cache directory (default: `userCacheDir()`, read only when it is needed). */
   cacheDir?: string;
-  /** The package's manifest (default: the one this code was built with). */
-  manifest?: RuntimeManifest;
+  /** The runtime's files by path (default: `readRuntimeFiles()`, read only when needed). */
+  texts?: ReadonlyMap<string, string>;
 }
 
 /**
- * How the runtime is reached for `location`: `in-place` (a checkout's `file:` directory, which
- * Python reads as it is), or the source its cached copy is made from.
+ * Whether Python can read the package at `location` in place: a `file:` directory of a process
+ * that is not a compiled binary.
  *
  * @example
  * ```ts
- * import { runtimeSource } from "./runtime_files.ts";
+ * import { runtimeInPlace } from "./runtime_files.ts";
  *
  * const local = new URL("file:///srv/kcoral/runtime_py/kcoral_runtime/");
- * if (runtimeSource({ packageUrl: local, standalone: false }) !== "in-place") throw new Error();
- * const embedded = runtimeSource({ packageUrl: local, standalone: true });
- * if (embedded === "in-place" || embedded.url.href !== local.href) throw new Error();
- * const remote = runtimeSource({ packageUrl: new URL("https://jsr.example/rt/"), standalone: false });
- * if (remote === "in-place") throw new Error();
+ * if (!runtimeInPlace({ packageUrl: local, standalone: false })) throw new Error();
+ * if (runtimeInPlace({ packageUrl: local, standalone: true })) throw new Error();
+ * if (runtimeInPlace({ packageUrl: new URL("https://jsr.example/rt/") })) throw new Error();
  * ```
  */
-export function runtimeSource(location: RuntimeLocation = {}): "in-place" | RuntimeSource {
+export function runtimeInPlace(location: RuntimeLocation = {}): boolean {
   const url = location.packageUrl ?? RUNTIME_PACKAGE_URL;
-  if (url.protocol !== "file:") return fetchedSource(url);
-  return (location.standalone ?? _standalone()) ? embeddedSource(url) : "in-place";
+  return url.protocol === "file:" && !(location.standalone ?? Deno.build.standalone === true);
 }
 
 /**
  * The directory to put on `PYTHONPATH` so `python -m kcoral_runtime.zygote` works: the checkout's
- * `runtime_py/`, or `<cache>/runtime/<package-hash>` (made first when needed).
+ * `runtime_py/`, or `<cache>/runtime/<package-hash>` (written first when needed).
  *
  * @example
  * ```ts
@@ -60,30 +54,21 @@ export function runtimeSource(location: RuntimeLocation = {}): "in-place" | Runt
  * const local = await runtimePythonPath();
  * if (!local.endsWith("/runtime_py")) throw new Error(local);
  *
- * // As a compiled binary would: the tree is extracted into the cache, never used in place.
+ * // As a compiled binary would: the files are written into the cache, never used in place.
  * const cacheDir = await Deno.makeTempDir();
- * const extracted = await runtimePythonPath({ standalone: true, cacheDir });
- * if (!extracted.startsWith(`${cacheDir}/runtime/`)) throw new Error(extracted);
+ * const written = await runtimePythonPath({ standalone: true, cacheDir });
+ * if (!written.startsWith(`${cacheDir}/runtime/`)) throw new Error(written);
  * await Deno.remove(cacheDir, { recursive: true });
  * ```
  */
 export async function runtimePythonPath(location: RuntimeLocation = {}): Promise<string> {
-  const source = runtimeSource(location);
-  if (source === "in-place") {
-    return decodeURIComponent(new URL("..", _url(location)).pathname).replace(/\/$/, "");
+  if (runtimeInPlace(location)) {
+    const url = location.packageUrl ?? RUNTIME_PACKAGE_URL;
+    return decodeURIComponent(new URL("..", url).pathname).replace(/\/$/, "");
   }
   const runtime = await cachedRuntime({
     cacheDir: location.cacheDir ?? userCacheDir(),
-    manifest: location.manifest ?? RUNTIME_MANIFEST,
-    source,
+    texts: location.texts ?? await readRuntimeFiles(),
   });
   return runtime.pythonPath;
-}
-
-function _url(location: RuntimeLocation): URL {
-  return location.packageUrl ?? RUNTIME_PACKAGE_URL;
-}
-
-function _standalone(): boolean {
-  return Deno.build.standalone === true;
 }
