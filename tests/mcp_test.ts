@@ -149,7 +149,12 @@ Deno.test("kcoral mcp: tools/list gives every tool with input and output schemas
         assert.ok(properties(name, "outputSchema").includes(field), `${name}: ${field}`);
       }
     }
-    assert.ok(properties("benchmark_kernel", "outputSchema").includes("latency_ms"));
+    for (const field of ["latency_ms", "trust", "receipt"]) {
+      assert.ok(properties("benchmark_kernel", "outputSchema").includes(field), field);
+    }
+    for (const field of ["adaptive", "target_rel_ci", "budget_s", "discard_throttled"]) {
+      assert.ok(properties("benchmark_kernel", "inputSchema").includes(field), field);
+    }
     assert.ok(properties("health", "outputSchema").includes("target"));
   });
 });

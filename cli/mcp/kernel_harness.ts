@@ -97,9 +97,12 @@ def make_args(specs):
     return values
 
 
-def time_it(fn, values, warmup, repeat, flush_l2):
+def time_it(fn, values, warmup, repeat, flush_l2, adaptive=False, target_rel_ci=0.005,
+            budget_s=10.0, discard_throttled=False):
     torch = _torch()
-    stats = benchmark(fn, *values, warmup=warmup, repeat=repeat, flush_l2=flush_l2)
+    stats = benchmark(fn, *values, warmup=warmup, repeat=repeat, flush_l2=flush_l2,
+                      adaptive=adaptive, target_rel_ci=target_rel_ci, budget_s=budget_s,
+                      discard_throttled=discard_throttled)
     stats["device"] = torch.cuda.get_device_name(torch.cuda.current_device())
     return stats
 `;
@@ -144,8 +147,17 @@ export interface TimingSettings {
   warmup: number;
   /** Timed calls. */
   repeat: number;
-  /** Overwrite a buffer of twice the L2 size before every call. */
+  /** Reset persisting L2 and overwrite a buffer of twice the L2 size before every call. */
   flushL2: boolean;
+  /** Time rounds of `repeat` calls until the median's 95 % CI half-width is at most
+   * `targetRelCi` of it or `budgetS` seconds have passed (default false: exactly `repeat`). */
+  adaptive?: boolean;
+  /** The adaptive mode's target relative half-width (default 0.005). */
+  targetRelCi?: number;
+  /** The adaptive mode's time budget in seconds (default 10). */
+  budgetS?: number;
+  /** Leave calls that overlapped a power/thermal throttle reading out of the statistics. */
+  discardThrottled?: boolean;
 }
 
 /**
@@ -177,7 +189,17 @@ export function timingProgram(
   const values = program.run({ fn: makeArgs, args: [[...specs]], id: "args" });
   const stats = program.run({
     fn: timeIt,
-    args: [fn, values, settings.warmup, settings.repeat, settings.flushL2],
+    args: [
+      fn,
+      values,
+      settings.warmup,
+      settings.repeat,
+      settings.flushL2,
+      settings.adaptive ?? false,
+      settings.targetRelCi ?? 0.005,
+      settings.budgetS ?? 10,
+      settings.discardThrottled ?? false,
+    ],
     id: "time",
   });
   program.return_({ key: STATS_KEY, value: stats });

@@ -189,6 +189,13 @@ async function main(): Promise<number> {
         expect(latency.median < 5, `median ${latency.median} ms for 8 MiB moved`);
         expect(settings.arch === arch, `compiled for ${settings.arch}`);
         expect(settings.flush_l2 === true && settings.repeat === 100, "settings");
+        const trust = result.trust as Record<string, unknown>;
+        const receipt = result.receipt as Record<string, Record<string, unknown> | null>;
+        expect(trust.timing === "cupti_activity", `timing ${trust.timing}`);
+        expect(trust.activities_stable === true && trust.escaped_work === false, "trust flags");
+        expect(Array.isArray(latency.ci95), "a 95 % interval");
+        expect(typeof receipt.gpu?.uuid === "string", "a receipt with the GPU's uuid");
+        expect(receipt.clocks !== null, `clocks: ${receipt.nvml_error}`);
         const compiledOn = "compile_url" in extra ? cpu.url : gpu.url;
         expect(settings.compiled_on === compiledOn, `compiled on ${settings.compiled_on}`);
         const gbPerS = (8 * n) / (latency.median / 1000) / 1e9;

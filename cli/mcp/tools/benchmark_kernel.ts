@@ -2,15 +2,17 @@
  * The `benchmark_kernel` tool: compile a CUDA source for the server's target and time one
  * entry point. Two requests, as in docs/remote-compilation.md: the compile (a `cpu_only`
  * `compile_cuda`, on `compile_url` when given, e.g. a CPU server, else on the server itself
- * with its GPU lease released), then the timing on the server (`benchmark`: CUDA events, L2
- * flushed before every call). Returns median/mean/min/max in milliseconds and the exact
+ * with its GPU lease released), then the timing on the server (`benchmark`: each call's GPU
+ * activity span on every stream, cold L2 before every call). Returns median/mean/min/max in
+ * milliseconds with the median's 95 % interval, the trust flags (`activities_stable`,
+ * `escaped_work`, throttled calls, persisting-L2 carve-outs), the GPU-state receipt and the exact
  * settings used: arch, nvcc command, flags, arguments, warmup, repeat, L2 flush, device.
  *
  * @module
  */
 import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { z } from "zod";
-import { Client } from "../../../client/mod.ts";
+import { type BenchmarkResult, benchmarkResult, Client } from "../../../client/mod.ts";
 import { fetchHealth } from "../../health.ts";
 import { type CallContext, remoteFailure, runCall, type ToolExtra, ToolFailure } from "../call.ts";
 import {
@@ -74,7 +76,20 @@ export const benchmarkKernelInput = {
   flags: z.array(z.string()).default([]).describe('extra nvcc flags, e.g. ["-lineinfo"]'),
   warmup: z.number().int().min(0).default(25).describe("untimed calls first"),
   repeat: z.number().int().min(1).default(100).describe("timed calls"),
-  flush_l2: z.boolean().default(true).describe("overwrite twice the L2 size before every call"),
+  flush_l2: z.boolean().default(true).describe(
+    "reset persisting L2 and overwrite twice the L2 size before every call",
+  ),
+  adaptive: z.boolean().default(false).describe(
+    "time rounds of `repeat` calls until the median's 95 % CI half-width is at most " +
+      "target_rel_ci of it, or budget_s has passed",
+  ),
+  target_rel_ci: z.number().positive().default(0.005).describe(
+    "adaptive: the target relative half-width of the median's 95 % CI",
+  ),
+  budget_s: z.number().positive().default(10).describe("adaptive: the time budget in seconds"),
+  discard_throttled: z.boolean().default(false).describe(
+    "leave calls that overlapped a power/thermal throttle reading out of the statistics",
+  ),
   compile_url: z.string().optional().describe(
     "a KCoral server to compile on (e.g. a CPU server with nvcc); default: kcoral mcp --compile-url, else the server itself",
   ),
@@ -92,7 +107,46 @@ export const benchmarkKernelOutput = {
     mean: z.number(),
     min: z.number(),
     max: z.number(),
-  }).describe("per-call latency between CUDA events, in milliseconds"),
+    ci95: z.tuple([z.number(), z.number()]).nullable().describe(
+      "the median's 95 % confidence interval (null below 6 calls)",
+    ),
+    ci95_rel_half_width: z.number().nullable().describe("half the interval over the median"),
+    samples: z.number().int().describe("calls the statistics are over"),
+  }).describe("per-call time of the GPU work each call launched, in milliseconds"),
+  trust: z.object({
+    timing: z.string().describe(
+      "cupti_activity (GPU spans on every stream) or cuda_events_device_sync (no CUPTI)",
+    ),
+    activities_stable: z.boolean().nullable().describe(
+      "every timed call launched the same GPU work (false: caching, skipping, alternating)",
+    ),
+    escaped_work: z.boolean().nullable().describe(
+      "GPU work ran outside every call's window (left behind by a thread or callback)",
+    ),
+    calls_without_activity: z.number().int().nullable(),
+    throttled_calls: z.number().int().describe("calls that overlapped a throttle reading"),
+    discarded_calls: z.number().int(),
+    persisting_l2_calls: z.number().int().nullable().describe(
+      "after how many calls a persisting-L2 carve-out was found (undone before every call)",
+    ),
+    kernels: z.array(z.string()).describe("kernels the first timed call launched"),
+    adaptive: z.object({
+      target_rel_ci: z.number(),
+      budget_s: z.number(),
+      reached: z.boolean(),
+      rounds: z.number().int(),
+    }).nullable(),
+  }).describe("what tells an honest timing from one that was gamed or disturbed"),
+  receipt: z.object({
+    gpu: z.record(z.string(), z.unknown()).describe("name, uuid, driver, clocks' limits"),
+    versions: z.record(z.string(), z.unknown()).describe("torch, cuda_runtime, cupti, python"),
+    clocks: z.record(z.string(), z.unknown()).nullable().describe(
+      "SM/memory clocks, temperature, power (min/median/max), reasons seen, throttled samples",
+    ),
+    nvml_error: z.string().nullable(),
+    timing_fallback_reason: z.string().nullable(),
+    measured_at: z.string(),
+  }).describe("the GPU's identity and state while the calls ran"),
   settings: z.object({
     arch: z.string(),
     nvcc_command: z.string(),
@@ -158,10 +212,12 @@ export function registerBenchmarkKernel(server: McpServer, settings: McpSettings
       title: "Compile and time a CUDA kernel",
       description: "Compile a CUDA source with nvcc for the server's GPU (target.arch) and time " +
         'one exported entry point (extern "C" int ENTRY(DLTensor*, ..., int64_t, double, const ' +
-        "char*), 0 on success; launch on the default stream) with CUDA events and a cold L2 " +
-        "before every call. Arguments are created on the GPU from specs. Returns median/mean/" +
-        "min/max latency in ms and the exact settings used. Needs a GPU server; compiling may " +
-        "happen on a CPU server (compile_url).",
+        "char*), 0 on success) by the GPU activity each call launched on any stream, with a cold " +
+        "L2 before every call. Arguments are created on the GPU from specs. Returns median/mean/" +
+        "min/max latency in ms with the median's 95 % CI, trust flags (activities_stable, " +
+        "escaped_work, throttled calls), the GPU-state receipt (clocks, temperature, power) and " +
+        "the exact settings used. Needs a GPU server; compiling may happen on a CPU server " +
+        "(compile_url).",
       inputSchema: benchmarkKernelInput,
       outputSchema: benchmarkKernelOutput,
       annotations: { openWorldHint: true },
@@ -217,7 +273,15 @@ async function _benchmark(input: _Input, settings: McpSettings, call: CallContex
   }
 
   call.progress.phase(`timing ${input.entry} on ${settings.url}`);
-  const timing = { warmup: input.warmup, repeat: input.repeat, flushL2: input.flush_l2 };
+  const timing = {
+    warmup: input.warmup,
+    repeat: input.repeat,
+    flushL2: input.flush_l2,
+    adaptive: input.adaptive,
+    targetRelCi: input.target_rel_ci,
+    budgetS: input.budget_s,
+    discardThrottled: input.discard_throttled,
+  };
   await using client = new Client(settings.url, settings.client);
   const timed = await client.execute(timingProgram(library, input.entry, input.args, timing), {
     timeoutSeconds: input.timeout_seconds,
@@ -230,23 +294,42 @@ async function _benchmark(input: _Input, settings: McpSettings, call: CallContex
       `compiled for ${arch} (${library.length} bytes), then timing ${input.entry}: `,
     );
   }
-  const stats = timed.get(STATS_KEY);
-  const stat = (name: string) => (stats instanceof Map ? stats.get(name) : undefined);
-  const number = (name: string): number => {
-    const value = stat(name);
-    if (typeof value !== "number") {
-      throw new ToolFailure("protocol", `benchmark returned no ${name}`);
-    }
-    return value;
-  };
+  let stats: BenchmarkResult;
+  try {
+    stats = benchmarkResult(timed.get(STATS_KEY));
+  } catch (error) {
+    throw new ToolFailure("protocol", (error as Error).message);
+  }
   return {
     entry: input.entry,
-    device: String(stat("device") ?? "?"),
+    device: String(stats.device ?? "?"),
     latency_ms: {
-      median: number("latency_ms_median"),
-      mean: number("latency_ms_mean"),
-      min: number("latency_ms_min"),
-      max: number("latency_ms_max"),
+      median: stats.latency_ms_median,
+      mean: stats.latency_ms_mean,
+      min: stats.latency_ms_min,
+      max: stats.latency_ms_max,
+      ci95: stats.ci95_ms,
+      ci95_rel_half_width: stats.ci95_rel_half_width,
+      samples: stats.samples,
+    },
+    trust: {
+      timing: stats.timing,
+      activities_stable: stats.activities_stable,
+      escaped_work: stats.escaped_work,
+      calls_without_activity: stats.calls_without_activity,
+      throttled_calls: stats.throttled_calls,
+      discarded_calls: stats.discarded_calls,
+      persisting_l2_calls: stats.persisting_l2_calls,
+      kernels: stats.kernels,
+      adaptive: stats.adaptive,
+    },
+    receipt: {
+      gpu: stats.receipt.gpu,
+      versions: stats.receipt.versions,
+      clocks: stats.receipt.clocks as Record<string, unknown> | null,
+      nvml_error: stats.receipt.nvml_error,
+      timing_fallback_reason: stats.receipt.timing_fallback_reason,
+      measured_at: stats.receipt.measured_at,
     },
     settings: {
       arch,
@@ -256,12 +339,14 @@ async function _benchmark(input: _Input, settings: McpSettings, call: CallContex
       repeat: input.repeat,
       flush_l2: input.flush_l2,
       args: input.args,
-      timing: "kcoral_runtime.builtins.benchmark: one CUDA event pair per call on the current " +
-        `stream${
+      timing: "kcoral_runtime.builtins.benchmark: each call isolated by device synchronizes and " +
+        "timed from the first start to the last end of the kernels, copies and sets it launched " +
+        `on any stream (CUPTI activity records)${
           input.flush_l2
-            ? ", L2 flushed (2x L2 size, >= 64 MiB written) before every call outside the timed region"
+            ? ", persisting L2 reset and 2x the L2 (>= 64 MiB) overwritten before every call " +
+              "outside the timed span"
             : ""
-        }`,
+        }${input.adaptive ? `, adaptive to a ${input.target_rel_ci} relative CI half-width` : ""}`,
       compiled_on: compileUrl,
       timed_on: settings.url,
     },
