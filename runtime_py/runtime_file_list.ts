@@ -33,6 +33,18 @@ export const RUNTIME_FILE_LIST: Readonly<
     import("./kcoral_runtime/engine.py", { with: { type: "text" } }),
   "errors.py": () =>
     import("./kcoral_runtime/errors.py", { with: { type: "text" } }),
+  "eval_bundle.py": () =>
+    import("./kcoral_runtime/eval_bundle.py", { with: { type: "text" } }),
+  "eval_compare.py": () =>
+    import("./kcoral_runtime/eval_compare.py", { with: { type: "text" } }),
+  "eval_physics.py": () =>
+    import("./kcoral_runtime/eval_physics.py", { with: { type: "text" } }),
+  "eval_timing.py": () =>
+    import("./kcoral_runtime/eval_timing.py", { with: { type: "text" } }),
+  "eval_verdict.py": () =>
+    import("./kcoral_runtime/eval_verdict.py", { with: { type: "text" } }),
+  "eval_worker.py": () =>
+    import("./kcoral_runtime/eval_worker.py", { with: { type: "text" } }),
   "files.py": () =>
     import("./kcoral_runtime/files.py", { with: { type: "text" } }),
   "frames.py": () =>

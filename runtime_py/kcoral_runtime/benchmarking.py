@@ -206,10 +206,13 @@ def throttled_calls(spans: Sequence[Optional[Tuple[int, int]]],
 
 
 def measure(label: str, fn: Callable[..., Any], args: Sequence[Any], settings: Settings,
-            keep_times: bool = False, cupti_library: Optional[str] = None) -> Dict[str, Any]:
+            keep_times: bool = False, cupti_library: Optional[str] = None,
+            before_call: Optional[Callable[[], None]] = None) -> Dict[str, Any]:
     """Time ``fn(*args)`` on the current CUDA device (module docstring); the result dict, with
     every timed call's time under ``times_ms`` when ``keep_times``. ``cupti_library``: a libcupti
-    path instead of the search (tests)."""
+    path instead of the search (tests). ``before_call`` runs before every call (warmup included),
+    untimed and before the cold-L2 step, as the timer's own work (``kcoral eval`` gives each call
+    fresh copies of its inputs there)."""
     if not callable(fn):
         raise ExecutionError("runtime", f"{label}: fn must be callable")
     check_settings(label, settings)
@@ -223,6 +226,13 @@ def measure(label: str, fn: Callable[..., Any], args: Sequence[Any], settings: S
         torch.cuda.synchronize(device)
 
     prepare, cold_l2, persisting = preparation(torch, device, settings.flush_l2)
+    if before_call is not None:
+        flush = prepare
+
+        def prepare() -> None:
+            before_call()
+            flush()
+
     sync()
     for _ in range(settings.warmup):
         prepare()

@@ -1,0 +1,232 @@
+"""Raw tensor bundles: how ``kcoral eval``'s workers hand inputs and outputs to each other.
+
+A bundle is bytes that only ever describe data, never code (no pickle): a magic line, the
+header's length, the header as JSON, then every tensor's raw bytes back to back::
+
+    b"KCEVAL1\\n" | u64 little-endian header length | header JSON (UTF-8) | tensor bytes ...
+
+    encode_bundle(header, tensors) --bytes--> (client, blob cache) --bytes--> decode_bundle
+      header["tensors"][i] = {"dtype", "shape", "offset", "nbytes", "sha256"}
+
+Values (a model's inputs or outputs) are described in the header by ``describe_value``: a
+tensor becomes ``{"t": "tensor", "i": index, ...}`` (its bytes in the bundle), a number, bool,
+string or None ``{"t": "scalar", "v": value}``, a list or tuple ``{"t": "list"|"tuple",
+"items": [...]}``; anything else ``{"t": "other", "type": name}`` without data. A tensor that
+is not a plain ``torch.Tensor`` (a subclass, a lazy wrapper) is stored by its plain data with
+``"plain": false``: the judge flags it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import struct
+from typing import Any, Dict, List
+
+MAGIC = b"KCEVAL1\n"
+_LENGTH = struct.Struct("<Q")
+
+# The dtypes a bundle carries (torch's names without "torch.").
+DTYPES = (
+    "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32",
+    "float64", "float8_e4m3fn", "float8_e5m2",
+)
+
+
+class BundleError(ValueError):
+    """A bundle that cannot be read or a value that cannot be put in one."""
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def dtype_name(tensor: Any) -> str:
+    name = str(tensor.dtype).replace("torch.", "")
+    if name not in DTYPES:
+        raise BundleError(f"tensor dtype {name} cannot be compared (supported: {', '.join(DTYPES)})")
+    return name
+
+
+def tensor_bytes(tensor: Any) -> memoryview:
+    """The tensor's elements as raw little-endian bytes, row-major (a host copy when needed)."""
+    torch = _torch()
+    plain = tensor.detach()
+    if type(plain) is not torch.Tensor:
+        plain = plain.as_subclass(torch.Tensor)
+    flat = plain.to("cpu").contiguous().reshape(-1)
+    if flat.numel() == 0:
+        return memoryview(b"")
+    return memoryview(flat.view(torch.uint8).numpy()).cast("B")
+
+
+def sha256_tensor(tensor: Any) -> str:
+    """SHA-256 of the tensor's raw bytes (``tensor_bytes``)."""
+    return hashlib.sha256(tensor_bytes(tensor)).hexdigest()
+
+
+class BundleWriter:
+    """Collects tensors while values are described; ``finish`` lays out the bundle."""
+
+    def __init__(self) -> None:
+        self._chunks: List[memoryview] = []
+        self._entries: List[Dict[str, Any]] = []
+        self._offset = 0
+
+    def add_tensor(self, tensor: Any) -> int:
+        data = tensor_bytes(tensor)
+        entry = {
+            "dtype": dtype_name(tensor),
+            "shape": [int(s) for s in tensor.shape],
+            "offset": self._offset,
+            "nbytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
+        self._entries.append(entry)
+        self._chunks.append(data)
+        self._offset += len(data)
+        return len(self._entries) - 1
+
+    def entry(self, index: int) -> Dict[str, Any]:
+        return self._entries[index]
+
+    def describe_value(self, value: Any) -> Dict[str, Any]:
+        """The header form of ``value``; its tensors are added to the bundle."""
+        torch = _torch()
+        if isinstance(value, torch.Tensor):
+            index = self.add_tensor(value)
+            entry = self._entries[index]
+            return {
+                "t": "tensor", "i": index, "dtype": entry["dtype"], "shape": entry["shape"],
+                "device": value.device.type, "plain": type(value) is torch.Tensor,
+                "type": type(value).__name__,
+            }
+        if value is None or isinstance(value, (bool, int, str)):
+            return {"t": "scalar", "v": value}
+        if isinstance(value, float):
+            if math.isfinite(value):
+                return {"t": "scalar", "v": value}
+            return {"t": "scalar", "float": repr(value)}
+        if isinstance(value, (list, tuple)):
+            return {
+                "t": "tuple" if isinstance(value, tuple) else "list",
+                "items": [self.describe_value(item) for item in value],
+            }
+        return {"t": "other", "type": type(value).__name__}
+
+    def finish(self, header: Dict[str, Any]) -> bytes:
+        header = dict(header, tensors=self._entries)
+        text = json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
+        out = bytearray(len(MAGIC) + _LENGTH.size + len(text) + self._offset)
+        out[: len(MAGIC)] = MAGIC
+        _LENGTH.pack_into(out, len(MAGIC), len(text))
+        start = len(MAGIC) + _LENGTH.size
+        out[start: start + len(text)] = text
+        position = start + len(text)
+        for chunk in self._chunks:
+            out[position: position + len(chunk)] = chunk
+            position += len(chunk)
+        return bytes(out)
+
+
+class Bundle:
+    """A decoded bundle: the header and lazily made CPU tensors over its bytes."""
+
+    def __init__(self, data: bytes) -> None:
+        view = memoryview(data)
+        if len(view) < len(MAGIC) + _LENGTH.size or bytes(view[: len(MAGIC)]) != MAGIC:
+            raise BundleError("not a kcoral eval bundle (bad magic)")
+        (length,) = _LENGTH.unpack_from(view, len(MAGIC))
+        start = len(MAGIC) + _LENGTH.size
+        if start + length > len(view):
+            raise BundleError("bundle header runs past the end")
+        try:
+            self.header: Dict[str, Any] = json.loads(bytes(view[start: start + length]))
+        except ValueError as exc:
+            raise BundleError(f"bundle header is not JSON: {exc}") from None
+        self._data = view[start + length:]
+        entries = self.header.get("tensors")
+        if not isinstance(entries, list):
+            raise BundleError("bundle header has no tensor list")
+        for entry in entries:
+            _check_entry(entry, len(self._data))
+        self.entries: List[Dict[str, Any]] = entries
+
+    def raw(self, index: int) -> memoryview:
+        entry = self.entries[index]
+        return self._data[entry["offset"]: entry["offset"] + entry["nbytes"]]
+
+    def tensor(self, index: int) -> Any:
+        """Tensor ``index`` as a new CPU tensor (its own memory, writable)."""
+        torch = _torch()
+        entry = self.entries[index]
+        dtype = getattr(torch, entry["dtype"])
+        count = 1
+        for size in entry["shape"]:
+            count *= size
+        if count == 0:
+            return torch.empty(entry["shape"], dtype=dtype)
+        raw = torch.frombuffer(bytearray(self.raw(index)), dtype=torch.uint8)
+        return raw.view(dtype).reshape(entry["shape"])
+
+    def value(self, described: Dict[str, Any]) -> Any:
+        """The value a header description stands for (tensors on the CPU)."""
+        kind = described.get("t")
+        if kind == "tensor":
+            return self.tensor(described["i"])
+        if kind == "scalar":
+            if "float" in described:
+                return float(described["float"])
+            return described.get("v")
+        if kind in ("list", "tuple"):
+            items = [self.value(item) for item in described["items"]]
+            return tuple(items) if kind == "tuple" else items
+        raise BundleError(f"a value of type {described.get('type')} carries no data")
+
+
+def _check_entry(entry: Any, available: int) -> None:
+    if not isinstance(entry, dict) or entry.get("dtype") not in DTYPES:
+        raise BundleError("bundle tensor entry without a known dtype")
+    shape = entry.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
+        raise BundleError("bundle tensor entry with a bad shape")
+    offset, nbytes = entry.get("offset"), entry.get("nbytes")
+    if not isinstance(offset, int) or not isinstance(nbytes, int) or offset < 0 or nbytes < 0 \
+            or offset + nbytes > available:
+        raise BundleError("bundle tensor entry outside the data")
+    itemsize = _ITEMSIZE[entry["dtype"]]
+    count = 1
+    for size in shape:
+        count *= size
+    if count * itemsize != nbytes:
+        raise BundleError(f"bundle tensor of shape {shape} and dtype {entry['dtype']} is not "
+                          f"{nbytes} bytes")
+
+
+_ITEMSIZE = {
+    "bool": 1, "uint8": 1, "int8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "int16": 2,
+    "float16": 2, "bfloat16": 2, "int32": 4, "float32": 4, "int64": 8, "float64": 8,
+}
+
+
+def sha256_bytes(data: Any) -> str:
+    return hashlib.sha256(memoryview(data)).hexdigest()
+
+
+def tensors_in(described: Dict[str, Any]) -> List[int]:
+    """The bundle indices of every tensor inside a value description, in order."""
+    kind = described.get("t")
+    if kind == "tensor":
+        return [described["i"]]
+    if kind in ("list", "tuple"):
+        return [i for item in described["items"] for i in tensors_in(item)]
+    return []
+
+
+__all__ = [
+    "MAGIC", "DTYPES", "BundleError", "BundleWriter", "Bundle", "dtype_name", "tensor_bytes",
+    "sha256_tensor", "sha256_bytes", "tensors_in",
+]

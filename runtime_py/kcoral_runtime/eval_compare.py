@@ -1,0 +1,166 @@
+"""Comparing a candidate's outputs with the reference's: per-dtype tolerances, NaN/Inf aware.
+
+    compare_values(expected, actual_description, actual_value, tolerance)
+      |- structure: tensor vs tuple/list, lengths           -> mismatch "structure"
+      |- per tensor: not a plain torch.Tensor              -> "not_plain" (flag output_not_plain_tensor)
+      |              dtype, shape, device type differ      -> mismatch (correct: false)
+      '- values: |actual - expected| <= atol + rtol * |expected| element-wise (torch.isclose),
+                 a NaN matches only a NaN, an infinity only the same infinity
+
+Default tolerances are KernelBench's (its ``get_tolerance_for_precision``, used there as both
+atol and rtol): 1e-4 for float32, 1e-2 for float16 and bfloat16. KernelBench states none for the
+other dtypes; ours: float64 1e-7 (torch.testing's float64 default), the float8 types 1.25e-1
+(an eighth: e4m3 keeps 3 mantissa bits), integers and bool exact. A problem's ``TOLERANCE``
+dict, then the caller's override, replace them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+DEFAULT_TOLERANCES: Dict[str, Tuple[float, float]] = {
+    "float32": (1e-4, 1e-4),
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (1e-2, 1e-2),
+    "float64": (1e-7, 1e-7),
+    "float8_e4m3fn": (1.25e-1, 1.25e-1),
+    "float8_e5m2": (1.25e-1, 1.25e-1),
+}
+_FLOATS = set(DEFAULT_TOLERANCES)
+
+
+def tolerance_for(dtype: str, override: Optional[Dict[str, float]] = None) -> Tuple[float, float]:
+    """``(atol, rtol)`` for ``dtype``: the override's keys over the default (exact for ints)."""
+    atol, rtol = DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0))
+    if override and dtype in _FLOATS:
+        atol = float(override.get("atol", atol))
+        rtol = float(override.get("rtol", rtol))
+    return atol, rtol
+
+
+def compare_tensors(expected: Any, actual: Any, atol: float, rtol: float) -> Dict[str, Any]:
+    """Element-wise comparison of two tensors of the same dtype and shape (any device).
+
+    Returns ``match`` and the evidence: ``mismatched`` elements, ``max_abs_diff`` and
+    ``max_rel_diff`` over elements both finite, ``nan_expected``/``nan_actual`` counts and
+    ``first_mismatch`` (a flat index)."""
+    import torch
+
+    dtype = str(expected.dtype).replace("torch.", "")
+    if dtype in _FLOATS:
+        wide = torch.float64 if dtype == "float64" else torch.float32
+        e = expected.to(wide)
+        a = actual.to(actual.device if actual.device == e.device else e.device).to(wide)
+        close = torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+        finite = torch.isfinite(e) & torch.isfinite(a)
+        diff = (a - e).abs()
+        diff = torch.where(finite, diff, torch.zeros_like(diff))
+        magnitude = e.abs()
+        rel = torch.where(magnitude > 0, diff / magnitude.clamp_min(torch.finfo(wide).tiny),
+                          torch.zeros_like(diff))
+        result = {
+            "max_abs_diff": float(diff.max()) if diff.numel() else 0.0,
+            "max_rel_diff": float(rel.max()) if rel.numel() else 0.0,
+            "nan_expected": int(torch.isnan(e).sum()),
+            "nan_actual": int(torch.isnan(a).sum()),
+        }
+    else:
+        a = actual.to(expected.device)
+        close = a == expected
+        result = {}
+    mismatched = int((~close).sum())
+    result.update({
+        "dtype": dtype,
+        "match": mismatched == 0,
+        "mismatched": mismatched,
+        "elements": int(close.numel()),
+        "atol": atol,
+        "rtol": rtol,
+    })
+    if mismatched:
+        result["first_mismatch"] = int((~close).reshape(-1).nonzero()[0].item())
+    return result
+
+
+def compare_values(expected: Any, actual_desc: Dict[str, Any], actual: Any,
+                   tolerance: Optional[Dict[str, float]] = None) -> Dict[str, Any]:
+    """Compare a reference output (a value) with a candidate output (its bundle description
+    and the decoded value). Returns ``{"match", "not_plain", "reason"?, "tensors": [...]}``."""
+    report: Dict[str, Any] = {"match": True, "not_plain": False, "tensors": []}
+    _compare(expected, actual_desc, actual, tolerance, report, "output")
+    return report
+
+
+def _fail(report: Dict[str, Any], reason: str) -> None:
+    report["match"] = False
+    report.setdefault("reason", reason)
+
+
+def _compare(expected: Any, desc: Dict[str, Any], actual: Any,
+             tolerance: Optional[Dict[str, float]], report: Dict[str, Any], where: str) -> None:
+    import torch
+
+    kind = desc.get("t")
+    if isinstance(expected, torch.Tensor):
+        if kind != "tensor":
+            if kind == "other":
+                report["not_plain"] = True
+            _fail(report, f"{where}: expected a tensor, got {desc.get('type') or kind}")
+            return
+        if not desc.get("plain", True) and type(expected) is torch.Tensor:
+            report["not_plain"] = True
+        edtype = str(expected.dtype).replace("torch.", "")
+        if desc["dtype"] != edtype:
+            _fail(report, f"{where}: dtype {desc['dtype']}, expected {edtype}")
+            return
+        if list(desc["shape"]) != list(expected.shape):
+            _fail(report, f"{where}: shape {desc['shape']}, expected {list(expected.shape)}")
+            return
+        if desc.get("device") is not None and desc["device"] != expected.device.type:
+            _fail(report, f"{where}: on {desc['device']}, expected on {expected.device.type}")
+            return
+        atol, rtol = tolerance_for(edtype, tolerance)
+        got = compare_tensors(expected, actual, atol, rtol)
+        got["where"] = where
+        report["tensors"].append(got)
+        if not got["match"]:
+            _fail(report, f"{where}: {got['mismatched']} of {got['elements']} elements differ "
+                          f"beyond atol={atol:g}, rtol={rtol:g}")
+        return
+    if isinstance(expected, (list, tuple)):
+        if kind not in ("list", "tuple") or len(desc["items"]) != len(expected):
+            _fail(report, f"{where}: expected a sequence of {len(expected)}, got "
+                          f"{desc.get('type') or kind}")
+            return
+        for k, (e, d, a) in enumerate(zip(expected, desc["items"], actual)):
+            _compare(e, d, a, tolerance, report, f"{where}[{k}]")
+        return
+    if kind != "scalar":
+        _fail(report, f"{where}: expected {type(expected).__name__}, got "
+                      f"{desc.get('type') or kind}")
+        return
+    if isinstance(expected, float) and isinstance(actual, (int, float)) \
+            and not isinstance(actual, bool):
+        atol, rtol = tolerance_for("float32", tolerance)
+        if not abs(actual - expected) <= atol + rtol * abs(expected) \
+                and not (expected != expected and actual != actual):
+            _fail(report, f"{where}: {actual!r}, expected {expected!r}")
+        return
+    if actual != expected or type(actual) is not type(expected):
+        _fail(report, f"{where}: {actual!r}, expected {expected!r}")
+
+
+def summarize(reports: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Worst figures over several comparisons (for the verdict's checks)."""
+    tensors = [t for r in reports for t in r["tensors"]]
+    return {
+        "compared": len(reports),
+        "matched": sum(1 for r in reports if r["match"]),
+        "max_abs_diff": max((t.get("max_abs_diff", 0.0) for t in tensors), default=0.0),
+        "max_rel_diff": max((t.get("max_rel_diff", 0.0) for t in tensors), default=0.0),
+        "mismatched_elements": sum(t["mismatched"] for t in tensors),
+    }
+
+
+__all__ = ["DEFAULT_TOLERANCES", "tolerance_for", "compare_tensors", "compare_values",
+           "summarize"]

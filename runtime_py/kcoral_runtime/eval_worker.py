@@ -1,0 +1,432 @@
+"""The three steps of ``kcoral eval``, each called in its own fresh worker by the client.
+
+    client: secret seeds (new per evaluation)
+      |
+      |-- 1. generate_inputs(reference, request)       worker A, cpu_only: no GPU lease
+      |        torch.manual_seed(seed); get_inputs()   per correctness seed and timing seed
+      |        -> inputs bundle (tensors, no seeds, no expected outputs)
+      |
+      |-- 2. run_candidate(candidate, inputs, request)  worker B: the only one that runs candidate code
+      |        ModelNew(*init inputs) after torch.manual_seed(init_seed)
+      |        each correctness set twice on fresh copies (allocator poisoned with NaN first):
+      |          inputs still equal? both runs identical? output unchanged by a device synchronize?
+      |        timing: every call on fresh copies of rotating timing sets (eval_timing)
+      |        -> outputs bundle: first-run outputs, the last timed output of each timing set,
+      |           its own checks, its timing
+      |
+      '-- 3. judge(reference, inputs, outputs, request) worker C, after B has exited
+               inputs bundle's SHA-256 checked against the one the client got from A
+               Model(*init inputs): expected outputs (they exist only now, only here),
+               compared with B's (eval_compare); the reference timed as B was
+               -> the verdict (eval_verdict) as JSON text
+
+Neither seeds nor expected outputs nor the comparison ever exist in a process that ran
+candidate code: the seeds stay in the client and worker A, the expected outputs are made after
+the candidate's worker is gone. Every exchange is a bundle (eval_bundle): data, never pickle.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from typing import Any, Dict, List, Optional, Tuple
+
+from .errors import ExecutionError
+from .eval_bundle import Bundle, BundleError, BundleWriter, sha256_bytes
+from .eval_compare import compare_values, tolerance_for
+from .eval_physics import floor_ms
+from .eval_timing import Rotation, clone_value, same_value, time_model
+from .eval_verdict import DEFAULT_EXCESSIVE_SPEEDUP, build_verdict
+
+__all__ = ["generate_inputs", "run_candidate", "judge", "load_source"]
+
+
+def _ms(start: float) -> float:
+    return round((time.perf_counter() - start) * 1e3, 3)
+
+
+def load_source(source: str, role: str) -> Any:
+    """Import ``source`` as a module from a file of its own (Triton and tracebacks need one)."""
+    if not isinstance(source, str):
+        raise ExecutionError("runtime", f"the {role} source must be a string")
+    folder = tempfile.mkdtemp(prefix=f"kcoral-eval-{role}-", dir=os.getcwd())
+    path = os.path.join(folder, f"{role}.py")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(source)
+    name = f"kcoral_eval_{role}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _require(module: Any, names: Tuple[str, ...], role: str) -> None:
+    missing = [n for n in names if not hasattr(module, n)]
+    if missing:
+        raise ExecutionError("parse", f"the {role} file defines no {', '.join(missing)}")
+
+
+def _device() -> str:
+    """``cuda`` where the worker has a GPU; else ``cpu``, with torch on one thread so that the
+    reference and the candidate are timed alike (a shared CPU's thread pools make any other
+    setting noise)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    torch.set_num_threads(1)
+    return "cpu"
+
+
+def _to_device(values: List[Any], device: str) -> List[Any]:
+    import torch
+
+    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _build_model(cls: Any, init_inputs: List[Any], init_seed: int, device: str) -> Any:
+    import torch
+
+    torch.manual_seed(init_seed)
+    model = cls(*init_inputs)
+    if hasattr(model, "to"):
+        model = model.to(device)
+    return model
+
+
+def _problem_facts(module: Any) -> Dict[str, Any]:
+    tolerance = getattr(module, "TOLERANCE", None)
+    if tolerance is not None and not (isinstance(tolerance, dict) and all(
+            k in ("atol", "rtol") and isinstance(v, (int, float)) for k, v in tolerance.items())):
+        raise ExecutionError("parse", "TOLERANCE must be a dict with numbers under atol and rtol")
+    facts = {
+        "flops": getattr(module, "FLOPS", None),
+        "bytes": getattr(module, "BYTES", None),
+        "tolerance": tolerance,
+        "deterministic": getattr(module, "DETERMINISTIC", True) is not False,
+    }
+    for key in ("flops", "bytes"):
+        value = facts[key]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or value < 0):
+            raise ExecutionError("parse", f"{key.upper()} must be a number >= 0")
+    return facts
+
+
+def _tolerance(problem: Optional[Dict[str, float]], override: Optional[Dict[str, float]]
+               ) -> Optional[Dict[str, float]]:
+    """The atol/rtol that replace the dtype defaults: the caller's keys over the problem's."""
+    if not problem and not override:
+        return None
+    return dict(problem or {}, **(override or {}))
+
+
+# --------------------------------------------------------------------------- 1. inputs
+
+
+def generate_inputs(reference_source: str, request_json: str) -> bytes:
+    """Step 1 (module docstring): the inputs bundle for the secret seeds of ``request_json``
+    (``correctness_seeds``, ``timing_seeds``: decimal strings; ``init_seed``)."""
+    import torch
+
+    started = time.perf_counter()
+    request = json.loads(request_json)
+    correctness_seeds = [int(s) for s in request["correctness_seeds"]]
+    timing_seeds = [int(s) for s in request["timing_seeds"]]
+    init_seed = int(request["init_seed"])
+    module = load_source(reference_source, "reference")
+    _require(module, ("Model", "get_inputs", "get_init_inputs"), "reference")
+    facts = _problem_facts(module)
+    writer = BundleWriter()
+    torch.manual_seed(init_seed)
+    init_inputs = list(module.get_init_inputs())
+
+    def one(seed: int) -> Dict[str, Any]:
+        torch.manual_seed(seed)
+        values = list(module.get_inputs())
+        for v in values:
+            if isinstance(v, torch.Tensor) and v.device.type != "cpu":
+                raise ExecutionError(
+                    "runtime", "get_inputs() must make its tensors on the CPU (the evaluation "
+                    "generates inputs without the GPU lease and moves them itself)")
+        return writer.describe_value(values)
+
+    header = {
+        "kind": "inputs",
+        "version": 1,
+        "init_seed": init_seed,
+        "init_inputs": writer.describe_value(init_inputs),
+        "correctness": [one(s) for s in correctness_seeds],
+        "timing": [one(s) for s in timing_seeds],
+        "deterministic": facts["deterministic"],
+        "tolerance": facts["tolerance"],
+        "generate_ms": _ms(started),
+    }
+    return writer.finish(header)
+
+
+# --------------------------------------------------------------------------- 2. candidate
+
+
+def _poison(device: str, nbytes: int) -> None:
+    """Fill freed device memory with NaN so an output made of uninitialised memory is wrong."""
+    if device != "cuda":
+        return
+    import torch
+
+    count = max(min(nbytes, 1 << 30), 16 << 20) // 4
+    block = torch.empty(count, dtype=torch.float32, device=device)
+    block.fill_(float("nan"))
+    del block
+
+
+def _input_bytes(values: List[Any]) -> int:
+    import torch
+
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+
+def _error(phase: str, exc: BaseException) -> Dict[str, Any]:
+    return {"phase": phase, "type": type(exc).__name__, "message": str(exc)[:4000],
+            "traceback": traceback.format_exc()[-8000:]}
+
+
+def run_candidate(candidate_source: str, inputs: bytes, request_json: str) -> bytes:
+    """Step 2 (module docstring): the outputs bundle. Exceptions of the candidate's code are
+    reported in the bundle (``error``), so that the judge still gives a verdict."""
+    import torch
+
+    request = json.loads(request_json)
+    bundle = Bundle(inputs)
+    head = bundle.header
+    device = _device()
+    writer = BundleWriter()
+    phases: Dict[str, float] = {}
+    result: Dict[str, Any] = {"kind": "candidate", "version": 1, "device": device,
+                              "correctness": [], "timed": [], "timing": None,
+                              "timed_calls": {}, "phases_ms": phases}
+    tolerance = _tolerance(head.get("tolerance"), request.get("tolerance"))
+    phase = "load"
+    try:
+        with torch.no_grad():
+            started = time.perf_counter()
+            module = load_source(candidate_source, "candidate")
+            # A file that defines only Model (the reference itself) is its own candidate.
+            cls = getattr(module, "ModelNew", None) or getattr(module, "Model", None)
+            if cls is None:
+                raise ExecutionError("parse", "the candidate file defines no ModelNew")
+            result["candidate_class"] = cls.__name__
+            init_inputs = bundle.value(head["init_inputs"])
+            model = _build_model(cls, init_inputs, int(head["init_seed"]), device)
+            _sync(device)
+            phases["candidate_load"] = _ms(started)
+
+            phase = "correctness"
+            started = time.perf_counter()
+            for described in head["correctness"]:
+                pristine = _to_device(bundle.value(described), device)
+                args = clone_value(pristine)
+                _poison(device, 2 * _input_bytes(pristine))
+                _sync(device)
+                t0 = time.perf_counter()
+                out = model(*args)
+                snapshot = clone_value(out) if device == "cuda" else None
+                _sync(device)
+                call_ms = _ms(t0)
+                stream_consistent = None if snapshot is None else same_value(snapshot, out)
+                inputs_unchanged = same_value(args, pristine)
+                first = writer.describe_value(out)
+                again = clone_value(pristine)
+                _poison(device, 2 * _input_bytes(pristine))
+                second = model(*again)
+                _sync(device)
+                result["correctness"].append({
+                    "output": first,
+                    "inputs_unchanged": inputs_unchanged and same_value(again, pristine),
+                    "repeat_identical": same_value(out, second),
+                    "stream_consistent": stream_consistent,
+                    "call_ms": call_ms,
+                })
+                del out, second, args, again
+            phases["candidate_correctness"] = _ms(started)
+
+            phase = "timing"
+            started = time.perf_counter()
+            sets = [_to_device(bundle.value(d), device) for d in head["timing"]]
+            rotation = Rotation(model, sets, tolerance)
+            result["timing"] = time_model("candidate", rotation, request.get("timing", {}), device)
+            result["timed_calls"] = rotation.report()
+            for k in range(len(sets)):
+                if k in rotation.latest:
+                    result["timed"].append({"set": k,
+                                            "output": writer.describe_value(rotation.latest[k])})
+            phases["candidate_timing"] = _ms(started)
+    except Exception as exc:
+        result["error"] = _error(phase, exc)
+    started = time.perf_counter()
+    data = writer.finish(result)
+    phases["candidate_encode"] = _ms(started)
+    return data
+
+
+# --------------------------------------------------------------------------- 3. judge
+
+
+def _gpu_facts(device: str) -> Tuple[str, int]:
+    import torch
+
+    if device != "cuda":
+        return "cpu", 0
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return str(props.name), int(getattr(props, "L2_cache_size", 0))
+
+
+def judge(reference_source: str, inputs: bytes, outputs: bytes, request_json: str) -> str:
+    """Step 3 (module docstring): the verdict as JSON text. ``request_json``: ``inputs_sha256``
+    (what the client received from step 1), ``tolerance`` (atol/rtol override or null),
+    ``determinism`` ("auto", "on", "off"), ``excessive_speedup``, ``timing`` settings."""
+    import torch
+
+    request = json.loads(request_json)
+    phases: Dict[str, float] = {}
+    started = time.perf_counter()
+    if sha256_bytes(inputs) != request.get("inputs_sha256"):
+        raise ExecutionError("correctness", "the inputs bundle is not the one the inputs step "
+                                            "made (SHA-256 differs): refusing to judge")
+    bundle = Bundle(inputs)
+    candidate: Optional[Bundle] = None
+    candidate_error: Optional[Dict[str, Any]] = request.get("candidate_failure")
+    if candidate_error is None:
+        try:
+            candidate = Bundle(outputs)
+        except BundleError as exc:
+            candidate_error = {"phase": "outputs", "type": "BundleError", "message": str(exc),
+                               "traceback": ""}
+        else:
+            candidate_error = candidate.header.get("error")
+    head = bundle.header
+    device = _device()
+    phases["judge_decode"] = _ms(started)
+
+    with torch.no_grad():
+        started = time.perf_counter()
+        module = load_source(reference_source, "reference")
+        _require(module, ("Model", "get_inputs", "get_init_inputs"), "reference")
+        facts = _problem_facts(module)
+        model = _build_model(module.Model, bundle.value(head["init_inputs"]),
+                             int(head["init_seed"]), device)
+        _sync(device)
+        phases["reference_load"] = _ms(started)
+        override = _tolerance(facts["tolerance"], request.get("tolerance"))
+        determinism = request.get("determinism", "auto")
+        deterministic = facts["deterministic"] if determinism == "auto" else determinism == "on"
+
+        started = time.perf_counter()
+        expected_sets = []
+        for described in head["correctness"]:
+            expected_sets.append(model(*_to_device(bundle.value(described), device)))
+        timing_sets = [_to_device(bundle.value(d), device) for d in head["timing"]]
+        expected_timed = [model(*clone_value(s)) for s in timing_sets]
+        _sync(device)
+        phases["reference_outputs"] = _ms(started)
+
+        started = time.perf_counter()
+        correctness: List[Dict[str, Any]] = []
+        timed: List[Dict[str, Any]] = []
+        checks: List[Dict[str, Any]] = []
+        chead: Dict[str, Any] = candidate.header if candidate is not None else {}
+        for expected, got in zip(expected_sets, chead.get("correctness", [])):
+            value = _value_or_none(candidate, got["output"])
+            correctness.append(compare_values(expected, got["output"], value, override))
+            checks.append(got)
+        for entry in chead.get("timed", []):
+            k = entry["set"]
+            if isinstance(k, int) and 0 <= k < len(expected_timed):
+                value = _value_or_none(candidate, entry["output"])
+                timed.append(compare_values(expected_timed[k], entry["output"], value, override))
+        if candidate_error is None and len(correctness) < len(expected_sets):
+            candidate_error = {"phase": "outputs", "type": "MissingOutputs",
+                               "message": f"{len(correctness)} of {len(expected_sets)} "
+                                          "correctness outputs came back", "traceback": ""}
+        phases["comparison"] = _ms(started)
+        del expected_sets, expected_timed
+
+        reference_timing = None
+        candidate_timing = chead.get("timing")
+        if candidate_timing is not None and candidate_error is None:
+            started = time.perf_counter()
+            rotation = Rotation(model, timing_sets, override)
+            reference_timing = time_model("reference", rotation, request.get("timing", {}),
+                                          device)
+            phases["reference_timing"] = _ms(started)
+
+    name, l2 = _gpu_facts(device)
+    physics = floor_ms(name, l2, facts["flops"], facts["bytes"]) if device == "cuda" else None
+    tolerances = {dt: tolerance_for(dt, override) for dt in _output_dtypes(correctness)}
+    verdict = build_verdict(
+        device=device,
+        correctness=correctness,
+        timed=timed,
+        candidate_checks=checks,
+        timed_calls=chead.get("timed_calls") or {},
+        reference_timing=reference_timing,
+        candidate_timing=candidate_timing,
+        deterministic=deterministic,
+        excessive_speedup=float(request.get("excessive_speedup", DEFAULT_EXCESSIVE_SPEEDUP)),
+        physics=physics,
+        tolerance={dt: {"atol": a, "rtol": r} for dt, (a, r) in tolerances.items()},
+        error=candidate_error,
+    )
+    if candidate is not None and candidate.header.get("device") != device:
+        verdict["correct"] = False
+        verdict.setdefault("error", {"phase": "outputs", "type": "DeviceMismatch",
+                                     "message": "the candidate ran on "
+                                                f"{candidate.header.get('device')}, the judge on "
+                                                f"{device}", "traceback": ""})
+    verdict["worker_phases_ms"] = dict(
+        generate=head.get("generate_ms"), **(chead.get("phases_ms") or {}), **phases)
+    return json.dumps(_finite(verdict), allow_nan=False, default=str)
+
+
+def _value_or_none(bundle: Optional[Bundle], described: Dict[str, Any]) -> Any:
+    if bundle is None:
+        return None
+    try:
+        return bundle.value(described)
+    except BundleError:
+        return None
+
+
+def _output_dtypes(reports: List[Dict[str, Any]]) -> List[str]:
+    seen: List[str] = []
+    for report in reports:
+        for tensor in report.get("tensors", []):
+            dtype = tensor.get("dtype")
+            if dtype and dtype not in seen:
+                seen.append(dtype)
+    return seen
+
+
+def _finite(value: Any) -> Any:
+    """The verdict with every NaN or infinity replaced by None (JSON has neither)."""
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

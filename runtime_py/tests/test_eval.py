@@ -1,0 +1,360 @@
+"""kcoral eval's worker side without a server: bundles, comparison, timing rotation, verdicts,
+and the three steps run in one process on the fixture problems of tests/fixtures/eval/.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kcoral_runtime import eval_worker  # noqa: E402
+from kcoral_runtime.eval_bundle import Bundle, BundleError, BundleWriter, sha256_tensor  # noqa: E402
+from kcoral_runtime.eval_compare import (  # noqa: E402
+    DEFAULT_TOLERANCES,
+    compare_tensors,
+    compare_values,
+    tolerance_for,
+)
+from kcoral_runtime.eval_physics import floor_ms, peaks_for  # noqa: E402
+from kcoral_runtime.eval_timing import Rotation, same_value, time_model  # noqa: E402
+from kcoral_runtime.eval_verdict import FLAGS, build_verdict, speedup_of  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "eval"
+
+
+# --------------------------------------------------------------------------- bundles
+
+
+def test_bundle_round_trip_every_dtype_and_structure() -> None:
+    writer = BundleWriter()
+    values = [
+        torch.randn(3, 4),
+        torch.randn(2, 2).to(torch.bfloat16),
+        torch.randn(5).half(),
+        torch.arange(6, dtype=torch.int64).reshape(2, 3),
+        torch.tensor([True, False]),
+        torch.zeros(0, 3),
+        torch.tensor(2.5),
+        (torch.ones(2), 7, 1.5, None, "s"),
+        float("nan"),
+    ]
+    desc = writer.describe_value(values)
+    data = writer.finish({"kind": "test", "value": desc})
+    bundle = Bundle(data)
+    back = bundle.value(bundle.header["value"])
+    for original, decoded in zip(values[:7], back[:7]):
+        assert decoded.dtype == original.dtype and decoded.shape == original.shape
+        assert torch.equal(decoded, original)
+    assert torch.equal(back[7][0], torch.ones(2)) and back[7][1:] == (7, 1.5, None, "s")
+    assert back[8] != back[8]  # NaN survives as a float
+    # each tensor's SHA-256 is the SHA-256 of its raw bytes
+    assert bundle.entries[0]["sha256"] == sha256_tensor(values[0])
+    assert bundle.entries[0]["sha256"] == hashlib.sha256(values[0].numpy().tobytes()).hexdigest()
+
+
+def test_bundle_marks_subclasses_and_objects_and_is_never_pickle() -> None:
+    class Sub(torch.Tensor):
+        pass
+
+    writer = BundleWriter()
+    sub = torch.ones(2).as_subclass(Sub)
+    desc = writer.describe_value([sub, object()])
+    assert desc["items"][0]["plain"] is False and desc["items"][0]["type"] == "Sub"
+    assert desc["items"][1] == {"t": "other", "type": "object"}
+    data = writer.finish({})
+    assert b"pickle" not in data and data.startswith(b"KCEVAL1\n")
+    assert type(Bundle(data).tensor(0)) is torch.Tensor
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: b"NOTEVAL\n" + d[8:], "bad magic"),
+    (lambda d: d[:-1], "outside the data"),
+    (lambda d: d[:20], "runs past the end"),
+])
+def test_bundle_rejects_damage(mutate: Any, message: str) -> None:
+    writer = BundleWriter()
+    writer.describe_value(torch.ones(4))
+    data = writer.finish({})
+    with pytest.raises(BundleError, match=message):
+        Bundle(mutate(data))
+
+
+def test_bundle_checks_sizes_against_dtype_and_shape() -> None:
+    writer = BundleWriter()
+    writer.describe_value(torch.ones(4))
+    data = writer.finish({})
+    header = Bundle(data).header
+    header["tensors"][0]["shape"] = [5]
+    text = json.dumps(header).encode()
+    forged = data[:8] + len(text).to_bytes(8, "little") + text + Bundle(data).raw(0).tobytes()
+    with pytest.raises(BundleError, match="is not 16 bytes"):
+        Bundle(forged)
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+def test_default_tolerances_are_kernelbench_values() -> None:
+    assert DEFAULT_TOLERANCES["float32"] == (1e-4, 1e-4)
+    assert DEFAULT_TOLERANCES["float16"] == (1e-2, 1e-2)
+    assert DEFAULT_TOLERANCES["bfloat16"] == (1e-2, 1e-2)
+    assert tolerance_for("int32") == (0.0, 0.0)
+    assert tolerance_for("float32", {"atol": 0.5}) == (0.5, 1e-4)
+    assert tolerance_for("int64", {"atol": 0.5}) == (0.0, 0.0)  # integers stay exact
+
+
+def test_compare_tensors_tolerance_edges() -> None:
+    expected = torch.tensor([1.0, 100.0, 0.0])
+    inside = expected + torch.tensor([1.9e-4, 1e-2, 9e-5])  # atol + rtol*|e| each
+    outside = expected + torch.tensor([2.2e-4, 0.0, 0.0])
+    assert compare_tensors(expected, inside, 1e-4, 1e-4)["match"]
+    got = compare_tensors(expected, outside, 1e-4, 1e-4)
+    assert not got["match"] and got["mismatched"] == 1 and got["first_mismatch"] == 0
+
+
+def test_compare_tensors_nan_and_inf_aware() -> None:
+    nan, inf = float("nan"), float("inf")
+    expected = torch.tensor([nan, inf, -inf, 1.0])
+    assert compare_tensors(expected, expected.clone(), 1e-4, 1e-4)["match"]
+    for wrong in ([0.0, inf, -inf, 1.0], [nan, -inf, -inf, 1.0], [nan, inf, 1e30, 1.0],
+                  [nan, inf, -inf, nan]):
+        got = compare_tensors(expected, torch.tensor(wrong), 1e-4, 1e-4)
+        assert not got["match"], wrong
+        assert got["mismatched"] == 1
+
+
+def test_compare_values_structure_dtype_shape_device() -> None:
+    writer = BundleWriter()
+
+    def check(expected: Any, actual: Any) -> Dict[str, Any]:
+        desc = writer.describe_value(actual)
+        return compare_values(expected, desc, actual)
+
+    e = torch.ones(2, 3)
+    assert check(e, torch.ones(2, 3))["match"]
+    assert "dtype float64" in check(e, torch.ones(2, 3, dtype=torch.float64))["reason"]
+    assert "shape [3, 2]" in check(e, torch.ones(3, 2))["reason"]
+    assert "expected a tensor" in check(e, [torch.ones(2, 3)])["reason"]
+    assert "sequence of 2" in check((e, e), (e,))["reason"]
+    assert check((e, 3), (torch.ones(2, 3), 3))["match"]
+    lazy = check(e, object())
+    assert not lazy["match"] and lazy["not_plain"]
+
+    class Sub(torch.Tensor):
+        pass
+
+    sub = check(e, torch.ones(2, 3).as_subclass(Sub))
+    assert sub["match"] and sub["not_plain"]
+    desc = writer.describe_value(torch.ones(2, 3))
+    desc["device"] = "cuda"
+    assert "on cuda" in compare_values(e, desc, torch.ones(2, 3))["reason"]
+
+
+def test_compare_uses_override_and_half_precision_defaults() -> None:
+    e = torch.ones(4, dtype=torch.float16)
+    a = e + 5e-3
+    writer = BundleWriter()
+    desc = writer.describe_value(a)
+    assert compare_values(e, desc, a)["match"]  # 1e-2 for float16
+    assert not compare_values(e, desc, a, {"atol": 1e-3, "rtol": 1e-3})["match"]
+
+
+# --------------------------------------------------------------------------- timing rotation
+
+
+def test_rotation_gives_fresh_copies_and_checks_every_call() -> None:
+    sets = [[torch.full((4,), float(k))] for k in range(3)]
+    seen = []
+
+    def fn(x: Any) -> Any:
+        seen.append((x.data_ptr(), float(x[0])))
+        return x * 2
+
+    rotation = Rotation(fn, sets)
+    result = time_model("t", rotation, {"warmup": 1, "repeat": 8}, "cpu")
+    assert result["timing"] == "cpu" and result["samples"] == 8
+    assert [v for _, v in seen] == [0.0, 1.0, 2.0] * 3
+    assert all(seen[i][0] != seen[i + 1][0] for i in range(len(seen) - 1))
+    assert rotation.report() == {"calls": 9, "inputs_modified": 0, "outputs_inconsistent": 0}
+    assert sorted(rotation.latest) == [0, 1, 2]
+    assert torch.equal(rotation.latest[2], torch.full((4,), 4.0))
+
+
+def test_rotation_notices_modified_inputs_and_stale_outputs() -> None:
+    sets = [[torch.full((4,), float(k))] for k in range(2)]
+    cache: Dict[str, Any] = {}
+
+    def cached(x: Any) -> Any:  # keyed by shape: the other set's output comes back
+        return cache.setdefault("out", x * 2)
+
+    rotation = Rotation(cached, sets)
+    time_model("t", rotation, {"warmup": 0, "repeat": 6}, "cpu")
+    assert rotation.outputs_inconsistent == 0  # each set always gets the same (wrong) tensor
+    assert torch.equal(rotation.latest[1], torch.zeros(4))  # set 1's output is set 0's: judged
+
+    def in_place(x: Any) -> Any:
+        return x.add_(1)
+
+    rotation = Rotation(in_place, sets)
+    time_model("t", rotation, {"warmup": 0, "repeat": 4}, "cpu")
+    assert rotation.inputs_modified == 4
+
+
+def test_same_value_tolerance_and_nan() -> None:
+    a = torch.tensor([1.0, float("nan")])
+    assert same_value(a, a.clone())
+    assert not same_value(a, a + 1e-6)
+    assert same_value(a, a + 1e-6, None, exact=False)
+    assert not same_value(a, a + 1e-3, None, exact=False)
+    assert same_value(a, a + 1e-3, {"atol": 1e-2}, exact=False)
+    assert not same_value(torch.ones(2), [torch.ones(2)])
+
+
+# --------------------------------------------------------------------------- verdict
+
+
+def _timing(median: float, ci: Any = None, **extra: Any) -> Dict[str, Any]:
+    return dict({"latency_ms_median": median, "ci95_ms": ci}, **extra)
+
+
+def test_verdict_flags_each_condition() -> None:
+    ok = {"match": True, "not_plain": False, "tensors": []}
+    clean = dict(inputs_unchanged=True, repeat_identical=True, stream_consistent=True)
+    base = dict(device="cuda", correctness=[ok] * 3, timed=[ok], candidate_checks=[clean] * 3,
+                timed_calls={"calls": 10}, reference_timing=_timing(1.0, [0.9, 1.1]),
+                candidate_timing=_timing(1.0, [0.95, 1.05]), deterministic=True)
+    verdict = build_verdict(**base)
+    assert verdict["correct"] and verdict["flags"] == []
+    assert verdict["speedup"] == 1.0
+    assert verdict["speedup_ci95"] == pytest.approx([0.9 / 1.05, 1.1 / 0.95])
+    cases = {
+        "inputs_modified": dict(candidate_checks=[dict(clean, inputs_unchanged=False)]),
+        "nondeterministic": dict(candidate_checks=[dict(clean, repeat_identical=False)]),
+        "timed_outputs_incorrect": dict(timed=[dict(ok, match=False, reason="x")]),
+        "output_not_plain_tensor": dict(correctness=[dict(ok, not_plain=True)] * 3),
+        "stream_escape": dict(candidate_checks=[dict(clean, stream_consistent=False)]),
+        "timer_escape": dict(candidate_timing=_timing(1.0, escaped_work=True)),
+        "activities_unstable": dict(candidate_timing=_timing(1.0, activities_stable=False)),
+        "excessive_speedup": dict(candidate_timing=_timing(0.05)),
+        "faster_than_physics": dict(physics={"floor_ms": 2.0}),
+        "throttled": dict(reference_timing=_timing(1.0, throttled_calls=3)),
+        "persisting_l2": dict(candidate_timing=_timing(1.0, persisting_l2_calls=5)),
+    }
+    assert sorted(cases) == sorted(FLAGS)
+    for flag, change in cases.items():
+        got = build_verdict(**dict(base, **change))
+        assert got["flags"] == [flag], (flag, got["flags"])
+    nondet_allowed = build_verdict(**dict(base, deterministic=False, **cases["nondeterministic"]))
+    assert nondet_allowed["flags"] == []
+    inconsistent = build_verdict(**dict(base, timed_calls={"outputs_inconsistent": 1}))
+    assert inconsistent["flags"] == ["timed_outputs_incorrect"]
+    wrong = build_verdict(**dict(base, correctness=[ok, dict(ok, match=False, reason="r"), ok]))
+    assert not wrong["correct"] and wrong["checks"]["correctness"]["reasons"] == ["r"]
+    failed = build_verdict(**dict(base, error={"phase": "load"}))
+    assert not failed["correct"]
+
+
+def test_speedup_without_intervals() -> None:
+    assert speedup_of(_timing(2.0), _timing(1.0)) == (2.0, None)
+    assert speedup_of({}, _timing(1.0)) == (None, None)
+
+
+def test_physics_floor() -> None:
+    assert peaks_for("NVIDIA H100 80GB HBM3") == (3.35e12, 3958e12)
+    assert peaks_for("NVIDIA H100 PCIe")[0] == 2.0e12
+    assert peaks_for("Some Other GPU") is None
+    gemm = floor_ms("NVIDIA H200", 50 << 20, flops=2 * 4096**3, nbytes=3 * 4096 * 4096 * 4)
+    assert gemm["floor_ms"] == pytest.approx(max(2 * 4096**3 / 3958e12,
+                                                 (3 * 4096 * 4096 * 4 - (50 << 20)) / 4.8e12) * 1e3)
+    assert floor_ms("unknown", 0, 1e9, None)["floor_ms"] is None
+
+
+# --------------------------------------------------------------------------- the three steps
+
+
+def _evaluate(monkeypatch: Any, tmp_path: Path, reference: str, candidate: str, **judge: Any) -> Dict[str, Any]:
+    monkeypatch.chdir(tmp_path)
+    ref = (FIXTURES / reference).read_text()
+    cand = (FIXTURES / candidate).read_text()
+    seeds = {"correctness_seeds": ["101", "202", "303"], "timing_seeds": ["404", "505"],
+             "init_seed": 42}
+    inputs = eval_worker.generate_inputs(ref, json.dumps(seeds))
+    settings = {"timing": {"warmup": 1, "repeat": 6}}
+    outputs = eval_worker.run_candidate(cand, inputs, json.dumps(settings))
+    request = dict(settings, inputs_sha256=hashlib.sha256(inputs).hexdigest(), **judge)
+    return json.loads(eval_worker.judge(ref, inputs, outputs, json.dumps(request)))
+
+
+def test_inputs_bundle_holds_no_seed_and_differs_per_seed(monkeypatch: Any, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    ref = (FIXTURES / "scale_add_reference.py").read_text()
+    seeds = {"correctness_seeds": ["123456789123", "2", "3"], "timing_seeds": ["4"],
+             "init_seed": 42}
+    data = eval_worker.generate_inputs(ref, json.dumps(seeds))
+    bundle = Bundle(data)
+    assert b"123456789123" not in data
+    sets = [bundle.value(d) for d in bundle.header["correctness"]]
+    assert not torch.equal(sets[0][0], sets[1][0])
+    torch.manual_seed(2)
+    assert torch.equal(sets[1][0], torch.randn(64, 128))
+    again = Bundle(eval_worker.generate_inputs(ref, json.dumps(seeds)))
+    assert [e["sha256"] for e in again.entries] == [e["sha256"] for e in bundle.entries]
+
+
+@pytest.mark.parametrize("reference, candidate, correct, flags", [
+    ("scale_add_reference.py", "scale_add_honest.py", True, []),
+    ("scale_add_reference.py", "scale_add_reference.py", True, []),
+    ("scale_add_reference.py", "scale_add_wrong.py", False, ["timed_outputs_incorrect"]),
+    ("scale_add_reference.py", "scale_add_in_place.py", True, ["inputs_modified"]),
+    ("scale_add_reference.py", "scale_add_jitter.py", True, ["nondeterministic"]),
+    ("scale_add_reference.py", "scale_add_shape_cache.py", False, ["timed_outputs_incorrect"]),
+    ("scale_add_reference.py", "scale_add_late_cache.py", True, ["timed_outputs_incorrect"]),
+    ("scale_add_reference.py", "scale_add_subclass.py", True, ["output_not_plain_tensor"]),
+    ("scale_add_slow_reference.py", "scale_add_honest.py", True, ["excessive_speedup"]),
+    ("linear_reference.py", "linear_honest.py", True, []),
+    ("linear_reference.py", "linear_own_weights.py", False, ["timed_outputs_incorrect"]),
+])
+def test_steps_on_fixtures(monkeypatch: Any, tmp_path: Path, reference: str, candidate: str, correct: bool,
+                           flags: list) -> None:
+    verdict = _evaluate(monkeypatch, tmp_path, reference, candidate)
+    assert verdict["correct"] is correct, verdict["checks"]
+    assert verdict["flags"] == flags
+    assert verdict["device"] == "cpu" and verdict["candidate"]["timing"] == "cpu"
+    assert verdict["checks"]["correctness"]["sets"] == 3
+
+
+def test_judge_refuses_swapped_inputs(monkeypatch: Any, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    ref = (FIXTURES / "scale_add_reference.py").read_text()
+    seeds = {"correctness_seeds": ["1", "2", "3"], "timing_seeds": ["4"], "init_seed": 42}
+    inputs = eval_worker.generate_inputs(ref, json.dumps(seeds))
+    with pytest.raises(Exception, match="SHA-256 differs"):
+        eval_worker.judge(ref, inputs, b"", json.dumps({"inputs_sha256": "0" * 64}))
+
+
+def test_candidate_errors_become_incorrect_verdicts(monkeypatch: Any, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    ref = (FIXTURES / "scale_add_reference.py").read_text()
+    seeds = {"correctness_seeds": ["1", "2", "3"], "timing_seeds": ["4"], "init_seed": 42}
+    inputs = eval_worker.generate_inputs(ref, json.dumps(seeds))
+    sha = hashlib.sha256(inputs).hexdigest()
+    for source, phase in [("raise RuntimeError('boom')\n", "load"),
+                          ("class ModelNew:\n    def __init__(self, a): pass\n"
+                           "    def __call__(self, x, y): raise ValueError('no')\n", "correctness"),
+                          ("x = 1\n", "load")]:
+        outputs = eval_worker.run_candidate(source, inputs, "{}")
+        verdict = json.loads(eval_worker.judge(ref, inputs, outputs,
+                                               json.dumps({"inputs_sha256": sha})))
+        assert verdict["correct"] is False and verdict["error"]["phase"] == phase
+        assert verdict["candidate"] is None and verdict["reference"] is None
+    crashed = json.loads(eval_worker.judge(ref, inputs, b"", json.dumps({
+        "inputs_sha256": sha,
+        "candidate_failure": {"phase": "candidate", "type": "runtime", "message": "died",
+                              "traceback": ""}})))
+    assert crashed["correct"] is False and crashed["error"]["message"] == "died"
