@@ -52,7 +52,7 @@ export async function routerMain(
   const { createRouter } = await import("../router/app.ts");
   const { serve } = await import("../http/serve.ts");
   const { consoleMessage } = await import("../http/events.ts");
-  const { loadAccess } = await import("../http/access_options.ts");
+  const { loadAccess, openBindWarning } = await import("../http/access_options.ts");
   let access;
   try {
     access = loadAccess(accessConfig);
@@ -60,6 +60,8 @@ export async function routerMain(
     console.error(`kcoral router: ${error instanceof Error ? error.message : error}`);
     return 1;
   }
+  const open = openBindWarning(config.host, access.tokens, "kcoral router");
+  if (open) console.error(open);
   const router = createRouter(config, { clientTokens: access.tokens });
   let running;
   try {

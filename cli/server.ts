@@ -216,7 +216,7 @@ export async function serverMain(
   pinMallocThresholds(env);
   const { createApp } = await import("../server/app.ts");
   const { serve } = await import("../http/serve.ts");
-  const { loadAccess } = await import("../http/access_options.ts");
+  const { loadAccess, openBindWarning } = await import("../http/access_options.ts");
   const { nodeLinkTargetFromEnv, withNodeLink } = await import("../server/node_link.ts");
   let app;
   let access;
@@ -228,6 +228,8 @@ export async function serverMain(
     app = target
       ? withNodeLink(createApp(args.config, options), target)
       : createApp(args.config, options);
+    const open = target ? null : openBindWarning(args.host, access.tokens, "kcoral server");
+    if (open) console.error(open);
   } catch (error) {
     console.error(`kcoral server: ${error instanceof Error ? error.message : error}`);
     return 1;

@@ -230,3 +230,32 @@ export function readCaFile(path: string): string {
   }
   return text;
 }
+
+/**
+ * The warning for a server or Router that listens beyond this machine (`--host` not a loopback
+ * name or address) with no client tokens: anyone who reaches the port runs code there. `null`
+ * when it listens on loopback or checks tokens.
+ *
+ * @example
+ * ```ts
+ * import { openBindWarning } from "./access_options.ts";
+ *
+ * if (!openBindWarning("0.0.0.0", null, "kcoral server")?.includes("without client tokens")) {
+ *   throw new Error();
+ * }
+ * if (openBindWarning("127.0.0.1", null, "kcoral server") !== null) throw new Error();
+ * if (openBindWarning("::1", null, "kcoral router") !== null) throw new Error();
+ * ```
+ */
+export function openBindWarning(
+  host: string,
+  tokens: ClientTokens | null,
+  command: string,
+): string | null {
+  if (tokens !== null) return null;
+  const bare = host.replace(/^\[(.*)\]$/, "$1").toLowerCase();
+  if (bare === "localhost" || bare === "::1" || /^127\.\d+\.\d+\.\d+$/.test(bare)) return null;
+  return `${command}: warning: listening on ${host} without client tokens: anyone who can reach ` +
+    "this port can run programs here; set KCORAL_CLIENT_TOKEN or --client-token-file " +
+    "(docs/security.md), or listen on 127.0.0.1";
+}

@@ -1,6 +1,6 @@
 /**
  * What the server's and the Router's `GET /metrics` share: the exposition format's content type,
- * the duration buckets of their histograms, and the response itself.
+ * the duration buckets of their histograms, the build and process metrics, and the response.
  *
  * @example
  * ```ts
@@ -15,7 +15,8 @@
  *
  * @module
  */
-import type { Registry } from "prom-client";
+import { collectDefaultMetrics, Gauge, type Metric, Registry } from "prom-client";
+import { KCORAL_VERSION } from "../options/version.ts";
 
 /** The `Content-Type` of the Prometheus text exposition format. */
 export const METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8";
@@ -47,4 +48,58 @@ export const DURATION_BUCKETS: readonly number[] = [
 export async function metricsResponse(registry: Registry): Promise<Response> {
   const text = await registry.metrics();
   return new Response(text, { headers: { "content-type": METRICS_CONTENT_TYPE } });
+}
+
+/**
+ * Registers what every KCoral process exposes besides its own metrics:
+ * `kcoral_build_info{version,deno,…} 1` (the labels of `extraLabels()` as well, read when
+ * scraped) and prom-client's `process_*` metrics (CPU seconds, resident memory, open and maximum
+ * file descriptors, start time), which read `/proc/self` under Deno as under Node. prom-client's
+ * `nodejs_*` metrics are left out: under Deno its event-loop monitor reports nothing real.
+ *
+ * @example
+ * ```ts
+ * import { Registry } from "prom-client";
+ * import { registerProcessMetrics } from "./metrics_response.ts";
+ *
+ * const registry = new Registry();
+ * registerProcessMetrics(registry, () => ({ python: "3.11.2" }), ["python"]);
+ * const text = await registry.metrics();
+ * if (!/kcoral_build_info\{version="[^"]+",deno="[^"]+",python="3.11.2"\} 1/.test(text)) {
+ *   throw new Error(text);
+ * }
+ * if (!/^process_open_fds \d+$/m.test(text) || text.includes("nodejs_")) throw new Error(text);
+ * ```
+ */
+export function registerProcessMetrics(
+  registry: Registry,
+  extraLabels: () => Record<string, string> = () => ({}),
+  extraLabelNames: readonly string[] = [],
+): void {
+  for (const metric of _processMetrics()) registry.registerMetric(metric);
+  new Gauge({
+    name: "kcoral_build_info",
+    help: "1, labelled with the KCoral version and the runtime versions it runs on.",
+    labelNames: ["version", "deno", ...extraLabelNames],
+    registers: [registry],
+    collect() {
+      this.reset();
+      const extra = extraLabels();
+      const labels: Record<string, string> = { version: KCORAL_VERSION, deno: Deno.version.deno };
+      for (const name of extraLabelNames) labels[name] = extra[name] ?? "";
+      this.set(labels, 1);
+    },
+  });
+}
+
+let _shared: Metric[] | null = null;
+
+/** prom-client's `process_*` metrics, made once per process (they describe the process). */
+function _processMetrics(): Metric[] {
+  if (_shared) return _shared;
+  const scratch = new Registry();
+  collectDefaultMetrics({ register: scratch });
+  const names = scratch.getMetricsAsArray().map((metric) => metric.name);
+  const process = names.filter((name) => name.startsWith("process_"));
+  return _shared = process.map((name) => scratch.getSingleMetric(name)!);
 }

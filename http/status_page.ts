@@ -98,7 +98,7 @@ function timeline(gpu, now) {
 function renderServer(d) {
   document.getElementById("title").textContent = "KCoral server";
   const target = Object.entries(d.target).map(([k, v]) => k + "=" + v).join(", ") || "CPU";
-  document.getElementById("subtitle").textContent = "instance " + d.instance_id + " · started " + d.started_at + " · target " + target;
+  document.getElementById("subtitle").textContent = "kcoral " + d.version + " · instance " + d.instance_id + " · started " + d.started_at + " · target " + target + " · times UTC";
   let html = "<h2>Load</h2>" + table(["capacity", "in progress", "waiting for a worker", "waiting for a GPU lease"],
     [[d.load.request_capacity, d.load.requests_in_progress, d.load.requests_waiting, d.lease_waiting]]);
   if (d.gpus.length) {
@@ -124,7 +124,7 @@ function renderServer(d) {
 function renderRouter(d) {
   document.getElementById("title").textContent = "KCoral Router";
   document.getElementById("window").parentElement.hidden = true;
-  document.getElementById("subtitle").textContent = "instance " + d.instance_id + " · started " + d.started_at;
+  document.getElementById("subtitle").textContent = "kcoral " + d.version + " · instance " + d.instance_id + " · started " + d.started_at + " · times UTC";
   let html = "<h2>Load</h2>" + table(["requests on nodes", "waiting for a slot"], [[d.active_requests, d.queue_length]]);
   html += '<h2>Nodes</h2><div id="nodes">' + table(["node", "state", "capacity", "busy", "available", "slots", "last report", "restarts", "last error"],
     d.nodes.map((n) => [n.name, { text: n.status, cls: "state-" + n.status }, n.capacity, n.in_flight, n.available_capacity, n.connected_data_slots,

@@ -5,11 +5,12 @@
  *
  * ```
  *  request_finished ─▶ kcoral_router_requests_total{code,outcome,error_kind}
- *                      kcoral_router_queue_wait_seconds
+ *                      kcoral_router_queue_wait_seconds, kcoral_router_request_duration_seconds
  *                      kcoral_router_request_bytes_total / response_bytes_total
  *  scrape           ─▶ kcoral_router_nodes{state}, kcoral_router_node_capacity{node},
  *                      kcoral_router_node_busy{node}, kcoral_router_node_available{node},
- *                      kcoral_router_queue_length, kcoral_router_requests_in_flight
+ *                      kcoral_router_queue_length, kcoral_router_requests_in_flight,
+ *                      kcoral_router_capacity, kcoral_build_info{version,deno}, process_*
  * ```
  *
  * The `node` label takes the ids of the deployment's own nodes (a bounded set an operator
@@ -20,7 +21,7 @@
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { EventLog } from "../http/events.ts";
 import type { NodeRegistry, NodeState } from "./registry.ts";
-import { DURATION_BUCKETS } from "../http/metrics_response.ts";
+import { DURATION_BUCKETS, registerProcessMetrics } from "../http/metrics_response.ts";
 
 const _STATES: readonly NodeState[] = [
   "starting",
@@ -67,6 +68,7 @@ export class RouterMetrics {
    */
   readonly #requestCounts = new Map<string, number>();
   readonly #queueWait: Histogram;
+  readonly #duration: Histogram;
   readonly #requestBytes: Counter;
   readonly #responseBytes: Counter;
 
@@ -94,6 +96,26 @@ export class RouterMetrics {
       buckets: [...DURATION_BUCKETS],
       registers,
     });
+    this.#duration = new Histogram({
+      name: "kcoral_router_request_duration_seconds",
+      help: "Time from receiving a request to finishing it (answered, refused or cut short), " +
+        "queue wait included.",
+      buckets: [...DURATION_BUCKETS],
+      registers,
+    });
+    new Gauge({
+      name: "kcoral_router_capacity",
+      help: "Workers of the ready nodes together (the requests the Router can run at once).",
+      registers,
+      collect() {
+        let capacity = 0;
+        for (const node of registry.snapshot().workers) {
+          if (node.status === "ready") capacity += node.capacity;
+        }
+        this.set(capacity);
+      },
+    });
+    registerProcessMetrics(this.registry);
     this.#requestBytes = new Counter({
       name: "kcoral_router_request_bytes_total",
       help: "Request body bytes forwarded to nodes.",
@@ -170,6 +192,9 @@ export class RouterMetrics {
     this.#requestCounts.set(key, (this.#requestCounts.get(key) ?? 0) + 1);
     if (typeof record.queue_wait_ms === "number") {
       this.#queueWait.observe(record.queue_wait_ms / 1000);
+    }
+    if (typeof record.duration_ms === "number") {
+      this.#duration.observe(record.duration_ms / 1000);
     }
     if (typeof record.request_bytes === "number") this.#requestBytes.inc(record.request_bytes);
     if (typeof record.response_bytes === "number") this.#responseBytes.inc(record.response_bytes);

@@ -8,6 +8,7 @@
 import type { EventLog } from "../http/events.ts";
 import { numberOrNull, Recent, stringOrNull } from "../http/recent.ts";
 import type { NodeRegistry, NodeSnapshot } from "./registry.ts";
+import { KCORAL_VERSION } from "../options/version.ts";
 
 /** One recent forwarded request. */
 export interface RoutedRequest {
@@ -33,6 +34,8 @@ export interface RoutedRequest {
 export interface RouterStatusData {
   /** `"router"`. */
   kind: "router";
+  /** The KCoral version the Router runs (`kcoral --version`). */
+  version: string;
   /** The Router's clock now, ms since the epoch. */
   now: number;
   /** The Router's instance. */
@@ -102,6 +105,7 @@ export class RouterStatus {
     const snapshot = this.#registry.snapshot();
     return {
       kind: "router",
+      version: KCORAL_VERSION,
       now: Date.now(),
       instance_id: this.#instanceId,
       started_at: this.#startedAt,

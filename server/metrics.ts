@@ -5,6 +5,8 @@
  * gauges (workers, queue, caches) are read from the running parts when scraped.
  *
  * ```
+ *  request_received ┐
+ *  request_finished ┴▶ kcoral_request_duration_seconds{gpu} (received → answer ready)
  *  request_finished ─▶ kcoral_requests_total{code,finish_reason,error_kind}
  *                      kcoral_request_queue_seconds / lease_wait / lease_held {gpu}
  *                      kcoral_response_bytes_total
@@ -12,7 +14,9 @@
  *  worker_retired   ─▶ kcoral_worker_replacements_total{reason}
  *  worker_ready     ─▶ kcoral_worker_replacement_seconds (retired → ready again)
  *  scrape           ─▶ kcoral_requests_in_flight, kcoral_requests_queued, kcoral_workers{device,state},
- *                      kcoral_cache_{hits,misses,evictions}_total{cache}, kcoral_cache_bytes{cache}
+ *                      kcoral_cache_{hits,misses,evictions}_total{cache}, kcoral_cache_bytes{cache},
+ *                      kcoral_request_capacity, kcoral_cache_capacity_bytes{cache},
+ *                      kcoral_build_info{version,deno,torch,cuda}, process_* (prom-client)
  * ```
  *
  * Label values are bounded: status codes, finish reasons and error kinds of the protocol, GPU
@@ -22,7 +26,7 @@
  */
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { EventLog } from "../http/events.ts";
-import { DURATION_BUCKETS } from "../http/metrics_response.ts";
+import { DURATION_BUCKETS, registerProcessMetrics } from "../http/metrics_response.ts";
 import type { BlobStore } from "./cache_memory.ts";
 import type { DiskFileCache } from "./cache_disk.ts";
 import type { WorkerPool } from "./pool.ts";
@@ -36,6 +40,9 @@ export interface MetricSources {
   /** The disk cache. */
   disk: DiskFileCache;
 }
+
+/** Requests received and not yet finished that the duration histogram keeps a start time for. */
+const _OPEN_REQUESTS_KEPT = 65_536;
 
 function _text(value: unknown, fallback: string): string {
   return typeof value === "string" && value !== "" ? value : fallback;
@@ -73,6 +80,8 @@ export class ServerMetrics {
   readonly registry: Registry = new Registry();
   readonly #unsubscribe: () => void;
   readonly #retiredAt = new Map<string, number>();
+  readonly #receivedAt = new Map<string, number>();
+  readonly #duration: Histogram<"gpu">;
   readonly #requests: Counter<"code" | "finish_reason" | "error_kind">;
   readonly #queue: Histogram<"gpu">;
   readonly #leaseWait: Histogram<"gpu">;
@@ -99,6 +108,11 @@ export class ServerMetrics {
         buckets: [...DURATION_BUCKETS],
         registers,
       });
+    this.#duration = histogram(
+      "kcoral_request_duration_seconds",
+      "Time from receiving an /execute request to its answer being ready, per GPU " +
+        '(gpu="cpu" on CPU servers and for requests that never reached a worker).',
+    );
     this.#queue = histogram(
       "kcoral_request_queue_seconds",
       'Time a request waited for a worker, per GPU (gpu="cpu" on CPU servers).',
@@ -201,12 +215,48 @@ export class ServerMetrics {
         this.set({ cache: "disk" }, s?.disk.bytes ?? 0);
       },
     });
+    new Gauge({
+      name: "kcoral_request_capacity",
+      help: "Requests the server can run at once (worker seats not being replaced).",
+      registers,
+      collect() {
+        this.set(sources()?.pool.load().request_capacity ?? 0);
+      },
+    });
+    new Gauge({
+      name: "kcoral_cache_capacity_bytes",
+      help: "The capacity of a cache in bytes (0: disabled), beside kcoral_cache_bytes.",
+      labelNames: ["cache"],
+      registers,
+      collect() {
+        const s = sources();
+        this.set({ cache: "memory" }, s?.store.capacityBytes ?? 0);
+        this.set({ cache: "disk" }, s?.disk.enabled ? s.disk.capacityBytes : 0);
+      },
+    });
+    // torch and CUDA as the first worker reported them (empty on a CPU server).
+    registerProcessMetrics(this.registry, () => sources()?.pool.versions ?? {}, ["torch", "cuda"]);
     this.#unsubscribe = events.subscribe((record) => this.#observe(record));
   }
 
   #observe(record: Record<string, unknown>): void {
     switch (record.event) {
+      case "request_received":
+        if (this.#receivedAt.size >= _OPEN_REQUESTS_KEPT) {
+          this.#receivedAt.delete(this.#receivedAt.keys().next().value!);
+        }
+        this.#receivedAt.set(String(record.request_id), performance.now());
+        return;
       case "request_finished": {
+        const id = String(record.request_id);
+        const received = this.#receivedAt.get(id);
+        if (received !== undefined) {
+          this.#receivedAt.delete(id);
+          this.#duration.observe(
+            { gpu: _gpu(record.gpu_id) },
+            (performance.now() - received) / 1000,
+          );
+        }
         this.#requests.inc({
           code: String(record.http_status ?? 0),
           finish_reason: _text(record.finish_reason, "unknown"),

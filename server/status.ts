@@ -14,6 +14,7 @@ import type { BlobStore } from "./cache_memory.ts";
 import type { DiskFileCache } from "./cache_disk.ts";
 import type { GpuLeases, LeaseHolding } from "./lease.ts";
 import type { WorkerPool } from "./pool.ts";
+import { KCORAL_VERSION } from "../options/version.ts";
 
 /** How far back lease holds are shown, in ms. */
 export const TIMELINE_MS = 5 * 60_000;
@@ -133,6 +134,7 @@ export class ServerStatus {
     });
     return {
       kind: "server",
+      version: KCORAL_VERSION,
       now: wall(now),
       instance_id: health.instance_id,
       started_at: health.started_at,
@@ -189,6 +191,8 @@ export interface CacheUse {
 export interface ServerStatusData {
   /** `"server"`. */
   kind: "server";
+  /** The KCoral version the server runs (`kcoral --version`). */
+  version: string;
   /** The server's clock now. */
   now: number;
   /** The server's instance. */

@@ -230,3 +230,105 @@ Deno.test({
     }
   },
 });
+
+/** The operator's basics on one `/metrics`: build info, process metrics, capacity, durations. */
+function assertOperatorBasics(scraped: Scraped, capacity: string): void {
+  const build = scraped.samples.find((s) => s.name === "kcoral_build_info");
+  assert.ok(build, "kcoral_build_info");
+  assert.equal(Number(build.value), 1);
+  assert.match(build.labels.version, /^\d+\.\d+\.\d+/);
+  assert.equal(build.labels.deno, Deno.version.deno);
+  // prom-client's process metrics, read from /proc under Deno.
+  const fds = value(scraped, "process_open_fds");
+  assert.ok(fds > 3 && fds < value(scraped, "process_max_fds"), `open fds ${fds}`);
+  assert.ok(value(scraped, "process_resident_memory_bytes") > 1 << 20);
+  assert.ok(value(scraped, "process_cpu_seconds_total") > 0);
+  const start = value(scraped, "process_start_time_seconds");
+  assert.ok(Math.abs(start - Date.now() / 1000) < 3600, `start time ${start}`);
+  assert.ok(![...scraped.families.keys()].some((name) => name.startsWith("nodejs_")));
+  assert.ok(value(scraped, capacity) >= 1, capacity);
+}
+
+Deno.test({
+  name: "metrics: build info, process metrics, capacity and request durations (server, Router)",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const router = await startRouter([]);
+    let node;
+    try {
+      node = await startNode(router.url, "cpu-basics");
+      await waitForCapacity(router.url, 1);
+      await using client = new Client(router.url);
+      assert.equal((await client.execute(lengthProgram(new Uint8Array(10)))).get("n"), 10);
+      let routed = await scrape(router.url);
+      for (
+        let i = 0;
+        i < 50 && total(routed, "kcoral_router_request_duration_seconds_count") < 2;
+        i++
+      ) {
+        await new Promise((r) => setTimeout(r, 20));
+        routed = await scrape(router.url);
+      }
+      assertOperatorBasics(routed, "kcoral_router_capacity");
+      // The CACHE_MISS round and the program, each from receipt to finish.
+      assert.equal(total(routed, "kcoral_router_request_duration_seconds_count"), 2);
+      assert.equal(
+        routed.families.get("kcoral_router_request_duration_seconds")!.type,
+        "histogram",
+      );
+    } finally {
+      await node?.stop();
+      await router.stop();
+    }
+    const server = await startServer();
+    try {
+      // Before any request: a fresh-worker server's seat is being replaced after each one.
+      assertOperatorBasics(await scrape(server.url), "kcoral_request_capacity");
+      await using client = new Client(server.url);
+      assert.equal((await client.execute(lengthProgram(new Uint8Array(10)))).get("n"), 10);
+      const scraped = await scrape(server.url);
+      assert.equal(value(scraped, "kcoral_request_duration_seconds_count", { gpu: "cpu" }), 2);
+      assert.ok(value(scraped, "kcoral_cache_capacity_bytes", { cache: "memory" }) > 0);
+    } finally {
+      await server.stop();
+    }
+  },
+});
+
+/** The metric names of the table under `heading` in docs/operations.md. */
+async function documented(heading: string): Promise<string[]> {
+  const text = await Deno.readTextFile(new URL("../docs/operations.md", import.meta.url));
+  const section = text.slice(text.indexOf(`${heading}\n`)).split(/\n#{2,3} /)[0];
+  return [...section.matchAll(/^\| `(kcoral_[a-z_]+|process_\*)`/gm)].map((m) => m[1]).sort();
+}
+
+/** The metric names a scrape serves (`process_*` as one), as the exposition names them. */
+function served(scraped: Scraped): string[] {
+  const names = new Set<string>();
+  for (const family of scraped.families.values()) {
+    if (family.name.startsWith("process_")) names.add("process_*");
+    else names.add(family.type === "counter" ? `${family.name}_total` : family.name);
+  }
+  return [...names].sort();
+}
+
+Deno.test({
+  name: "metrics: docs/operations.md lists exactly what a server's and a Router's /metrics serve",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const server = await startServer();
+    try {
+      assert.deepEqual(served(await scrape(server.url)), await documented("### Server"));
+    } finally {
+      await server.stop();
+    }
+    const router = await startRouter([]);
+    try {
+      assert.deepEqual(served(await scrape(router.url)), await documented("### Router"));
+    } finally {
+      await router.stop();
+    }
+  },
+});

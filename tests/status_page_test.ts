@@ -6,6 +6,7 @@
  * page lists its two nodes. Neither page shows program sources or outputs. With
  * `KCORAL_SCREENSHOTS_DIR` set, screenshots of both pages are written there (docs/ has them).
  */
+import { KCORAL_VERSION } from "../options/version.ts";
 import assert from "node:assert/strict";
 import puppeteer, { type Browser, type Page } from "puppeteer-core";
 import { Client, Program } from "../mod.ts";
@@ -107,6 +108,10 @@ Deno.test({
       for (const id of ids) assert.ok(text.includes(id), `request ${id} listed`);
       assert.match(text, /Workers/);
       assert.match(text, /Caches/);
+      // The version and the clock's zone in the header (operators report both).
+      assert.equal(data.version, KCORAL_VERSION);
+      assert.ok(text.includes(`kcoral ${KCORAL_VERSION} · instance`), text.slice(0, 300));
+      assert.match(text, /times UTC/);
       assert.doesNotMatch(text, /SECRET/);
       assert.doesNotMatch(JSON.stringify(data), /SECRET/);
       assert.deepEqual(errors, []);
@@ -150,6 +155,7 @@ Deno.test({
       assert.ok(rows.every((r) => r[1] === "ready" && r[2] === "1"), JSON.stringify(rows));
       const text = await page.evaluate(() => document.body.innerText);
       assert.match(text, /KCoral Router/);
+      assert.ok(text.includes(`kcoral ${KCORAL_VERSION} · instance`), text.slice(0, 300));
       assert.doesNotMatch(text, /SECRET/);
       assert.deepEqual(errors, []);
       if (SCREENSHOTS) {
