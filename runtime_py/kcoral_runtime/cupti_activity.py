@@ -30,8 +30,9 @@ Record layouts. CUPTI delivers the record versions of the library that is loaded
 here sit at the same offsets in every version since CUDA 11 (``CUpti_ActivityKernel4`` to
 ``CUpti_ActivityKernel10``, ``Memcpy`` to ``Memcpy6``, ``Memset`` to ``Memset4``, ``MemcpyPtoP4``,
 ``API``, ``ExternalCorrelation``): CUPTI appends fields, never moves them.
-``runtime_py/tests/test_cupti_activity.py`` compiles the toolkit's headers and checks every offset
-in ``OFFSETS`` against them.
+``runtime_py/tests/test_timer.py`` compiles the toolkit's headers and checks every offset in
+``OFFSETS`` against them. Each family is read with one precompiled ``struct`` (``_LAYOUTS``): the
+records are parsed in Python after the timed calls, so their cost is per record, not per field.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import itertools
 import struct
 import threading
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from .cuda_guard import GuardUnavailable, load_cupti
 
@@ -92,17 +93,47 @@ OFFSETS: Dict[str, Dict[str, int]] = {
 
 BUFFER_BYTES = 8 << 20
 
-_u8 = struct.Struct("<B")
 _u32 = struct.Struct("<I")
-_u64 = struct.Struct("<Q")
+
+
+def _layout(family: str, fields: Sequence[Tuple[str, str]]) -> Tuple[int, struct.Struct]:
+    """One struct reading ``fields`` (name, struct code) of ``family`` in one call: the offset of
+    the first field and the format, padded between fields after ``OFFSETS``."""
+    offsets = OFFSETS[family]
+    first = offsets[fields[0][0]]
+    fmt, at = "<", first
+    for name, code in fields:
+        gap = offsets[name] - at
+        if gap < 0:
+            raise ValueError(f"{family}.{name}: fields out of order")
+        fmt += f"{gap}x" if gap else ""
+        fmt += code
+        at = offsets[name] + struct.calcsize("<" + code)
+    return first, struct.Struct(fmt)
+
+
+_LAYOUTS = {
+    "api": _layout("api", [("cbid", "I"), ("start", "Q"), ("end", "Q"), ("threadId", "I"),
+                           ("correlationId", "I")]),
+    "kernel": _layout("kernel", [("start", "Q"), ("end", "Q"), ("streamId", "I"), ("gridX", "I"),
+                                 ("gridY", "I"), ("gridZ", "I"), ("blockX", "I"), ("blockY", "I"),
+                                 ("blockZ", "I"), ("correlationId", "I"), ("name", "Q")]),
+    "memcpy": _layout("memcpy", [("copyKind", "B"), ("bytes", "Q"), ("start", "Q"), ("end", "Q"),
+                                 ("streamId", "I"), ("correlationId", "I")]),
+    "memset": _layout("memset", [("value", "I"), ("bytes", "Q"), ("start", "Q"), ("end", "Q"),
+                                 ("streamId", "I"), ("correlationId", "I")]),
+    "memcpy2": _layout("memcpy2", [("copyKind", "B"), ("bytes", "Q"), ("start", "Q"), ("end", "Q"),
+                                   ("correlationId", "I")]),
+    "external": _layout("external", [("externalKind", "I"), ("externalId", "Q"),
+                                     ("correlationId", "I")]),
+}
 
 
 class ActivityUnavailable(Exception):
     """CUPTI's activity API cannot be used here (no libcupti, a symbol missing, an error)."""
 
 
-@dataclass(frozen=True)
-class ApiRecord:
+class ApiRecord(NamedTuple):
     """One runtime or driver API call, from its entry to its return (CUPTI timestamps)."""
 
     kind: int  # KIND["RUNTIME"] or KIND["DRIVER"]
@@ -113,8 +144,7 @@ class ApiRecord:
     correlation_id: int
 
 
-@dataclass(frozen=True)
-class GpuRecord:
+class GpuRecord(NamedTuple):
     """One kernel, memcpy or memset as the GPU ran it (CUPTI timestamps)."""
 
     kind: int
@@ -137,70 +167,46 @@ class Batch:
 # --------------------------------------------------------------------------- record parsing
 
 
-def parse_record(data: bytes, offset: int, name_of: "NameReader") -> Tuple[str, object]:
-    """One record at ``offset`` of ``data`` -> ("api"|"gpu"|"own"|"other", value)."""
+_KERNEL = KIND["CONCURRENT_KERNEL"]
+_MEMCPY = KIND["MEMCPY"]
+_MEMSET = KIND["MEMSET"]
+_MEMCPY2 = KIND["MEMCPY2"]
+_EXTERNAL = KIND["EXTERNAL_CORRELATION"]
+
+
+def parse_record(data: "bytes | memoryview", offset: int, name_of: "NameReader"
+                 ) -> Tuple[str, object]:
+    """One record at ``offset`` of ``data`` -> ("api"|"gpu"|"external"|"other", value)."""
     kind = _u32.unpack_from(data, offset)[0]
     if kind in _API_KINDS:
-        o = OFFSETS["api"]
-        return "api", ApiRecord(
-            kind,
-            _u32.unpack_from(data, offset + o["cbid"])[0],
-            _u64.unpack_from(data, offset + o["start"])[0],
-            _u64.unpack_from(data, offset + o["end"])[0],
-            _u32.unpack_from(data, offset + o["threadId"])[0],
-            _u32.unpack_from(data, offset + o["correlationId"])[0],
-        )
-    if kind == KIND["CONCURRENT_KERNEL"]:
-        o = OFFSETS["kernel"]
-        u32 = lambda key: _u32.unpack_from(data, offset + o[key])[0]  # noqa: E731
-        name = name_of(_u64.unpack_from(data, offset + o["name"])[0])
-        shape = (u32("gridX"), u32("gridY"), u32("gridZ"), u32("blockX"), u32("blockY"),
-                 u32("blockZ"))
-        return "gpu", GpuRecord(
-            kind,
-            _u64.unpack_from(data, offset + o["start"])[0],
-            _u64.unpack_from(data, offset + o["end"])[0],
-            u32("streamId"),
-            u32("correlationId"),
-            ("kernel", name, shape),
-            name,
-        )
-    if kind in (KIND["MEMCPY"], KIND["MEMSET"]):
-        family = "memcpy" if kind == KIND["MEMCPY"] else "memset"
-        o = OFFSETS[family]
-        nbytes = _u64.unpack_from(data, offset + o["bytes"])[0]
-        if family == "memcpy":
-            detail = _u8.unpack_from(data, offset + o["copyKind"])[0]
-        else:
-            detail = _u32.unpack_from(data, offset + o["value"])[0]
-        return "gpu", GpuRecord(
-            kind,
-            _u64.unpack_from(data, offset + o["start"])[0],
-            _u64.unpack_from(data, offset + o["end"])[0],
-            _u32.unpack_from(data, offset + o["streamId"])[0],
-            _u32.unpack_from(data, offset + o["correlationId"])[0],
-            (family, nbytes, detail),
-            family,
-        )
-    if kind == KIND["MEMCPY2"]:
-        o = OFFSETS["memcpy2"]
-        nbytes = _u64.unpack_from(data, offset + o["bytes"])[0]
-        return "gpu", GpuRecord(
-            kind,
-            _u64.unpack_from(data, offset + o["start"])[0],
-            _u64.unpack_from(data, offset + o["end"])[0],
-            0,
-            _u32.unpack_from(data, offset + o["correlationId"])[0],
-            ("memcpy_p2p", nbytes, _u8.unpack_from(data, offset + o["copyKind"])[0]),
-            "memcpy_p2p",
-        )
-    if kind == KIND["EXTERNAL_CORRELATION"]:
-        o = OFFSETS["external"]
-        return "external", (
-            _u32.unpack_from(data, offset + o["externalKind"])[0],
-            _u64.unpack_from(data, offset + o["externalId"])[0],
-            _u32.unpack_from(data, offset + o["correlationId"])[0],
-        )
+        at, layout = _LAYOUTS["api"]
+        cbid, start, end, thread, correlation = layout.unpack_from(data, offset + at)
+        return "api", ApiRecord(kind, cbid, start, end, thread, correlation)
+    if kind == _KERNEL:
+        at, layout = _LAYOUTS["kernel"]
+        start, end, stream, gx, gy, gz, bx, by, bz, correlation, pointer = \
+            layout.unpack_from(data, offset + at)
+        name = name_of(pointer)
+        return "gpu", GpuRecord(kind, start, end, stream, correlation,
+                                ("kernel", name, (gx, gy, gz, bx, by, bz)), name)
+    if kind == _MEMCPY:
+        at, layout = _LAYOUTS["memcpy"]
+        copy_kind, nbytes, start, end, stream, correlation = layout.unpack_from(data, offset + at)
+        return "gpu", GpuRecord(kind, start, end, stream, correlation,
+                                ("memcpy", nbytes, copy_kind), "memcpy")
+    if kind == _MEMSET:
+        at, layout = _LAYOUTS["memset"]
+        value, nbytes, start, end, stream, correlation = layout.unpack_from(data, offset + at)
+        return "gpu", GpuRecord(kind, start, end, stream, correlation,
+                                ("memset", nbytes, value), "memset")
+    if kind == _MEMCPY2:
+        at, layout = _LAYOUTS["memcpy2"]
+        copy_kind, nbytes, start, end, correlation = layout.unpack_from(data, offset + at)
+        return "gpu", GpuRecord(kind, start, end, 0, correlation,
+                                ("memcpy_p2p", nbytes, copy_kind), "memcpy_p2p")
+    if kind == _EXTERNAL:
+        at, layout = _LAYOUTS["external"]
+        return "external", layout.unpack_from(data, offset + at)
     return "other", kind
 
 
@@ -304,6 +310,8 @@ def _on_complete(context, stream_id, buffer, size, valid_size) -> None:  # type:
         pass
 
 
+_popped = ctypes.c_uint64()  # where cuptiActivityPopExternalCorrelationId writes (unused)
+
 # Module lifetime: CUPTI may call them for as long as the process lives.
 _REQUEST = _REQUEST_TYPE(_on_request)
 _COMPLETE = _COMPLETE_TYPE(_on_complete)
@@ -330,6 +338,7 @@ class ActivityTrace:
         self._free: List[ctypes.Array] = []
         self._lock = threading.Lock()
         self._pending = Batch()
+        self._filled: List[Tuple[int, int]] = []  # (address, valid bytes), parsed at collect()
         self._external: Dict[int, int] = {}  # correlation id -> external id (tagged calls)
         self._own_external: Set[int] = set()
         self._names = NameReader()
@@ -347,6 +356,9 @@ class ActivityTrace:
             # Every start: another activity client in the process (torch.profiler's Kineto)
             # may have registered its own buffer callbacks since the last trace.
             self._check(self.api.register(_REQUEST, _COMPLETE), "cuptiActivityRegisterCallbacks")
+            with self._lock:  # buffers ready before timing: none is zeroed while calls run
+                while len(self._free) < 2:
+                    self._free.append(ctypes.create_string_buffer(BUFFER_BYTES))
             for kind in ENABLED_KINDS:
                 self._check(self.api.enable(kind), f"cuptiActivityEnable({kind})")
                 self._enabled.append(kind)
@@ -364,6 +376,10 @@ class ActivityTrace:
             for kind in reversed(self._enabled):
                 self.api.disable(kind)
             self._enabled = []
+            with self._lock:
+                filled, self._filled = self._filled, []
+            for address, _ in filled:
+                self._release(address)
             with _trace_lock:
                 if _active_trace is self:
                     _active_trace = None
@@ -386,21 +402,39 @@ class ActivityTrace:
     @contextlib.contextmanager
     def own(self) -> Iterator[None]:
         """API calls this thread makes inside are the timer's own (tagged by external id)."""
+        self.begin_own()
+        try:
+            yield
+        finally:
+            self.end_own()
+
+    def begin_own(self) -> None:
+        """``own()`` without the context manager (the timer's loop): tag this thread's calls."""
         tag = next(_own_ids)
         self._check(
             self.api.push_external(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, tag),
             "cuptiActivityPushExternalCorrelationId",
         )
         self._own_external.add(tag)
-        try:
-            yield
-        finally:
-            last = ctypes.c_uint64()
-            self.api.pop_external(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, ctypes.byref(last))
+
+    def end_own(self) -> None:
+        """Ends what ``begin_own`` started."""
+        self.api.pop_external(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, ctypes.byref(_popped))
 
     def collect(self) -> Batch:
-        """Deliver every buffered record (``cuptiActivityFlushAll``) and return them."""
+        """Deliver every buffered record (``cuptiActivityFlushAll``) and return them, parsed.
+
+        Buffers CUPTI completes while calls run are only queued (its callback may run on its own
+        thread, and parsing there would take the interpreter from the timed thread); they are all
+        parsed here, after the calls."""
         self._check(self.api.flush_all(1), "cuptiActivityFlushAll")  # 1: flush incomplete too
+        with self._lock:
+            filled, self._filled = self._filled, []
+        for address, valid in filled:
+            try:
+                self._parse_buffer(address, valid)
+            finally:
+                self._release(address)
         with self._lock:
             batch, self._pending = self._pending, Batch()
             external, self._external = self._external, {}
@@ -425,7 +459,18 @@ class ActivityTrace:
         return address, BUFFER_BYTES
 
     def _take_buffer(self, address: int, valid: int) -> None:
-        data = ctypes.string_at(address, valid) if valid else b""
+        """CUPTI handed back a buffer: queue it for ``collect`` (the next flush)."""
+        with self._lock:
+            self._filled.append((address, valid))
+
+    def _release(self, address: int) -> None:
+        with self._lock:
+            buf = self._buffers.pop(address, None)
+            if buf is not None and len(self._free) < 4:
+                self._free.append(buf)
+
+    def _parse_buffer(self, address: int, valid: int) -> None:
+        data = memoryview((ctypes.c_char * valid).from_address(address)) if valid else b""
         api: List[ApiRecord] = []
         gpu: List[GpuRecord] = []
         external: Dict[int, int] = {}
@@ -451,9 +496,6 @@ class ActivityTrace:
             self._pending.gpu.extend(gpu)
             self._pending.dropped += int(dropped.value)
             self._external.update(external)
-            buf = self._buffers.pop(address, None)
-            if buf is not None and len(self._free) < 4:
-                self._free.append(buf)
 
     def _check(self, code: int, what: str) -> None:
         if code != CUPTI_SUCCESS:

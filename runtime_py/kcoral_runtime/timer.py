@@ -62,10 +62,14 @@ class CallWork:
 
     @property
     def span(self) -> Optional[Tuple[int, int]]:
-        done = [r for r in self.records if r.end >= r.start > 0]
-        if not done:
-            return None
-        return min(r.start for r in done), max(r.end for r in done)
+        first = last = 0
+        for r in self.records:
+            if r.end >= r.start > 0:
+                if not first or r.start < first:
+                    first = r.start
+                if r.end > last:
+                    last = r.end
+        return (first, last) if first else None
 
     @property
     def time_ms(self) -> Optional[float]:
@@ -159,13 +163,17 @@ def measure_activity(
     windows: List[Tuple[int, int]] = []
     sync()
     trace.collect()  # nothing from before the first call counts
+    timestamp = trace.timestamp
     for _ in range(repeat):
-        with trace.own():
+        trace.begin_own()
+        try:
             prepare()
+        finally:
+            trace.end_own()
         sync()
-        t0 = trace.timestamp()
+        t0 = timestamp()
         call()
-        t1 = trace.timestamp()
+        t1 = timestamp()
         sync()
         windows.append((t0, t1))
     if grace_s > 0:
