@@ -1,22 +1,23 @@
 /**
  * The `kcoral` command: dispatches on its first argument (`run`, `server`, `router`, `health`,
- * `mcp`) before any parsing, as upstream does, so each sub-command owns its own syntax.
+ * `mcp`, `eval`) before any parsing, as upstream does, so each sub-command owns its own syntax.
  *
  * @module
  */
 import { versionLine } from "../options/version.ts";
 
-const _HELP = `usage: kcoral [-h] [--version] {server,router,run,health,mcp} ...
+const _HELP = `usage: kcoral [-h] [--version] {server,router,run,health,mcp,eval} ...
 
 KCoral remote execution.
 
 positional arguments:
-  {server,router,run,health,mcp}
+  {server,router,run,health,mcp,eval}
     server              start a standalone server or join a Router
     router              route requests across compute nodes
     run                 run a tool on a remote server
     health              show whether a server or Router is up, and its load
     mcp                 serve KCoral to agent hosts as MCP tools over stdio
+    eval                judge a candidate kernel against a reference (split trust)
 
 options:
   -h, --help            show this help message and exit
@@ -45,6 +46,10 @@ export async function main(argv: string[]): Promise<number> {
     const { mcpMain } = await import("./mcp/main.ts");
     return await mcpMain(rest);
   }
+  if (command === "eval") {
+    const { evalMain } = await import("./eval.ts");
+    return await evalMain(rest);
+  }
   if (command === "--version") {
     console.log(versionLine());
     return 0;
@@ -57,7 +62,7 @@ export async function main(argv: string[]): Promise<number> {
   console.error(
     command.startsWith("-")
       ? `kcoral: error: unrecognized arguments: ${command}`
-      : `kcoral: error: argument command: invalid choice: '${command}' (choose from 'server', 'router', 'run', 'health', 'mcp')`,
+      : `kcoral: error: argument command: invalid choice: '${command}' (choose from 'server', 'router', 'run', 'health', 'mcp', 'eval')`,
   );
   return 2;
 }

@@ -44,6 +44,8 @@ import { pyListRepr } from "../protocol/python_repr.ts";
 import { pySorted } from "../protocol/python_str.ts";
 import { KCoralError, ProtocolError, TransportError, ValidationError } from "./errors.ts";
 import { Program } from "./program.ts";
+import { type EvaluateOptions, evaluateKernel } from "./evaluate.ts";
+import type { Verdict } from "./verdict.ts";
 import type { ExecuteOptions, TransferProgress } from "./program_options.ts";
 import { ProgramResult, RESULT_FACTORIES } from "./result.ts";
 import { RemoteFunction, type RemoteFunctionOptions } from "./remote_function.ts";
@@ -320,6 +322,29 @@ export class Client implements AsyncDisposable {
       throw new ProtocolError("the server reported no compilation target");
     }
     return _plain(target) as Target;
+  }
+
+  /**
+   * Evaluate a candidate kernel against a reference (KernelBench's format) with split trust:
+   * new secret inputs, the candidate in one fresh worker, the expected outputs and the
+   * comparison in another that never ran it; both models timed (docs/eval.md). Resolves with
+   * the {@linkcode Verdict}; see {@linkcode evaluateKernel}.
+   *
+   * @example
+   * ```ts ignore
+   * import { Client } from "./mod.ts";
+   *
+   * await using client = new Client("http://127.0.0.1:8000");
+   * const verdict = await client.evaluate({
+   *   reference: await Deno.readTextFile("reference.py"),
+   *   candidate: await Deno.readTextFile("candidate.py"),
+   * });
+   * if (!verdict.correct || verdict.flags.length > 0) console.log(verdict.checks);
+   * console.log(`speedup ${verdict.speedup?.toFixed(2)}x`);
+   * ```
+   */
+  evaluate(options: EvaluateOptions): Promise<Verdict> {
+    return evaluateKernel(this, options);
   }
 
   /**

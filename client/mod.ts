@@ -31,5 +31,7 @@ export { ReturnedFile, ReturnedFolder } from "./artifacts.ts";
 export { ProgramResult, type ResultValue } from "./result.ts";
 export * from "./benchmark_result.ts";
 export * from "./client.ts";
+export * from "./evaluate.ts";
+export * from "./verdict.ts";
 export * from "./remote_function.ts";
 export type { OutputChunk } from "../protocol/live_output.ts";

@@ -14,7 +14,14 @@ import { startServer, type TestServer } from "./_server.ts";
 import { freePort, startNode, startRouter, waitForCapacity, waitUntil } from "./_router.ts";
 
 const CLI = new URL("../cli.ts", import.meta.url).pathname;
-const TOOLS = ["health", "run_python", "run_program", "profile", "benchmark_kernel"];
+const TOOLS = [
+  "health",
+  "run_python",
+  "run_program",
+  "profile",
+  "benchmark_kernel",
+  "evaluate_kernel",
+];
 
 /** A `kcoral mcp` subprocess and an SDK client connected to it. */
 interface Mcp {

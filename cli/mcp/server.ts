@@ -1,5 +1,5 @@
 /**
- * The MCP server of `kcoral mcp`: the five tools, registered on the official SDK's
+ * The MCP server of `kcoral mcp`: the six tools, registered on the official SDK's
  * `McpServer`, each talking to one KCoral server or Router through the TypeScript client.
  *
  * @module
@@ -8,6 +8,7 @@ import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { KCORAL_VERSION } from "../../options/version.ts";
 import type { McpSettings } from "./settings.ts";
 import { registerBenchmarkKernel } from "./tools/benchmark_kernel.ts";
+import { registerEvaluateKernel } from "./tools/evaluate_kernel.ts";
 import { registerHealth } from "./tools/health.ts";
 import { registerProfile } from "./tools/profile.ts";
 import { registerRunProgram } from "./tools/run_program.ts";
@@ -20,6 +21,7 @@ export const MCP_TOOL_NAMES: readonly string[] = [
   "run_program",
   "profile",
   "benchmark_kernel",
+  "evaluate_kernel",
 ];
 
 /**
@@ -43,7 +45,9 @@ export function createMcpServer(settings: McpSettings): McpServer {
       capabilities: { tools: {} },
       instructions: `KCoral runs GPU programs on ${settings.url}. Start with health (target ` +
         "arch, load). run_python runs a script; benchmark_kernel compiles and times a CUDA " +
-        "entry point; profile runs ncu or compute-sanitizer; run_program sends raw KCoral " +
+        "entry point; evaluate_kernel judges a candidate against a reference (KernelBench " +
+        "format) on secret inputs; profile runs ncu or compute-sanitizer; run_program sends " +
+        "raw KCoral " +
         `programs. Large returned files are saved under ${settings.filesDir}.`,
     },
   );
@@ -52,5 +56,6 @@ export function createMcpServer(settings: McpSettings): McpServer {
   registerRunProgram(server, settings);
   registerProfile(server, settings);
   registerBenchmarkKernel(server, settings);
+  registerEvaluateKernel(server, settings);
   return server;
 }

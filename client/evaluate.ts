@@ -1,0 +1,397 @@
+/**
+ * Evaluating a candidate kernel against a reference (KernelBench's file format) with split
+ * trust: three `/execute` programs, each in a fresh worker, the client carrying data between
+ * them (docs/eval.md; the reasons in docs/decisions/0001-eval-split-trust.md).
+ *
+ * ```
+ * client: new secret seeds ──▶ 1. inputs     generate_inputs(reference, seeds), cpu_only
+ *                         ◀── inputs bundle (tensors only; its SHA-256 kept here)
+ *         inputs bundle  ──▶ 2. candidate  run_candidate(candidate, inputs): outputs, own checks,
+ *                         ◀── outputs bundle                                  timing
+ *         both bundles   ──▶ 3. judge      judge(reference, inputs, outputs): expected outputs
+ *                         ◀── verdict JSON                  made only now, comparison, flags
+ * ```
+ *
+ * Step 1 may run on another server (`inputsClient`, e.g. a CPU compile server). Steps 2 and 3
+ * run on `client`'s server, or through a Router on any of its nodes (the bundles travel with
+ * the programs when a node lacks them).
+ *
+ * @module
+ */
+
+import { Program } from "./program.ts";
+import type { ProgramResult } from "./result.ts";
+import { sha256Hex } from "../protocol/hash.ts";
+import { KCoralError } from "./errors.ts";
+import type { Verdict, VerdictPhases } from "./verdict.ts";
+
+/** The least number of correctness input sets. */
+export const MIN_CORRECTNESS_SETS = 3;
+
+/** A file the steps' workers get in their working directory (e.g. a `.cu` a candidate reads). */
+export interface EvaluateFile {
+  /** Relative path in the worker's working directory. */
+  path: string;
+  /** Its bytes. */
+  data: Uint8Array;
+}
+
+/** Timing settings of both models (the runtime's `benchmark` settings on a GPU). */
+export interface EvaluateTiming {
+  /** Untimed calls first (GPU default 25, CPU 2). */
+  warmup?: number;
+  /** Timed calls (GPU default 100, CPU 10). */
+  repeat?: number;
+  /** GPU: rounds of `repeat` calls until the median's CI half-width is within `targetRelCi`. */
+  adaptive?: boolean;
+  /** GPU: the adaptive target (default 0.005). */
+  targetRelCi?: number;
+  /** GPU: the adaptive time budget, s (default 10). */
+  budgetS?: number;
+  /** GPU: flush the L2 before every call (default true). */
+  flushL2?: boolean;
+  /** GPU: leave throttled calls out of the statistics (default false). */
+  discardThrottled?: boolean;
+}
+
+/** What {@linkcode evaluateKernel} (and `Client.evaluate`) takes. */
+export interface EvaluateOptions {
+  /** The reference file's source: `class Model`, `get_inputs()`, `get_init_inputs()`. */
+  reference: string;
+  /** The candidate file's source: `class ModelNew` (a file with only `Model` is its own). */
+  candidate: string;
+  /** Correctness input sets, each from its own secret seed (default and least: 3). */
+  seeds?: number;
+  /** Separate timing input sets, rotated call by call (default 2). */
+  timingSets?: number;
+  /** The seed the models' weights are made after (not secret; default 42). */
+  initSeed?: number;
+  /** atol/rtol over the per-dtype defaults and the problem's `TOLERANCE`. */
+  tolerance?: { atol?: number; rtol?: number };
+  /** `auto` (the problem's `DETERMINISTIC`, default true), `on` or `off`. */
+  determinism?: "auto" | "on" | "off";
+  /** Flag `excessive_speedup` above this speedup (default 10). */
+  excessiveSpeedup?: number;
+  /** Timing settings. */
+  timing?: EvaluateTiming;
+  /** Files every step's worker gets (paths relative to its working directory). */
+  files?: readonly EvaluateFile[];
+  /** Another server for step 1 (input generation), e.g. a CPU compile server. */
+  inputsClient?: EvaluateClient;
+  /** Each step's timeout, s (default: the server's). */
+  timeoutSeconds?: number;
+  /** Aborts the evaluation. */
+  signal?: AbortSignal;
+  /** Called as each step starts: `inputs`, `candidate`, `judge`. */
+  onStep?: (step: "inputs" | "candidate" | "judge") => void;
+}
+
+/** What the evaluation needs of a client: running programs. */
+export interface EvaluateClient {
+  /** Runs a program (as `Client.execute`). */
+  execute(
+    program: Program,
+    options?: { timeoutSeconds?: number; signal?: AbortSignal },
+  ): Promise<ProgramResult>;
+}
+
+/**
+ * A step that failed for a reason other than the candidate (the reference raised, a worker
+ * refused the inputs): no verdict can be given.
+ *
+ * @example
+ * ```ts
+ * import { EvaluationError } from "./evaluate.ts";
+ * const error = new EvaluationError("inputs", "runtime", "get_inputs() failed", "", "r1");
+ * if (!error.message.startsWith("inputs step failed")) throw new Error(error.message);
+ * ```
+ */
+export class EvaluationError extends Error {
+  /** The step: `inputs`, `candidate` or `judge`. */
+  readonly step: string;
+  /** The server's error kind. */
+  readonly kind: string;
+  /** The worker's traceback. */
+  readonly traceback: string;
+  /** The failed request's id. */
+  readonly requestId: string;
+
+  /** Create the error. */
+  constructor(step: string, kind: string, message: string, traceback: string, requestId: string) {
+    super(`${step} step failed (${kind}): ${message}`);
+    this.name = "EvaluationError";
+    this.step = step;
+    this.kind = kind;
+    this.traceback = traceback;
+    this.requestId = requestId;
+  }
+}
+
+function _check(options: EvaluateOptions): void {
+  const { seeds, timingSets, excessiveSpeedup, tolerance, determinism } = options;
+  if (typeof options.reference !== "string" || typeof options.candidate !== "string") {
+    throw new TypeError("reference and candidate must be source strings");
+  }
+  const count = (name: string, value: number | undefined, min: number) => {
+    if (value !== undefined && (!Number.isInteger(value) || value < min || value > 64)) {
+      throw new RangeError(`${name} must be an integer from ${min} to 64`);
+    }
+  };
+  count("seeds", seeds, MIN_CORRECTNESS_SETS);
+  count("timingSets", timingSets, 1);
+  if (excessiveSpeedup !== undefined && !(excessiveSpeedup > 1)) {
+    throw new RangeError("excessiveSpeedup must be a number above 1");
+  }
+  for (const key of ["atol", "rtol"] as const) {
+    const value = tolerance?.[key];
+    if (value !== undefined && !(Number.isFinite(value) && value >= 0)) {
+      throw new RangeError(`tolerance.${key} must be a finite number >= 0`);
+    }
+  }
+  if (determinism !== undefined && !["auto", "on", "off"].includes(determinism)) {
+    throw new RangeError('determinism must be "auto", "on" or "off"');
+  }
+}
+
+/** A new secret seed: 63 random bits as a decimal string (torch.manual_seed takes it). */
+function _seed(): string {
+  const word = new BigUint64Array(1);
+  crypto.getRandomValues(word);
+  return (word[0] & 0x7fff_ffff_ffff_ffffn).toString();
+}
+
+function _timingRequest(timing: EvaluateTiming | undefined): Record<string, unknown> {
+  const t = timing ?? {};
+  const out: Record<string, unknown> = {};
+  if (t.warmup !== undefined) out.warmup = t.warmup;
+  if (t.repeat !== undefined) out.repeat = t.repeat;
+  if (t.adaptive !== undefined) out.adaptive = t.adaptive;
+  if (t.targetRelCi !== undefined) out.target_rel_ci = t.targetRelCi;
+  if (t.budgetS !== undefined) out.budget_s = t.budgetS;
+  if (t.flushL2 !== undefined) out.flush_l2 = t.flushL2;
+  if (t.discardThrottled !== undefined) out.discard_throttled = t.discardThrottled;
+  return out;
+}
+
+/** One step's program: the runtime's entry point called with `args` (bytes uploaded first). */
+function _program(
+  name: string,
+  args: (string | Uint8Array)[],
+  files: readonly EvaluateFile[],
+  cpuOnly = false,
+): Program {
+  const program = new Program();
+  for (const file of files) program.uploadFile({ blob: file.data, path: file.path });
+  const module = program.upload({
+    kind: "module",
+    source: `from kcoral_runtime.eval_worker import ${name}\n`,
+  });
+  const fn = program.getFunction({ module, name, cpuOnly });
+  const values = args.map((arg) =>
+    typeof arg === "string" ? arg : program.upload({ kind: "bytes", value: arg })
+  );
+  program.return_({ key: "out", value: program.run({ fn, args: values }) });
+  return program;
+}
+
+interface _Step {
+  result: ProgramResult;
+  wallMs: number;
+}
+
+async function _run(
+  client: EvaluateClient,
+  program: Program,
+  options: EvaluateOptions,
+): Promise<_Step> {
+  const started = performance.now();
+  const result = await client.execute(program, {
+    ...(options.timeoutSeconds === undefined ? {} : { timeoutSeconds: options.timeoutSeconds }),
+    ...(options.signal === undefined ? {} : { signal: options.signal }),
+  });
+  return { result, wallMs: performance.now() - started };
+}
+
+function _failure(step: string, result: ProgramResult): EvaluationError {
+  const error = result.error;
+  return new EvaluationError(
+    step,
+    error?.kind ?? "failed",
+    error?.message ?? `the program ${result.status}`,
+    error?.traceback ?? "",
+    result.requestId,
+  );
+}
+
+function _noGuard(result: ProgramResult): boolean {
+  return !result.completed && result.error?.kind === "unavailable" &&
+    result.error.message.includes("cpu_only requires the CUPTI guard");
+}
+
+function _sum(record: Record<string, number | null | undefined>, keys: string[]): number {
+  return keys.reduce((total, key) => total + (record[key] ?? 0), 0);
+}
+
+const _CANDIDATE_KEYS = [
+  "candidate_load",
+  "candidate_correctness",
+  "candidate_timing",
+  "candidate_encode",
+];
+const _JUDGE_KEYS = [
+  "judge_decode",
+  "reference_load",
+  "reference_outputs",
+  "comparison",
+  "reference_timing",
+];
+
+function _phases(
+  steps: { inputs: _Step; candidate: _Step | null; judge: _Step },
+  worker: Record<string, number | null>,
+  totalMs: number,
+): VerdictPhases {
+  const server = (s: _Step | null) => s === null ? 0 : s.result.queueMs + s.result.elapsedMs;
+  const inside = (worker.generate ?? 0) + _sum(worker, _CANDIDATE_KEYS) +
+    _sum(worker, _JUDGE_KEYS);
+  const all = [steps.inputs, steps.candidate, steps.judge];
+  const serverMs = all.reduce((t, s) => t + server(s), 0);
+  const wallMs = all.reduce((t, s) => t + (s?.wallMs ?? 0), 0);
+  const load = worker.candidate_load ?? 0;
+  const round = (ms: number) => Math.round(ms * 1000) / 1000;
+  return {
+    worker_start: round(Math.max(serverMs - inside, 0)),
+    input_generation: round(worker.generate ?? 0),
+    candidate_load: round(load),
+    candidate_correctness: round(worker.candidate_correctness ?? 0),
+    candidate_timing: round(worker.candidate_timing ?? 0),
+    reference: round((worker.reference_load ?? 0) + (worker.reference_outputs ?? 0)),
+    reference_timing: round(worker.reference_timing ?? 0),
+    comparison: round(worker.comparison ?? 0),
+    transfer: round(Math.max(wallMs - serverMs, 0)),
+    total: round(totalMs),
+    total_excluding_compile: round(totalMs - load),
+  };
+}
+
+/**
+ * Evaluate `options.candidate` against `options.reference` on `client`'s server: correctness on
+ * new secret inputs, the checks and flags of docs/eval.md, both models timed. Resolves with the
+ * {@linkcode Verdict} (also when the candidate fails to load, raises or crashes: then
+ * `correct` is false and `error` says why); rejects with {@linkcode EvaluationError} when the
+ * reference or the runtime fails, and with the client's errors on transport problems.
+ *
+ * @example
+ * ```ts ignore
+ * import { Client } from "./client.ts";
+ * import { evaluateKernel } from "./evaluate.ts";
+ *
+ * await using client = new Client("http://127.0.0.1:8000");
+ * const verdict = await evaluateKernel(client, {
+ *   reference: await Deno.readTextFile("reference.py"),
+ *   candidate: await Deno.readTextFile("candidate.py"),
+ * });
+ * console.log(verdict.correct, verdict.flags, verdict.speedup);
+ * ```
+ */
+export async function evaluateKernel(
+  client: EvaluateClient,
+  options: EvaluateOptions,
+): Promise<Verdict> {
+  _check(options);
+  const started = performance.now();
+  const files = options.files ?? [];
+  const seeds = options.seeds ?? MIN_CORRECTNESS_SETS;
+  const timingSets = options.timingSets ?? 2;
+  const initSeed = options.initSeed ?? 42;
+  const timing = _timingRequest(options.timing);
+  const tolerance = options.tolerance && Object.keys(options.tolerance).length > 0
+    ? options.tolerance
+    : null;
+
+  // 1. Inputs: the secret seeds go to this step only.
+  options.onStep?.("inputs");
+  const secret = JSON.stringify({
+    correctness_seeds: Array.from({ length: seeds }, _seed),
+    timing_seeds: Array.from({ length: timingSets }, _seed),
+    init_seed: initSeed,
+  });
+  const inputsServer = options.inputsClient ?? client;
+  let inputs = await _run(
+    inputsServer,
+    _program("generate_inputs", [options.reference, secret], files, true),
+    options,
+  );
+  if (_noGuard(inputs.result)) {
+    // A GPU server without CUPTI cannot watch a cpu_only call: generate under the lease.
+    inputs = await _run(
+      inputsServer,
+      _program("generate_inputs", [options.reference, secret], files),
+      options,
+    );
+  }
+  if (!inputs.result.completed) throw _failure("inputs", inputs.result);
+  const inputsBundle = inputs.result.get("out") as Uint8Array;
+  const inputsSha = await sha256Hex(inputsBundle);
+
+  // 2. Candidate: its inputs and nothing else.
+  options.onStep?.("candidate");
+  const candidateRequest = JSON.stringify({ timing, tolerance });
+  let candidate: _Step | null = null;
+  let crash: NonNullable<Verdict["error"]> | null = null;
+  try {
+    candidate = await _run(
+      client,
+      _program("run_candidate", [options.candidate, inputsBundle, candidateRequest], files),
+      options,
+    );
+  } catch (error) {
+    // The server answered, but the candidate's worker died outside an instruction (500).
+    if (!(error instanceof KCoralError) || error.statusCode !== 500) throw error;
+    crash = { phase: "candidate", type: "KCoralError", message: error.message, traceback: "" };
+  }
+  if (candidate !== null && !candidate.result.completed) {
+    const e = candidate.result.error;
+    crash = {
+      phase: "candidate",
+      type: e?.kind ?? "failed",
+      message: e?.message ?? "the candidate's worker failed",
+      traceback: e?.traceback ?? "",
+    };
+  }
+  const outputsBundle = crash === null
+    ? candidate!.result.get("out") as Uint8Array
+    : new Uint8Array(0);
+
+  // 3. Judge: the expected outputs exist from here on, in a worker that never ran the candidate.
+  options.onStep?.("judge");
+  const judgeRequest = JSON.stringify({
+    inputs_sha256: inputsSha,
+    tolerance,
+    determinism: options.determinism ?? "auto",
+    excessive_speedup: options.excessiveSpeedup ?? 10,
+    timing,
+    candidate_failure: crash,
+  });
+  const judge = await _run(
+    client,
+    _program("judge", [options.reference, inputsBundle, outputsBundle, judgeRequest], files),
+    options,
+  );
+  if (!judge.result.completed) throw _failure("judge", judge.result);
+  const body = JSON.parse(judge.result.get("out") as string) as Omit<
+    Verdict,
+    "phases_ms" | "seeds" | "request_ids"
+  >;
+  const worker = body.worker_phases_ms ?? {};
+  return {
+    ...body,
+    phases_ms: _phases({ inputs, candidate, judge }, worker, performance.now() - started),
+    seeds: { correctness: seeds, timing: timingSets },
+    request_ids: {
+      inputs: inputs.result.requestId,
+      candidate: candidate?.result.requestId ?? null,
+      judge: judge.result.requestId,
+    },
+  };
+}
