@@ -8,6 +8,7 @@
 #   bash tests/gpu/run_all.sh mcp      # kcoral mcp: benchmark_kernel and profile on the GPU
 #   bash tests/gpu/run_all.sh default-config  # fresh workers and the sandbox: their rows, fidelity
 #   bash tests/gpu/run_all.sh trust    # activity timer, GPU-state receipt, GPU gate, script lease
+#   bash tests/gpu/run_all.sh eval     # kcoral eval: honest = reference, time to verdict, the zoo
 # Logs go to $OUT (or ./gpu-logs); a summary goes to stdout.
 set -u
 cd "$(dirname "$0")/../.."
@@ -46,6 +47,12 @@ if [ "$part" = checks ] || [ "$part" = all ]; then
   wait "$server"
   echo "== cli server exit: $?"
   step sandbox_gpu 300 deno run -A tests/gpu/sandbox_gpu.ts --requests 60
+fi
+if [ "$part" = eval ]; then # issue 40: split-trust verdicts on the GPU
+  step eval_gpu 1800 deno run -A tests/gpu/eval_gpu.ts --runs 7
+  step eval_bench 900 deno run -A bench/eval_bench.ts --mode gpu --runs 7 \
+    --reference evals/problems/gemm_fp32/reference.py \
+    --candidate evals/problems/gemm_fp32/honest/torch_same.py
 fi
 if [ "$part" = two ]; then # two GPUs: gpu_count=2, NCCL all-reduce, cpu_only, scheduling, isolation
   step two_gpu 400 deno run -A tests/gpu/two_gpu.ts
