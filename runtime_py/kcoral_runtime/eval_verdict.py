@@ -8,6 +8,7 @@
       timed outputs re-checked --mismatch-------->  timed_outputs_incorrect
       comparison of structure  --not plain------->  output_not_plain_tensor
       candidate timing         --escaped_work---->  timer_escape
+      timing/reporting code    --patched--------->  timer_escape (eval_integrity)
                                --unstable-------->  activities_unstable
                                --persisting L2--->  persisting_l2
       either timing            --throttled calls->  throttled
@@ -53,6 +54,7 @@ def build_verdict(
     timed: List[Dict[str, Any]],
     candidate_checks: List[Dict[str, Any]],
     timed_calls: Dict[str, int],
+    patched: Optional[List[str]] = None,
     reference_timing: Optional[Dict[str, Any]],
     candidate_timing: Optional[Dict[str, Any]],
     deterministic: bool,
@@ -82,7 +84,7 @@ def build_verdict(
     flag("stream_escape", any(c.get("stream_consistent") is False for c in candidate_checks))
     cand = candidate_timing or {}
     ref = reference_timing or {}
-    flag("timer_escape", cand.get("escaped_work") is True)
+    flag("timer_escape", cand.get("escaped_work") is True or bool(patched))
     flag("activities_unstable", cand.get("activities_stable") is False)
     flag("throttled", (cand.get("throttled_calls") or 0) > 0 or (ref.get("throttled_calls") or 0) > 0)
     speedup, interval = speedup_of(ref, cand)
@@ -122,6 +124,7 @@ def build_verdict(
             "checked": device == "cuda",
             "consistent_sets": sum(1 for c in candidate_checks if c.get("stream_consistent")),
         },
+        "integrity": {"patched": list(patched or [])},
         "excessive_speedup_threshold": excessive_speedup,
         "physics": physics,
     }

@@ -11,6 +11,7 @@
       |        each correctness set twice on fresh copies (allocator poisoned with NaN first):
       |          inputs still equal? both runs identical? output unchanged by a device synchronize?
       |        timing: every call on fresh copies of rotating timing sets (eval_timing)
+      |        the timing and reporting code checked for patches (eval_integrity)
       |        -> outputs bundle: first-run outputs, the last timed output of each timing set,
       |           its own checks, its timing
       |
@@ -39,6 +40,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from .errors import ExecutionError
 from .eval_bundle import Bundle, BundleError, BundleWriter, sha256_bytes
 from .eval_compare import compare_values, tolerance_for
+from .eval_integrity import changed, snapshot
 from .eval_physics import floor_ms
 from .eval_timing import Rotation, clone_value, same_value, time_model
 from .eval_verdict import DEFAULT_EXCESSIVE_SPEEDUP, build_verdict
@@ -224,6 +226,7 @@ def run_candidate(candidate_source: str, inputs: bytes, request_json: str) -> by
                               "timed_calls": {}, "phases_ms": phases}
     tolerance = _tolerance(head.get("tolerance"), request.get("tolerance"))
     phase = "load"
+    watched = snapshot()
     try:
         with torch.no_grad():
             started = time.perf_counter()
@@ -247,10 +250,10 @@ def run_candidate(candidate_source: str, inputs: bytes, request_json: str) -> by
                 _sync(device)
                 t0 = time.perf_counter()
                 out = model(*args)
-                snapshot = clone_value(out) if device == "cuda" else None
+                early = clone_value(out) if device == "cuda" else None
                 _sync(device)
                 call_ms = _ms(t0)
-                stream_consistent = None if snapshot is None else same_value(snapshot, out)
+                stream_consistent = None if early is None else same_value(early, out)
                 inputs_unchanged = same_value(args, pristine)
                 first = writer.describe_value(out)
                 again = clone_value(pristine)
@@ -280,6 +283,7 @@ def run_candidate(candidate_source: str, inputs: bytes, request_json: str) -> by
             phases["candidate_timing"] = _ms(started)
     except Exception as exc:
         result["error"] = _error(phase, exc)
+    result["patched"] = changed(watched)
     started = time.perf_counter()
     data = writer.finish(result)
     phases["candidate_encode"] = _ms(started)
@@ -386,6 +390,7 @@ def judge(reference_source: str, inputs: bytes, outputs: bytes, request_json: st
         timed=timed,
         candidate_checks=checks,
         timed_calls=chead.get("timed_calls") or {},
+        patched=chead.get("patched") or [],
         reference_timing=reference_timing,
         candidate_timing=candidate_timing,
         deterministic=deterministic,

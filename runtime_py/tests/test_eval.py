@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 from typing import Any, Dict
 
@@ -240,16 +241,17 @@ def test_verdict_flags_each_condition() -> None:
         "output_not_plain_tensor": dict(correctness=[dict(ok, not_plain=True)] * 3),
         "stream_escape": dict(candidate_checks=[dict(clean, stream_consistent=False)]),
         "timer_escape": dict(candidate_timing=_timing(1.0, escaped_work=True)),
+        "timer_escape ": dict(patched=["time.perf_counter_ns"]),
         "activities_unstable": dict(candidate_timing=_timing(1.0, activities_stable=False)),
         "excessive_speedup": dict(candidate_timing=_timing(0.05)),
         "faster_than_physics": dict(physics={"floor_ms": 2.0}),
         "throttled": dict(reference_timing=_timing(1.0, throttled_calls=3)),
         "persisting_l2": dict(candidate_timing=_timing(1.0, persisting_l2_calls=5)),
     }
-    assert sorted(cases) == sorted(FLAGS)
+    assert sorted({c.strip() for c in cases}) == sorted(FLAGS)
     for flag, change in cases.items():
         got = build_verdict(**dict(base, **change))
-        assert got["flags"] == [flag], (flag, got["flags"])
+        assert got["flags"] == [flag.strip()], (flag, got["flags"])
     nondet_allowed = build_verdict(**dict(base, deterministic=False, **cases["nondeterministic"]))
     assert nondet_allowed["flags"] == []
     inconsistent = build_verdict(**dict(base, timed_calls={"outputs_inconsistent": 1}))
@@ -286,7 +288,11 @@ def _evaluate(monkeypatch: Any, tmp_path: Path, reference: str, candidate: str, 
              "init_seed": 42}
     inputs = eval_worker.generate_inputs(ref, json.dumps(seeds))
     settings = {"timing": {"warmup": 1, "repeat": 6}}
-    outputs = eval_worker.run_candidate(cand, inputs, json.dumps(settings))
+    clock = time.perf_counter_ns  # a candidate may replace it; the judge is another process
+    try:
+        outputs = eval_worker.run_candidate(cand, inputs, json.dumps(settings))
+    finally:
+        time.perf_counter_ns = clock
     request = dict(settings, inputs_sha256=hashlib.sha256(inputs).hexdigest(), **judge)
     return json.loads(eval_worker.judge(ref, inputs, outputs, json.dumps(request)))
 
@@ -319,6 +325,8 @@ def test_inputs_bundle_holds_no_seed_and_differs_per_seed(monkeypatch: Any, tmp_
     ("scale_add_slow_reference.py", "scale_add_honest.py", True, ["excessive_speedup"]),
     ("linear_reference.py", "linear_honest.py", True, []),
     ("linear_reference.py", "linear_own_weights.py", False, ["timed_outputs_incorrect"]),
+    ("scale_add_reference.py", "scale_add_patch_timer.py", True,
+     ["timer_escape", "excessive_speedup"]),
 ])
 def test_steps_on_fixtures(monkeypatch: Any, tmp_path: Path, reference: str, candidate: str, correct: bool,
                            flags: list) -> None:
@@ -358,3 +366,15 @@ def test_candidate_errors_become_incorrect_verdicts(monkeypatch: Any, tmp_path: 
         "candidate_failure": {"phase": "candidate", "type": "runtime", "message": "died",
                               "traceback": ""}})))
     assert crashed["correct"] is False and crashed["error"]["message"] == "died"
+
+
+def test_integrity_notices_replaced_functions_and_code(monkeypatch: Any) -> None:
+    from kcoral_runtime import benchmarking, eval_integrity
+
+    before = eval_integrity.snapshot()
+    assert "kcoral_runtime.benchmarking.measure" in before and "time.perf_counter" in before
+    assert eval_integrity.changed(before) == []
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
+    monkeypatch.setattr(benchmarking.measure, "__code__", (lambda *a, **k: {}).__code__)
+    assert eval_integrity.changed(before) == ["kcoral_runtime.benchmarking.measure",
+                                              "time.perf_counter"]
