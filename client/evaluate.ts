@@ -1,7 +1,7 @@
 /**
  * Evaluating a candidate kernel against a reference (KernelBench's file format) with split
  * trust: three `/execute` programs, each in a fresh worker, the client carrying data between
- * them (docs/eval.md; the reasons in docs/decisions/0001-eval-split-trust.md).
+ * them (docs/eval.md; the reasons in docs/decisions/eval-split-trust.md).
  *
  * ```
  * client: new secret seeds ──▶ 1. inputs     generate_inputs(reference, seeds), cpu_only
