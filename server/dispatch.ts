@@ -194,7 +194,7 @@ class _SeatRun {
       graceSeconds: config.workerTerminationGraceSeconds,
       request: {
         request_id: requestId,
-        program: new TextDecoder().decode(this.#a.programText),
+        program: this.#a.programText,
         blobs,
         workspace: seat.workspaces.workerPath,
         results: paths.results,

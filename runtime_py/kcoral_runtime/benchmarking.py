@@ -207,12 +207,14 @@ def throttled_calls(spans: Sequence[Optional[Tuple[int, int]]],
 
 def measure(label: str, fn: Callable[..., Any], args: Sequence[Any], settings: Settings,
             keep_times: bool = False, cupti_library: Optional[str] = None,
+            calibrate_clock: bool = True,
             before_call: Optional[Callable[[], None]] = None) -> Dict[str, Any]:
     """Time ``fn(*args)`` on the current CUDA device (module docstring); the result dict, with
     every timed call's time under ``times_ms`` when ``keep_times``. ``cupti_library``: a libcupti
-    path instead of the search (tests). ``before_call`` runs before every call (warmup included),
-    untimed and before the cold-L2 step, as the timer's own work (``kcoral eval`` gives each call
-    fresh copies of its inputs there)."""
+    path instead of the search and ``calibrate_clock=False`` for its counter clock (tests).
+    ``before_call`` runs before every call (warmup included), untimed and before the cold-L2
+    step, as the timer's own work (``kcoral eval`` gives each call fresh copies of its inputs
+    there)."""
     if not callable(fn):
         raise ExecutionError("runtime", f"{label}: fn must be callable")
     check_settings(label, settings)
@@ -245,7 +247,7 @@ def measure(label: str, fn: Callable[..., Any], args: Sequence[Any], settings: S
         from .cupti_activity import ActivityTrace, ActivityUnavailable
 
         try:
-            trace = ActivityTrace(library=cupti_library)
+            trace = ActivityTrace(library=cupti_library, calibrate=calibrate_clock)
             trace.start()
         except ActivityUnavailable as exc:
             trace, trace_error = None, str(exc)
@@ -366,6 +368,9 @@ def measure(label: str, fn: Callable[..., Any], args: Sequence[Any], settings: S
             "clocks": receipt_clocks,
             "nvml_error": nvml_error,
             "timing_fallback_reason": trace_error,
+            "cupti_ticks_per_ns": (
+                round(rounds[-1].ticks_per_ns, 6) if first.timing == "cupti_activity" else None
+            ),
             "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "wall_s": round(time.monotonic() - started, 4),
         },

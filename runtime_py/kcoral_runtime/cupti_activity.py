@@ -42,6 +42,7 @@ import ctypes
 import itertools
 import struct
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
@@ -92,6 +93,14 @@ OFFSETS: Dict[str, Dict[str, int]] = {
 }
 
 BUFFER_BYTES = 8 << 20
+
+# CUPTI's clock is in ns unless a timestamp callback was registered in the process
+# (cuptiActivityRegisterTimestampCallback: torch.profiler's Kineto registers one that counts CPU
+# ticks, ~2.1 per ns on the H100 hosts measured, and it stays after the profiler ends). The
+# trace measures the clock's rate against perf_counter over at least CALIBRATION_NS; a rate
+# within SNAP of 1 is taken as exactly 1.
+CALIBRATION_NS = 20_000_000
+SNAP = 0.002
 
 _u32 = struct.Struct("<I")
 
@@ -321,9 +330,11 @@ class ActivityTrace:
     """Activity records of this process between ``start()`` and ``stop()`` (module docstring).
 
     One trace at a time per process. ``library``: a libcupti path instead of the search (tests).
+    ``calibrate``: measure the clock's rate (``ticks_per_ns``); the tests' stand-in clock is a
+    counter, not a clock, and they turn it off.
     """
 
-    def __init__(self, library: Optional[str] = None) -> None:
+    def __init__(self, library: Optional[str] = None, calibrate: bool = True) -> None:
         try:
             cupti = load_cupti(library)
         except GuardUnavailable as exc:
@@ -343,6 +354,8 @@ class ActivityTrace:
         self._own_external: Set[int] = set()
         self._names = NameReader()
         self._enabled: List[int] = []
+        self.calibrate = calibrate
+        self._anchor: Optional[Tuple[int, int]] = None  # (CUPTI clock, perf_counter_ns)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -362,6 +375,8 @@ class ActivityTrace:
             for kind in ENABLED_KINDS:
                 self._check(self.api.enable(kind), f"cuptiActivityEnable({kind})")
                 self._enabled.append(kind)
+            if self.calibrate:
+                self._anchor = self._clock_pair()
         except BaseException:
             self.stop()
             raise
@@ -398,6 +413,26 @@ class ActivityTrace:
         value = ctypes.c_uint64()
         self._check(self.api.get_timestamp(ctypes.byref(value)), "cuptiGetTimestamp")
         return int(value.value)
+
+    def _clock_pair(self) -> Tuple[int, int]:
+        before = time.perf_counter_ns()
+        ticks = self.timestamp()
+        after = time.perf_counter_ns()
+        return ticks, (before + after) // 2
+
+    def ticks_per_ns(self) -> float:
+        """CUPTI clock ticks per nanosecond since ``start()`` (1.0 when within ``SNAP`` of it, or
+        without calibration). Waits until ``CALIBRATION_NS`` have passed since the start."""
+        if not self.calibrate or self._anchor is None:
+            return 1.0
+        ticks0, real0 = self._anchor
+        while True:
+            ticks1, real1 = self._clock_pair()
+            if real1 - real0 >= CALIBRATION_NS:
+                break
+            time.sleep((CALIBRATION_NS - (real1 - real0)) / 1e9)
+        rate = (ticks1 - ticks0) / (real1 - real0)
+        return 1.0 if abs(rate - 1.0) <= SNAP else rate
 
     @contextlib.contextmanager
     def own(self) -> Iterator[None]:

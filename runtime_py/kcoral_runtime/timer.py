@@ -137,6 +137,7 @@ class Measured:
     dropped_records: int = 0
     threads_started: int = 0
     kernels: List[str] = field(default_factory=list)  # names of the first call's kernels
+    ticks_per_ns: float = 1.0  # the CUPTI clock's rate the spans were divided by
 
 
 def _thread_count() -> int:
@@ -180,13 +181,14 @@ def measure_activity(
         time.sleep(grace_s)
         sync()
     batch = trace.collect()
+    rate = trace.ticks_per_ns()
     found = attribute(windows, batch)
     times: List[float] = []
     spans: List[Optional[Tuple[int, int]]] = []
     for work in found.calls:
         span = work.span
         spans.append(span)
-        times.append(0.0 if span is None else (span[1] - span[0]) / 1e6)
+        times.append(0.0 if span is None else (span[1] - span[0]) / rate / 1e6)
     kernels = [r.name for r in found.calls[0].records if r.identity[0] == "kernel"] if found.calls else []
     return Measured(
         times_ms=times,
@@ -198,6 +200,7 @@ def measure_activity(
         dropped_records=batch.dropped,
         threads_started=max(0, _thread_count() - threads_before),
         kernels=kernels[:16],
+        ticks_per_ns=rate,
     )
 
 

@@ -129,7 +129,8 @@ def launcher(cupti: ctypes.CDLL, durations: Callable[[], int], stream: int = 13,
 
 def run(cupti: ctypes.CDLL, fn: Callable[..., Any], **settings: Any) -> dict:
     return measure("benchmark", fn, (), Settings(**settings), keep_times=True,
-                   cupti_library=cupti._path)  # type: ignore[attr-defined]
+                   cupti_library=cupti._path,  # type: ignore[attr-defined]
+                   calibrate_clock=False)
 
 
 def test_a_side_stream_kernel_is_timed_and_the_result_carries_a_receipt(cupti, torch, nvml):
@@ -154,6 +155,7 @@ def test_a_side_stream_kernel_is_timed_and_the_result_carries_a_receipt(cupti, t
     assert receipt["gpu"]["name"]
     assert receipt["nvml_error"] is None
     assert receipt["timing_fallback_reason"] is None
+    assert receipt["cupti_ticks_per_ns"] == 1.0
     assert receipt["versions"]["torch"] == "0.0-stand-in"
     assert receipt["versions"]["cuda_runtime"] == "13.0"
     assert isinstance(receipt["versions"]["cupti"], int)

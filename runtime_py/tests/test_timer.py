@@ -41,13 +41,14 @@ def fake(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
     lib.fake_activity_launch.restype = ctypes.c_uint32
     lib.fake_activity_launch_on_native_thread.argtypes = args
     lib.fake_activity_launch_on_native_thread.restype = ctypes.c_int
+    lib.fake_set_real_clock.argtypes = [ctypes.c_double]
     lib._path = path  # type: ignore[attr-defined]
     return lib
 
 
 @pytest.fixture()
 def trace(fake: ctypes.CDLL):
-    t = ActivityTrace(library=fake._path)  # type: ignore[attr-defined]
+    t = ActivityTrace(library=fake._path, calibrate=False)  # type: ignore[attr-defined]
     t.start()
     try:
         yield t
@@ -192,7 +193,7 @@ def test_timestamps_and_version_come_from_cupti(trace, fake):
 
 
 def test_one_trace_at_a_time(trace, fake):
-    other = ActivityTrace(library=fake._path)
+    other = ActivityTrace(library=fake._path, calibrate=False)
     with pytest.raises(cupti_activity.ActivityUnavailable, match="another activity trace"):
         other.start()
 
@@ -240,3 +241,37 @@ def test_the_record_offsets_match_the_toolkit_headers(tmp_path):
     names = ["MEMCPY", "MEMSET", "DRIVER", "RUNTIME", "CONCURRENT_KERNEL", "MEMCPY2",
              "EXTERNAL_CORRELATION"]
     assert {n: KIND[n] for n in names} == dict(zip(names, map(int, values)))
+
+
+def test_a_clock_in_cpu_ticks_is_calibrated_to_nanoseconds(fake):
+    # torch.profiler (Kineto) registers a CUPTI timestamp callback counting CPU ticks (~2.1 per
+    # ns on an H100 host); the trace measures the rate, so a 1 ms kernel still reads 1 ms.
+    fake.fake_set_real_clock(2.1)
+    try:
+        t = ActivityTrace(library=fake._path)  # type: ignore[attr-defined]
+        t.start()
+        try:
+            got = timer.measure_activity(lambda: kernel(fake, duration=2_100_000), 5, flush(fake),
+                                         lambda: None, t, grace_s=0)
+        finally:
+            t.stop()
+    finally:
+        fake.fake_set_real_clock(0)
+    assert got.ticks_per_ns == pytest.approx(2.1, rel=2e-3)
+    assert got.times_ms == pytest.approx([1.0] * 5, rel=2e-3)
+
+
+def test_a_clock_in_nanoseconds_is_taken_as_exactly_that(fake):
+    fake.fake_set_real_clock(1.0)
+    try:
+        t = ActivityTrace(library=fake._path)  # type: ignore[attr-defined]
+        t.start()
+        try:
+            got = timer.measure_activity(lambda: kernel(fake, duration=2_000), 3, flush(fake),
+                                         lambda: None, t, grace_s=0)
+        finally:
+            t.stop()
+    finally:
+        fake.fake_set_real_clock(0)
+    assert got.ticks_per_ns == 1.0
+    assert got.times_ms == [0.002] * 3
