@@ -12,7 +12,9 @@ depth) inherits two variables from its worker (``gate.py`` sets them):
   nothing unless ``CUDA_INJECTION64_PATH`` no longer names this library (a profiler such as
   ``ncu`` or ``compute-sanitizer`` put its own injection there, or the variable was unset) or
   the program is a known profiler; such a process takes the lease at once and keeps it for its
-  whole life (the whole-run lease of the profilers, wherever they are started from).
+  whole life (the whole-run lease of the profilers, wherever they are started from). A profiler
+  also loses ``CUDA_INJECTION64_PATH`` from its environment (``ncu`` refuses to start while
+  another injection is named there; it names its own for the processes it profiles).
 
 The connection stays open (close-on-exec) for the rest of the process's life: the worker ends
 the hold when the connection reaches end of file and the process has exited, so the process's
@@ -161,6 +163,10 @@ __attribute__((constructor)) static void kcoral_gate_start(void) {
     take_lease('O');
   } else if (is_profiler()) {
     take_lease('P');
+    /* ncu refuses to start while CUDA_INJECTION64_PATH is set ("Another tool/injection might
+       be loaded"); the profiler holds the lease from here, and the processes it starts take it
+       through the LD_PRELOAD backstop (their injection is the profiler's, not this library). */
+    unsetenv("CUDA_INJECTION64_PATH");
   }
 }
 """

@@ -74,7 +74,8 @@ def builds(tmp_path_factory) -> Dict[str, str]:
     _compile(["-Wall", "-Werror", str(FIXTURES / "driver_app.c"), "-o", str(app), "-ldl"])
     profiler = root / "profiler"
     profiler.mkdir()
-    shutil.copy(shutil.which("true") or "/bin/true", profiler / "ncu")
+    # A program named like the profiler that prints its environment (and runs its arguments).
+    shutil.copy(shutil.which("env") or "/usr/bin/env", profiler / "ncu")
     return {"shim": shim, "driver": str(driver), "app": str(app), "ncu": str(profiler / "ncu")}
 
 
@@ -433,7 +434,10 @@ def test_a_replaced_injection_takes_the_lease_at_process_start(
 def test_a_profiler_started_by_a_script_holds_the_lease_for_its_life(
         zygote, child, make_request, kc, tmp_path, builds) -> None:
     scene = Scene(tmp_path, builds)
-    body = f"subprocess.run([{builds['ncu']!r}], check=True)\nmark('profiled')\n"
+    body = (f"out = subprocess.run([{builds['ncu']!r}], check=True, capture_output=True,"
+            " text=True).stdout\n"
+            "(pathlib.Path(os.environ['MARK_DIR']) / 'ncu_env').write_text(out)\n"
+            "mark('profiled')\n")
     req = _gated_script(make_request, kc, scene, body)
 
     def before_grant(n: int) -> None:
@@ -442,6 +446,9 @@ def test_a_profiler_started_by_a_script_holds_the_lease_for_its_life(
 
     outcome, seen, _ = run_serving(zygote, child, req, before_grant)
     completed(outcome)
+    names = {line.split("=", 1)[0] for line in (scene.marks / "ncu_env").read_text().splitlines()}
+    # ncu refuses to start while another injection is named; its children keep the backstop.
+    assert "CUDA_INJECTION64_PATH" not in names and "LD_PRELOAD" in names, sorted(names)
 
 
 def test_the_ncu_tool_keeps_the_whole_run_lease(zygote, child, make_request, kc, tmp_path,
