@@ -57,10 +57,10 @@ export const RUNTIME_FILE_LIST: Readonly<
     import("./kcoral_runtime/gate_shim.py", { with: { type: "text" } }),
   "gpu_state.py": () =>
     import("./kcoral_runtime/gpu_state.py", { with: { type: "text" } }),
-  "hygiene.py": () =>
-    import("./kcoral_runtime/hygiene.py", { with: { type: "text" } }),
   "ipc.py": () =>
     import("./kcoral_runtime/ipc.py", { with: { type: "text" } }),
+  "leak_checks.py": () =>
+    import("./kcoral_runtime/leak_checks.py", { with: { type: "text" } }),
   "lease.py": () =>
     import("./kcoral_runtime/lease.py", { with: { type: "text" } }),
   "libraries.py": () =>
@@ -81,6 +81,8 @@ export const RUNTIME_FILE_LIST: Readonly<
     import("./kcoral_runtime/seccomp.py", { with: { type: "text" } }),
   "staging.py": () =>
     import("./kcoral_runtime/staging.py", { with: { type: "text" } }),
+  "state_restore.py": () =>
+    import("./kcoral_runtime/state_restore.py", { with: { type: "text" } }),
   "timer.py": () =>
     import("./kcoral_runtime/timer.py", { with: { type: "text" } }),
   "timing_stats.py": () =>

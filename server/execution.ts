@@ -108,7 +108,8 @@ export interface RunParams {
  * };
  * const run = await runProgram({
  *   child, leases: null, gpus: [], holder: { id: "r1" }, timeoutMs: 1000, graceSeconds: 1,
- *   request: { request_id: "r1", program: "{}", blobs: {}, workspace: "/w", results: "/r",
+ *   request: { request_id: "r1", program: new TextEncoder().encode("{}"), blobs: {},
+ *     workspace: "/w", results: "/r",
  *     output_limit_bytes: 0, max_return_bytes: 1024, sandbox: false },
  * });
  * if (run.end.kind !== "outcome") throw new Error(run.end.kind);
@@ -157,7 +158,8 @@ class _ProgramRun {
     const finished = new Promise<RunEnd>((resolve) => (this.#done = resolve));
     this.#armDeadline();
     child.setHandler((frame) => this.#onFrame(frame));
-    child.send({ t: "run", req: request });
+    const { program, ...req } = request;
+    child.send({ t: "run", req }, program);
 
     const exitWatch = child.watchExit();
     const first = await Promise.race([finished, timedOut, exitWatch.exited]);

@@ -1,6 +1,7 @@
 /**
  * Length-prefixed JSON frames over a worker slot's pipes (docs/architecture.md §3.1):
- * a 4-byte big-endian length, then that many bytes of UTF-8 JSON (one object).
+ * a 4-byte big-endian length, then that many bytes of UTF-8 JSON (one object), optionally
+ * followed by a NUL byte and a binary tail (a `run` frame's program, sent as its own bytes).
  *
  * @module
  */
@@ -14,12 +15,26 @@ export const MAX_FRAME_BYTES = 64 * 1024 * 1024;
 const _encoder = new TextEncoder();
 const _decoder = new TextDecoder("utf-8", { fatal: true });
 
-/** Encodes one frame: length prefix and JSON body in a single buffer. */
-export function encodeFrame(frame: Frame): Uint8Array {
+/**
+ * Encodes one frame: length prefix, JSON body and, when given, a NUL byte and `tail` (JSON text
+ * never holds a raw NUL), in a single buffer.
+ *
+ * @example
+ * ```ts
+ * import { encodeFrame } from "./ipc.ts";
+ *
+ * const bytes = encodeFrame({ t: "run" }, new TextEncoder().encode('{"instructions":[]}'));
+ * if (new DataView(bytes.buffer).getUint32(0) !== bytes.length - 4) throw new Error();
+ * if (bytes[4 + '{"t":"run"}'.length] !== 0) throw new Error();
+ * ```
+ */
+export function encodeFrame(frame: Frame, tail?: Uint8Array): Uint8Array {
   const body = _encoder.encode(JSON.stringify(frame));
-  const out = new Uint8Array(4 + body.length);
-  new DataView(out.buffer).setUint32(0, body.length);
+  const length = body.length + (tail ? 1 + tail.length : 0);
+  const out = new Uint8Array(4 + length);
+  new DataView(out.buffer).setUint32(0, length);
   out.set(body, 4);
+  if (tail) out.set(tail, 5 + body.length);
   return out;
 }
 

@@ -93,9 +93,9 @@ export class WorkerChild implements SeatChild {
     return { exited, stop: () => void this.#exitWatchers.delete(resolve) };
   }
 
-  /** Sends a frame to the child (through the zygote). */
-  send(frame: Omit<Frame, "c">): void {
-    this.slot.send({ ...frame, c: this.id } as Frame);
+  /** Sends a frame to the child (through the zygote), with its binary `tail` if any. */
+  send(frame: Omit<Frame, "c">, tail?: Uint8Array): void {
+    this.slot.send({ ...frame, c: this.id } as Frame, tail);
   }
 
   /** Routes frames of this child to `handler` (or queues them until one is set). */
@@ -269,10 +269,10 @@ export class Slot implements SeatSlot {
     );
   }
 
-  /** Sends a raw frame to the zygote. */
-  send(frame: Frame): void {
+  /** Sends a raw frame to the zygote, with its binary `tail` if any. */
+  send(frame: Frame, tail?: Uint8Array): void {
     if (this.#dead) return;
-    this.#writer.write(encodeFrame(frame)).catch(() => {});
+    this.#writer.write(encodeFrame(frame, tail)).catch(() => {});
   }
 
   /** Forks a child with extra environment; resolves once the zygote reports its pid. */

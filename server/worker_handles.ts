@@ -47,8 +47,8 @@ export interface ChildExit {
 
 /** What a run needs of a child: frames both ways, its exit, a kill. */
 export interface ChildChannel {
-  /** Sends a frame to the child. */
-  send(frame: ChildCommand): void;
+  /** Sends a frame to the child; a `run` frame's program goes as its binary `tail`. */
+  send(frame: ChildCommand, tail?: Uint8Array): void;
   /** Routes the child's frames to `handler` (`null`: hold them until one is set). */
   setHandler(handler: ((frame: Frame) => void) | null): void;
   /** The child's exit, for one wait (call `stop` when done with it). */

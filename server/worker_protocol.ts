@@ -32,15 +32,15 @@ export type ZygoteCommand =
 /** Server → child (relayed by the zygote; `c` is added when sent). */
 export type ChildCommand =
   | { t: "init" }
-  | { t: "run"; req: RunRequest }
+  | { t: "run"; req: Omit<RunRequest, "program"> }
   | { t: "lease"; a: "granted" };
 
 /** The `req` of a `run` frame (docs/architecture.md §3.3). */
 export interface RunRequest {
   /** The request's id. */
   request_id: string;
-  /** The program JSON text as received. */
-  program: string;
+  /** The program JSON text as received; sent as the `run` frame's tail, not in its JSON. */
+  program: Uint8Array;
   /** SHA-256 → path of the file holding those bytes, as the child sees it. */
   blobs: Record<string, string>;
   /** The program's working directory, as the child sees it. */

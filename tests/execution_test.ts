@@ -23,6 +23,7 @@ const EXIT: ChildExit = { code: 0, signal: null, orphans: false, slotDied: false
 /** A child driven by `script`, which sees every frame sent to it and may answer. */
 class FakeChild implements ChildChannel {
   readonly sent: ChildCommand[] = [];
+  readonly tails: (Uint8Array | undefined)[] = [];
   readonly exited: Promise<ChildExit>;
   killed = 0;
   #handler: ((frame: Frame) => void) | null = null;
@@ -44,8 +45,9 @@ class FakeChild implements ChildChannel {
     this.#exit(exit);
   }
 
-  send(frame: ChildCommand): void {
+  send(frame: ChildCommand, tail?: Uint8Array): void {
     this.sent.push(frame);
+    this.tails.push(tail);
     queueMicrotask(() => this.#script(frame, this));
   }
   setHandler(handler: ((frame: Frame) => void) | null): void {
@@ -85,7 +87,7 @@ function params(child: FakeChild, extra: Partial<RunParams> = {}): RunParams {
     graceSeconds: 1,
     request: {
       request_id: "r1",
-      program: "{}",
+      program: new TextEncoder().encode("{}"),
       blobs: {},
       workspace: "/w",
       results: "/r",
@@ -112,6 +114,10 @@ Deno.test("run: a CPU child answers; no lease, lease times 0", async () => {
   assert.equal(run.leaseHeldMs, 0);
   assert.equal(run.leaseWaitMs, 0);
   assert.deepEqual(child.sent.map((f) => f.t), ["run", "lease"]);
+  // The program goes as the run frame's tail, its own bytes, not a member of the JSON.
+  assert.equal(new TextDecoder().decode(child.tails[0]), "{}");
+  assert.ok(!("program" in (child.sent[0] as { req: object }).req));
+  assert.equal(child.tails[1], undefined);
 });
 
 Deno.test("run: the deadline pauses while the child waits for the lease", async () => {

@@ -26,7 +26,7 @@ Deno.test("ipc: frames come out whole however the stream splits them", async () 
     { t: "outcome", c: 1, text: "x".repeat(100_000), nested: { a: [1, 2, 3] } },
     { t: "exited", c: 1, code: 0 },
   ];
-  const bytes = new Uint8Array(sent.map(encodeFrame).flatMap((f) => [...f]));
+  const bytes = new Uint8Array(sent.map((f) => encodeFrame(f)).flatMap((f) => [...f]));
   for (const sizes of [[bytes.length], [1], [3, 1, 7], [4], [5000, 2], [65536]]) {
     assert.deepEqual(await frames(split(bytes, sizes)), sent, `chunks of ${sizes}`);
   }
@@ -46,4 +46,14 @@ Deno.test("ipc: a large frame in many small chunks, and the limits", async () =>
   new DataView(framed.buffer).setUint32(0, body.length);
   framed.set(body, 4);
   await assert.rejects(frames([notObject, framed]), /not an object with a string 't'/);
+});
+
+Deno.test("ipc: a run's program travels as the frame's tail, after a NUL, not escaped", () => {
+  const program = new TextEncoder().encode('{"instructions":[{"source":"print(\\"é\\")\\n"}]}');
+  const bytes = encodeFrame({ t: "run", c: 1, req: { request_id: "r" } }, program);
+  const head = new TextEncoder().encode('{"t":"run","c":1,"req":{"request_id":"r"}}');
+  assert.equal(new DataView(bytes.buffer).getUint32(0), head.length + 1 + program.length);
+  assert.deepEqual(bytes.subarray(4, 4 + head.length), head);
+  assert.equal(bytes[4 + head.length], 0);
+  assert.deepEqual(bytes.subarray(5 + head.length), program);
 });

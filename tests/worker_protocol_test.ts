@@ -84,7 +84,7 @@ const REPORTS: { zygote: Frame[]; child: Frame[] } = {
 };
 
 async function roundTrip(frames: Frame[]): Promise<Frame[]> {
-  const bytes = frames.map(encodeFrame);
+  const bytes = frames.map((f) => encodeFrame(f));
   const stream = ReadableStream.from(bytes);
   const out: Frame[] = [];
   for await (const frame of readFrames(stream)) out.push(frame);

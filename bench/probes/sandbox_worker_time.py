@@ -25,7 +25,7 @@ import torch  # noqa: E402,F401  (as a worker has it)
 from kcoral_runtime import engine as engine_module  # noqa: E402
 from kcoral_runtime.devices import GpuBackend, SimBackend  # noqa: E402
 from kcoral_runtime.engine import Engine  # noqa: E402
-from kcoral_runtime.hygiene import warm_thread_pools  # noqa: E402
+from kcoral_runtime.leak_checks import warm_thread_pools  # noqa: E402
 from kcoral_runtime.lease import NoLease  # noqa: E402
 from _timing import median_us  # noqa: E402  (bench/probes/_timing.py)
 
@@ -89,9 +89,9 @@ def phases():
     import importlib
     import threading
 
-    from kcoral_runtime import hygiene
+    from kcoral_runtime import leak_checks
 
-    state = hygiene.SandboxState()
+    state = leak_checks.SandboxState()
     ws = os.path.join(root, "phases")
     os.mkdir(ws)
 
@@ -111,13 +111,13 @@ def phases():
         "gc_collect": median_us(gc.collect, 100),
         "invalidate_caches": median_us(importlib.invalidate_caches),
         "python_threads": median_us(threading.enumerate),
-        "native_threads": median_us(hygiene._native_threads),
+        "native_threads": median_us(leak_checks._native_threads),
         "fd_links": median_us(fds),  # every target read, as the check did until 2026-12-02
-        "fd_check": median_us(lambda: hygiene.workspace_descriptors(ws)),
-        "maps": median_us(lambda: hygiene.mapped_under(ws, (ws,))),
-        "map_files": median_us(hygiene.file_mapping_ranges),
+        "fd_check": median_us(lambda: leak_checks.workspace_descriptors(ws)),
+        "maps": median_us(lambda: leak_checks.mapped_under(ws, (ws,))),
+        "map_files": median_us(leak_checks.file_mapping_ranges),
         "clean_and_check": median_us(lambda: state.clean_and_check(ws)),
-        "snapshot": median_us(hygiene.SandboxState),
+        "snapshot": median_us(leak_checks.SandboxState),
         "empty_cache": median_us(backend.empty_cache),
         # What the lease's release asked before emptying the cache, until 2026-12-02.
         "reserved_above_allocated": median_us(

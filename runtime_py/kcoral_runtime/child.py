@@ -112,7 +112,7 @@ class Child:
     def serve(self) -> None:
         self.prepare()
         while True:
-            msg = self.channel.recv()
+            msg, tail = self.channel.recv_with_tail()
             if msg is None:
                 _exit(0)  # the zygote closed our channel
                 return
@@ -125,7 +125,9 @@ class Child:
             elif kind == "run":
                 if self.engine is None:
                     self._init()  # init is implied; the server normally sends it first
-                self._run(msg.get("req") or {})
+                req = msg.get("req") or {}
+                req["program"] = tail  # the frame's tail: the program JSON text as received
+                self._run(req)
             else:
                 log(f"ignoring a {kind!r} frame")
 

@@ -16,16 +16,15 @@ from . import cuda_guard, files, tool_sources
 from .capture import OutputCapture
 from .errors import ExecutionError, GPUAccessViolation, foreign_execution_error_kind
 from .ipc import dumps
-from .hygiene import (
-    ProcessState,
+from .leak_checks import (
     SandboxState,
-    StateNotRestored,
     forget_workspace_imports,
     kill_leftover_processes,
     warm_thread_pools,
 )
 from .log import log
 from .modules import ModuleLoader
+from .state_restore import ProcessState, StateNotRestored
 from .values import Results
 
 TRACEBACK_LIMIT = 8192
@@ -437,8 +436,8 @@ class Engine:
         and mappings into the workspace: reads of ``/proc``, no lease) wait for
         ``finish_request``, right after the answer: the seat stays busy until the child's
         ``clean``, so no request runs in a child that still holds a workspace file
-        (docs/decisions.md). A leak found there, or a check that cannot run (a descriptor limit
-        the program lowered, say), retires the child, which takes the lease again first: its
+        (docs/decisions/sandboxed-reuse-checks.md). A leak found there, or a check that cannot
+        run (a descriptor limit the program lowered, say), retires the child, which takes the lease again first: its
         exit stays under it.
         """
         try:

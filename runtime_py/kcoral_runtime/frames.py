@@ -56,7 +56,7 @@ class Init(TypedDict):
 
 class _RunRequired(TypedDict):
     request_id: str
-    program: str
+    program: bytes  # the frame's tail (ipc.py), not a member of its JSON
     blobs: Dict[str, str]
     workspace: str
     results: str

@@ -1,7 +1,13 @@
-"""Frames: a 4-byte big-endian length, then that many bytes of UTF-8 JSON (one object).
+"""Frames: a 4-byte big-endian length, then that many bytes of UTF-8 JSON (one object),
+optionally followed by a NUL byte and a binary tail (JSON text never holds a raw NUL).
 
 Used on the zygote's stdin/stdout pipes (server <-> zygote) and on each child's socketpair
-(zygote <-> child). See docs/architecture.md §3.1.
+(zygote <-> child). The ``run`` frame's tail is the program JSON text as received, so the
+program travels as its own bytes, not escaped into the frame's JSON a second time::
+
+    [length][{"t":"run","c":N,"req":{...}}][\0][program bytes]
+
+See docs/architecture.md §3.1.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ import os
 import socket
 import struct
 from collections import deque
-from typing import Any, Deque, List, Optional
+from typing import Any, Deque, List, Optional, Tuple
 
 HEADER = struct.Struct(">I")
 MAX_FRAME_BYTES = 0xFFFFFFFF
@@ -44,9 +50,17 @@ def frame_with_suffix(payload: bytes, suffix: bytes) -> bytes:
     return b"".join((HEADER.pack(size), memoryview(payload)[:-1], suffix))
 
 
-def encode(obj: Any) -> bytes:
-    """One complete frame for ``obj``."""
-    return frame(dumps(obj))
+def encode(obj: Any, tail: Optional[bytes] = None) -> bytes:
+    """One complete frame for ``obj``, with ``tail`` after a NUL byte when given."""
+    return frame(dumps(obj) if tail is None else b"".join((dumps(obj), b"\0", tail)))
+
+
+def split_tail(payload: bytes) -> Tuple[bytes, Optional[bytes]]:
+    """A frame's JSON text and its binary tail (None: the frame has none)."""
+    end = payload.find(b"\0")
+    if end < 0:
+        return payload, None
+    return payload[:end], payload[end + 1 :]
 
 
 class FrameDecoder:
@@ -120,13 +134,18 @@ class FrameSocket:
         self.sock.sendall(frame(payload))
 
     def recv(self) -> Optional[dict]:
-        """The next frame as a dict; ``None`` at end of stream."""
+        """The next frame as a dict (a tail is dropped); ``None`` at end of stream."""
+        return self.recv_with_tail()[0]
+
+    def recv_with_tail(self) -> Tuple[Optional[dict], Optional[bytes]]:
+        """The next frame as a dict and its tail (or None); ``(None, None)`` at end of stream."""
         while not self._ready:
             data = self.sock.recv(1 << 16)
             if not data:
-                return None
+                return None, None
             self._ready.extend(self._decoder.feed(data))
-        msg = json.loads(self._ready.popleft())
+        text, tail = split_tail(self._ready.popleft())
+        msg = json.loads(text)
         if not isinstance(msg, dict):
             raise ValueError("frame is not a JSON object")
-        return msg
+        return msg, tail

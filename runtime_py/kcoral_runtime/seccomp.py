@@ -1,7 +1,7 @@
 """A seccomp filter that keeps every process a program starts inside its child's tree.
 
 ``clone(CLONE_PARENT)`` makes the new process a sibling of its caller: a child of the zygote,
-out of reach of the child's leftover check (``hygiene.kill_leftover_processes``), so a reused
+out of reach of the child's leftover check (``leak_checks.kill_leftover_processes``), so a reused
 worker would carry it into later requests. The filter fails such a clone with ``EPERM``, and
 ``clone3`` (whose flags live in memory seccomp cannot read) with ``ENOSYS``, which glibc (2.34+)
 answers by falling back to ``clone``. It also fails x32 system calls and checks the 32-bit

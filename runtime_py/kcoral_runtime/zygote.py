@@ -46,7 +46,7 @@ from typing import Any, Dict, List, Optional, Set  # noqa: E402
 from . import procs, progress, seccomp  # noqa: E402
 from .frames import Exited, Forked, Hello  # noqa: E402
 from .workspace import WorkspaceMounts, drop_capabilities  # noqa: E402
-from .ipc import FrameDecoder, OutQueue, dumps, frame, frame_with_suffix  # noqa: E402
+from .ipc import FrameDecoder, OutQueue, dumps, frame, frame_with_suffix, split_tail  # noqa: E402
 from .log import log  # noqa: E402
 
 POLL_SECONDS = 0.01
@@ -240,7 +240,7 @@ class Zygote:
             return
         for payload in self.decoder.feed(data):
             try:
-                msg = json.loads(payload)
+                msg = json.loads(split_tail(payload)[0])  # a tail is relayed, never parsed
             except ValueError:
                 log("dropping a frame that is not JSON")
                 continue
@@ -608,8 +608,8 @@ def main(channel: "tuple[int, int]", argv: Optional[List[str]] = None) -> int:
     gc.collect()
     gc.freeze()  # imported objects stay shared copy-on-write and out of later collections
     if mounts is not None:
-        # Sandboxed, a reused child retires when a program added an audit hook (hygiene.py).
-        from .hygiene import watch_audit_hooks
+        # Sandboxed, a reused child retires when a program added an audit hook (leak_checks.py).
+        from .leak_checks import watch_audit_hooks
 
         watch_audit_hooks()
     return Zygote(read_fd, write_fd, args.mode, versions, args.sim_devices, mounts).serve()

@@ -77,7 +77,7 @@ class ZygoteProcess:
 
     def send(self, obj: Dict[str, Any]) -> None:
         with self._write_lock:
-            self.proc.stdin.write(encode(obj))  # type: ignore[union-attr]
+            self.proc.stdin.write(server_frame(obj))  # type: ignore[union-attr]
             self.proc.stdin.flush()  # type: ignore[union-attr]
 
     def wait(
@@ -140,6 +140,16 @@ class ZygoteProcess:
                 self.proc.kill()
                 self.proc.wait()
         self.stderr.close()
+
+
+def server_frame(obj: Dict[str, Any]) -> bytes:
+    """``obj`` framed as the server frames it: a ``run``'s program travels as the frame's tail."""
+    req = obj.get("req")
+    if obj.get("t") != "run" or not isinstance(req, dict) or "program" not in req:
+        return encode(obj)
+    program = req["program"]
+    head = {**obj, "req": {k: v for k, v in req.items() if k != "program"}}
+    return encode(head, program.encode() if isinstance(program, str) else program)
 
 
 class ChildHandle:

@@ -14,7 +14,7 @@ def _run(body: str) -> str:
         """
         import sys, tempfile
         sys.path.insert(0, %r)
-        from kcoral_runtime import hygiene
+        from kcoral_runtime import leak_checks
         """ % RUNTIME
     ) + textwrap.dedent(body)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -25,13 +25,13 @@ def _run(body: str) -> str:
 def test_an_added_audit_hook_is_reported_by_the_sandbox_check() -> None:
     out = _run(
         """
-        hygiene.watch_audit_hooks()
+        leak_checks.watch_audit_hooks()
         workspace = tempfile.mkdtemp()
-        state = hygiene.SandboxState()
+        state = leak_checks.SandboxState()
         print(state.clean_and_check(workspace))
         sys.addaudithook(lambda event, args: None)
-        print(hygiene.audit_hook_added())
-        print(hygiene.SandboxState().clean_and_check(workspace))
+        print(leak_checks.audit_hook_added())
+        print(leak_checks.SandboxState().clean_and_check(workspace))
         """
     )
     first, added, second = out.splitlines()
@@ -43,10 +43,10 @@ def test_an_added_audit_hook_is_reported_by_the_sandbox_check() -> None:
 def test_the_watch_is_installed_once_and_sees_nothing_by_itself() -> None:
     out = _run(
         """
-        hygiene.watch_audit_hooks()
-        hygiene.watch_audit_hooks()
+        leak_checks.watch_audit_hooks()
+        leak_checks.watch_audit_hooks()
         open(__import__("os").devnull).close()
-        print(hygiene.audit_hook_added())
+        print(leak_checks.audit_hook_added())
         """
     )
     assert out == "False"
@@ -56,15 +56,15 @@ def test_a_fork_inherits_the_watch() -> None:
     out = _run(
         """
         import os
-        hygiene.watch_audit_hooks()
+        leak_checks.watch_audit_hooks()
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
             sys.addaudithook(lambda event, args: None)
-            os.write(w, b"1" if hygiene.audit_hook_added() else b"0")
+            os.write(w, b"1" if leak_checks.audit_hook_added() else b"0")
             os._exit(0)
         os.waitpid(pid, 0)
-        print(os.read(r, 1).decode(), hygiene.audit_hook_added())
+        print(os.read(r, 1).decode(), leak_checks.audit_hook_added())
         """
     )
     assert out == "1 False"

@@ -15,7 +15,7 @@ COMPAT_DIR = RUNTIME_DIR / "kcoral_runtime" / "compat"
 if str(RUNTIME_DIR) not in sys.path:
     sys.path.insert(0, str(RUNTIME_DIR))
 
-from kcoral_runtime import errors, hygiene, workspace  # noqa: E402
+from kcoral_runtime import errors, leak_checks, workspace  # noqa: E402
 
 
 def _compat(tmp_path: Path, code: str) -> subprocess.CompletedProcess:
@@ -99,7 +99,7 @@ def test_forget_workspace_imports(tmp_path: Path) -> None:
         assert "kc_forget_probe" in sys.modules
         assert str(ws) in sys.path_importer_cache
     finally:
-        hygiene.forget_workspace_imports(str(ws))
+        leak_checks.forget_workspace_imports(str(ws))
     assert str(ws) not in sys.path
     assert str(ws) not in sys.path_importer_cache
     assert "kc_forget_probe" not in sys.modules
@@ -110,7 +110,7 @@ def test_forget_workspace_imports_without_imports_leaves_modules(tmp_path: Path)
     ws = str(tmp_path / "w8")
     sys.path.insert(0, ws)
     before = set(sys.modules)
-    hygiene.forget_workspace_imports(ws)
+    leak_checks.forget_workspace_imports(ws)
     assert ws not in sys.path
     assert set(sys.modules) == before
 

@@ -478,7 +478,7 @@ def test_sandbox_state_drops_workspace_modules_new_or_replacing(tmp_path) -> Non
     import sys
     import types
 
-    from kcoral_runtime.hygiene import SandboxState
+    from kcoral_runtime.leak_checks import SandboxState
 
     work = tmp_path / "ws"
     work.mkdir()
@@ -513,15 +513,15 @@ def test_sandbox_state_drops_modules_imported_through_a_link_into_the_workspace(
     import sys
     import types
 
-    from kcoral_runtime import hygiene
+    from kcoral_runtime import leak_checks
 
     work = tmp_path / "ws"
     (work / ".kcoral" / "tmp").mkdir(parents=True)
     alias = tmp_path / "tmp-link"
     alias.symlink_to(work / ".kcoral" / "tmp")
-    monkeypatch.setattr(hygiene, "WORKSPACE_ALIASES", (str(alias),))
-    monkeypatch.setattr(hygiene, "_SPELLINGS", {})
-    state = hygiene.SandboxState()
+    monkeypatch.setattr(leak_checks, "WORKSPACE_ALIASES", (str(alias),))
+    monkeypatch.setattr(leak_checks, "_SPELLINGS", {})
+    state = leak_checks.SandboxState()
     module = types.ModuleType("kc_via_link")
     module.__file__ = str(alias / "kc_via_link.py")
     sys.modules["kc_via_link"] = module
@@ -544,24 +544,24 @@ def test_sandbox_mapping_check_reads_names_only_for_ranges_it_does_not_know(
     import mmap
     import subprocess
 
-    from kcoral_runtime import hygiene
+    from kcoral_runtime import leak_checks
 
     from _doubles import c_compiler
 
-    monkeypatch.setattr(hygiene, "KNOWN_RANGES", set())
-    monkeypatch.setattr(hygiene, "_FIRST_MAPPINGS_LEARNED", [])
+    monkeypatch.setattr(leak_checks, "KNOWN_RANGES", set())
+    monkeypatch.setattr(leak_checks, "_FIRST_MAPPINGS_LEARNED", [])
     reads: List[bool] = []
-    real = hygiene.mapped_under
+    real = leak_checks.mapped_under
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         reads.append(True)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(hygiene, "mapped_under", counted)
+    monkeypatch.setattr(leak_checks, "mapped_under", counted)
     work = tmp_path / "ws"
     work.mkdir()
-    state = hygiene.SandboxState()  # the first snapshot: what is mapped now is known
-    assert hygiene.file_mapping_ranges() <= hygiene.KNOWN_RANGES
+    state = leak_checks.SandboxState()  # the first snapshot: what is mapped now is known
+    assert leak_checks.file_mapping_ranges() <= leak_checks.KNOWN_RANGES
     assert state.clean_and_check(str(work)) is None and len(reads) == 0
 
     def mapped(path: Path) -> mmap.mmap:
@@ -588,7 +588,7 @@ def test_sandbox_mapping_check_reads_names_only_for_ranges_it_does_not_know(
     assert ctypes.CDLL(str(tmp_path / "kc.so")).kc_lib_answer() == 42  # a library, outside
     assert state.clean_and_check(str(work)) is None and len(reads) == 4  # read once, learned
     assert state.clean_and_check(str(work)) is None and len(reads) == 4
-    monkeypatch.setattr(hygiene, "file_mapping_ranges", lambda: None)  # cannot be listed
+    monkeypatch.setattr(leak_checks, "file_mapping_ranges", lambda: None)  # cannot be listed
     assert state.clean_and_check(str(work)) is None and len(reads) == 5
 
 
@@ -597,7 +597,7 @@ def test_sandbox_state_invalidates_import_caches_only_after_imports(tmp_path, mo
     import sys
     import types
 
-    from kcoral_runtime.hygiene import SandboxState
+    from kcoral_runtime.leak_checks import SandboxState
 
     work = tmp_path / "ws"
     work.mkdir()
@@ -657,9 +657,9 @@ def test_sandbox_descriptor_check_reads_targets_only_for_descriptors_it_does_not
 ) -> None:
     """A pipe's target is read once and then known by its identity; a regular file's is read
     every time; a workspace file put on a known number (``dup2``) or a workspace FIFO is found."""
-    from kcoral_runtime import hygiene
+    from kcoral_runtime import leak_checks
 
-    monkeypatch.setattr(hygiene, "KNOWN_DESCRIPTORS", {})
+    monkeypatch.setattr(leak_checks, "KNOWN_DESCRIPTORS", {})
     reads: List[str] = []
     real = os.readlink
 
@@ -675,23 +675,23 @@ def test_sandbox_descriptor_check_reads_targets_only_for_descriptors_it_does_not
     fifo = work / "queue"
     os.mkfifo(fifo)
     try:
-        assert hygiene.workspace_descriptors(str(work)) == []
+        assert leak_checks.workspace_descriptors(str(work)) == []
         assert f"/proc/self/fd/{r}" in reads and f"/proc/self/fd/{outside.fileno()}" in reads
-        assert r in hygiene.KNOWN_DESCRIPTORS and outside.fileno() not in hygiene.KNOWN_DESCRIPTORS
+        assert r in leak_checks.KNOWN_DESCRIPTORS and outside.fileno() not in leak_checks.KNOWN_DESCRIPTORS
         reads.clear()
-        assert hygiene.workspace_descriptors(str(work)) == []
+        assert leak_checks.workspace_descriptors(str(work)) == []
         assert f"/proc/self/fd/{r}" not in reads  # known: not read again
         assert f"/proc/self/fd/{outside.fileno()}" in reads  # a regular file: always read
         with open(work / "kept.bin", "w") as inside:
             os.dup2(inside.fileno(), r)  # a workspace file on the known number
-        found = hygiene.workspace_descriptors(str(work))
+        found = leak_checks.workspace_descriptors(str(work))
         assert found == [f"{r} -> {work / 'kept.bin'}"]
         os.close(r)
         r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-        found = hygiene.workspace_descriptors(str(work))
+        found = leak_checks.workspace_descriptors(str(work))
         assert found == [f"{r} -> {fifo}"]
         info = os.fstat(r)
-        assert hygiene.KNOWN_DESCRIPTORS.get(r) != (info.st_dev, info.st_ino)  # never learned
+        assert leak_checks.KNOWN_DESCRIPTORS.get(r) != (info.st_dev, info.st_ino)  # never learned
     finally:
         os.close(r)
         os.close(w)

@@ -7,7 +7,9 @@ import os
 import socket
 import struct
 
-from kcoral_runtime.ipc import FrameDecoder, FrameSocket, OutQueue, dumps, encode, frame_with_suffix
+from kcoral_runtime.ipc import (
+    FrameDecoder, FrameSocket, OutQueue, dumps, encode, frame_with_suffix, split_tail,
+)
 
 
 def test_encode_is_compact_utf8_with_big_endian_length() -> None:
@@ -60,6 +62,25 @@ def test_frame_socket_round_trip() -> None:
     assert right.recv() == {"t": "instr", "i": 3}
     a.close()
     assert right.recv() is None
+    b.close()
+
+
+def test_a_frames_tail_travels_as_its_own_bytes() -> None:
+    # The program JSON text follows its frame's JSON after a NUL byte, not escaped into it.
+    program = b'{"instructions":[{"op":"call","source":"print(\\"\\u00e9\\")\\n"}]}\x00\xff'
+    data = encode({"t": "run", "req": {"x": 1}}, program)
+    assert data.count(b"\\\\") == 0 and program in data
+    (payload,) = FrameDecoder().feed(data)
+    assert split_tail(payload) == (b'{"t":"run","req":{"x":1}}', program)
+    assert split_tail(b'{"t":"x"}') == (b'{"t":"x"}', None)
+    a, b = socket.socketpair()
+    FrameSocket(a).send_raw(payload)
+    FrameSocket(a).send({"t": "lease", "a": "granted"})
+    right = FrameSocket(b)
+    assert right.recv_with_tail() == ({"t": "run", "req": {"x": 1}}, program)
+    assert right.recv_with_tail() == ({"t": "lease", "a": "granted"}, None)
+    a.close()
+    assert right.recv_with_tail() == (None, None)
     b.close()
 
 

@@ -371,7 +371,8 @@ def until(kind):
 until("hello")
 os.write(w_in, encode({"t": "fork", "c": 1, "env": {}, "unset": [], "max_requests": 0}))
 child = until("forked")["pid"]
-os.write(w_in, encode({"t": "run", "c": 1, "req": req}))
+program = req.pop("program").encode()
+os.write(w_in, encode({"t": "run", "c": 1, "req": req}, program))
 while not os.path.exists(pidfile):
     time.sleep(0.01)
 # Something else keeps both pipes open, so only the parent-death signal can tell the zygote.
