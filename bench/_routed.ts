@@ -203,7 +203,7 @@ export function startNodeProcess(
       "--max-request-bytes",
       String(300 << 20),
       // A lenient probe: on a 2-core machine, 8 concurrent 256 MiB uploads hold the server's
-      // answers for seconds (docs/decisions.md, known limits), and a supervisor with the default
+      // answers for seconds (docs/operations.md, known limits), and a supervisor with the default
       // 1 s probe would restart it mid-benchmark.
       "--health-timeout-seconds",
       "10",

@@ -5,7 +5,7 @@
  * each round alternates direct requests (the node's own port) with routed ones. Per tree and
  * round: the added cost from the two medians; then the median over rounds, each tree's direct
  * and routed round medians, and in how many rounds tree B read lower than A. Two runs of
- * different code on different VMs are never compared (docs/decisions.md, "Published figures").
+ * different code on different VMs are never compared (docs/decisions/benchmark-method.md).
  *
  * @module
  */

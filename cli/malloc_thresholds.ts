@@ -8,7 +8,7 @@
  * (the heap's top trimmed, or an mmap'd block unmapped) so often that the next buffer landed on
  * fresh pages: a page fault, and the page zeroed, for nearly every 4 KiB that Deno copied into
  * a message. A Router forwarding a 64 MiB answer took 14,500 minor faults, and its node 5,100;
- * with the thresholds pinned, 500 and 120 (docs/decisions.md, "Malloc thresholds").
+ * with the thresholds pinned, 500 and 120 (docs/decisions/malloc-thresholds.md).
  *
  * It is done in-process through `mallopt(3)` (FFI, so it needs `--allow-ffi`, which `-A` gives;
  * without it nothing is asked for). Nothing is changed where glibc is not the C library

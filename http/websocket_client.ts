@@ -7,7 +7,7 @@
  * turn it back on. A tunnelled answer is several small messages in a row (response head, data,
  * end); with Nagle on, the second waits for the Router's delayed ACK, up to 40 ms, whenever the
  * first is still unacknowledged — measured as p75 54 ms instead of 10 ms for a trivial request
- * with 4 clients through a Router (docs/decisions.md). This client sets `TCP_NODELAY` and keeps
+ * with 4 clients through a Router (docs/decisions/node-link-websocket-client.md). This client sets `TCP_NODELAY` and keeps
  * the subset of the `WebSocket` interface the node link uses: `onopen`, `onmessage` (text as
  * `string`, binary as `ArrayBuffer`), `onerror`, `onclose`, `send`, `close`, `readyState`.
  *
@@ -367,7 +367,7 @@ export class WebSocketClient {
    * out as many frames of one size); beyond {@linkcode _SPARES} of them, the oldest is given back
    * at once (protocol/bytes.ts).
    * Left to the collector, each new 256 KiB frame lands on freshly mapped pages: page faults on
-   * every byte the mask writes (docs/decisions.md, "The node-link hop").
+   * every byte the mask writes (docs/decisions/router-large-bodies.md).
    */
   #recycle(frame: Uint8Array): void {
     if (frame.buffer.byteLength < _REUSE_BYTES) return;

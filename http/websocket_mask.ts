@@ -6,7 +6,7 @@
  * the frame. Measured with `bench/probes/mask_speed.ts` on the 2-core VM (Deno 2.9.6, 256 KiB
  * payloads, 2026-12-03): copy + mask 0.23–0.26 ms/MiB (medians of two runs) with a JavaScript loop
  * of 32-bit words, the same unrolled 8 ×, 0.10–0.12 here, the copy alone 0.04–0.05 — against a
- * target of 0.2 ms/MiB for everything a Router adds to a large answer (docs/decisions.md,
+ * target of 0.2 ms/MiB for everything a Router adds to a large answer (docs/decisions/node-link-websocket-client.md,
  * "Masking in WebAssembly").
  *
  * Where WebAssembly cannot run (Deno started with `--v8-flags=--jitless`), the same is done

@@ -4,7 +4,7 @@
  * DIR`, which compiles the C source it holds with `cc`. Workers are told where the library is
  * (`KCORAL_GATE_LIB`, server/sandbox.ts): the processes a `kcoral run python` or `shell` request
  * starts then take the GPU lease at their first CUDA call instead of holding it from start to end
- * (docs/decisions.md, "A script holds the GPU only while it uses it"). Without a compiler, or
+ * (docs/decisions/script-gpu-gate.md, "A script holds the GPU only while it uses it"). Without a compiler, or
  * when the build fails, the server runs without the gate (every run holds the lease for its
  * whole life, as before) and says why.
  *

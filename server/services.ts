@@ -32,7 +32,7 @@ import { pythonInfo } from "./python_info.ts";
 const _POOLED_BODY_BYTES = 256 * 1024 * 1024;
 /**
  * This long after the last large body, once no request is in flight, the pools are emptied, the
- * hashing threads stopped and the garbage collected (docs/decisions.md, "Memory comes back after
+ * hashing threads stopped and the garbage collected (docs/decisions/memory-after-large-requests.md, "Memory comes back after
  * large requests").
  */
 const _IDLE_RELEASE_MS = 10_000;

@@ -18,7 +18,7 @@
  * reserved `.kcoral/...` directories kept, emptied too) and serves as a later workspace under a
  * new name: on a disk mounted with `discard`, making and removing the ten directories of a
  * sandboxed workspace cost ~1.2 ms and ~3 ms per request, emptying an empty one ~0.03 ms
- * (docs/decisions.md). A directory that cannot be emptied is removed instead. A seat keeps one
+ * (docs/decisions/per-request-workspaces.md). A directory that cannot be emptied is removed instead. A seat keeps one
  * emptied directory in hand, so making the next workspace never waits for the last one to be
  * emptied.
  *

@@ -1,5 +1,5 @@
 /**
- * The GPU gate end to end (issue 41, docs/decisions.md "A script holds the GPU only while it
+ * The GPU gate end to end (issue 41, docs/decisions/script-gpu-gate.md "A script holds the GPU only while it
  * uses it"): a simulated-GPU server builds the gate's shim at startup, and a `kcoral run python`
  * request whose script starts a process that calls a stand-in CUDA driver
  * (runtime_py/tests/fixtures/gate/fake_libcuda.c, compiled by the script itself, so that it

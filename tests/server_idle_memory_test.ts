@@ -1,5 +1,5 @@
 // After large requests the server's resident memory comes back once it is idle
-// (docs/decisions.md, "Memory comes back after large requests"): its body pools, the hashing
+// (docs/decisions/memory-after-large-requests.md, "Memory comes back after large requests"): its body pools, the hashing
 // threads' views of them and the garbage of the requests are given back, and the next large
 // request works as before. A real server process, so that its RSS is its own.
 import assert from "node:assert/strict";

@@ -1,6 +1,6 @@
 /**
  * Whether `Deno.serve` aborts a request's `signal` when its client closes the connection while
- * the handler waits, by request size (docs/decisions.md, Known limits: "A client that goes away
+ * the handler waits, by request size (docs/operations.md, Known limits: "A client that goes away
  * is noticed only when `Deno.serve` notices it"). Each request is sent whole (head and body of
  * `N` bytes), the client closes after 300 ms, and the handler waits up to 2 s for the abort;
  * with `--read` the handler reads the body first.

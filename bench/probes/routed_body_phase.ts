@@ -10,7 +10,7 @@
  * - With the tree's own `Client`: the same per whole request, for that result and for a fresh
  *   `--mib` MiB `bytes` upload (a new blob each time: the request, its CACHE_MISS and the resend).
  *
- * A main thread on CPU for most of the body is what limits it (docs/decisions.md, "Malloc
+ * A main thread on CPU for most of the body is what limits it (docs/decisions/malloc-thresholds.md, "Malloc
  * thresholds").
  *
  *   deno run -A bench/probes/routed_body_phase.ts [TREE] [--requests N] [--mib N] [gpu]

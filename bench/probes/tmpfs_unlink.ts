@@ -1,6 +1,6 @@
 /**
  * How long unlinking a file on a RAM-backed filesystem holds the calling thread: the unlink frees
- * the file's pages inside the call (docs/decisions.md, "A large file's unlink leaves the event
+ * the file's pages inside the call (docs/decisions/large-file-unlink.md, "A large file's unlink leaves the event
  * loop"). For each size, `--rounds` files are written to a directory under `--dir` (default
  * `/dev/shm`) and unlinked with `Deno.removeSync`; a table of median, min and max ms.
  *

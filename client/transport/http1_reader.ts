@@ -342,7 +342,7 @@ const _RESERVE_FACTOR = 64;
  * 256 MiB, or 64 × its size) and pages are mapped as the body fills them; past its reservation
  * it moves once into a larger one. What the caller gets is a fixed-length view, which every
  * platform API takes (digests, sockets, files, `postMessage`). Measured in
- * docs/decisions.md, "A routed answer is read into a prepared buffer".
+ * docs/decisions/router-large-bodies.md.
  *
  * @example
  * ```ts

@@ -1,6 +1,6 @@
 /**
  * Page prefaulting for large answers of the HTTP/1.1 transport, a second-order optimisation
- * kept apart so it can be removed (docs/decisions.md, "The large-data path": 63 vs 80 ms for a 64 MiB
+ * kept apart so it can be removed (docs/decisions/client-transport.md: 63 vs 80 ms for a 64 MiB
  * answer on the H200 VM). After a large Content-Length answer the next one is likely as large
  * (the same program again), so while the next request waits for its answer, a buffer of that
  * size has its pages touched in the background; the answer is then read into memory that no

@@ -286,7 +286,7 @@ class GpuBackend(SimBackend):
         ``cuInit`` is ~105 of the ~250 ms a new worker needs on an H200 before its context
         exists, and it creates no context: other processes calling it in a loop while kernels
         were timed left every kernel's median and p99 within the control's own round-to-round
-        spread, where context creation stalled launches by milliseconds (docs/decisions.md,
+        spread, where context creation stalled launches by milliseconds (docs/decisions/fresh-worker-context-lease.md,
         "A fresh worker initialises the CUDA driver before it takes the lease"). Only the raw
         driver call is made here (``torch.cuda.init()`` did disturb a launch-bound kernel in
         the same probe); torch's own initialisation and the context stay in ``init``, under
