@@ -17,6 +17,7 @@ import {
   commandLineUsage,
   parseCommandLine,
 } from "../options/command.ts";
+import { grantedEnv } from "../options/defaults.ts";
 import type { OptionTable } from "../options/spec.ts";
 import { versionLine } from "../options/version.ts";
 import type { HealthBody, RouterHealthBody } from "../protocol/health.ts";
@@ -206,7 +207,7 @@ export async function fetchHealth(
  */
 export async function healthMain(
   argv: string[],
-  env: Record<string, string | undefined> = Deno.env.toObject(),
+  env: Record<string, string | undefined> = grantedEnv(),
 ): Promise<number> {
   let url: string;
   let json: boolean;

@@ -51,3 +51,53 @@ export function processEnv(): Env {
     return {};
   }
 }
+
+/**
+ * The process's environment as far as this process may read it without asking: each variable
+ * is read when it is used, and only where `--allow-env` (whole or naming it) granted it already,
+ * so a client command run with narrow permissions never prompts and never fails for a variable
+ * it was not given (`kcoral health --allow-net=HOST:PORT` reads no variable at all).
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { grantedEnv } from "./defaults.ts";
+ *
+ * const env = grantedEnv();
+ * assert.equal(env.KCORAL_SURELY_UNSET_VARIABLE, undefined);
+ * assert.equal(env.PATH, Deno.env.get("PATH")); // this test runs with -A
+ * ```
+ */
+export function grantedEnv(): Env {
+  const read = (name: string | symbol): string | undefined => {
+    if (typeof name !== "string") return undefined;
+    try {
+      if (Deno.permissions.querySync({ name: "env", variable: name }).state !== "granted") {
+        return undefined;
+      }
+      return Deno.env.get(name);
+    } catch {
+      return undefined;
+    }
+  };
+  return new Proxy({} as Env, {
+    get: (_target, name) => read(name),
+    has: (_target, name) => read(name) !== undefined,
+    ownKeys: () => {
+      try {
+        if (Deno.permissions.querySync({ name: "env" }).state === "granted") {
+          return Object.keys(Deno.env.toObject());
+        }
+      } catch {
+        // not allowed: no names
+      }
+      return [];
+    },
+    getOwnPropertyDescriptor: (_target, name) => {
+      const value = read(name);
+      return value === undefined
+        ? undefined
+        : { value, enumerable: true, configurable: true, writable: false };
+    },
+  });
+}

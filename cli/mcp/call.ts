@@ -28,6 +28,7 @@ import {
 } from "../../client/mod.ts";
 import { PackError } from "../run/pack.ts";
 import { ProgressReporter } from "./progress.ts";
+import { savedFileLinks } from "./resource_links.ts";
 
 /** What the SDK hands a tool handler besides its arguments. */
 export type ToolExtra = RequestHandlerExtra<ServerRequest, ServerNotification>;
@@ -190,7 +191,10 @@ export async function runCall(
   try {
     const structured = await body({ signal: extra.signal, progress });
     return {
-      content: [{ type: "text", text: JSON.stringify(structured, null, 2) }],
+      content: [
+        { type: "text", text: JSON.stringify(structured, null, 2) },
+        ...savedFileLinks(structured),
+      ],
       structuredContent: structured,
     };
   } catch (error) {

@@ -36,14 +36,11 @@ export interface SendSpec {
  * ```
  */
 export async function packSendSpec(spec: SendSpec, cwd: string): Promise<Uint8Array> {
-  if (spec.source === undefined) return (await packInputs(spec.send, cwd)).tar;
-  const directory = await Deno.makeTempDir({ prefix: "kcoral-mcp-" });
-  try {
-    await Deno.writeTextFile(`${directory}/${SOURCE_NAME}`, spec.source);
-    return (await packInputs([`${directory}/${SOURCE_NAME}`, ...spec.send], cwd)).tar;
-  } finally {
-    await Deno.remove(directory, { recursive: true }).catch(() => {});
-  }
+  // The source never touches the disk: `kcoral mcp` needs no write access for it.
+  const inline = spec.source === undefined
+    ? undefined
+    : new Map([[SOURCE_NAME, new TextEncoder().encode(spec.source)]]);
+  return (await packInputs(spec.send, cwd, { inline })).tar;
 }
 
 /**

@@ -17,6 +17,7 @@ import {
   commandLineUsage,
   parseCommandLine,
 } from "../../options/command.ts";
+import { grantedEnv } from "../../options/defaults.ts";
 import type { OptionTable } from "../../options/spec.ts";
 import { versionLine } from "../../options/version.ts";
 import { resolveServerAddress, serverAddressOptions } from "../server_address.ts";
@@ -43,6 +44,15 @@ export const mcpOptions = {
     default: "kcoral-mcp-files",
     placeholder: "dir",
     help: "directory for returned files too large to inline (one subdirectory per call)",
+  },
+  allowSendRoot: {
+    flag: "--allow-send-root",
+    type: "list",
+    items: { type: "string" },
+    default: [],
+    placeholder: "dir",
+    help: "a directory tools may send local files from, besides the working directory " +
+      "(repeatable; files elsewhere are refused)",
   },
   token: serverAddressOptions.token,
   caFile: serverAddressOptions.caFile,
@@ -99,6 +109,9 @@ export function parseMcpArgs(
         filesDir: v.filesDir ?? "kcoral-mcp-files",
         inlineLimit: v.inlineLimit ?? 65536,
         cwd: Deno.cwd(),
+        sendRoots: (v.allowSendRoot ?? []).map((dir) =>
+          dir.startsWith("/") ? dir : `${Deno.cwd()}/${dir}`
+        ),
         log: (line) => console.error(line),
       },
     };
@@ -123,7 +136,7 @@ export function parseMcpArgs(
  */
 export async function mcpMain(
   argv: string[],
-  env: Record<string, string | undefined> = Deno.env.toObject(),
+  env: Record<string, string | undefined> = grantedEnv(),
 ): Promise<number> {
   const parsed = parseMcpArgs(argv, env);
   if ("help" in parsed) {

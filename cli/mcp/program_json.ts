@@ -67,7 +67,9 @@ export const instructionSchema = z.discriminatedUnion("op", [
 export type JsonInstruction = z.infer<typeof instructionSchema>;
 
 /**
- * Build the program of `instructions`; local paths are relative to `cwd`.
+ * Build the program of `instructions`; local paths are relative to `cwd`, and each is given to
+ * `checkPath` before it is read (`kcoral mcp` refuses paths outside the directories it may send
+ * from: cli/mcp/local_files.ts).
  *
  * @throws {ToolFailure} kind `invalid_input`: `instruction N (op): why`.
  *
@@ -87,10 +89,14 @@ export type JsonInstruction = z.infer<typeof instructionSchema>;
 export async function buildJsonProgram(
   instructions: readonly JsonInstruction[],
   cwd: string,
+  checkPath: (path: string) => Promise<void> = () => Promise.resolve(),
 ): Promise<Program> {
   const program = new Program();
   for (const [index, instruction] of instructions.entries()) {
     try {
+      if (instruction.op === "upload" && typeof instruction.local_path === "string") {
+        await checkPath(instruction.local_path);
+      }
       await _add(program, instruction, cwd);
     } catch (error) {
       const why = error instanceof ToolFailure ? error.message : (error as Error).message;

@@ -7,6 +7,7 @@
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { KCORAL_VERSION } from "../../options/version.ts";
 import type { McpSettings } from "./settings.ts";
+import { strictTools } from "./strict_server.ts";
 import { registerBenchmarkKernel } from "./tools/benchmark_kernel.ts";
 import { registerEvaluateKernel } from "./tools/evaluate_kernel.ts";
 import { registerHealth } from "./tools/health.ts";
@@ -39,17 +40,19 @@ export const MCP_TOOL_NAMES: readonly string[] = [
  * ```
  */
 export function createMcpServer(settings: McpSettings): McpServer {
-  const server = new McpServer(
-    { name: "kcoral", title: "KCoral", version: KCORAL_VERSION },
-    {
-      capabilities: { tools: {} },
-      instructions: `KCoral runs GPU programs on ${settings.url}. Start with health (target ` +
-        "arch, load). run_python runs a script; benchmark_kernel compiles and times a CUDA " +
-        "entry point; evaluate_kernel judges a candidate against a reference (KernelBench " +
-        "format) on secret inputs; profile runs ncu or compute-sanitizer; run_program sends " +
-        "raw KCoral " +
-        `programs. Large returned files are saved under ${settings.filesDir}.`,
-    },
+  const server = strictTools(
+    new McpServer(
+      { name: "kcoral", title: "KCoral", version: KCORAL_VERSION },
+      {
+        capabilities: { tools: {} },
+        instructions: `KCoral runs GPU programs on ${settings.url}. Start with health (target ` +
+          "arch, load). run_python runs a script; benchmark_kernel compiles and times a CUDA " +
+          "entry point; evaluate_kernel judges a candidate against a reference (KernelBench " +
+          "format) on secret inputs; profile runs ncu or compute-sanitizer; run_program sends " +
+          "raw KCoral " +
+          `programs. Large returned files are saved under ${settings.filesDir}.`,
+      },
+    ),
   );
   registerHealth(server, settings);
   registerRunPython(server, settings);

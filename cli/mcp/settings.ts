@@ -21,8 +21,10 @@ export interface McpSettings {
   filesDir: string;
   /** Files (and bytes values) up to this many bytes come back inline (`--inline-limit`). */
   inlineLimit: number;
-  /** The directory `send` paths are relative to. */
+  /** The directory `send` paths are relative to, and the first one files may be sent from. */
   cwd: string;
+  /** More directories local files may be sent from (`--allow-send-root`; cli/mcp/local_files.ts). */
+  sendRoots?: readonly string[];
   /** Diagnostics (stderr: stdout carries the protocol). */
   log: (line: string) => void;
 }

@@ -12,6 +12,7 @@ import { readToolSources } from "../run/sources.ts";
 import type { ToolName } from "../run/tools.ts";
 import { type CallContext, remoteFailure, ToolFailure } from "./call.ts";
 import { checkEnvironment, packSendSpec, type SendSpec } from "./inputs.ts";
+import { checkSendPath } from "./local_files.ts";
 import type { McpSettings } from "./settings.ts";
 
 /** One tool run. */
@@ -72,6 +73,7 @@ export async function executeToolRun(
   call: CallContext,
 ): Promise<ToolRun> {
   const env = checkEnvironment(spec.env);
+  for (const path of spec.send.send) await checkSendPath(settings, path, "send");
   const archive = await packSendSpec(spec.send, settings.cwd);
   const sources = await readToolSources(spec.tool);
   const { program, options } = buildToolProgram(sources, archive, {

@@ -5,6 +5,7 @@
  * @module
  */
 
+import { grantedEnv } from "../../options/defaults.ts";
 import { parseRunArgs, parseRunDispatcher } from "./args.ts";
 import { runTool } from "./execute.ts";
 import { writeText } from "./io.ts";
@@ -29,7 +30,7 @@ export async function runMain(argv: string[]): Promise<number> {
     writeText(Deno.stderr, dispatch.text);
     return 2;
   }
-  const parsed = parseRunArgs(dispatch.tool, dispatch.argv, Deno.env.toObject());
+  const parsed = parseRunArgs(dispatch.tool, dispatch.argv, grantedEnv());
   if (parsed.kind === "help") {
     writeText(Deno.stdout, parsed.text);
     return 0;

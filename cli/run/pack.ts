@@ -59,6 +59,8 @@ export interface PackProgress {
 export interface PackOptions {
   /** Called after each file is read (for a progress display). */
   onProgress?: (progress: PackProgress) => void;
+  /** Files given in memory, archived before the selections (name → contents, mode 0600). */
+  inline?: ReadonlyMap<string, Uint8Array>;
 }
 
 /** Result of {@linkcode packInputs}. */
@@ -113,6 +115,7 @@ export async function packInputs(
     bytes += data.length;
     options.onProgress?.({ files: files.length, bytes });
   };
+  for (const [name, data] of options.inline ?? []) add(name, data, false);
   for (const path of paths) {
     const shown = normalizePath(path);
     // Joined, not resolved: `..` after a symlink must follow the link as the kernel does.

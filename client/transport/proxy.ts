@@ -27,10 +27,20 @@ export function endpointOf(url: URL): Endpoint {
 }
 
 function _env(name: string): string | undefined {
+  return _read(name) || _read(name.toLowerCase()) || undefined;
+}
+
+// A variable only where the permission is granted already: asking would prompt on a terminal
+// (a client run with --allow-net=HOST:PORT alone must not), and without it fetch cannot see a
+// proxy either.
+function _read(name: string): string | undefined {
   try {
-    return Deno.env.get(name) || Deno.env.get(name.toLowerCase()) || undefined;
+    if (Deno.permissions.querySync({ name: "env", variable: name }).state !== "granted") {
+      return undefined;
+    }
+    return Deno.env.get(name);
   } catch {
-    return undefined; // no --allow-env: fetch cannot see a proxy either
+    return undefined;
   }
 }
 

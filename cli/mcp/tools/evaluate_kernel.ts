@@ -12,6 +12,7 @@ import { z } from "zod";
 import { Client, type EvaluateOptions, VERDICT_FLAGS } from "../../../client/mod.ts";
 import { readSendFiles } from "../../eval_files.ts";
 import { type CallContext, runCall, type ToolExtra, ToolFailure } from "../call.ts";
+import { checkSendPath } from "../local_files.ts";
 import type { McpSettings } from "../settings.ts";
 
 /** The input of `evaluate_kernel`. */
@@ -136,6 +137,14 @@ async function _source(
 }
 
 async function _evaluate(input: _Input, settings: McpSettings, call: CallContext) {
+  // Only files under the directories kcoral mcp may send from (cli/mcp/local_files.ts).
+  if (input.reference_path !== undefined) {
+    await checkSendPath(settings, input.reference_path, "reference_path");
+  }
+  if (input.candidate_path !== undefined) {
+    await checkSendPath(settings, input.candidate_path, "candidate_path");
+  }
+  for (const path of input.send) await checkSendPath(settings, path, "send");
   const reference = await _source(input.reference, input.reference_path, "reference", settings.cwd);
   const candidate = await _source(input.candidate, input.candidate_path, "candidate", settings.cwd);
   let files;

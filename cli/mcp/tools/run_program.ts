@@ -11,6 +11,7 @@ import { z } from "zod";
 import { Client } from "../../../client/mod.ts";
 import { remoteFailure, runCall, type ToolExtra } from "../call.ts";
 import { CallFiles } from "../files.ts";
+import { checkSendPath } from "../local_files.ts";
 import { buildJsonProgram, instructionSchema } from "../program_json.ts";
 import {
   outputOf,
@@ -71,7 +72,11 @@ export function registerRunProgram(server: McpServer, settings: McpSettings): vo
     },
     (input: z.infer<z.ZodObject<typeof runProgramInput>>, extra: ToolExtra) =>
       runCall("run_program", extra, async (call) => {
-        const program = await buildJsonProgram(input.instructions, settings.cwd);
+        const program = await buildJsonProgram(
+          input.instructions,
+          settings.cwd,
+          (path) => checkSendPath(settings, path, "local_path"),
+        );
         await using client = new Client(settings.url, settings.client);
         call.progress.phase(`running the program on ${settings.url}`);
         const result = await client.execute(program, {
