@@ -23,6 +23,7 @@ import { versionLine } from "../options/version.ts";
 import type { HealthBody, RouterHealthBody } from "../protocol/health.ts";
 import { resolveServerAddress, serverAddressOptions } from "./server_address.ts";
 import { describeTlsFailure } from "../protocol/tls_failure.ts";
+import { failureLines } from "./voice.ts";
 
 /** The options of `kcoral health`. */
 export const healthOptions = {
@@ -50,7 +51,12 @@ export const healthOptions = {
 const _COMMAND: CommandLineSpec = {
   name: "kcoral health",
   description: "Show whether a KCoral server or Router is up: status, target, versions and load.",
-  epilog: "Exit status 0 when it answers ok, 1 when it is unavailable or unreachable.",
+  epilog: "Exit status 0 when it answers ok, 1 when it is unavailable or unreachable, 2 for " +
+    "a malformed command line (a --url that is not http:// or https:// included).",
+  examples: [
+    "kcoral health --url http://gpu-box:8000",
+    "KCORAL_URL=https://kcoral.example KCORAL_TOKEN=... kcoral health --json",
+  ],
   version: versionLine(),
 };
 
@@ -111,6 +117,18 @@ function _reason(error: unknown): string {
   return reason instanceof Error ? reason.message : String(reason);
 }
 
+/**
+ * fetch's words for a refused connection (`tcp connect error: Connection refused (os error
+ * 111)`) in the words the client's own transport uses, so `health` and `run` say it alike.
+ */
+function _connectReason(target: string, reason: string): string {
+  const refused = /tcp connect error: (.*)$/.exec(reason);
+  if (!refused) return reason;
+  const url = new URL(target);
+  const port = url.port || (url.protocol === "https:" ? "443" : "80");
+  return `cannot connect to ${url.hostname.replace(/^\[(.*)\]$/, "$1")}:${port}: ${refused[1]}`;
+}
+
 function _isHealthBody(value: unknown): value is HealthBody | RouterHealthBody {
   const body = value as Record<string, unknown> | null;
   const load = body?.load as Record<string, unknown> | undefined;
@@ -156,8 +174,8 @@ export async function fetchHealth(
     } catch (error) {
       const why = error instanceof DOMException && error.name === "TimeoutError"
         ? `no answer within ${timeoutMs / 1000} s`
-        : describeTlsFailure(error) ?? _reason(error);
-      throw new Error(`cannot reach ${target}: ${why}`);
+        : describeTlsFailure(error) ?? _connectReason(target, _reason(error));
+      throw new Error(`cannot reach ${target}: ${why}`, { cause: error });
     }
     text = await response.text();
   } finally {
@@ -236,7 +254,10 @@ export async function healthMain(
   try {
     answer = await fetchHealth(url, timeoutMs, access);
   } catch (error) {
-    console.error(`kcoral health: ${error instanceof Error ? error.message : error}`);
+    const message = error instanceof Error ? error.message : String(error);
+    Deno.stderr.writeSync(
+      new TextEncoder().encode(failureLines("kcoral health", message, error, url)),
+    );
     return 1;
   }
   console.log(json ? JSON.stringify(answer.body, null, 2) : formatHealth(answer));

@@ -101,6 +101,74 @@ const serverCommandLine: CommandLineSpec = {
   description: "Start a KCoral server; add --router and --node-id to join a Router.",
   epilog: "Ctrl+C (or SIGTERM) stops new work and lets running benchmarks finish.",
   version: versionLine(),
+  groups: [
+    { title: "where it listens", flags: ["--host", "--port"] },
+    {
+      title: "who may use it (docs/security.md)",
+      flags: [
+        "--client-token",
+        "--client-token-file",
+        "--protect-health",
+        "--tls-cert",
+        "--tls-key",
+      ],
+    },
+    {
+      title: "joining a Router (docs/router.md)",
+      flags: ["--router", "--node-id", "--node-token", "--ca-file"],
+    },
+    {
+      title: "GPUs and workers",
+      flags: [
+        "--device",
+        "--gpus",
+        "--num-workers",
+        "--workers-per-gpu",
+        "--max-requests-per-worker",
+        "--worker-termination-grace-seconds",
+        "--worker-wait-timeout-seconds",
+        "--python",
+      ],
+    },
+    { title: "isolation (docs/sandbox.md)", flags: ["--sandbox", "--sandbox-readonly-path"] },
+    {
+      title: "requests and their limits",
+      flags: [
+        "--default-timeout-seconds",
+        "--max-timeout-seconds",
+        "--max-request-bytes",
+        "--max-response-bytes",
+        "--output-limit-bytes",
+        "--max-output-limit-bytes",
+      ],
+    },
+    {
+      title: "connections",
+      flags: [
+        "--header-timeout-seconds",
+        "--keep-alive-timeout-seconds",
+        "--body-timeout-seconds",
+        "--max-connections",
+      ],
+    },
+    {
+      title: "caches",
+      flags: ["--cache-capacity-bytes", "--disk-cache-dir", "--disk-cache-capacity-mbytes"],
+    },
+    {
+      title: "logs (docs/operations.md)",
+      flags: ["--log-dir", "--no-log-console", "--log-format", "--no-log-programs"],
+    },
+  ],
+  examples: [
+    "# try it on a laptop",
+    "kcoral server --device cpu --sandbox none --port 8000",
+    "# a shared GPU server: client tokens, no copies of its users' programs",
+    "KCORAL_CLIENT_TOKEN_FILE=/etc/kcoral/tokens kcoral server --device gpu --gpus 0 " +
+    "--host 0.0.0.0 --no-log-programs",
+    "# a node of a Router",
+    "kcoral server --router http://router:9000 --node-id gpu-a --device gpu --gpus 0",
+  ],
 };
 
 /**

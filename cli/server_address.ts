@@ -18,6 +18,7 @@ import { CommandLineError, type OptionSource } from "../options/command.ts";
 import type { OptionTable, OptionTableValues } from "../options/spec.ts";
 import { readCaFile } from "../http/access_options.ts";
 import { DEFAULT_HOST, DEFAULT_PORT, resolveConnection } from "./run/connection.ts";
+import { checkServerUrl } from "./voice.ts";
 
 /** The options that name the server and how to reach it (entries of an options table). */
 export const serverAddressOptions = {
@@ -93,9 +94,13 @@ export function resolveServerAddress(
     host: sources.host === "flag" ? values.host : undefined,
     port: sources.port === "flag" && values.port !== undefined ? BigInt(values.port) : undefined,
   };
-  const connection = Object.values(given).every((value) => value === undefined)
-    ? { url: env.KCORAL_URL || `http://${DEFAULT_HOST}:${DEFAULT_PORT}` }
-    : resolveConnection(given, env.KCORAL_URL);
+  const fallback = env.KCORAL_URL || `http://${DEFAULT_HOST}:${DEFAULT_PORT}`;
+  const malformed = checkServerUrl(fallback, "KCORAL_URL");
+  const connection = Object.values(given).some((value) => value !== undefined)
+    ? resolveConnection(given, env.KCORAL_URL)
+    : malformed === null
+    ? { url: fallback }
+    : { error: malformed };
   if ("error" in connection) {
     throw new CommandLineError(`${command}: error: ${connection.error}`, 2);
   }

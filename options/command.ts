@@ -44,6 +44,13 @@ export interface CommandLineSpec {
   readonly epilog?: string;
   /** The version `--version` prints (`kcoral 0.1.0`); no `--version` without it. */
   readonly version?: string;
+  /**
+   * Option groups of `--help`, each under its title (argparse's argument groups), by flag;
+   * visible options in no group are listed last, under "other options".
+   */
+  readonly groups?: readonly { readonly title: string; readonly flags: readonly string[] }[];
+  /** Lines `--help` shows under "examples:": command lines, each after a `# what it does`. */
+  readonly examples?: readonly string[];
 }
 
 /** Where an option's value came from. */
@@ -135,10 +142,7 @@ export function parseCommandLine<T extends OptionTable>(
           2,
         );
       }
-      throw new CommandLineError(
-        `${spec.name}: error: ${error.message.replace(/^error: /, "")}`,
-        2,
-      );
+      throw new CommandLineError(`${spec.name}: error: ${_argparseWords(error.message)}`, 2);
     }
     throw error;
   }
@@ -308,6 +312,24 @@ function commandOf(
   return { command, options };
 }
 
+/**
+ * commander's messages in argparse's words, the voice of every kcoral command:
+ * `argument --device: invalid choice: 'tpu' (choose from 'gpu', 'cpu')`,
+ * `argument --port: expected one argument`.
+ */
+function _argparseWords(message: string): string {
+  const text = message.replace(/^error: /, "");
+  const choice = /^option '(\S+)[^']*' argument '([^']*)' is invalid\. Allowed choices are (.*)\.$/
+    .exec(text);
+  if (choice) {
+    const choices = choice[3].split(", ").map((c) => `'${c}'`).join(", ");
+    return `argument ${choice[1]}: invalid choice: '${choice[2]}' (choose from ${choices})`;
+  }
+  const missing = /^option '(\S+)[^']*' argument missing$/.exec(text);
+  if (missing) return `argument ${missing[1]}: expected one argument`;
+  return text;
+}
+
 /** `--port PORT`, `--device {gpu,cpu}`, or the bare flag of a switch (argparse's metavars). */
 function _invocation(entry: OptionSpec): string {
   if (entry.type === "boolean") return entry.flag;
@@ -319,16 +341,29 @@ function _invocation(entry: OptionSpec): string {
 function helpText(table: OptionTable, spec: CommandLineSpec, env: Env): string {
   const rows = [helpRow("  -h, --help", "show this help message and exit")];
   if (spec.version) rows.push(helpRow("  --version", "show program's version number and exit"));
-  for (const entry of Object.values(table)) {
-    if (!entry.hidden) rows.push(helpRow(`  ${_invocation(entry)}`, describeOption(entry, env)));
+  const row = (entry: OptionSpec) => helpRow(`  ${_invocation(entry)}`, describeOption(entry, env));
+  const visible = Object.values(table).filter((entry) => !entry.hidden);
+  const lines = [commandLineUsage(table, spec), ...wrapText(spec.description, 0), "", "options:"];
+  if (spec.groups === undefined) {
+    lines.push(...rows, ...visible.map(row));
+  } else {
+    lines.push(...rows);
+    const grouped = new Set(spec.groups.flatMap((group) => group.flags));
+    const groups = [
+      ...spec.groups.map((group) => ({
+        title: group.title,
+        entries: group.flags.map((flag) => visible.find((entry) => entry.flag === flag))
+          .filter((entry) => entry !== undefined),
+      })),
+      { title: "other options", entries: visible.filter((entry) => !grouped.has(entry.flag)) },
+    ];
+    for (const group of groups) {
+      if (group.entries.length > 0) lines.push("", `${group.title}:`, ...group.entries.map(row));
+    }
   }
-  const lines = [
-    commandLineUsage(table, spec),
-    ...wrapText(spec.description, 0),
-    "",
-    "options:",
-    ...rows,
-  ];
+  if (spec.examples !== undefined && spec.examples.length > 0) {
+    lines.push("", "examples:", ...spec.examples.map((example) => `  ${example}`));
+  }
   if (spec.epilog !== undefined) lines.push("", ...wrapText(spec.epilog, 0));
   return lines.join("\n") + "\n";
 }

@@ -28,6 +28,14 @@ const _FAILURES: readonly [RegExp, (match: RegExpExecArray) => string][] = [
     (m) => `the server's TLS certificate does not match the address asked: ${m[1]}`,
   ],
   [
+    /CaUsedAsEndEntity/,
+    () =>
+      "the server's TLS certificate is a CA certificate (CA:TRUE, what `openssl req -x509` " +
+      "makes by default) used as the server's own (CaUsedAsEndEntity): make it with " +
+      "`-addext basicConstraints=critical,CA:FALSE`, or sign a server certificate with a CA " +
+      "(docs/security.md)",
+  ],
+  [
     /invalid peer certificate: ([A-Za-z]+)/,
     (m) => `the server's TLS certificate was refused (${m[1]})`,
   ],

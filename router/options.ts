@@ -254,6 +254,14 @@ const routerCommandLine: CommandLineSpec = {
   name: "kcoral router",
   description: "Start a KCoral Router: one address for a pool of compute nodes.",
   epilog: "Ctrl+C (or SIGTERM) stops the Router.",
+  examples: [
+    "# one address for the GPU nodes, clients with tokens",
+    "KCORAL_NODE_TOKEN=... KCORAL_CLIENT_TOKEN_FILE=/etc/kcoral/tokens kcoral router " +
+    "--host 0.0.0.0 --port 9000",
+    "# then on each GPU machine",
+    "KCORAL_NODE_TOKEN=... kcoral server --router http://router:9000 --node-id gpu-a " +
+    "--device gpu --gpus 0",
+  ],
   version: versionLine(),
 };
 

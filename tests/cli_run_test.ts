@@ -577,7 +577,13 @@ Deno.test("transport, HTTP and protocol errors exit 1 with a typed diagnostic", 
     );
     expectRun(busy, 1, "", "kcoral run shell: KCoralError: HTTP 503: server saturated\n");
     expectRun(garbage, 1, "", /^kcoral run shell: ProtocolError: /);
-    expectRun(badUrl, 1, "", /^kcoral run shell: TypeError: Invalid URL/);
+    // A malformed URL is a usage error (exit 2), said before anything is contacted.
+    expectRun(
+      badUrl,
+      2,
+      "",
+      /kcoral run shell: error: argument --url: not an http:\/\/ or https:\/\/ URL: 'not a url'\n$/,
+    );
   } finally {
     await fake.shutdown();
   }

@@ -21,6 +21,7 @@ import { grantedEnv } from "../../options/defaults.ts";
 import type { OptionTable } from "../../options/spec.ts";
 import { versionLine } from "../../options/version.ts";
 import { resolveServerAddress, serverAddressOptions } from "../server_address.ts";
+import { checkServerUrl } from "../voice.ts";
 import { createMcpServer } from "./server.ts";
 import type { McpSettings } from "./settings.ts";
 
@@ -69,7 +70,12 @@ export const mcpOptions = {
 const _COMMAND: CommandLineSpec = {
   name: "kcoral mcp",
   description: "Serve KCoral to an agent host as Model Context Protocol tools over stdio.",
-  epilog: "Tools: health, run_python, run_program, profile, benchmark_kernel (docs/agents.md).",
+  epilog: "Tools: health, run_python, run_program, profile, benchmark_kernel, evaluate_kernel " +
+    "(docs/agents.md; host configurations with narrow permissions there).",
+  examples: [
+    "# from the project an agent works in (files are sent only from under it)",
+    "kcoral mcp --url http://gpu-box:8000 --files-dir kcoral-artifacts",
+  ],
   version: versionLine(),
 };
 
@@ -93,14 +99,8 @@ export function parseMcpArgs(
     if (parsed.kind === "help") return { help: parsed.text.trimEnd() };
     const v = parsed.values;
     const address = resolveServerAddress(v, parsed.sources, env, "kcoral mcp");
-    for (const [name, url] of [["--url", address.url], ["--compile-url", v.compileUrl]]) {
-      if (url && !/^https?:\/\/[^/]/.test(url)) {
-        throw new CommandLineError(
-          `kcoral mcp: error: ${name} must be an http or https URL: ${url}`,
-          2,
-        );
-      }
-    }
+    const malformed = v.compileUrl ? checkServerUrl(v.compileUrl, "--compile-url") : null;
+    if (malformed) throw new CommandLineError(`kcoral mcp: error: ${malformed}`, 2);
     return {
       settings: {
         url: address.url,

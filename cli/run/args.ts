@@ -48,6 +48,8 @@ export interface RunArgs {
   forwarded: string[];
   /** Lines to print on stderr before running (no trailing newline). */
   warnings: string[];
+  /** `-v`/`--verbose`: print the request id and the server's timings on stderr at the end. */
+  verbose?: boolean;
 }
 
 /** Successful parse of `kcoral run TOOL ...`. */
@@ -207,12 +209,14 @@ export function parseRunArgs(
     ...(out === undefined ? {} : { out }),
     forwarded,
     warnings,
+    ...(scanned.stores.has("verbose") ? { verbose: true } : {}),
   };
 }
 
 function _toolOptions(profiler: boolean): OptionSpec[] {
   return [
     { strings: ["-h", "--help"], dest: "help", action: "help" },
+    { strings: ["-v", "--verbose"], dest: "verbose", action: "store_true" },
     { strings: ["--url"], dest: "url", action: "store" },
     { strings: ["--host"], dest: "host", action: "store" },
     { strings: ["--port"], dest: "port", action: "store", int: true },

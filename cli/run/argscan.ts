@@ -22,8 +22,11 @@ export interface OptionSpec {
   strings: readonly string[];
   /** Key of the value in the scan result. */
   dest: string;
-  /** `help` takes no value; `store` keeps the last value; `append` collects every value. */
-  action: "help" | "store" | "append";
+  /**
+   * `help` takes no value; `store` keeps the last value; `append` collects every value;
+   * `store_true` takes no value and stores `"true"` (argparse's `store_true`).
+   */
+  action: "help" | "store" | "append" | "store_true";
   /** Convert the value as Python's `int()` does. */
   int?: boolean;
   /** Report "the following arguments are required" when absent. */
@@ -86,6 +89,10 @@ export function scanOptions(specs: readonly OptionSpec[], tokens: readonly strin
     for (const [spec, value] of consumed.actions) {
       seen.add(spec);
       if (spec.action === "help") return { kind: "help" };
+      if (spec.action === "store_true") {
+        stores.set(spec.dest, "true");
+        continue;
+      }
       if (spec.int) {
         const number = parsePythonInt(value!);
         if (number === undefined) {
@@ -128,7 +135,7 @@ function _consume(
   let optionString = found.optionString;
   let explicit = found.explicit;
   while (explicit !== undefined) {
-    if (spec.action !== "help") {
+    if (spec.action !== "help" && spec.action !== "store_true") {
       actions.push([spec, explicit]);
       return { actions, width: 1 };
     }
@@ -144,7 +151,7 @@ function _consume(
     spec = following;
     explicit = rest.length > 0 ? rest.join("") : undefined;
   }
-  if (spec.action === "help") {
+  if (spec.action === "help" || spec.action === "store_true") {
     actions.push([spec, undefined]);
     return { actions, width: 1 };
   }

@@ -4,6 +4,7 @@
  * @module
  */
 
+import { checkServerUrl } from "../voice.ts";
 import { isIPv6Address } from "./ipv6.ts";
 
 /** Default host when only `--port` is given. */
@@ -37,7 +38,8 @@ const _FORBIDDEN = new Set([..."\x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000/@?#
  * host must be a hostname, an IPv4 address, or an IPv6 address with or without brackets
  * (the URL always gets brackets); the URL is `http://HOST:PORT`, nothing is inherited from
  * `KCORAL_URL`, and a warning is returned when a nonempty `KCORAL_URL` is overridden.
- * Otherwise `--url`, then a nonempty `KCORAL_URL`; neither is an error.
+ * Otherwise `--url`, then a nonempty `KCORAL_URL`; neither is an error, and so is one that is not
+ * an `http://` or `https://` URL (cli/voice.ts `checkServerUrl`, with a suggestion).
  *
  * @example
  * ```ts
@@ -51,7 +53,9 @@ export function resolveConnection(
 ): ConnectionResult {
   if (options.host === undefined && options.port === undefined) {
     const url = options.url ?? environmentUrl;
-    return url ? { url } : { error: "set KCORAL_URL or pass --url, --host or --port" };
+    if (!url) return { error: "set KCORAL_URL or pass --url, --host or --port" };
+    const malformed = checkServerUrl(url, options.url === undefined ? "KCORAL_URL" : "--url");
+    return malformed === null ? { url } : { error: malformed };
   }
   if (options.url !== undefined) return { error: "--url cannot be combined with --host or --port" };
   const port = options.port ?? BigInt(DEFAULT_PORT);

@@ -6,7 +6,14 @@
  * @module
  */
 
-import { Client, type ClientOptions, type OutputChunk, ValidationError } from "../../client/mod.ts";
+import {
+  Client,
+  type ClientOptions,
+  KCoralError,
+  type OutputChunk,
+  ValidationError,
+} from "../../client/mod.ts";
+import { failureLines } from "../voice.ts";
 import { readCaFile } from "../../http/access_options.ts";
 import type { RunArgs } from "./args.ts";
 import { type ByteSink, writeText } from "./io.ts";
@@ -94,17 +101,59 @@ export async function runTool(args: RunArgs, io: RunIO): Promise<number> {
         }),
     );
     progress.clear();
-    return await replayResult(result, {
-      stdout: io.stdout,
-      stderr: io.stderr,
-      printed,
-      ...(args.out === undefined ? {} : { out: args.out, destination }),
-    });
+    try {
+      return await replayResult(result, {
+        stdout: io.stdout,
+        stderr: io.stderr,
+        printed,
+        ...(args.out === undefined ? {} : { out: args.out, destination }),
+      });
+    } finally {
+      if (args.verbose) writeText(io.stderr, `${requestLine(result)}\n`);
+    }
   } catch (error) {
     progress.clear();
-    writeText(io.stderr, `kcoral run ${args.tool}: ${describeError(error)}\n`);
+    writeText(
+      io.stderr,
+      failureLines(`kcoral run ${args.tool}`, describeError(error), error, args.url),
+    );
+    if (args.verbose && error instanceof KCoralError && error.requestId) {
+      writeText(io.stderr, `kcoral: request ${error.requestId}: HTTP ${error.statusCode}\n`);
+    }
     return 1;
   }
+}
+
+/**
+ * The `-v` line of a finished request: its id and the server's timings, to find it in the
+ * server's logs (`request_id` of `events.jsonl`, the Router's `request_finished`).
+ *
+ * @example
+ * ```ts
+ * import { requestLine } from "./execute.ts";
+ *
+ * const line = requestLine({
+ *   requestId: "7d4c", status: "COMPLETED", queueMs: 0.21, leaseWaitMs: 0, leaseHeldMs: 52.4,
+ *   elapsedMs: 60.04,
+ * });
+ * if (line !== "kcoral: request 7d4c: COMPLETED, queued 0.2 ms, GPU lease wait 0.0 ms, " +
+ *   "held 52.4 ms, elapsed 60.0 ms") throw new Error(line);
+ * ```
+ */
+export function requestLine(
+  result: {
+    requestId: string;
+    status: string;
+    queueMs: number;
+    leaseWaitMs: number;
+    leaseHeldMs: number;
+    elapsedMs: number;
+  },
+): string {
+  const ms = (value: number) => `${value.toFixed(1)} ms`;
+  return `kcoral: request ${result.requestId}: ${result.status}, queued ${ms(result.queueMs)}, ` +
+    `GPU lease wait ${ms(result.leaseWaitMs)}, held ${ms(result.leaseHeldMs)}, ` +
+    `elapsed ${ms(result.elapsedMs)}`;
 }
 
 /**

@@ -72,6 +72,7 @@ export function toolUsage(tool: ToolName): string {
   const output = info.profiler ? ["--out DIRECTORY"] : ["[--fetch PATH]", "[--out DIRECTORY]"];
   return _usage(`kcoral run ${tool}`, [
     "[-h]",
+    "[-v]",
     "[--url URL]",
     "[--host HOST]",
     "[--port PORT]",
@@ -121,6 +122,11 @@ export function toolHelp(tool: ToolName): string {
     "",
     "options:",
     _row("  -h, --help", "show this help message and exit"),
+    _row(
+      "  -v, --verbose",
+      "print the request id and the server's timings (queue, GPU lease wait and held, " +
+        "elapsed) on stderr when the run ends, to find the request in the server's logs",
+    ),
     _row(
       "  --url URL",
       "complete server URL, optionally HTTPS or with a path prefix (default: KCORAL_URL); " +
