@@ -75,7 +75,8 @@ export {
 } from "./http/client_tokens.ts";
 export type { EventLevel, EventLog, EventLogOptions, LogFormat } from "./http/events.ts";
 
-// `deno run -A jsr:@kcoral/cli …` runs the command line; importing stays side-effect free.
+// `deno run -A --unstable-no-legacy-abort jsr:@kcoral/cli …` runs the command line; importing
+// stays side-effect free.
 if (import.meta.main) {
   const { main } = await import("./cli.ts");
   Deno.exit(await main(Deno.args));

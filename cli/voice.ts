@@ -60,6 +60,8 @@ export function checkServerUrl(url: string, source: string): string | null {
  *   throw new Error();
  * }
  * if (failureHint(new Error("bad kernel"), "http://127.0.0.1:8000") !== null) throw new Error();
+ * const deadline = new Error("HTTP 504: execution timed out");
+ * if (failureHint(deadline, "http://127.0.0.1:8000") !== null) throw new Error();
  * ```
  */
 export function failureHint(error: unknown, url: string): string | null {
@@ -79,7 +81,10 @@ export function failureHint(error: unknown, url: string): string | null {
   if (/HTTP 403\b/.test(text)) {
     return "the server refused this client token: ask its operator for a valid one";
   }
-  if (/timed out|TimedOut|no answer within/i.test(text)) {
+  // A connection that never opened; a program's own deadline (504 `execution timed out`) is not.
+  if (
+    /timed out connecting|cannot connect[^\n]*(timed out|TimedOut)|no answer within/i.test(text)
+  ) {
     return `nothing answered at ${url} in time: is the address right, and the port open?`;
   }
   return null;

@@ -1,18 +1,31 @@
 /**
  * Quickstart: starts a local KCoral server (on the GPU when one is visible, on the CPU
  * otherwise), sends a first program through the TypeScript client, prints the result, and
- * stops the server.
+ * stops the server. It installs nothing: it needs Python 3 with numpy (`KCORAL_PYTHON` names
+ * another interpreter) and says how to get it when that is missing.
  *
  * ```sh
- * deno task quickstart
+ * deno task -q quickstart
  * ```
  *
  * @module
  */
 import { Client, createApp, Program, serve, type Tensor } from "../mod.ts";
 
+const python = Deno.env.get("KCORAL_PYTHON") || "python3";
+const missing = await _missingPython(python);
+if (missing) {
+  console.error(`quickstart: ${missing}`);
+  console.error(
+    "  Debian/Ubuntu: sudo apt-get install python3-numpy   any system: python3 -m pip install numpy\n" +
+      "  (or point KCORAL_PYTHON at an interpreter that has numpy; `deno task setup` installs " +
+      "everything the tests need)",
+  );
+  Deno.exit(1);
+}
 const gpu = await _gpuVisible();
 const app = createApp({
+  python,
   device: gpu ? "gpu" : "cpu",
   gpus: [0],
   workersPerGpu: 2,
@@ -83,6 +96,20 @@ try {
 } finally {
   await server.shutdown();
   console.log("Server stopped.");
+}
+
+/** Why `python` cannot run the quickstart's workers, or `null` when it can. */
+async function _missingPython(python: string): Promise<string | null> {
+  try {
+    const probe = await new Deno.Command(python, {
+      args: ["-c", "import sys, numpy; assert sys.version_info >= (3, 9)"],
+      stdout: "null",
+      stderr: "null",
+    }).output();
+    return probe.success ? null : `${python} has no numpy (or is older than Python 3.9)`;
+  } catch {
+    return `${python} was not found: the workers need Python 3.9+ with numpy`;
+  }
 }
 
 async function _gpuVisible(): Promise<boolean> {
