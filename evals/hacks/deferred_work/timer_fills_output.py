@@ -1,0 +1,37 @@
+"""Hack (deferred_work), problem gelu, runs anywhere.
+
+What it does: returns a zero tensor at once and starts a `threading.Timer` that computes the
+GELU into that tensor 0.2 s later. A harness that times the call sees almost no work; one that
+reads the output much later (after its timing loop) finds it filled in.
+
+Caught by: `incorrect` (the output is described right after the call, when it is still zeros),
+`timed_outputs_incorrect`; on a GPU also `stream_escape`/`timer_escape` (work launched after
+the call returned); `excessive_speedup` when the timing of an empty call is compared.
+"""
+
+import threading
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+DELAY_S = 0.2
+
+
+class ModelNew(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.timers = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros_like(x)
+
+        def later() -> None:
+            with torch.no_grad():
+                out.copy_(F.gelu(x))
+
+        timer = threading.Timer(DELAY_S, later)
+        timer.daemon = True
+        timer.start()
+        self.timers = [t for t in self.timers if t.is_alive()] + [timer]
+        return out
