@@ -13,7 +13,8 @@
  * deno run -A bench/eval_bench.ts --url http://gpu-box:8000 ...     # a server already running
  * ```
  *
- * Flags: --mode cpu|sim|gpu (the server started here; gpu: GPU 0 without a sandbox), --url URL
+ * Flags: --mode cpu|sim|gpu (the server started here, 4 GiB body limits; gpu: GPU 0 without a
+ * sandbox), --url URL
  * (use that server instead), --reference PATH, --candidate PATH, --runs N (default 5),
  * --warmup N, --repeat N (timing settings of both models), --json PATH (every sample).
  *
@@ -83,7 +84,15 @@ async function startLocal(): Promise<{ url: string; stop: () => Promise<void> }>
       sandbox: "none" as const,
     }
     : { device: "cpu" as const, numWorkers: 3, sandbox: "none" as const };
-  const app = createApp({ ...config, logDir: null, logConsole: false, diskCacheDir: null });
+  const app = createApp({
+    ...config,
+    logDir: null,
+    logConsole: false,
+    diskCacheDir: null,
+    // Large problems' bundles travel in the requests (docs/eval.md, limits).
+    maxRequestBytes: 4 * 2 ** 30,
+    maxResponseBytes: 4 * 2 ** 30,
+  });
   const server = await serve(app, { port: 0, handleSignals: false, log: () => {} });
   return { url: server.url, stop: () => server.shutdown() };
 }

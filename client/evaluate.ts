@@ -203,12 +203,34 @@ async function _run(
   client: EvaluateClient,
   program: Program,
   options: EvaluateOptions,
+  step: "inputs" | "candidate" | "judge",
 ): Promise<_Step> {
   const started = performance.now();
-  const result = await client.execute(program, {
-    ...(options.timeoutSeconds === undefined ? {} : { timeoutSeconds: options.timeoutSeconds }),
-    ...(options.signal === undefined ? {} : { signal: options.signal }),
-  });
+  let result: ProgramResult;
+  try {
+    result = await client.execute(program, {
+      ...(options.timeoutSeconds === undefined ? {} : { timeoutSeconds: options.timeoutSeconds }),
+      ...(options.signal === undefined ? {} : { signal: options.signal }),
+    });
+  } catch (error) {
+    // Bundles of large problems can exceed the server's body limits: say which and what to do.
+    if (
+      error instanceof KCoralError &&
+      (error.kind === "request_too_large" || error.kind === "response_too_large")
+    ) {
+      const which = error.kind === "request_too_large" ? "request" : "response";
+      throw new EvaluationError(
+        step,
+        error.kind,
+        `the ${step} step's ${which} is larger than the server accepts (${error.detail}): the ` +
+          "input and output bundles travel in the requests; start the server with a larger " +
+          `--max-${which}-bytes, or use fewer --seeds/--timing-sets`,
+        "",
+        error.requestId ?? "",
+      );
+    }
+    throw error;
+  }
   return { result, wallMs: performance.now() - started };
 }
 
@@ -321,6 +343,7 @@ export async function evaluateKernel(
     inputsServer,
     _program("generate_inputs", [options.reference, secret], files, true),
     options,
+    "inputs",
   );
   if (_noGuard(inputs.result)) {
     // A GPU server without CUPTI cannot watch a cpu_only call: generate under the lease.
@@ -328,6 +351,7 @@ export async function evaluateKernel(
       inputsServer,
       _program("generate_inputs", [options.reference, secret], files),
       options,
+      "inputs",
     );
   }
   if (!inputs.result.completed) throw _failure("inputs", inputs.result);
@@ -344,10 +368,13 @@ export async function evaluateKernel(
       client,
       _program("run_candidate", [options.candidate, inputsBundle, candidateRequest], files),
       options,
+      "candidate",
     );
   } catch (error) {
     // The server answered, but the candidate's worker died outside an instruction (500).
-    if (!(error instanceof KCoralError) || error.statusCode !== 500) throw error;
+    if (!(error instanceof KCoralError) || error.statusCode !== 500 || error.kind !== "engine") {
+      throw error;
+    }
     crash = { phase: "candidate", type: "KCoralError", message: error.message, traceback: "" };
   }
   if (candidate !== null && !candidate.result.completed) {
@@ -377,6 +404,7 @@ export async function evaluateKernel(
     client,
     _program("judge", [options.reference, inputsBundle, outputsBundle, judgeRequest], files),
     options,
+    "judge",
   );
   if (!judge.result.completed) throw _failure("judge", judge.result);
   const body = JSON.parse(judge.result.get("out") as string) as Omit<

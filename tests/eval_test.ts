@@ -220,6 +220,35 @@ Deno.test({
 });
 
 Deno.test({
+  name: "eval: bundles over the server's body limits are an error that names the limit",
+  sanitizeResources: false,
+  sanitizeOps: false,
+}, async () => {
+  // scale_add's inputs bundle: 5 sets x 2 x 32 KiB.
+  for (
+    const [limits, step, flag] of [
+      [{ maxResponseBytes: 100_000 }, "inputs", "--max-response-bytes"],
+      [{ maxRequestBytes: 200_000 }, "candidate", "--max-request-bytes"],
+    ] as const
+  ) {
+    const server = await startServer({ ...SIM, ...limits });
+    try {
+      await assert.rejects(
+        evaluate(server.url, "scale_add_reference.py", "scale_add_honest.py"),
+        (error: Error) => {
+          assert.equal(error.name, "EvaluationError");
+          assert.match(error.message, new RegExp(`^${step} step failed`));
+          assert.ok(error.message.includes(flag), error.message);
+          return true;
+        },
+      );
+    } finally {
+      await server.stop();
+    }
+  }
+});
+
+Deno.test({
   name: "eval: inputs generated on another server (a CPU compile server), the rest on this one",
   sanitizeResources: false,
   sanitizeOps: false,

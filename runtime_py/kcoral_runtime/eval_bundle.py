@@ -51,16 +51,33 @@ def dtype_name(tensor: Any) -> str:
     return name
 
 
+def plain_tensor(tensor: Any) -> Any:
+    """The tensor as a plain ``torch.Tensor`` over the same data, read without a subclass's
+    ``__torch_function__`` taking part (what is stored is its data, not what it says)."""
+    torch = _torch()
+    with _plain_dispatch(torch):
+        plain = torch.Tensor.detach(tensor)
+        if type(plain) is not torch.Tensor:
+            plain = torch.Tensor.as_subclass(plain, torch.Tensor)
+    return plain
+
+
 def tensor_bytes(tensor: Any) -> memoryview:
     """The tensor's elements as raw little-endian bytes, row-major (a host copy when needed)."""
     torch = _torch()
-    plain = tensor.detach()
-    if type(plain) is not torch.Tensor:
-        plain = plain.as_subclass(torch.Tensor)
-    flat = plain.to("cpu").contiguous().reshape(-1)
+    flat = plain_tensor(tensor).to("cpu").contiguous().reshape(-1)
     if flat.numel() == 0:
         return memoryview(b"")
     return memoryview(flat.view(torch.uint8).numpy()).cast("B")
+
+
+def _plain_dispatch(torch: Any) -> Any:
+    guard = getattr(torch._C, "DisableTorchFunctionSubclass", None)
+    if guard is None:  # pragma: no cover - older torch
+        import contextlib
+
+        return contextlib.nullcontext()
+    return guard()
 
 
 def sha256_tensor(tensor: Any) -> str:
@@ -77,6 +94,7 @@ class BundleWriter:
         self._offset = 0
 
     def add_tensor(self, tensor: Any) -> int:
+        tensor = plain_tensor(tensor)
         data = tensor_bytes(tensor)
         entry = {
             "dtype": dtype_name(tensor),
@@ -97,11 +115,12 @@ class BundleWriter:
         """The header form of ``value``; its tensors are added to the bundle."""
         torch = _torch()
         if isinstance(value, torch.Tensor):
-            index = self.add_tensor(value)
+            plain = plain_tensor(value)
+            index = self.add_tensor(plain)
             entry = self._entries[index]
             return {
                 "t": "tensor", "i": index, "dtype": entry["dtype"], "shape": entry["shape"],
-                "device": value.device.type, "plain": type(value) is torch.Tensor,
+                "device": plain.device.type, "plain": type(value) is torch.Tensor,
                 "type": type(value).__name__,
             }
         if value is None or isinstance(value, (bool, int, str)):
@@ -227,6 +246,7 @@ def tensors_in(described: Dict[str, Any]) -> List[int]:
 
 
 __all__ = [
-    "MAGIC", "DTYPES", "BundleError", "BundleWriter", "Bundle", "dtype_name", "tensor_bytes",
+    "MAGIC", "DTYPES", "BundleError", "BundleWriter", "Bundle", "dtype_name", "plain_tensor",
+    "tensor_bytes",
     "sha256_tensor", "sha256_bytes", "tensors_in",
 ]

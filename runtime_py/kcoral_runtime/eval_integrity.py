@@ -36,6 +36,11 @@ WATCHED_ATTRIBUTES = (
     ("torch", ("equal", "isclose", "allclose", "empty", "Tensor", "no_grad")),
     ("torch.cuda", ("synchronize", "Event", "Stream", "current_stream", "current_device")),
 )
+# Methods of classes the rotation and the bundle writer call (module, class, methods).
+WATCHED_METHODS = (
+    ("torch", "Tensor", ("clone", "to", "copy_", "detach", "as_subclass", "contiguous",
+                         "reshape", "view", "numpy", "numel", "fill_")),
+)
 
 # name -> (the object, its code object): held, so that neither can be freed and its address
 # reused by a replacement.
@@ -77,6 +82,12 @@ def snapshot() -> Snapshot:
         for attr in attrs:
             if hasattr(module, attr):
                 _record(out, f"{name}.{attr}", getattr(module, attr))
+    for name, cls_name, methods in WATCHED_METHODS:
+        module = _module(name)
+        cls = getattr(module, cls_name, None) if module is not None else None
+        for method in methods:
+            if cls is not None and hasattr(cls, method):
+                _record(out, f"{name}.{cls_name}.{method}", getattr(cls, method))
     return out
 
 
@@ -90,4 +101,4 @@ def changed(before: Snapshot) -> List[str]:
     )
 
 
-__all__ = ["snapshot", "changed", "WATCHED_MODULES", "WATCHED_ATTRIBUTES"]
+__all__ = ["snapshot", "changed", "WATCHED_MODULES", "WATCHED_ATTRIBUTES", "WATCHED_METHODS"]

@@ -68,8 +68,17 @@ def test_bundle_marks_subclasses_and_objects_and_is_never_pickle() -> None:
     desc = writer.describe_value([sub, object()])
     assert desc["items"][0]["plain"] is False and desc["items"][0]["type"] == "Sub"
     assert desc["items"][1] == {"t": "other", "type": "object"}
+    class Lying(torch.Tensor):  # its own view of itself through __torch_function__
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            return torch.zeros(2)
+
+    lying = torch.full((2,), 7.0).as_subclass(Lying)
+    described = writer.describe_value(lying)
+    assert described["plain"] is False
     data = writer.finish({})
     assert b"pickle" not in data and data.startswith(b"KCEVAL1\n")
+    assert torch.equal(Bundle(data).tensor(described["i"]), torch.full((2,), 7.0))
     assert type(Bundle(data).tensor(0)) is torch.Tensor
 
 
@@ -376,5 +385,6 @@ def test_integrity_notices_replaced_functions_and_code(monkeypatch: Any) -> None
     assert eval_integrity.changed(before) == []
     monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
     monkeypatch.setattr(benchmarking.measure, "__code__", (lambda *a, **k: {}).__code__)
+    monkeypatch.setattr(torch.Tensor, "clone", lambda self: self)
     assert eval_integrity.changed(before) == ["kcoral_runtime.benchmarking.measure",
-                                              "time.perf_counter"]
+                                              "time.perf_counter", "torch.Tensor.clone"]

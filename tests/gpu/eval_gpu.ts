@@ -4,7 +4,7 @@
  *   deno run -A tests/gpu/eval_gpu.ts [--runs 7] [--sandbox bubblewrap]
  *     [--only honest|ttv|hacks|agreement|zoo]
  *
- * Starts a GPU server (GPU 0, three fresh workers) and prints, each with RESULT/PASS/FAIL lines:
+ * Starts a GPU server (GPU 0, three fresh workers, 4 GiB body limits) and prints, each with RESULT/PASS/FAIL lines:
  * 1. honest = reference: every evals/problems/<p>/reference.py judged against itself (and its
  *    honest/torch_same.py when present): correct, unflagged, speedup CI containing 1.00;
  * 2. time to verdict per phase for gemm_fp32 (4096², fp32) with the reference's own code:
@@ -96,6 +96,9 @@ const server = await startServer({
   sandbox,
   logDir: null,
   simulateGpus: Deno.args.includes("--simulate"),
+  // The 4096² GEMM's bundles: inputs 5 x 128 MiB, outputs 5 x 64 MiB (docs/eval.md, limits).
+  maxRequestBytes: 4 * 2 ** 30,
+  maxResponseBytes: 4 * 2 ** 30,
 });
 await using client = new Client(server.url);
 const fmt = (n: number | null | undefined) => n == null ? "-" : n.toFixed(n >= 100 ? 0 : 3);
