@@ -695,7 +695,7 @@ Deno.test("kcoral mcp --help, --version and malformed command lines serve nothin
   assert.equal(scheme.code, 2);
   assert.match(
     scheme.stderr,
-    /kcoral mcp: error: --url must be an http or https URL: ftp:\/\/x\n$/,
+    /kcoral mcp: error: argument --url: not an http:\/\/ or https:\/\/ URL: 'ftp:\/\/x'\n$/,
   );
   const unknown = await run(["--bogus"]);
   assert.equal(unknown.code, 2);
