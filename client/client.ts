@@ -44,7 +44,7 @@ import { pyListRepr } from "../protocol/python_repr.ts";
 import { pySorted } from "../protocol/python_str.ts";
 import { KCoralError, ProtocolError, TransportError, ValidationError } from "./errors.ts";
 import { Program } from "./program.ts";
-import { type EvaluateOptions, evaluateKernel } from "./evaluate.ts";
+import { evaluateKernel, type EvaluateOptions } from "./evaluate.ts";
 import type { Verdict } from "./verdict.ts";
 import type { ExecuteOptions, TransferProgress } from "./program_options.ts";
 import { ProgramResult, RESULT_FACTORIES } from "./result.ts";
