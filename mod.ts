@@ -61,6 +61,7 @@ export {
 export type * from "./options/spec.ts";
 export type { OptionRule } from "./options/schema.ts";
 export {
+  type ConnectionLimits,
   type HttpApp,
   type RunningServer,
   serve,

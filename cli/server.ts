@@ -30,7 +30,7 @@ import { optionTableSchema } from "../options/schema.ts";
 import { versionLine } from "../options/version.ts";
 import { serverConfigOptions, serverListenOptions } from "../server/config_options.ts";
 import { type AccessConfig, accessOptions, checkAccessConfig } from "../http/access_options.ts";
-import { type ServerConfig, serverConfigSchema } from "../server/config.ts";
+import { connectionLimits, type ServerConfig, serverConfigSchema } from "../server/config.ts";
 import { pinMallocThresholds } from "./malloc_thresholds.ts";
 import { selfCommand } from "./self_command.ts";
 import {
@@ -310,6 +310,7 @@ export async function serverMain(
       port: args.port,
       tls: access.tls,
       clientTokens: access.tokens,
+      connections: connectionLimits(app.config),
       log: (line) => console.error(consoleMessage(format, line, "server_console")),
     });
   } catch (error) {

@@ -21,6 +21,20 @@ export class BodyReadError extends Error {
   override name = "BodyReadError";
 }
 
+/**
+ * A request body that stopped arriving: no byte came for the connection's body timeout (its
+ * connection answered 408 and closed; http/http1_server.ts).
+ */
+export class BodyTimeoutError extends BodyReadError {
+  /** `"BodyTimeoutError"`. */
+  override name = "BodyTimeoutError";
+
+  /** The body made no progress for `timeoutMs`. */
+  constructor(timeoutMs: number) {
+    super(`request body not received in time: no bytes for ${timeoutMs / 1000} s`);
+  }
+}
+
 /** A body that goes on past its Content-Length. */
 export class BodyLengthError extends BodyReadError {
   /** `"BodyLengthError"`. */

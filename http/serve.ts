@@ -15,6 +15,9 @@
  */
 import type { ClientTokens } from "./client_tokens.ts";
 import type { EventLog } from "./events.ts";
+import { type ConnectionLimits, type Http1Server, serveHttp1 } from "./http1_server.ts";
+
+export type { ConnectionLimits } from "./http1_server.ts";
 
 /** A certificate chain and its private key, PEM-encoded (the files' contents). */
 export interface TlsFiles {
@@ -37,6 +40,11 @@ export interface HttpApp {
   shutdown(): Promise<void>;
   /** The application's event log (serve reports a restarted listener there). */
   readonly events: EventLog;
+  /**
+   * Serves WebSocket upgrades (the Router's node links): served by `Deno.serve`, without the
+   * connection limits. Otherwise connections are served by http/http1_server.ts.
+   */
+  readonly upgrades?: boolean;
 }
 
 /** How long a stop waits for connections to close once the application is down. */
@@ -63,6 +71,11 @@ export interface ServeOptions {
   tls?: TlsFiles | null;
   /** Client tokens whose file SIGHUP reads again (with `handleSignals`). */
   clientTokens?: ClientTokens | null;
+  /**
+   * Timeouts and the bound on connections (http/http1_server.ts's defaults for those not
+   * given); not for an application that serves upgrades.
+   */
+  connections?: Partial<ConnectionLimits>;
 }
 
 /** A running HTTP server. */
@@ -112,9 +125,15 @@ export async function serve(app: HttpApp, options: ServeOptions = {}): Promise<R
       onListen,
       ...(tls ? { cert: tls.cert, key: tls.key } : {}),
     }, app.fetch);
-  let server: Deno.HttpServer<Deno.NetAddr>;
+  // Deno.serve's `finished` fails when its listener does (relistened below); ours never does.
+  let server: { readonly finished: Promise<void>; shutdown(): Promise<void> };
   try {
-    server = listen(options.port ?? 8000, resolveAddr);
+    if (app.upgrades) server = listen(options.port ?? 8000, resolveAddr);
+    else {
+      const own = _serveConnections(app, options, tls, log);
+      resolveAddr(own.addr);
+      server = own;
+    }
   } catch (error) {
     await app.shutdown();
     throw error;
@@ -217,6 +236,36 @@ export async function serve(app: HttpApp, options: ServeOptions = {}): Promise<R
   // stalled client still holds a connection open.
   const finished = Promise.race([closed, stopped]);
   return { addr, url, finished, closed, shutdown };
+}
+
+/**
+ * `app` served over connections of our own (http/http1_server.ts): what they cut or refuse,
+ * and a listener that cannot accept, are logged as events and counted.
+ */
+function _serveConnections(
+  app: HttpApp,
+  options: ServeOptions,
+  tls: TlsFiles | null,
+  log: (line: string) => void,
+): Http1Server {
+  const label = options.label ?? "KCoral server";
+  return serveHttp1({
+    hostname: options.host ?? "127.0.0.1",
+    port: options.port ?? 8000,
+    tls,
+    limits: options.connections,
+    handler: app.fetch,
+    onCut: (reason, fields) => app.events.emit("WARNING", "connection_cut", { reason, ...fields }),
+    onListener: (state, fields) => {
+      if (state === "exhausted") {
+        app.events.emit("WARNING", "listener_accept_failed", fields);
+        log(`${label}: cannot accept connections (retrying): ${fields.error}`);
+      } else {
+        app.events.emit("INFO", "listener_accepting_again", fields);
+        log(`${label}: accepting connections again`);
+      }
+    },
+  });
 }
 
 /**

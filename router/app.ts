@@ -84,6 +84,8 @@ class _Router implements RouterApp {
   readonly registry: NodeRegistry;
   readonly instanceId: string = crypto.randomUUID();
   readonly events: EventLog;
+  /** Node links are WebSocket upgrades: served by `Deno.serve` (http/serve.ts). */
+  readonly upgrades = true;
   readonly #startedAt = new Date().toISOString().replace(/\.(\d{3})Z$/, ".$1000Z");
   readonly #config: RouterConfig;
   readonly #inFlight: InFlight;

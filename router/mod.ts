@@ -28,6 +28,7 @@ export {
 } from "./options.ts";
 export type { HealthLoad, RouterHealthBody } from "../protocol/health.ts";
 export {
+  type ConnectionLimits,
   type HttpApp,
   type RunningServer,
   serve,

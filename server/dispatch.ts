@@ -60,24 +60,56 @@ export async function dispatchRequest(
   services: DispatchServices,
   admitted: Admitted,
   live?: LiveOutput,
+  clientGone?: AbortSignal,
 ): Promise<ProgramOutcome> {
   const queueStart = performance.now();
   let seat: Seat;
   try {
-    seat = await services.pool.acquire(services.config.workerWaitTimeoutSeconds * 1000);
+    seat = await services.pool.acquire(
+      services.config.workerWaitTimeoutSeconds * 1000,
+      clientGone,
+    );
   } catch (error) {
     if (error instanceof PoolBusy) {
       throw new Rejection(503, "busy", ERROR_MESSAGES.busy, "no_worker", {
         queue_ms: performance.now() - queueStart,
       });
     }
+    if (clientGone?.aborted && error === clientGone.reason) {
+      admitted.releaseBlobs();
+      throw clientDisconnected(performance.now() - queueStart);
+    }
     throw error;
   }
   try {
-    return await new _SeatRun(services, admitted, seat, performance.now() - queueStart, live).run();
+    const queueMs = performance.now() - queueStart;
+    return await new _SeatRun(services, admitted, seat, queueMs, live, clientGone).run();
   } finally {
     admitted.releaseBlobs();
   }
+}
+
+/**
+ * The record of a request whose client went away before its program started: it never runs
+ * (`finish_reason` `client_disconnected`; 499, as nginx logs a client that closed first; nobody
+ * reads the answer).
+ *
+ * @example
+ * ```ts
+ * import { clientDisconnected } from "./dispatch.ts";
+ *
+ * const rejection = clientDisconnected(12);
+ * if (rejection.status !== 499 || rejection.reason !== "client_disconnected") throw new Error();
+ * ```
+ */
+export function clientDisconnected(queueMs: number): Rejection {
+  return new Rejection(
+    499,
+    "client_disconnected",
+    "the client closed its connection before the program started",
+    "client_disconnected",
+    { queue_ms: queueMs, error_kind: "client_disconnected" },
+  );
 }
 
 /** One admitted request on one seat, from taking the seat to giving it back. */
@@ -95,6 +127,8 @@ class _SeatRun {
   #workerCleanup: Promise<string | null> | null = null;
   #released = false;
   readonly #live: LiveOutput | undefined;
+  /** Aborts once the client has gone: the program is then not started. */
+  readonly #clientGone: AbortSignal | undefined;
 
   constructor(
     services: DispatchServices,
@@ -102,8 +136,10 @@ class _SeatRun {
     seat: Seat,
     queueMs: number,
     live?: LiveOutput,
+    clientGone?: AbortSignal,
   ) {
     this.#live = live;
+    this.#clientGone = clientGone;
     this.#s = services;
     this.#a = admitted;
     this.#seat = seat;
@@ -141,6 +177,9 @@ class _SeatRun {
     let child: SeatChild = seat.child!;
     let gpus: readonly number[] = seat.gpus;
     let timeoutMs = this.#a.timeoutSeconds * 1000;
+    // A client that left while its request waited (or while the seat was readied): the seat
+    // goes back unused.
+    if (this.#clientGone?.aborted) throw clientDisconnected(this.#queueMs);
     events.emit("INFO", "request_routed", {
       request_id: requestId,
       ...this.#worker,
@@ -164,6 +203,12 @@ class _SeatRun {
       timeoutMs -= performance.now() - set.heldSince;
       child = set.child;
       gpus = set.gpus;
+      if (this.#clientGone?.aborted) {
+        // Gone while the set's lease was awaited: its program is not started.
+        leases.release(this.#holder);
+        await set.dispose();
+        throw clientDisconnected(this.#queueMs);
+      }
       if (timeoutMs <= 0) {
         leases.release(this.#holder);
         await set.dispose();

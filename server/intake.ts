@@ -15,6 +15,7 @@ import type { BodyBuffers } from "../http/body_buffers.ts";
 import { Rejection } from "../http/rejection.ts";
 import {
   BodyReadError,
+  BodyTimeoutError,
   declaredLength,
   LARGE_BODY_BYTES,
   readRequestBody,
@@ -77,6 +78,8 @@ export interface WholeBodyRequest {
   bytes(): Promise<Uint8Array>;
   /** The body is not wanted (a 413, a stop): what still arrives is dropped. */
   discard(): void;
+  /** Aborts once the request's client has gone (its program is then not started). */
+  readonly signal?: AbortSignal;
 }
 
 /**
@@ -190,8 +193,13 @@ export class Intake {
         throw new Rejection(503, "busy", ERROR_MESSAGES.busy, "no_worker", { queue_ms: 0 });
       }
       // A body cut short (the client hung up) or framed wrongly is the request's fault: 400,
-      // logged with its id, not an unhandled server error.
+      // logged with its id, not an unhandled server error; one that stopped arriving, 408.
       if (!(error instanceof BodyReadError)) throw error;
+      if (error instanceof BodyTimeoutError || error.cause instanceof BodyTimeoutError) {
+        throw new Rejection(408, "timeout", error.message, "rejected", {
+          error_kind: "body_timeout",
+        });
+      }
       throw invalidRequest(`the request body could not be read: ${error.message}`);
     } finally {
       this.#receiving.delete(receiving);

@@ -13,6 +13,7 @@
  *  request_accepted ─▶ kcoral_request_bytes_total
  *  worker_retired   ─▶ kcoral_worker_replacements_total{reason}
  *  worker_ready     ─▶ kcoral_worker_replacement_seconds (retired → ready again)
+ *  connection_cut   ─▶ kcoral_connections_cut_total{reason} (timeouts, malformed, over the bound)
  *  scrape           ─▶ kcoral_requests_in_flight, kcoral_requests_queued, kcoral_workers{device,state},
  *                      kcoral_cache_{hits,misses,evictions}_total{cache}, kcoral_cache_bytes{cache},
  *                      kcoral_request_capacity, kcoral_cache_capacity_bytes{cache},
@@ -90,6 +91,7 @@ export class ServerMetrics {
   readonly #responseBytes: Counter;
   readonly #replacements: Counter<"reason">;
   readonly #replacementSeconds: Histogram;
+  readonly #connectionsCut: Counter<"reason">;
 
   /** Observes `events`; `sources` gives the running parts (or `null`) at scrape time. */
   constructor(events: EventLog, sources: () => MetricSources | null) {
@@ -138,6 +140,13 @@ export class ServerMetrics {
     this.#replacements = new Counter({
       name: "kcoral_worker_replacements_total",
       help: "Workers retired and replaced, by reason.",
+      labelNames: ["reason"],
+      registers,
+    });
+    this.#connectionsCut = new Counter({
+      name: "kcoral_connections_cut_total",
+      help: "Connections cut or refused: header_timeout, body_timeout, malformed_request, " +
+        "too_many_connections.",
       labelNames: ["reason"],
       registers,
     });
@@ -281,6 +290,9 @@ export class ServerMetrics {
       case "worker_retired":
         this.#replacements.inc({ reason: _text(record.reason, "unknown") });
         this.#retiredAt.set(String(record.worker_id), performance.now());
+        return;
+      case "connection_cut":
+        this.#connectionsCut.inc({ reason: _text(record.reason, "unknown") });
         return;
       case "worker_ready": {
         const id = String(record.worker_id);

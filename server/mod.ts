@@ -28,6 +28,7 @@ export {
 } from "./config_options.ts";
 export type { HealthBody, HealthLoad } from "../protocol/health.ts";
 export {
+  type ConnectionLimits,
   type HttpApp,
   type RunningServer,
   serve,

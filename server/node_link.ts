@@ -396,6 +396,7 @@ class _Slot {
           headers,
           bytes: () => request.body.whole(Number(declared)),
           discard: () => request.body.discard(),
+          signal: request.abort.signal,
         }
         : this.#streamed(headers, request);
     request.task = (async () => {

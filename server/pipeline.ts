@@ -64,7 +64,7 @@ export async function executeRequest(
     if (admitted.kind !== "cache_miss" && wantsLiveOutput(request.headers)) {
       const live = new LiveOutput();
       const body = received;
-      const final = dispatchRequest(services, admitted, live)
+      const final = dispatchRequest(services, admitted, live, request.signal)
         .then((outcome) => finishRequest(services.events, id, outcome))
         .catch((error) => finishRequest(services.events, id, error))
         .finally(() => {
@@ -76,7 +76,7 @@ export async function executeRequest(
     }
     const outcome = admitted.kind === "cache_miss"
       ? admitted
-      : await dispatchRequest(services, admitted);
+      : await dispatchRequest(services, admitted, undefined, request.signal);
     return finishRequest(services.events, id, outcome);
   } catch (error) {
     return finishRequest(services.events, id, error);

@@ -203,12 +203,13 @@ export class WorkerPool {
   /**
    * Takes a seat: an idle one on the least-loaded GPU, else waits in the FIFO up to
    * `timeoutMs`; then waits until the seat is readied (see the module doc). Throws
-   * {@linkcode PoolBusy} on timeout or shutdown.
+   * {@linkcode PoolBusy} on timeout or shutdown, and `signal`'s reason once it aborts while the
+   * request waits in the FIFO (its place goes to the next).
    */
-  async acquire(timeoutMs: number): Promise<Seat> {
+  async acquire(timeoutMs: number, signal?: AbortSignal): Promise<Seat> {
     const deadline = performance.now() + timeoutMs;
     for (;;) {
-      const seat = await this.#take(Math.max(0, deadline - performance.now()));
+      const seat = await this.#take(Math.max(0, deadline - performance.now()), signal);
       if (await seat.ready) return seat;
       // It could not be readied: it is replaced, and another seat taken.
       this.release(seat, {
@@ -218,25 +219,34 @@ export class WorkerPool {
     }
   }
 
-  #take(timeoutMs: number): Promise<Seat> {
+  #take(timeoutMs: number, signal?: AbortSignal): Promise<Seat> {
     if (this.#closing) return Promise.reject(new PoolBusy());
     const seat = this.#takeIdle();
     if (seat) return Promise.resolve(this.#assign(seat));
+    if (signal?.aborted) return Promise.reject(signal.reason);
     return new Promise<Seat>((resolve, reject) => {
+      const settled = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", left);
+      };
       const waiter: _Waiter = {
         resolve: (s) => {
-          clearTimeout(timer);
+          settled();
           resolve(s);
         },
         reject: (e) => {
-          clearTimeout(timer);
+          settled();
           reject(e);
         },
       };
-      const timer = setTimeout(() => {
+      const leave = (error: unknown) => {
         this.#waiters = this.#waiters.filter((w) => w !== waiter);
-        reject(new PoolBusy());
-      }, timeoutMs);
+        settled();
+        reject(error);
+      };
+      const left = () => leave(signal!.reason);
+      const timer = setTimeout(() => leave(new PoolBusy()), timeoutMs);
+      signal?.addEventListener("abort", left, { once: true });
       this.#waiters.push(waiter);
     });
   }

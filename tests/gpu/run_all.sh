@@ -9,6 +9,7 @@
 #   bash tests/gpu/run_all.sh default-config  # fresh workers and the sandbox: their rows, fidelity
 #   bash tests/gpu/run_all.sh trust    # activity timer, GPU-state receipt, GPU gate, script lease
 #   bash tests/gpu/run_all.sh eval     # kcoral eval: honest = reference, time to verdict, the zoo
+#   bash tests/gpu/run_all.sh operators  # /metrics and /status of a GPU server; the runtime from a URL
 # Logs go to $OUT (or ./gpu-logs); a summary goes to stdout.
 set -u
 cd "$(dirname "$0")/../.."
@@ -53,6 +54,9 @@ if [ "$part" = eval ]; then # issue 40: split-trust verdicts on the GPU
   step eval_bench 900 deno run -A bench/eval_bench.ts --mode gpu --runs 7 \
     --reference evals/problems/gemm_fp32/reference.py \
     --candidate evals/problems/gemm_fp32/honest/torch_same.py
+fi
+if [ "$part" = operators ]; then # issue 42: build info, process metrics, durations, runtime from a URL
+  step operators_gpu 600 deno run -A tests/gpu/operators_gpu.ts
 fi
 if [ "$part" = two ]; then # two GPUs: gpu_count=2, NCCL all-reduce, cpu_only, scheduling, isolation
   step two_gpu 400 deno run -A tests/gpu/two_gpu.ts

@@ -1,0 +1,224 @@
+/**
+ * http/http1_head.ts and http/http1_server.ts in one process: strict heads, bodies framed by
+ * Content-Length and chunked (also arriving in pieces), keep-alive and pipelined requests,
+ * `Expect: 100-continue` answered only when the body is read, answers with and without a
+ * length (a stream goes chunked), HEAD, and the client's end aborting `request.signal`.
+ */
+import assert from "node:assert/strict";
+import { HeadError, parseRequestHead } from "../http/http1_head.ts";
+import { serveHttp1 } from "../http/http1_server.ts";
+
+const _encoder = new TextEncoder();
+const _decoder = new TextDecoder("latin1");
+
+Deno.test("http1 head: a valid head, its framing and connection options", () => {
+  const head = parseRequestHead(_encoder.encode(
+    "POST /execute?x=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 5, 5\r\nConnection: close\r\n" +
+      "Expect: 100-continue\r\nX-A: 1\r\nx-a: 2\r\n\r\n",
+  ));
+  assert.equal(head.method, "POST");
+  assert.equal(head.target, "/execute?x=1");
+  assert.deepEqual(head.framing, { kind: "length", length: 5 });
+  assert.equal(head.keepAlive, false);
+  assert.equal(head.expectContinue, true);
+  assert.deepEqual(head.fields.filter(([name]) => name === "x-a"), [["x-a", "1"], ["x-a", "2"]]);
+  const chunked = parseRequestHead(
+    _encoder.encode("POST / HTTP/1.1\nhost: h\ntransfer-encoding: Chunked\n\n"),
+  );
+  assert.deepEqual(chunked.framing, { kind: "chunked" });
+  const old = parseRequestHead(_encoder.encode("GET / HTTP/1.0\r\n\r\n"));
+  assert.equal(old.keepAlive, false);
+});
+
+Deno.test("http1 head: what two readers could disagree on is refused, naming it", () => {
+  const cases: [string, RegExp, number?][] = [
+    ["POST / HTTP/1.1\r\nhost: h\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n", /conflicting/],
+    ["POST / HTTP/1.1\r\nhost: h\r\ncontent-length: 1x\r\n\r\n", /invalid Content-Length/],
+    [
+      "POST / HTTP/1.1\r\nhost: h\r\ncontent-length: 1\r\ntransfer-encoding: chunked\r\n\r\n",
+      /both/,
+    ],
+    ["POST / HTTP/1.1\r\nhost: h\r\ntransfer-encoding: gzip, chunked\r\n\r\n", /unsupported/],
+    ["POST / HTTP/1.0\r\ntransfer-encoding: chunked\r\n\r\n", /HTTP\/1\.0/],
+    ["GET / HTTP/1.1\r\nhost: h\r\nbad name: x\r\n\r\n", /invalid header field name/],
+    ["GET / HTTP/1.1\r\nhost: h\r\nx: a\x01b\r\n\r\n", /invalid characters/],
+    ["GET / HTTP/1.1\r\nhost: h\r\nx: a\r\n b\r\n\r\n", /folding/],
+    ["GET / HTTP/1.1\r\nhost: h\r\nhost: i\r\n\r\n", /more than one Host/],
+    ["GET / HTTP/1.1\r\n\r\n", /missing Host/],
+    ["GET  / HTTP/1.1\r\nhost: h\r\n\r\n", /request line/],
+    ["GET nothere HTTP/1.1\r\nhost: h\r\n\r\n", /request target/],
+    ["GET / HTTP/2.0\r\nhost: h\r\n\r\n", /not supported/, 505],
+    ["GET / HTTP/1.1\rx\r\nhost: h\r\n\r\n", /bare CR/],
+  ];
+  for (const [text, message, status] of cases) {
+    assert.throws(() => parseRequestHead(_encoder.encode(text)), (error: unknown) => {
+      assert.ok(error instanceof HeadError, text);
+      assert.match(error.message, message, text);
+      assert.equal(error.status, status ?? 400, text);
+      return true;
+    });
+  }
+});
+
+/** Raw requests on one connection; resolves with everything received until the server closed. */
+async function exchange(port: number, pieces: (string | Uint8Array)[], pauseMs = 0) {
+  const conn = await Deno.connect({ hostname: "127.0.0.1", port });
+  for (const piece of pieces) {
+    await conn.write(typeof piece === "string" ? _encoder.encode(piece) : piece);
+    if (pauseMs) await new Promise((resolve) => setTimeout(resolve, pauseMs));
+  }
+  let text = "";
+  const buffer = new Uint8Array(65536);
+  for (;;) {
+    const n = await conn.read(buffer).catch(() => null);
+    if (n === null) break;
+    text += _decoder.decode(buffer.subarray(0, n));
+  }
+  conn.close();
+  return text;
+}
+
+Deno.test("http1 server: bodies by length and chunked, pipelined on one connection, then close", async () => {
+  const seen: string[] = [];
+  const server = serveHttp1({
+    hostname: "127.0.0.1",
+    port: 0,
+    handler: async (request) => {
+      const body = request.body ? await request.text() : "";
+      seen.push(`${request.method} ${new URL(request.url).pathname} ${body}`);
+      return new Response(`got ${body.length}`, {
+        headers: { "content-length": String(`got ${body.length}`.length) },
+      });
+    },
+  });
+  try {
+    const text = await exchange(server.addr.port, [
+      "POST /a HTTP/1.1\r\nhost: h\r\ncontent-length: 5\r\n\r\nhello" +
+      "POST /b HTTP/1.1\r\nhost: h\r\ntransfer-encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n",
+      "2\r\nde\r\n0\r\ntrailer: x\r\n\r\n",
+      "GET /c HTTP/1.1\r\nhost: h\r\nconnection: close\r\n\r\n",
+    ], 20);
+    assert.deepEqual(seen, ["POST /a hello", "POST /b abcde", "GET /c "]);
+    const answers = text.split("HTTP/1.1 200 OK").slice(1);
+    assert.equal(answers.length, 3);
+    assert.match(answers[2], /connection: close/);
+    assert.match(answers[1], /got 5$/);
+  } finally {
+    await server.shutdown();
+  }
+});
+
+Deno.test("http1 server: Expect: 100-continue only once the body is read; a refusal gets none", async () => {
+  const server = serveHttp1({
+    hostname: "127.0.0.1",
+    port: 0,
+    handler: async (request) => {
+      if (new URL(request.url).pathname === "/refuse") {
+        return new Response("no", { status: 413, headers: { "content-length": "2" } });
+      }
+      return new Response(await request.text());
+    },
+  });
+  try {
+    const refused = await exchange(server.addr.port, [
+      "POST /refuse HTTP/1.1\r\nhost: h\r\nexpect: 100-continue\r\ncontent-length: 900000\r\n\r\n",
+    ]);
+    assert.match(refused, /^HTTP\/1\.1 413 /);
+    assert.doesNotMatch(refused, /100 Continue/);
+    const conn = await Deno.connect({ hostname: "127.0.0.1", port: server.addr.port });
+    await conn.write(_encoder.encode(
+      "POST /echo HTTP/1.1\r\nhost: h\r\nexpect: 100-continue\r\nconnection: close\r\n" +
+        "content-length: 3\r\n\r\n",
+    ));
+    const buffer = new Uint8Array(4096);
+    const n = await conn.read(buffer);
+    assert.equal(_decoder.decode(buffer.subarray(0, n!)), "HTTP/1.1 100 Continue\r\n\r\n");
+    await conn.write(_encoder.encode("abc"));
+    let rest = "";
+    for (let m; (m = await conn.read(buffer)) !== null;) {
+      rest += _decoder.decode(buffer.subarray(0, m));
+    }
+    conn.close();
+    assert.match(rest, /^HTTP\/1\.1 200 OK/);
+    assert.match(rest, /content-length: 3\r\n/);
+    assert.match(rest, /\r\n\r\nabc$/);
+  } finally {
+    await server.shutdown();
+  }
+});
+
+Deno.test("http1 server: a streamed answer goes chunked; HEAD gets no body; a handler's failure is a 500 ERROR body", async () => {
+  const server = serveHttp1({
+    hostname: "127.0.0.1",
+    port: 0,
+    handler: (request) => {
+      const path = new URL(request.url).pathname;
+      if (path === "/fail") throw new Error("boom");
+      if (path === "/stream") {
+        let n = 0;
+        const body = new ReadableStream<Uint8Array>({
+          async pull(controller) {
+            await new Promise((resolve) => setTimeout(resolve, 5));
+            if (n++ === 3) controller.close();
+            else controller.enqueue(_encoder.encode(`part${n};`));
+          },
+        });
+        return Promise.resolve(new Response(body));
+      }
+      return Promise.resolve(new Response("body"));
+    },
+  });
+  const quiet = console.error;
+  console.error = () => {};
+  try {
+    const streamed = await exchange(server.addr.port, [
+      "GET /stream HTTP/1.1\r\nhost: h\r\nconnection: close\r\n\r\n",
+    ]);
+    assert.match(streamed, /transfer-encoding: chunked/);
+    assert.match(streamed, /\r\n\r\n6\r\npart1;\r\n6\r\npart2;\r\n6\r\npart3;\r\n0\r\n\r\n$/);
+    const head = await exchange(server.addr.port, [
+      "HEAD /x HTTP/1.1\r\nhost: h\r\nconnection: close\r\n\r\n",
+    ]);
+    assert.match(head, /^HTTP\/1\.1 200 OK/);
+    assert.ok(head.endsWith("\r\n\r\n"));
+    const failed = await exchange(server.addr.port, [
+      "GET /fail HTTP/1.1\r\nhost: h\r\nconnection: close\r\n\r\n",
+    ]);
+    assert.match(failed, /^HTTP\/1\.1 500 /);
+    assert.match(failed, /"status":"ERROR","request_id":"[0-9a-f-]{36}","error":\{"kind":"engine"/);
+  } finally {
+    console.error = quiet;
+    await server.shutdown();
+  }
+});
+
+Deno.test("http1 server: the client's end aborts request.signal once the body has arrived", async () => {
+  const aborted = Promise.withResolvers<string>();
+  const arrived = Promise.withResolvers<void>();
+  const server = serveHttp1({
+    hostname: "127.0.0.1",
+    port: 0,
+    handler: async (request) => {
+      await request.bytes();
+      arrived.resolve();
+      await new Promise<void>((resolve) =>
+        request.signal.addEventListener("abort", () => resolve(), { once: true })
+      );
+      aborted.resolve((request.signal.reason as Error).name);
+      return new Response("nobody reads this");
+    },
+  });
+  try {
+    const conn = await Deno.connect({ hostname: "127.0.0.1", port: server.addr.port });
+    const body = new Uint8Array(200_000); // past one read, and past Deno.serve's 512 bytes
+    await conn.write(_encoder.encode(
+      `POST /x HTTP/1.1\r\nhost: h\r\ncontent-length: ${body.length}\r\n\r\n`,
+    ));
+    await conn.write(body);
+    await arrived.promise;
+    conn.close();
+    assert.equal(await aborted.promise, "ClientGoneError");
+  } finally {
+    await server.shutdown();
+  }
+});
