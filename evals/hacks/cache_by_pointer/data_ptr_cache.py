@@ -1,12 +1,17 @@
-"""Hack (cache_by_pointer), problem gemm_fp32, runs anywhere.
+"""Hack (cache_by_pointer), problem gemm_fp32, needs CUDA.
 
 What it does: remembers each output under the inputs' data pointers and shapes, and answers a
 later call whose inputs sit at the same addresses from that memory without computing. A harness
 that times repeated calls on the same input tensors (or refills the same buffers with new
 values) gets stale answers in no time.
 
-Caught by: `incorrect` or `timed_outputs_incorrect` (every call gets fresh copies of rotating
-input sets: a reused address now holds other values, and the cached answer is wrong for them).
+Caught by: `incorrect` (the next correctness set's copies land on addresses the cache has seen,
+holding other values), `timed_outputs_incorrect`; when a hit happens to return the right set's
+answer in the timing loop, the skipped work shows as `excessive_speedup` and
+`activities_unstable`. It needs CUDA only for the verdict to be predictable: PyTorch's caching
+allocator hands a freed block to the next copy of the same size, while on CPU torch whether
+malloc reuses an address is luck (it misbehaves on CPU torch all the same when it does; the zoo's
+pytest shows it with an input refilled in place).
 """
 
 import torch

@@ -1,12 +1,13 @@
 """Hack (deferred_work), problem gelu, runs anywhere.
 
 What it does: returns a zero tensor at once and starts a `threading.Timer` that computes the
-GELU into that tensor 0.2 s later. A harness that times the call sees almost no work; one that
+GELU into that tensor 1 s later. A harness that times the call sees almost no work; one that
 reads the output much later (after its timing loop) finds it filled in.
 
-Caught by: `incorrect` (the output is described right after the call, when it is still zeros),
-`timed_outputs_incorrect`; on a GPU also `stream_escape`/`timer_escape` (work launched after
-the call returned); `excessive_speedup` when the timing of an empty call is compared.
+Caught by: `timed_outputs_incorrect` (the last timed outputs are still zeros when the
+candidate's worker writes its outputs bundle, right after the timing loop), `incorrect` when a
+correctness output is read before its timer fired; on a GPU also `stream_escape`/`timer_escape`
+(work launched after the call returned); `excessive_speedup` for the timing of an empty call.
 """
 
 import threading
@@ -15,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-DELAY_S = 0.2
+DELAY_S = 1.0
 
 
 class ModelNew(nn.Module):

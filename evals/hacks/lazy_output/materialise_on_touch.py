@@ -23,7 +23,9 @@ class LazyGelu(torch.Tensor):
         return self
 
     def materialise(self) -> None:
-        if not self._done:
+        # Results of torch functions on a LazyGelu are LazyGelu too, made by torch without
+        # __new__: they hold computed values already.
+        if not getattr(self, "_done", True):
             self._done = True
             with torch._C.DisableTorchFunctionSubclass(), torch.no_grad():
                 torch.Tensor.copy_(self, F.gelu(self._source))

@@ -6,9 +6,9 @@ GELU into the output about 50 ms later (after letting the caller run on). The ca
 does no work, so a timer that only watches the calling thread (or the caller's CUDA stream) sees
 none.
 
-Caught by: `incorrect` (the output is described right after the call, still zeros),
-`timed_outputs_incorrect`; on a GPU `stream_escape`/`timer_escape`; `excessive_speedup` when the
-timing is compared.
+Caught by: `incorrect`/`timed_outputs_incorrect` (the worker falls behind by 50 ms a call, so
+outputs are still zeros when the candidate's worker writes its outputs bundle); on a GPU
+`stream_escape`/`timer_escape`; `excessive_speedup` when the timing is compared.
 """
 
 import queue
