@@ -20,14 +20,9 @@
  */
 import { errorBody } from "../protocol/errors.ts";
 import { concatBytes } from "../protocol/bytes.ts";
-import {
-  type BodyFraming,
-  headEnd,
-  HeadError,
-  parseRequestHead,
-  type RequestHead,
-} from "./http1_head.ts";
-import { BodyReadError, BodyTimeoutError } from "./request_body.ts";
+import { ClientGoneError, ConnectionInput, RequestBody } from "./http1_input.ts";
+import { httpDate, reasonPhrase, writeAll, writeResponse } from "./http1_response.ts";
+import { headEnd, HeadError, parseRequestHead, type RequestHead } from "./http1_head.ts";
 
 /** Limits on the connections of one listener. */
 export interface ConnectionLimits {
@@ -96,7 +91,6 @@ export interface Http1Server {
 }
 
 const _HEAD_LIMIT = 64 * 1024;
-const _FIRST_BUFFER = 4 * 1024;
 /** What a connection reads ahead (pipelined requests) while watching for its client's end. */
 const _LOOKAHEAD_LIMIT = 64 * 1024;
 /** Connections beyond the bound served at once; more are closed unread. */
@@ -108,14 +102,8 @@ const _ACCEPT_RETRY_FIRST_MS = 10;
 const _ACCEPT_RETRY_MAX_MS = 1000;
 const _BODY_CHUNK = 64 * 1024;
 const _encoder = new TextEncoder();
-const _TIMEOUT = Symbol("timeout");
-const _HOP_BY_HOP = new Set(["connection", "keep-alive", "transfer-encoding", "upgrade"]);
 
-/** The client's connection ended while its request was in progress. */
-export class ClientGoneError extends Error {
-  /** `"ClientGoneError"`. */
-  override name = "ClientGoneError";
-}
+export { ClientGoneError } from "./http1_input.ts";
 
 /**
  * Listens on `hostname:port` and serves `handler` over HTTP/1.1.
@@ -262,76 +250,10 @@ class _Server implements Http1Server {
   }
 }
 
-/** Bytes received on a connection and not yet consumed; at most one read pending. */
-class _Input {
-  buffer: Uint8Array = new Uint8Array(_FIRST_BUFFER);
-  start = 0;
-  end = 0;
-  /** The connection ended (or failed) on the read side. */
-  ended = false;
-  #pending: Promise<boolean> | null = null;
-
-  constructor(readonly conn: Deno.Conn) {}
-
-  get buffered(): number {
-    return this.end - this.start;
-  }
-
-  get reading(): boolean {
-    return this.#pending !== null;
-  }
-
-  /** Reads more into the buffer: `true`, or `false` once the connection's input has ended. */
-  more(): Promise<boolean> {
-    if (this.#pending) return this.#pending;
-    if (this.ended) return Promise.resolve(false);
-    if (this.end === this.buffer.length) this.#makeRoom();
-    this.#pending = this.conn.read(this.buffer.subarray(this.end)).then((n) => {
-      this.#pending = null;
-      if (n === null) this.ended = true;
-      else this.end += n;
-      return n !== null;
-    }, () => {
-      this.#pending = null;
-      this.ended = true;
-      return false;
-    });
-    return this.#pending;
-  }
-
-  /** Moves unread bytes to the front, or grows the buffer (only while no read is pending). */
-  #makeRoom(): void {
-    if (this.start > 0) {
-      this.buffer.copyWithin(0, this.start, this.end);
-      this.end -= this.start;
-      this.start = 0;
-    } else {
-      const grown = new Uint8Array(this.buffer.length * 2);
-      grown.set(this.buffer.subarray(0, this.end));
-      this.buffer = grown;
-    }
-  }
-
-  /** Takes up to `n` buffered bytes into `target`; how many. */
-  take(target: Uint8Array, n: number): number {
-    const k = Math.min(n, this.buffered);
-    target.set(this.buffer.subarray(this.start, this.start + k));
-    this.start += k;
-    return k;
-  }
-
-  /** The buffered bytes up to `length` bytes, consumed. */
-  takeBytes(length: number): Uint8Array {
-    const bytes = this.buffer.slice(this.start, this.start + length);
-    this.start += length;
-    return bytes;
-  }
-}
-
 /** One client connection: requests in turn until it closes. */
 class _Connection {
   readonly #conn: Deno.Conn;
-  readonly #input: _Input;
+  readonly #input: ConnectionInput;
   readonly #o: Http1ServeOptions;
   readonly #limits: ConnectionLimits;
   readonly #overflow: boolean;
@@ -359,7 +281,7 @@ class _Connection {
     overflowPaths: readonly string[],
   ) {
     this.#conn = conn;
-    this.#input = new _Input(conn);
+    this.#input = new ConnectionInput(conn);
     this.#o = options;
     this.#limits = limits;
     this.#overflow = overflow;
@@ -478,12 +400,13 @@ class _Connection {
 
   async #writeError(status: number, id: string, kind: string, message: string): Promise<void> {
     const body = _encoder.encode(errorBody(id, kind, message));
-    const head = `HTTP/1.1 ${status} ${_reason(status)}\r\ncontent-type: application/json\r\n` +
+    const head =
+      `HTTP/1.1 ${status} ${reasonPhrase(status)}\r\ncontent-type: application/json\r\n` +
       `x-request-id: ${id}\r\ncontent-length: ${body.length}\r\n` +
       (status === 503 ? "retry-after: 1\r\n" : "") +
-      `date: ${_date()}\r\nconnection: close\r\n\r\n`;
+      `date: ${httpDate()}\r\nconnection: close\r\n\r\n`;
     this.#answered = true;
-    await _writeAll(this.#conn, concatBytes([_encoder.encode(head), body])).catch(() => {});
+    await writeAll(this.#conn, concatBytes([_encoder.encode(head), body])).catch(() => {});
   }
 
   /**
@@ -529,14 +452,14 @@ class _Connection {
         head.framing.length <= _BODY_CHUNK && head.framing.length <= this.#input.buffered
       ? this.#input.takeBytes(head.framing.length)
       : null;
-    const body = noBody || whole ? null : new _Body(
+    const body = noBody || whole ? null : new RequestBody(
       this.#input,
       head.framing,
       this.#limits.bodyTimeoutMs,
       {
         started: () => {
           if (head.expectContinue && !this.#answered) {
-            return _writeAll(this.#conn, _CONTINUE).catch(() => {});
+            return writeAll(this.#conn, _CONTINUE).catch(() => {});
           }
         },
         ended: () => watch.start(),
@@ -600,7 +523,7 @@ class _Connection {
     const keepAlive = head.keepAlive && bodyDone && !this.#stopping && !head.upgrade;
     let written = false;
     try {
-      written = await _writeResponse(this.#conn, head, response, keepAlive && !this.#overflow);
+      written = await writeResponse(this.#conn, head, response, keepAlive && !this.#overflow);
     } finally {
       watch.stop();
       completed.resolve();
@@ -634,7 +557,7 @@ class _ClientWatch {
   #on = false;
   #stopped = false;
 
-  constructor(readonly input: _Input, readonly gone: AbortController) {}
+  constructor(readonly input: ConnectionInput, readonly gone: AbortController) {}
 
   start(): void {
     if (this.#on || this.#stopped) return;
@@ -659,337 +582,6 @@ class _ClientWatch {
   }
 }
 
-/** What a {@linkcode _Body} tells its connection. */
-interface _BodyEvents {
-  /** The first read was asked for (an `Expect: 100-continue` is answered then). */
-  started(): Promise<void> | void;
-  /** The body was read to its end. */
-  ended(): void;
-  /** The body failed (cut short, framed wrongly, the client gone). */
-  failed(error: Error): void;
-  /** No byte came for the body timeout while a read waited. */
-  stalled(): void;
-}
-
-/** A request body as a byte stream read straight into its reader's buffers. */
-class _Body {
-  readonly stream: ReadableStream<Uint8Array>;
-  /** Read to its end. */
-  ended = false;
-  /** Cut for making no progress (answered 408 by the connection). */
-  cut = false;
-  readonly #input: _Input;
-  readonly #framing: BodyFraming;
-  readonly #timeoutMs: number;
-  readonly #events: _BodyEvents;
-  #remaining: number;
-  /** Chunked: bytes left of the current chunk (0: a size line comes next). */
-  #chunkLeft = 0;
-  #started = false;
-  /** When a read began waiting on the connection (0: none waits). */
-  #waitingSince = 0;
-  #lastProgress = 0;
-  #watchdog: ReturnType<typeof setTimeout> | undefined;
-
-  constructor(input: _Input, framing: BodyFraming, timeoutMs: number, events: _BodyEvents) {
-    this.#input = input;
-    this.#framing = framing;
-    this.#timeoutMs = timeoutMs;
-    this.#events = events;
-    this.#remaining = framing.kind === "length" ? framing.length : 0;
-    this.stream = new ReadableStream({
-      type: "bytes",
-      autoAllocateChunkSize: _BODY_CHUNK,
-      pull: (controller) => this.#pull(controller),
-      cancel: () => {
-        clearTimeout(this.#watchdog);
-      },
-    });
-  }
-
-  /** A Content-Length body whose rest is already buffered is dropped: whether it was. */
-  dropBuffered(): boolean {
-    if (this.ended || this.#framing.kind !== "length") return this.ended;
-    if (this.#input.buffered < this.#remaining) return false;
-    this.#input.start += this.#remaining;
-    this.#remaining = 0;
-    this.ended = true;
-    return true;
-  }
-
-  async #pull(controller: ReadableByteStreamController): Promise<void> {
-    const request = controller.byobRequest!;
-    const view = request.view!;
-    const target = new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
-    if (!this.#started) {
-      this.#started = true;
-      await this.#events.started();
-    }
-    let n: number;
-    try {
-      n = this.#framing.kind === "chunked"
-        ? await this.#readChunked(target)
-        : await this.#readLength(target);
-    } catch (error) {
-      clearTimeout(this.#watchdog);
-      const failure = this.cut ? new BodyTimeoutError(this.#timeoutMs) : error as Error;
-      this.#events.failed(failure);
-      controller.error(failure);
-      return;
-    }
-    if (this.cut) {
-      // A read that completed as the body was cut: its bytes are not given out.
-      controller.error(new BodyTimeoutError(this.#timeoutMs));
-      return;
-    }
-    if (n === 0) {
-      this.#end();
-      controller.close();
-      request.respond(0);
-      return;
-    }
-    request.respond(n);
-    if (this.#framing.kind === "length" && this.#remaining === 0) {
-      this.#end();
-      controller.close();
-    }
-  }
-
-  #end(): void {
-    if (this.ended) return;
-    this.ended = true;
-    clearTimeout(this.#watchdog);
-    this.#events.ended();
-  }
-
-  async #readLength(target: Uint8Array): Promise<number> {
-    if (this.#remaining === 0) return 0;
-    const want = Math.min(target.length, this.#remaining);
-    const input = this.#input;
-    let n = input.take(target, want);
-    if (n === 0) {
-      // Straight into the reader's buffer: nothing else reads this connection now.
-      const got = await this.#wait(input.conn.read(target.subarray(0, want)));
-      if (got === null) {
-        input.ended = true;
-        throw new ClientGoneError(
-          "the request body ended before its Content-Length (the client closed the connection)",
-        );
-      }
-      n = got;
-    }
-    this.#remaining -= n;
-    return n;
-  }
-
-  async #readChunked(target: Uint8Array): Promise<number> {
-    const input = this.#input;
-    for (;;) {
-      if (this.#chunkLeft > 0) {
-        if (input.buffered === 0) await this.#fill();
-        const n = input.take(target, Math.min(target.length, this.#chunkLeft));
-        this.#chunkLeft -= n;
-        if (this.#chunkLeft === 0) this.#chunkLeft = -1; // its CRLF comes next
-        return n;
-      }
-      if (this.#chunkLeft === -1) {
-        const line = await this.#line();
-        if (line !== "") throw new BodyReadError("invalid chunked encoding: no CRLF after a chunk");
-        this.#chunkLeft = 0;
-        continue;
-      }
-      const line = await this.#line();
-      const size = line.split(";")[0].trim();
-      if (!/^[0-9a-fA-F]{1,12}$/.test(size)) {
-        throw new BodyReadError(
-          `invalid chunked encoding: chunk size ${JSON.stringify(size.slice(0, 20))}`,
-        );
-      }
-      const length = parseInt(size, 16);
-      if (length > 0) {
-        this.#chunkLeft = length;
-        continue;
-      }
-      // The last chunk: trailer fields (ignored) up to an empty line.
-      for (let fields = 0; (await this.#line()) !== ""; fields++) {
-        if (fields > 100) throw new BodyReadError("invalid chunked encoding: too many trailers");
-      }
-      return 0;
-    }
-  }
-
-  /** One CRLF-terminated line of a chunked body (at most 4 KiB). */
-  async #line(): Promise<string> {
-    const input = this.#input;
-    for (;;) {
-      const at = input.buffer.subarray(input.start, input.end).indexOf(10);
-      if (at !== -1) {
-        const bytes = input.takeBytes(at + 1);
-        const line = String.fromCharCode(...bytes.subarray(0, at));
-        return line.endsWith("\r") ? line.slice(0, -1) : line;
-      }
-      if (input.buffered > 4096) throw new BodyReadError("invalid chunked encoding: line too long");
-      await this.#fill();
-    }
-  }
-
-  async #fill(): Promise<void> {
-    if (!await this.#wait(this.#input.more())) {
-      throw new ClientGoneError("the request body ended early (the client closed the connection)");
-    }
-  }
-
-  /** A read of the connection under the progress watchdog. */
-  async #wait<T>(read: Promise<T>): Promise<T> {
-    const now = performance.now();
-    this.#waitingSince = now;
-    if (this.#lastProgress === 0) this.#lastProgress = now;
-    if (this.#watchdog === undefined) this.#arm(this.#timeoutMs);
-    try {
-      return await read;
-    } finally {
-      this.#waitingSince = 0;
-      this.#lastProgress = performance.now();
-    }
-  }
-
-  /** One timer per body: it looks at the last progress when it fires, and re-arms. */
-  #arm(ms: number): void {
-    this.#watchdog = setTimeout(() => {
-      if (this.ended) return;
-      const since = this.#waitingSince === 0 ? 0 : performance.now() - this.#lastProgress;
-      if (this.#waitingSince !== 0 && since >= this.#timeoutMs) {
-        this.cut = true;
-        this.#events.stalled();
-        return;
-      }
-      this.#arm(this.#waitingSince === 0 ? this.#timeoutMs : this.#timeoutMs - since);
-    }, Math.max(1, ms));
-  }
-}
-
-/**
- * Writes `response` to `conn` for a request with `head`; whether it was written whole (false:
- * the connection failed, or the body did; the connection must close).
- */
-async function _writeResponse(
-  conn: Deno.Conn,
-  head: RequestHead,
-  response: Response,
-  keepAlive: boolean,
-): Promise<boolean> {
-  const status = response.status;
-  let lines = `HTTP/1.1 ${status} ${_reason(status)}\r\n`;
-  const seen = { length: null as string | null, date: false };
-  response.headers.forEach((value, name) => {
-    if (_HOP_BY_HOP.has(name)) return;
-    if (name === "content-length") seen.length = value;
-    else if (name === "date") seen.date = true;
-    lines += `${name}: ${value}\r\n`;
-  });
-  const declared = seen.length;
-  if (!seen.date) lines += `date: ${_date()}\r\n`;
-  if (!keepAlive) lines += "connection: close\r\n";
-  const bodyless = head.method === "HEAD" || status === 204 || status === 304 || status < 200;
-  if (!bodyless && declared !== null && Number(declared) <= _BODY_CHUNK) {
-    // A small answer of declared length: its bytes (a string's or bytes' without a stream).
-    try {
-      const bytes = await response.bytes();
-      await _writeAll(conn, concatBytes([_encoder.encode(`${lines}\r\n`), bytes]));
-      return bytes.length === Number(declared);
-    } catch {
-      return false;
-    }
-  }
-  const body = response.body;
-  if (bodyless || !body) {
-    await body?.cancel().catch(() => {});
-    if (declared === null && !bodyless) lines += "content-length: 0\r\n";
-    return await _writeAll(conn, _encoder.encode(`${lines}\r\n`)).then(() => true, () => false);
-  }
-  const reader = body.getReader();
-  let ok = false;
-  try {
-    let first: ReadableStreamReadResult<Uint8Array> = await reader.read();
-    if (declared === null) {
-      // A body whose stream has already ended (a string or bytes) goes with its length; one
-      // still coming (live output) chunked.
-      const chunks: Uint8Array[] = [];
-      while (!first.done) {
-        chunks.push(first.value);
-        const next = reader.read();
-        const settled = await Promise.race([next, _macrotask()]);
-        if (settled === _TIMEOUT) {
-          first = { done: false, value: concatBytes(chunks) };
-          chunks.length = 0;
-          ok = await _writeChunked(conn, lines, first.value, reader, next);
-          return ok;
-        }
-        first = settled as ReadableStreamReadResult<Uint8Array>;
-      }
-      const bytes = chunks.length === 1 ? chunks[0] : concatBytes(chunks);
-      lines += `content-length: ${bytes.length}\r\n\r\n`;
-      await _writeAll(conn, concatBytes([_encoder.encode(lines), bytes]));
-      ok = true;
-      return ok;
-    }
-    const length = Number(declared);
-    let sent = 0;
-    const headBytes = _encoder.encode(`${lines}\r\n`);
-    if (!first.done && first.value.length <= _BODY_CHUNK) {
-      await _writeAll(conn, concatBytes([headBytes, first.value]));
-      sent += first.value.length;
-      first = await reader.read();
-    } else await _writeAll(conn, headBytes);
-    while (!first.done) {
-      await _writeAll(conn, first.value);
-      sent += first.value.length;
-      first = await reader.read();
-    }
-    ok = sent === length;
-    return ok;
-  } catch {
-    return false;
-  } finally {
-    if (!ok) await reader.cancel().catch(() => {});
-    reader.releaseLock();
-  }
-}
-
-async function _writeChunked(
-  conn: Deno.Conn,
-  lines: string,
-  first: Uint8Array,
-  reader: ReadableStreamDefaultReader<Uint8Array>,
-  pending: Promise<ReadableStreamReadResult<Uint8Array>>,
-): Promise<boolean> {
-  await _writeAll(
-    conn,
-    concatBytes([_encoder.encode(`${lines}transfer-encoding: chunked\r\n\r\n`), _chunk(first)]),
-  );
-  for (let next = await pending; !next.done; next = await reader.read()) {
-    if (next.value.length > 0) await _writeAll(conn, _chunk(next.value));
-  }
-  await _writeAll(conn, _encoder.encode("0\r\n\r\n"));
-  return true;
-}
-
-function _chunk(bytes: Uint8Array): Uint8Array {
-  if (bytes.length === 0) return bytes;
-  return concatBytes([_encoder.encode(`${bytes.length.toString(16)}\r\n`), bytes, _CRLF]);
-}
-
-const _CRLF = _encoder.encode("\r\n");
-
-async function _writeAll(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
-  for (let offset = 0; offset < bytes.length;) offset += await conn.write(bytes.subarray(offset));
-}
-
-/** Resolves with {@linkcode _TIMEOUT} after the microtasks already queued have run. */
-function _macrotask(): Promise<typeof _TIMEOUT> {
-  return new Promise((resolve) => setTimeout(() => resolve(_TIMEOUT), 0));
-}
-
 function _close(conn: Deno.Conn): void {
   try {
     conn.close();
@@ -1000,41 +592,4 @@ function _close(conn: Deno.Conn): void {
 
 function _message(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
-}
-
-let _dateSecond = 0;
-let _dateText = "";
-
-/** The `Date` header's value (RFC 9110 §5.6.7), made once a second. */
-function _date(): string {
-  const second = Math.floor(Date.now() / 1000);
-  if (second !== _dateSecond) {
-    _dateSecond = second;
-    _dateText = new Date(second * 1000).toUTCString();
-  }
-  return _dateText;
-}
-
-const _REASONS: Record<number, string> = {
-  100: "Continue",
-  200: "OK",
-  204: "No Content",
-  304: "Not Modified",
-  400: "Bad Request",
-  401: "Unauthorized",
-  404: "Not Found",
-  405: "Method Not Allowed",
-  408: "Request Timeout",
-  413: "Content Too Large",
-  426: "Upgrade Required",
-  431: "Request Header Fields Too Large",
-  500: "Internal Server Error",
-  502: "Bad Gateway",
-  503: "Service Unavailable",
-  504: "Gateway Timeout",
-  505: "HTTP Version Not Supported",
-};
-
-function _reason(status: number): string {
-  return _REASONS[status] ?? "Unknown";
 }
