@@ -7,7 +7,7 @@
  *   deno run -A tests/gpu/zoo_gpu.ts --summarize $OUT/zoo_*.json
  *   deno run -A tests/gpu/zoo_gpu.ts --simulate              # a simulated-GPU server, CPU torch
  *
- * ```
+ * ```text
  * zoo.json --filter (--shard i/n, --match, --simulate: needs "any" only)--> entries
  *   each entry: client.evaluate(reference, candidate) on a local GPU server (GPU 0, fresh
  *   workers, 4 GiB body limits) --> raised = flags + ("incorrect" unless correct)
