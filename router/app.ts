@@ -29,6 +29,7 @@ import { jsonResponse, type Route, route, type RouteGuard } from "../http/routes
 import type { HttpApp } from "../http/serve.ts";
 import { forwardExecute } from "./forward.ts";
 import { ClientWatch } from "./client_watch.ts";
+import { StallWatch } from "../http/stall_watch.ts";
 import { acceptNodeLink } from "./hub.ts";
 import { NodeRegistry } from "./registry.ts";
 import { RouterMetrics } from "./metrics.ts";
@@ -95,9 +96,11 @@ class _Router implements RouterApp {
   readonly #metrics: RouterMetrics;
   readonly #status: RouterStatus;
   readonly #clientWatch = new ClientWatch();
+  readonly #bodyWatch: StallWatch;
 
   constructor(config: RouterConfig, options: RouterAppOptions) {
     this.#config = config;
+    this.#bodyWatch = new StallWatch(config.bodyTimeoutSeconds * 1000);
     this.events = new EventLog({
       logDir: null,
       console: options.logConsole ?? true,
@@ -131,7 +134,8 @@ class _Router implements RouterApp {
         path: "/execute",
         methods: ["POST"],
         access: "client",
-        handler: (request) => this.#execute(request),
+        handler: (request, info) =>
+          this.#execute(request, (info?.remoteAddr as Deno.NetAddr | undefined)?.port ?? null),
       },
       ...operatorRoutes(this.#metrics.registry, () => this.#status.data()),
       { path: CONTROL_PATH, methods: ["GET"], handler: link },
@@ -147,10 +151,12 @@ class _Router implements RouterApp {
   start(): Promise<void> {
     this.registry.start();
     this.#clientWatch.start();
+    this.#bodyWatch.start();
     return Promise.resolve();
   }
 
   listening(addr: Deno.NetAddr): void {
+    this.#clientWatch.listening(addr.port);
     this.events.emit("INFO", "router_started", {
       instance_id: this.instanceId,
       host: this.#config.host,
@@ -167,6 +173,7 @@ class _Router implements RouterApp {
     this.registry.close();
     await drained;
     this.#clientWatch.stop();
+    this.#bodyWatch.close();
     for (const socket of this.#sockets) {
       try {
         socket.close(1001, "router stopping");
@@ -194,7 +201,7 @@ class _Router implements RouterApp {
     return jsonResponse(health.ok ? 200 : 503, JSON.stringify(body));
   }
 
-  async #execute(request: Request): Promise<Response> {
+  async #execute(request: Request, clientPort: number | null): Promise<Response> {
     // Once stopping, the registry refuses every request: a 503 router_busy with its request
     // id and Retry-After, like any other refusal. In flight until the attempt has finished: its answer streamed, abandoned or refused.
     this.#inFlight.enter();
@@ -209,7 +216,8 @@ class _Router implements RouterApp {
         events: this.events,
         onFinished: leave,
         clientWatch: this.#clientWatch,
-      });
+        bodyWatch: this.#bodyWatch,
+      }, clientPort);
     } catch (error) {
       leave();
       throw error;

@@ -42,6 +42,7 @@ import {
 import { type NodeRegistry, RouterStopping, type SlotLease } from "./registry.ts";
 import { type RouterSlot, TunnelError, type TunnelExchange } from "./slot_link.ts";
 import type { ClientWatch } from "./client_watch.ts";
+import type { StallWatch } from "../http/stall_watch.ts";
 
 /** What forwarding needs of the Router. */
 export interface ForwardContext {
@@ -55,6 +56,8 @@ export interface ForwardContext {
   onFinished?: () => void;
   /** Notices a client that goes away while its request is on a node (default: not noticed). */
   clientWatch?: ClientWatch;
+  /** Cuts a request body that stops arriving (408; default: never cut). */
+  bodyWatch?: StallWatch;
 }
 
 /** Why an attempt ended (`finish_reason` of `request_finished`). */
@@ -165,7 +168,11 @@ function _contentLength(headers: Headers): number | null {
  * registry.close();
  * ```
  */
-export async function forwardExecute(request: Request, ctx: ForwardContext): Promise<Response> {
+export async function forwardExecute(
+  request: Request,
+  ctx: ForwardContext,
+  clientPort: number | null = null,
+): Promise<Response> {
   const trace = new _Trace();
   let lease: SlotLease | null = null;
   try {
@@ -180,14 +187,21 @@ export async function forwardExecute(request: Request, ctx: ForwardContext): Pro
         "request_rejected",
       );
     }
-    // A small body read while a slot was held, kept if that slot went away before anything was
-    // sent on it: the request then takes another slot (it never reached a node).
+    // A body of at most one data frame is read before a slot is taken (a body that stalls never
+    // holds one), and kept if the slot goes away before anything was sent on it: the request
+    // then takes another slot (it never reached a node).
     let read: Uint8Array | null = null;
+    if (length !== null ? length <= MAX_DATA_BYTES : !request.body) {
+      const small = await _smallBodyInTime(request, length, ctx);
+      if (small instanceof _RouterError) throw small;
+      read = small;
+    }
     for (let attempt = 1;; attempt++) {
       // A free slot is taken at once; only a request that must wait goes through the queue.
-      lease = ctx.registry.tryAcquire(preferred) ?? await _acquire(request, preferred, trace, ctx);
+      lease = ctx.registry.tryAcquire(preferred) ??
+        await _acquire(request, preferred, trace, ctx, clientPort);
       trace.node = lease.nodeId;
-      const outcome = await _exchange(request, length, lease, trace, ctx, read);
+      const outcome = await _exchange(request, length, lease, trace, ctx, read, clientPort);
       if (!(outcome instanceof _SlotGoneUnsent)) return outcome;
       lease = null;
       read = outcome.body;
@@ -217,10 +231,18 @@ async function _acquire(
   preferred: string | null,
   trace: _Trace,
   ctx: ForwardContext,
+  clientPort: number | null,
 ): Promise<SlotLease> {
   const queued = performance.now();
+  // A client that leaves while its request waits gives its place up: noticed through its
+  // signal or, for a request Deno.serve does not signal, its connection (ClientWatch).
+  const left = new AbortController();
+  const unwatch = ctx.clientWatch?.watch(request, () => left.abort(), clientPort) ?? _unwatched;
   try {
-    return await ctx.registry.acquire(preferred, () => request.signal);
+    return await ctx.registry.acquire(
+      preferred,
+      () => AbortSignal.any([request.signal, left.signal]),
+    );
   } catch (error) {
     const kind = (error as { kind?: string }).kind;
     if (error instanceof RouterStopping) {
@@ -239,6 +261,7 @@ async function _acquire(
     }
     throw new _RouterError(0, "invalid_request", "client went away", "client_disconnected");
   } finally {
+    unwatch();
     trace.queueWaitMs += performance.now() - queued;
   }
 }
@@ -250,22 +273,16 @@ async function _exchange(
   trace: _Trace,
   ctx: ForwardContext,
   read: Uint8Array | null,
+  clientPort: number | null,
 ): Promise<Response | _SlotGoneUnsent> {
   // The registry hands out the slots the hub registered, which are RouterSlots.
   const slot = lease.slot as RouterSlot;
   const headers = forwardedHeaders(request.headers, DROPPED_REQUEST_HEADERS);
   headers.push(["x-request-id", trace.id]);
   if (length !== null) headers.push(["content-length", String(length)]);
-  // A body that fits one data frame goes with its head in one whole frame when the node takes
-  // them: read first (nothing reaches the node before it is all here), then one message.
-  const whole = read ??
-    (slot.takesWhole && (length === null ? !request.body : length <= MAX_DATA_BYTES)
-      ? await _smallBody(request, length)
-      : null);
-  if (whole instanceof _RouterError) {
-    lease.release(true); // nothing was sent: the slot is as it was
-    throw whole;
-  }
+  // A body that fits one data frame (read before the slot was taken) goes with its head in one
+  // whole frame when the node takes them.
+  const whole = read;
   let exchange: TunnelExchange;
   let sentWhole = false;
   try {
@@ -288,10 +305,21 @@ async function _exchange(
   >();
   if (sentWhole) trace.requestBytes = whole!.length;
   else {
-    _upload(request, exchange, length, ctx.maxRequestBytes, trace, whole)
+    _upload(
+      request,
+      exchange,
+      length,
+      ctx.maxRequestBytes,
+      trace,
+      whole,
+      ctx.bodyWatch,
+      ctx.clientWatch,
+      clientPort,
+    )
       .then((error) => error && interrupt(error), reject);
   }
-  const unwatch = ctx.clientWatch?.watch(request, () => interrupt(_clientGone())) ?? _unwatched;
+  const unwatch = ctx.clientWatch?.watch(request, () => interrupt(_clientGone()), clientPort) ??
+    _unwatched;
   try {
     return await _answer(exchange, interrupted, lease, trace, ctx);
   } finally {
@@ -471,6 +499,9 @@ async function _upload(
   limit: number,
   trace: _Trace,
   read: Uint8Array | null,
+  bodyWatch?: StallWatch,
+  clientWatch?: ClientWatch,
+  clientPort: number | null = null,
 ): Promise<_RouterError | null> {
   try {
     const body = request.body;
@@ -478,11 +509,12 @@ async function _upload(
       ? await _sendBytes(read, exchange, trace)
       : !body
       ? 0
-      : length !== null && length <= MAX_DATA_BYTES
-      ? await _sendSmallBody(request, exchange, trace)
-      : await _sendBody(body, exchange, length, limit, trace);
+      : await _sendBody(body, exchange, length, limit, trace, bodyWatch);
     if (total instanceof _RouterError) return total;
     if (length !== null && total !== length) return _lengthMismatch();
+    // A large body is read only once a slot is free: a client that left while it waited is seen
+    // now, and its request is cancelled before its body ends on the node (so it never starts).
+    if (!read && body && clientWatch?.present(clientPort) === false) return _clientGone();
     await exchange.upload.end();
     trace.requestBytes = exchange.upload.sentBytes;
     return null;
@@ -529,27 +561,39 @@ async function _smallBody(
 }
 
 /**
+ * {@linkcode _smallBody} under the body timeout: a body not whole by then is answered 408 (what
+ * still arrives is read by `Deno.serve` and dropped).
+ */
+async function _smallBodyInTime(
+  request: Request,
+  length: number | null,
+  ctx: ForwardContext,
+): Promise<Uint8Array | _RouterError> {
+  const watch = ctx.bodyWatch;
+  if (!request.body || !watch) return await _smallBody(request, length);
+  const { promise: stalled, resolve } = Promise.withResolvers<_RouterError>();
+  const read = watch.watch(() => resolve(_bodyTimeout(watch.timeoutMs)));
+  try {
+    return await Promise.race([_smallBody(request, length), stalled]);
+  } finally {
+    read.done();
+  }
+}
+
+const _bodyTimeout = (timeoutMs: number) =>
+  new _RouterError(
+    408,
+    "timeout",
+    `request body not received in time: no bytes for ${timeoutMs / 1000} s`,
+    "request_rejected",
+  );
+
+/**
  * The client's whole body (empty when it has none), or the error its failure is answered with; a
  * promise chain rather than an `async` function, one layer less on every small request.
  */
 function _readBody(request: Request): Promise<Uint8Array | _RouterError> {
   return request.body ? request.bytes().catch(_clientFailed) : Promise.resolve(new Uint8Array(0));
-}
-
-/**
- * A body that fits one data frame by its `Content-Length`: read whole, sent as one frame
- * (setting up a BYOB reader costs more than copying a small body once); the byte count, or the
- * error to answer. A body longer than declared is caught by the caller's length check.
- */
-async function _sendSmallBody(
-  request: Request,
-  exchange: TunnelExchange,
-  trace: _Trace,
-): Promise<number | _RouterError> {
-  const bytes = await _readBody(request);
-  if (bytes instanceof _RouterError) return bytes;
-  if (bytes.length > MAX_DATA_BYTES) return bytes.length;
-  return await _sendBytes(bytes, exchange, trace);
 }
 
 /** A body already read whole (at most one data frame), sent as one frame; its byte count. */
@@ -578,6 +622,7 @@ async function _sendBody(
   length: number | null,
   limit: number,
   trace: _Trace,
+  bodyWatch?: StallWatch,
 ): Promise<number | _RouterError> {
   const tooLarge = () =>
     new _RouterError(413, "request_too_large", "request body is too large", "request_rejected");
@@ -597,6 +642,13 @@ async function _sendBody(
     }
     return total;
   }
+  // A body that stops arriving is cut (its reader cancelled): 408, and the slot is discarded.
+  const reader = byob;
+  let stalled = false;
+  const watched = bodyWatch?.watch(() => {
+    stalled = true;
+    reader.cancel().catch(() => {});
+  });
   try {
     for (let done = false; !done;) {
       // Sized to the rest of a body of known length (+1: the read that sees its end).
@@ -612,8 +664,10 @@ async function _sendBody(
             new Uint8Array(frame.buffer, DATA_HEADER_BYTES + filled, capacity - filled),
           );
         } catch {
-          return _clientFailed();
+          return stalled ? _bodyTimeout(bodyWatch!.timeoutMs) : _clientFailed();
         }
+        if (stalled) return _bodyTimeout(bodyWatch!.timeoutMs);
+        watched?.progress();
         if (read.value) {
           frame = new Uint8Array(read.value.buffer as ArrayBuffer); // the same memory, new owner
           filled += read.value.length;
@@ -630,6 +684,7 @@ async function _sendBody(
     }
     return total;
   } finally {
+    watched?.done();
     byob.releaseLock();
   }
 }

@@ -138,6 +138,15 @@ export const routerOptions = {
     placeholder: "bytes",
     help: "maximum accepted request body size, in bytes",
   },
+  /** A request body that makes no progress for this many seconds is cut (408). */
+  bodyTimeoutSeconds: {
+    flag: "--body-timeout-seconds",
+    type: "number",
+    above: 0,
+    default: 30,
+    placeholder: "s",
+    help: "cut a request body without progress this long (408)",
+  },
   /** Console lines as text, or one JSON object per line. */
   logFormat: {
     flag: "--log-format",
@@ -192,6 +201,8 @@ export interface RouterConfig {
   nodeRetentionSeconds: number;
   /** Largest accepted request body, in bytes. */
   maxRequestBytes: number;
+  /** How long a request body may make no progress before it is cut, in seconds. */
+  bodyTimeoutSeconds: number;
   /** Console lines as text or JSON. */
   logFormat: "text" | "json";
   /** The token nodes must present, or `null` for none. */

@@ -34,6 +34,8 @@ Deno.test("router options: the seed's flags and defaults, nothing more", () => {
     "--max-queued-requests",
     "--node-retention-seconds",
     "--max-request-bytes",
+    // Ours, not the seed's: a body that stops arriving is cut (issue 44).
+    "--body-timeout-seconds",
     // Ours, not the seed's: JSON console lines for log shippers.
     "--log-format",
     "--node-token",
@@ -49,6 +51,7 @@ Deno.test("router options: the seed's flags and defaults, nothing more", () => {
     maxQueuedRequests: 1024,
     nodeRetentionSeconds: 600,
     maxRequestBytes: 268435456,
+    bodyTimeoutSeconds: 30,
     logFormat: "text",
     nodeToken: null,
   });
