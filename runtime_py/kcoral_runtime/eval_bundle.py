@@ -6,7 +6,7 @@ header's length, the header as JSON, then every tensor's raw bytes back to back:
     b"KCEVAL1\\n" | u64 little-endian header length | header JSON (UTF-8) | tensor bytes ...
 
     encode_bundle(header, tensors) --bytes--> (client, blob cache) --bytes--> decode_bundle
-      header["tensors"][i] = {"dtype", "shape", "offset", "nbytes", "sha256"}
+      header["tensors"][i] = {"dtype", "shape", "offset", "nbytes", "sha256" (or None)}
 
 Values (a model's inputs or outputs) are described in the header by ``describe_value``: a
 tensor becomes ``{"t": "tensor", "i": index, ...}`` (its bytes in the bundle), a number, bool,
@@ -22,6 +22,7 @@ import hashlib
 import json
 import math
 import struct
+import warnings
 from typing import Any, Dict, List
 
 MAGIC = b"KCEVAL1\n"
@@ -88,7 +89,8 @@ def sha256_tensor(tensor: Any) -> str:
 class BundleWriter:
     """Collects tensors while values are described; ``finish`` lays out the bundle."""
 
-    def __init__(self) -> None:
+    def __init__(self, hashes: bool = True) -> None:
+        self._hashes = hashes  # per-tensor SHA-256 in the header (off: "sha256" is None)
         self._chunks: List[memoryview] = []
         self._entries: List[Dict[str, Any]] = []
         self._offset = 0
@@ -101,7 +103,7 @@ class BundleWriter:
             "shape": [int(s) for s in tensor.shape],
             "offset": self._offset,
             "nbytes": len(data),
-            "sha256": hashlib.sha256(data).hexdigest(),
+            "sha256": hashlib.sha256(data).hexdigest() if self._hashes else None,
         }
         self._entries.append(entry)
         self._chunks.append(data)
@@ -136,7 +138,7 @@ class BundleWriter:
             }
         return {"t": "other", "type": type(value).__name__}
 
-    def finish(self, header: Dict[str, Any]) -> bytes:
+    def finish(self, header: Dict[str, Any]) -> bytearray:
         header = dict(header, tensors=self._entries)
         text = json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
         out = bytearray(len(MAGIC) + _LENGTH.size + len(text) + self._offset)
@@ -148,7 +150,7 @@ class BundleWriter:
         for chunk in self._chunks:
             out[position: position + len(chunk)] = chunk
             position += len(chunk)
-        return bytes(out)
+        return out
 
 
 class Bundle:
@@ -178,8 +180,9 @@ class Bundle:
         entry = self.entries[index]
         return self._data[entry["offset"]: entry["offset"] + entry["nbytes"]]
 
-    def tensor(self, index: int) -> Any:
-        """Tensor ``index`` as a new CPU tensor (its own memory, writable)."""
+    def tensor(self, index: int, device: str = "cpu") -> Any:
+        """Tensor ``index`` as a new tensor on ``device`` (its own memory, writable). For another
+        device than the CPU the bytes are copied there straight from the bundle."""
         torch = _torch()
         entry = self.entries[index]
         dtype = getattr(torch, entry["dtype"])
@@ -187,21 +190,26 @@ class Bundle:
         for size in entry["shape"]:
             count *= size
         if count == 0:
-            return torch.empty(entry["shape"], dtype=dtype)
-        raw = torch.frombuffer(bytearray(self.raw(index)), dtype=torch.uint8)
-        return raw.view(dtype).reshape(entry["shape"])
+            return torch.empty(entry["shape"], dtype=dtype, device=device)
+        if device == "cpu":
+            raw = torch.frombuffer(bytearray(self.raw(index)), dtype=torch.uint8)
+            return raw.view(dtype).reshape(entry["shape"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # read-only buffer: only read, by the copy below
+            raw = torch.frombuffer(self.raw(index), dtype=torch.uint8)
+        return raw.to(device).view(dtype).reshape(entry["shape"])
 
-    def value(self, described: Dict[str, Any]) -> Any:
-        """The value a header description stands for (tensors on the CPU)."""
+    def value(self, described: Dict[str, Any], device: str = "cpu") -> Any:
+        """The value a header description stands for (tensors on ``device``)."""
         kind = described.get("t")
         if kind == "tensor":
-            return self.tensor(described["i"])
+            return self.tensor(described["i"], device)
         if kind == "scalar":
             if "float" in described:
                 return float(described["float"])
             return described.get("v")
         if kind in ("list", "tuple"):
-            items = [self.value(item) for item in described["items"]]
+            items = [self.value(item, device) for item in described["items"]]
             return tuple(items) if kind == "tuple" else items
         raise BundleError(f"a value of type {described.get('type')} carries no data")
 

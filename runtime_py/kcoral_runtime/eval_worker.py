@@ -140,7 +140,7 @@ def _tolerance(problem: Optional[Dict[str, float]], override: Optional[Dict[str,
 # --------------------------------------------------------------------------- 1. inputs
 
 
-def generate_inputs(reference_source: str, request_json: str) -> bytes:
+def generate_inputs(reference_source: str, request_json: str) -> bytearray:
     """Step 1 (module docstring): the inputs bundle for the secret seeds of ``request_json``
     (``correctness_seeds``, ``timing_seeds``: decimal strings; ``init_seed``)."""
     import torch
@@ -210,7 +210,7 @@ def _error(phase: str, exc: BaseException) -> Dict[str, Any]:
             "traceback": traceback.format_exc()[-8000:]}
 
 
-def run_candidate(candidate_source: str, inputs: bytes, request_json: str) -> bytes:
+def run_candidate(candidate_source: str, inputs: bytes, request_json: str) -> bytearray:
     """Step 2 (module docstring): the outputs bundle. Exceptions of the candidate's code are
     reported in the bundle (``error``), so that the judge still gives a verdict."""
     import torch
@@ -219,7 +219,7 @@ def run_candidate(candidate_source: str, inputs: bytes, request_json: str) -> by
     bundle = Bundle(inputs)
     head = bundle.header
     device = _device()
-    writer = BundleWriter()
+    writer = BundleWriter(hashes=False)  # the judge reads the outputs' values, not their hashes
     phases: Dict[str, float] = {}
     result: Dict[str, Any] = {"kind": "candidate", "version": 1, "device": device,
                               "correctness": [], "timed": [], "timing": None,
@@ -244,7 +244,7 @@ def run_candidate(candidate_source: str, inputs: bytes, request_json: str) -> by
             phase = "correctness"
             started = time.perf_counter()
             for described in head["correctness"]:
-                pristine = _to_device(bundle.value(described), device)
+                pristine = bundle.value(described, device)
                 args = clone_value(pristine)
                 _poison(device, 2 * _input_bytes(pristine))
                 _sync(device)
@@ -272,7 +272,7 @@ def run_candidate(candidate_source: str, inputs: bytes, request_json: str) -> by
 
             phase = "timing"
             started = time.perf_counter()
-            sets = [_to_device(bundle.value(d), device) for d in head["timing"]]
+            sets = [bundle.value(d, device) for d in head["timing"]]
             rotation = Rotation(model, sets, tolerance)
             result["timing"] = time_model("candidate", rotation, request.get("timing", {}), device)
             result["timed_calls"] = rotation.report()
@@ -345,8 +345,8 @@ def judge(reference_source: str, inputs: bytes, outputs: bytes, request_json: st
         started = time.perf_counter()
         expected_sets = []
         for described in head["correctness"]:
-            expected_sets.append(model(*_to_device(bundle.value(described), device)))
-        timing_sets = [_to_device(bundle.value(d), device) for d in head["timing"]]
+            expected_sets.append(model(*bundle.value(described, device)))
+        timing_sets = [bundle.value(d, device) for d in head["timing"]]
         expected_timed = [model(*clone_value(s)) for s in timing_sets]
         _sync(device)
         phases["reference_outputs"] = _ms(started)

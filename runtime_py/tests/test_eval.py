@@ -82,6 +82,17 @@ def test_bundle_marks_subclasses_and_objects_and_is_never_pickle() -> None:
     assert type(Bundle(data).tensor(0)) is torch.Tensor
 
 
+def test_bundle_tensors_straight_to_another_device() -> None:
+    # "meta" stands in for CUDA: the bytes go to the device without a host copy first.
+    writer = BundleWriter(hashes=False)
+    desc = writer.describe_value([torch.randn(3, 5).to(torch.bfloat16), torch.zeros(0, 2), 4])
+    bundle = Bundle(writer.finish({}))
+    assert bundle.entries[0]["sha256"] is None
+    moved = bundle.value(desc, "meta")
+    assert moved[0].device.type == "meta" and moved[0].dtype == torch.bfloat16
+    assert moved[0].shape == (3, 5) and moved[1].device.type == "meta" and moved[2] == 4
+
+
 @pytest.mark.parametrize("mutate, message", [
     (lambda d: b"NOTEVAL\n" + d[8:], "bad magic"),
     (lambda d: d[:-1], "outside the data"),
