@@ -371,11 +371,13 @@ export async function evaluateKernel(
       "candidate",
     );
   } catch (error) {
-    // The server answered, but the candidate's worker died outside an instruction (500).
-    if (!(error instanceof KCoralError) || error.statusCode !== 500 || error.kind !== "engine") {
-      throw error;
-    }
-    crash = { phase: "candidate", type: "KCoralError", message: error.message, traceback: "" };
+    // The server answered, but the candidate's worker died outside an instruction (500) or the
+    // candidate ran past the deadline (504): the candidate's doing, so a verdict.
+    const candidateFault = error instanceof KCoralError &&
+      ((error.statusCode === 500 && error.kind === "engine") ||
+        (error.statusCode === 504 && error.kind === "timeout"));
+    if (!candidateFault) throw error;
+    crash = { phase: "candidate", type: error.kind!, message: error.message, traceback: "" };
   }
   if (candidate !== null && !candidate.result.completed) {
     const e = candidate.result.error;

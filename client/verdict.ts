@@ -92,7 +92,10 @@ export interface VerdictPhases {
 
 /** Why a candidate could not be judged normally (it failed to load, raised, or crashed). */
 export interface VerdictError {
-  /** The step: `load`, `correctness`, `timing`, `outputs` or `candidate` (its worker died). */
+  /**
+   * The step: `load`, `correctness`, `timing`, `outputs`, or `candidate` (its worker died or it
+   * ran past the deadline).
+   */
   phase: string;
   /** The exception's type. */
   type: string;

@@ -184,7 +184,7 @@ Deno.test({
 });
 
 Deno.test({
-  name: "eval: a candidate that fails to load, raises or kills its worker is incorrect",
+  name: "eval: a candidate that fails to load, kills its worker or hangs is incorrect",
   sanitizeResources: false,
   sanitizeOps: false,
 }, async () => {
@@ -205,6 +205,16 @@ Deno.test({
       assert.match(verdict.error!.message, pattern);
       assert.equal(verdict.device, "cpu");
     }
+    // A candidate that never returns: the step's deadline, then an incorrect verdict.
+    const hung = await client.evaluate({
+      reference,
+      candidate: source("scale_add_hangs.py"),
+      timing: QUICK,
+      timeoutSeconds: 10,
+    });
+    assert.equal(hung.correct, false);
+    assert.equal(hung.error?.phase, "candidate");
+    assert.equal(hung.error?.type, "timeout");
     // A broken reference is no verdict: an EvaluationError names the step.
     await assert.rejects(
       client.evaluate({ reference: "x = 1\n", candidate: source("scale_add_honest.py") }),
