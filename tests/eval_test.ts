@@ -2,8 +2,8 @@
  * `kcoral eval`, `Client.evaluate` and the MCP tool `evaluate_kernel` end to end against live
  * local servers with CPU torch: a CPU server (the CPU path: correctness and flags real, timing
  * "cpu"), a simulated-GPU server (its zygote imports torch once, so most cases use it; its
- * workers have no CUDA and evaluate on the CPU too), inputs generated on another server, and a
- * Router with a CPU node. The candidates are tests/fixtures/eval/ (ours) and, once it exists,
+ * workers have no CUDA and evaluate on the CPU too), one with bubblewrap workers, inputs
+ * generated on another server, and a Router with a CPU node. The candidates are tests/fixtures/eval/ (ours) and, once it exists,
  * every entry of evals/zoo.json that runs without CUDA.
  */
 import assert from "node:assert/strict";
@@ -277,6 +277,27 @@ Deno.test({
   } finally {
     await sim.stop();
     await cpu.stop();
+  }
+});
+
+Deno.test({
+  name: "eval with bubblewrap workers (the sandbox CI installs)",
+  sanitizeResources: false,
+  sanitizeOps: false,
+}, async () => {
+  const server = await startServer({ ...SIM, sandbox: "bubblewrap" });
+  try {
+    assert.equal(server.app.sandbox, "bubblewrap", "the sandbox probe failed: install bubblewrap");
+    assertClean(await evaluate(server.url, "scale_add_reference.py", "scale_add_honest.py"));
+    const patched = await evaluate(
+      server.url,
+      "scale_add_reference.py",
+      "scale_add_patch_timer.py",
+    );
+    assert.equal(patched.correct, true);
+    assert.ok(patched.flags.includes("timer_escape"), String(patched.flags));
+  } finally {
+    await server.stop();
   }
 });
 
