@@ -12,7 +12,9 @@
  * Each tree is served over loopback HTTP; every file request waits `--rtt-ms` first, standing in
  * for a registry's round trip (jsr.io is farther than loopback). Each tree gets its own `DENO_DIR`,
  * warmed by one untimed run of each command, so the rows show the steady state a user sees after
- * the first call: what Deno's module cache keeps, and what the code still fetches per call.
+ * the first call: what Deno's module cache keeps, and what the code still fetches per call. The
+ * measurements alternate between the trees (one of each per round), so a shared machine's load
+ * falls on both alike.
  * `kcoral run python -- -c pass` targets one local CPU server started from this checkout.
  * Rows: wall time of the whole CLI process; a server's start is spawn → `Application startup
  * complete.` with an empty runtime cache (`KCORAL_CACHE_DIR`) and with the cache of the run before.
@@ -86,8 +88,33 @@ async function timed(args: string[], env: Record<string, string>): Promise<numbe
   return ms;
 }
 
-/** Ms from spawning a server to its `Application startup complete.`; then stops it. */
+/** The stdout of a process run to its end (it must succeed), trimmed. */
+async function _stdout(args: string[], env: Record<string, string>): Promise<string> {
+  const output = await new Deno.Command(Deno.execPath(), {
+    args,
+    env,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!output.success) throw new Error(new TextDecoder().decode(output.stderr));
+  return new TextDecoder().decode(output.stdout).trim();
+}
+
+/**
+ * Ms from spawning a server to its `Application startup complete.`; then stops it. A port taken
+ * between choosing it and binding it (other processes share the machine) is tried again.
+ */
 async function serverStartMs(main: string, extra: string[], env: Record<string, string>) {
+  for (let attempt = 0;; attempt++) {
+    try {
+      return await _serverStartMs(main, extra, env);
+    } catch (error) {
+      if (attempt >= 3 || !String(error).includes("Address already in use")) throw error;
+    }
+  }
+}
+
+async function _serverStartMs(main: string, extra: string[], env: Record<string, string>) {
   const start = performance.now();
   const child = new Deno.Command(Deno.execPath(), {
     args: [
@@ -159,53 +186,92 @@ try {
     await new Promise((r) => setTimeout(r, 100));
   }
   const runArgs = ["run", "python", "--url", `http://127.0.0.1:${target}`, "--", "-c", "pass"];
+  // Every tree served and warmed first; then each measurement alternates between the trees, so
+  // a change of the machine's load lands on all of them alike.
+  const setups = [];
   for (const [label, root] of trees) {
     const served = serveTree(root);
     const config = `${scratch}/${label}.json`;
     const { imports } = JSON.parse(await Deno.readTextFile(`${root}/deno.json`));
     await Deno.writeTextFile(config, JSON.stringify({ imports }));
     const env = { ...baseEnv, DENO_DIR: `${scratch}/deno-${label}` };
-    const remote = ["run", "-A", "--no-lock", `--config=${config}`, `${served.url}cli.ts`];
-    const cacheDir = (n: number) => `${scratch}/cache-${label}-${n}`;
+    const extra = ["--no-lock", `--config=${config}`];
     // Warm Deno's module cache (code, npm packages, whatever the code imports) once.
-    await timed([...remote, ...runArgs], env);
-    await serverStartMs(`${served.url}cli.ts`, ["--no-lock", `--config=${config}`], {
-      ...env,
-      KCORAL_CACHE_DIR: cacheDir(-1),
+    await timed(["run", "-A", ...extra, `${served.url}cli.ts`, ...runArgs], env);
+    await serverStartMs(`${served.url}cli.ts`, extra, { ...env, KCORAL_CACHE_DIR: `${scratch}/w` });
+    // In a fresh process from the URL: the time `kcoral run` spends getting the runner's and the
+    // tool's Python sources (a fetch per file before, Deno's module cache after).
+    const probe = `${scratch}/sources-${label}.ts`;
+    await Deno.writeTextFile(
+      probe,
+      `import { readToolSources } from "${served.url}cli/run/sources.ts";\n` +
+        "const start = performance.now();\n" +
+        'const { runner, definition } = await readToolSources("python");\n' +
+        "const ms = performance.now() - start;\n" +
+        'if (!runner.includes("def run(") || !definition.includes("def run(")) throw new Error();\n' +
+        "console.log(ms);\n",
+    );
+    await _stdout(["run", "-A", ...extra, probe], env);
+    setups.push({
+      label,
+      root,
+      served,
+      env,
+      extra,
+      probe,
+      sources: [] as number[],
+      run: [] as number[],
+      cold: [] as number[],
+      warm: [] as number[],
+      inPlace: [] as number[],
+      startInPlace: [] as number[],
+      runRequests: 0,
+      startRequests: 0,
     });
-    const before = served.requests;
-    const run: number[] = [];
-    for (let i = 0; i < runs; i++) run.push(await timed([...remote, ...runArgs], env));
-    const runRequests = (served.requests - before) / runs;
-    rows.push(row(`${label}: kcoral run from a URL (${runRequests} HTTP requests/run)`, "ms", run));
-    const cold: number[] = [];
-    const warm: number[] = [];
-    const startRequests = served.requests;
-    for (let i = 0; i < runs; i++) {
-      const env2 = { ...env, KCORAL_CACHE_DIR: cacheDir(i) };
-      const extra = ["--no-lock", `--config=${config}`];
-      cold.push(await serverStartMs(`${served.url}cli.ts`, extra, env2));
-      warm.push(await serverStartMs(`${served.url}cli.ts`, extra, env2));
+  }
+  for (let i = 0; i < runs; i++) {
+    for (const s of setups) {
+      s.sources.push(Number(await _stdout(["run", "-A", ...s.extra, s.probe], s.env)));
+      const before = s.served.requests;
+      s.run.push(
+        await timed(["run", "-A", ...s.extra, `${s.served.url}cli.ts`, ...runArgs], s.env),
+      );
+      s.runRequests += s.served.requests - before;
+      const env2 = { ...s.env, KCORAL_CACHE_DIR: `${scratch}/cache-${s.label}-${i}` };
+      const started = s.served.requests;
+      s.cold.push(await serverStartMs(`${s.served.url}cli.ts`, s.extra, env2));
+      s.startRequests += s.served.requests - started;
+      s.warm.push(await serverStartMs(`${s.served.url}cli.ts`, s.extra, env2));
+      // The anchor: the same tree's checkout, read in place.
+      s.inPlace.push(await timed(["run", "-A", `${s.root}/cli.ts`, ...runArgs], baseEnv));
+      s.startInPlace.push(await serverStartMs(`${s.root}/cli.ts`, [], baseEnv));
     }
-    const perStart = (served.requests - startRequests) / (2 * runs);
+  }
+  for (const s of setups) {
+    await s.served.stop();
+    const label = s.label;
     rows.push(
       row(
-        `${label}: server start from a URL, empty runtime cache (${perStart} HTTP requests/start)`,
+        `${label}: kcoral run from a URL (${s.runRequests / runs} HTTP requests/run)`,
         "ms",
-        cold,
+        s.run,
       ),
     );
-    rows.push(row(`${label}: server start from a URL, runtime cached`, "ms", warm));
-    await served.stop();
-    // The anchor: the same tree's checkout, read in place.
-    const inPlace: number[] = [];
-    const startInPlace: number[] = [];
-    for (let i = 0; i < runs; i++) {
-      inPlace.push(await timed(["run", "-A", `${root}/cli.ts`, ...runArgs], baseEnv));
-      startInPlace.push(await serverStartMs(`${root}/cli.ts`, [], baseEnv));
-    }
-    rows.push(row(`${label}: kcoral run from the checkout (anchor)`, "ms", inPlace));
-    rows.push(row(`${label}: server start from the checkout (anchor)`, "ms", startInPlace));
+    rows.push(row(`${label}: kcoral run from the checkout (anchor)`, "ms", s.inPlace));
+    rows.push(
+      row(`${label}: the tool's Python sources, from a URL, in a fresh process`, "ms", s.sources),
+    );
+    rows.push(
+      row(
+        `${label}: server start from a URL, empty runtime cache (${
+          s.startRequests / runs
+        } HTTP requests/start)`,
+        "ms",
+        s.cold,
+      ),
+    );
+    rows.push(row(`${label}: server start from a URL, runtime cached`, "ms", s.warm));
+    rows.push(row(`${label}: server start from the checkout (anchor)`, "ms", s.startInPlace));
   }
 } finally {
   local.kill("SIGTERM");
