@@ -98,6 +98,8 @@ const _OVERFLOW_LIMIT = 64;
 /** How long a refused or cut connection's unread input is drained before it closes. */
 const _LINGER_MS = 1000;
 const _LINGER_BYTES = 4 * 1024 * 1024;
+/** Connections a sweep closes before it lets the event loop go. */
+const _EXPIRE_BATCH = 64;
 const _ACCEPT_RETRY_FIRST_MS = 10;
 const _ACCEPT_RETRY_MAX_MS = 1000;
 const _BODY_CHUNK = 64 * 1024;
@@ -139,6 +141,8 @@ class _Server implements Http1Server {
   readonly #allClosed = Promise.withResolvers<void>();
   /** One timer for every connection's head and idle deadlines (none per request). */
   readonly #sweep: ReturnType<typeof setInterval>;
+  /** A sweep is closing connections (the next waits for it). */
+  #expiring = false;
 
   constructor(options: Http1ServeOptions) {
     this.#o = options;
@@ -151,11 +155,7 @@ class _Server implements Http1Server {
     this.addr = this.#listener.addr as Deno.NetAddr;
     const { headerTimeoutMs, keepAliveTimeoutMs } = this.#limits;
     const tick = Math.min(Math.max(Math.min(headerTimeoutMs, keepAliveTimeoutMs) / 4, 10), 250);
-    this.#sweep = setInterval(() => {
-      const now = performance.now();
-      for (const connection of this.#open) connection.checkDeadline(now);
-      for (const connection of this.#overflow) connection.checkDeadline(now);
-    }, tick);
+    this.#sweep = setInterval(() => void this.#expireDue(), tick);
     Deno.unrefTimer(this.#sweep);
     const accepting = this.#accept();
     this.finished = accepting.then(() => this.#allClosed.promise).finally(() =>
@@ -165,6 +165,28 @@ class _Server implements Http1Server {
 
   get connections(): number {
     return this.#open.size + this.#overflow.size;
+  }
+
+  /**
+   * Closes the connections whose deadline passed (answering stalled heads 408), a batch at a
+   * time with the event loop let go between batches: thousands timing out together must not
+   * hold `/health` for the length of the burst.
+   */
+  async #expireDue(): Promise<void> {
+    if (this.#expiring) return;
+    this.#expiring = true;
+    try {
+      const now = performance.now();
+      const due = [...this.#open, ...this.#overflow].filter((c) => c.due(now));
+      for (const [index, connection] of due.entries()) {
+        connection.expire();
+        if (index % _EXPIRE_BATCH === _EXPIRE_BATCH - 1) {
+          await new Promise((resolve) => setTimeout(resolve, 0));
+        }
+      }
+    } finally {
+      this.#expiring = false;
+    }
   }
 
   shutdown(): Promise<void> {
@@ -288,9 +310,14 @@ class _Connection {
     this.#overflowPaths = overflowPaths;
   }
 
-  /** The sweep's look at this connection's deadline. */
-  checkDeadline(now: number): void {
-    if (this.#deadline === 0 || now < this.#deadline || this.#expired) return;
+  /** Whether this connection's deadline has passed at `now`. */
+  due(now: number): boolean {
+    return this.#deadline !== 0 && now >= this.#deadline && !this.#expired;
+  }
+
+  /** Its deadline passed: closed (idle), or answered 408 and closed (a head that stalled). */
+  expire(): void {
+    if (this.#expired) return;
     this.#expired = true;
     this.#deadline = 0;
     if (!this.#deadlineForHead) {
