@@ -102,6 +102,9 @@ Deno.test("kcoral --version, and each command's", async () => {
     assert.match(result.stdout, /^kcoral \d+\.\d+\.\d+\n$/, args.join(" "));
   }
   const top = await kcoral(["--help"]);
-  assert.match(top.stdout, /^usage: kcoral \[-h\] \[--version\] \{server,router,run,health,mcp\}/);
+  assert.match(
+    top.stdout,
+    /^usage: kcoral \[-h\] \[--version\] \{server,router,run,health,mcp,eval\}/,
+  );
   assert.match(top.stdout, /\n {2}--version {13}show program's version number and exit/);
 });

@@ -413,7 +413,7 @@ Deno.test("help works with no server; argument errors exit 2 and contact nothing
       kcoral(["shell", "--send", "x", "--help"]),
     ]);
     expectRun(root, 0, undefined, "");
-    assert.match(root.stdout, /^usage: kcoral .*\{server,router,run,health,mcp\}/);
+    assert.match(root.stdout, /^usage: kcoral .*\{server,router,run,health,mcp,eval\}/);
     expectRun(runHelp, 0, undefined, "");
     assert.match(runHelp.stdout, /^usage: kcoral run /);
     for (const tool of ["python", "compute-sanitizer", "ncu", "run-iket", "shell"]) {
