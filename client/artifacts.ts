@@ -84,7 +84,7 @@ function _join(parent: string, name: string): string {
  *
  * @example
  * ```ts
- * import { ReturnedFile } from "../mod.ts";
+ * import { ReturnedFile } from "./mod.ts";
  *
  * const file = new ReturnedFile(new TextEncoder().encode("hello\n"));
  * const dir = await Deno.makeTempDir();
@@ -159,7 +159,7 @@ export class ReturnedFile {
  *
  * @example
  * ```ts
- * import { ReturnedFile, ReturnedFolder } from "../mod.ts";
+ * import { ReturnedFile, ReturnedFolder } from "./mod.ts";
  *
  * const folder = new ReturnedFolder(
  *   new Map([["a/x.txt", new ReturnedFile(new TextEncoder().encode("x"))]]),

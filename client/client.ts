@@ -63,7 +63,7 @@ import {
  *
  * @example
  * ```ts
- * import { Client, type ClientOptions } from "../mod.ts";
+ * import { Client, type ClientOptions } from "./mod.ts";
  *
  * const options: ClientOptions = { headers: { Authorization: "Bearer token" }, connectTimeoutSeconds: 5 };
  * await using client = new Client("http://127.0.0.1:8000", options);
@@ -104,7 +104,7 @@ export interface ClientOptions {
  *
  * @example
  * ```ts
- * import { Client, type HealthResponse } from "../mod.ts";
+ * import { Client, type HealthResponse } from "./mod.ts";
  *
  * const url = Deno.env.get("KCORAL_URL");
  * if (url) {
@@ -126,7 +126,7 @@ export interface HealthResponse extends Partial<Omit<HealthBody, "status">> {
  *
  * @example
  * ```ts
- * import { Client, type Target } from "../mod.ts";
+ * import { Client, type Target } from "./mod.ts";
  *
  * const url = Deno.env.get("KCORAL_URL");
  * if (url) {
@@ -164,7 +164,7 @@ function _plain(value: TypedJsonValue): unknown {
  *
  * @example
  * ```ts
- * import { Client, Program } from "../mod.ts";
+ * import { Client, Program } from "./mod.ts";
  *
  * const program = new Program();
  * program.upload({ kind: "module", source: "print(1 + 1)" });
@@ -278,7 +278,7 @@ export class Client implements AsyncDisposable {
    *
    * @example
    * ```ts
-   * import { Client } from "../mod.ts";
+   * import { Client } from "./mod.ts";
    *
    * const url = Deno.env.get("KCORAL_URL");
    * if (url) {
@@ -307,7 +307,7 @@ export class Client implements AsyncDisposable {
    *
    * @example
    * ```ts
-   * import { Client } from "../mod.ts";
+   * import { Client } from "./mod.ts";
    *
    * const url = Deno.env.get("KCORAL_URL");
    * if (url) {
@@ -365,7 +365,7 @@ export class Client implements AsyncDisposable {
    *
    * @example
    * ```ts
-   * import { Client, Program } from "../mod.ts";
+   * import { Client, Program } from "./mod.ts";
    *
    * const program = new Program();
    * const module = program.upload({ kind: "module", source: "def scale(x, f):\n    return x * f\n" });
@@ -498,7 +498,7 @@ export class Client implements AsyncDisposable {
    *
    * @example
    * ```ts
-   * import { Client } from "../mod.ts";
+   * import { Client } from "./mod.ts";
    *
    * await using client = new Client(Deno.env.get("KCORAL_URL") ?? "http://127.0.0.1:8000");
    * const add = client.pythonFunction({ source: "def add(a, b=1):\n    return a + b\n", name: "add" });

@@ -10,7 +10,7 @@
  *
  * @example
  * ```ts
- * import { KCoralError } from "../mod.ts";
+ * import { KCoralError } from "./mod.ts";
  *
  * const error = new KCoralError(504, "execution timed out", { kind: "timeout" });
  * if (error.requestId !== null) throw new Error();
@@ -30,7 +30,7 @@ export interface KCoralErrorOptions extends ErrorOptions {
  *
  * @example
  * ```ts
- * import { KCoralError } from "../mod.ts";
+ * import { KCoralError } from "./mod.ts";
  *
  * const error = new KCoralError(503, "server saturated", { kind: "busy", requestId: "r" });
  * if (error.message !== "HTTP 503: server saturated" || error.detail !== "server saturated") {
@@ -65,7 +65,7 @@ export class KCoralError extends Error {
  *
  * @example
  * ```ts
- * import { TransportError } from "../mod.ts";
+ * import { TransportError } from "./mod.ts";
  *
  * const error = new TransportError("connection refused");
  * if (error.name !== "TransportError") throw new Error();
@@ -86,7 +86,7 @@ export class TransportError extends Error {
  *
  * @example
  * ```ts
- * import { ProtocolError } from "../mod.ts";
+ * import { ProtocolError } from "./mod.ts";
  *
  * const error = new ProtocolError("health status is not ok");
  * if (error.name !== "ProtocolError") throw new Error();
@@ -106,7 +106,7 @@ export class ProtocolError extends Error {
  *
  * @example
  * ```ts
- * import { Program, ValidationError } from "../mod.ts";
+ * import { Program, ValidationError } from "./mod.ts";
  *
  * try {
  *   new Program().returnFile({ key: "k", path: "../x" });

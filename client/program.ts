@@ -59,7 +59,7 @@ function _ref(id: string): Ref {
  *
  * @example The worked example of the protocol spec (§10)
  * ```ts
- * import { Program } from "../mod.ts";
+ * import { Program } from "./mod.ts";
  *
  * const p = new Program();
  * const mod = p.upload({ kind: "module", source: "def add_one(x):\n    return x + 1\n" });
@@ -96,7 +96,7 @@ export class Program {
    *
    * @example
    * ```ts
-   * import { Program } from "../mod.ts";
+   * import { Program } from "./mod.ts";
    *
    * const p = new Program();
    * p.upload({ kind: "module", source: "print(1 + 1)" });
@@ -153,7 +153,7 @@ export class Program {
    *
    * @example
    * ```ts
-   * import { Program } from "../mod.ts";
+   * import { Program } from "./mod.ts";
    *
    * const p = new Program();
    * p.upload({ kind: "module", source: "import torch" });
@@ -176,7 +176,7 @@ export class Program {
    *
    * @example
    * ```ts
-   * import { Program } from "../mod.ts";
+   * import { Program } from "./mod.ts";
    *
    * const p = new Program();
    * p.uploadFile({ blob: new TextEncoder().encode("x"), path: "./inputs//a.txt" });
@@ -213,7 +213,7 @@ export class Program {
    *
    * @example
    * ```ts
-   * import { Program } from "../mod.ts";
+   * import { Program } from "./mod.ts";
    *
    * const dir = Deno.makeTempDirSync();
    * Deno.writeTextFileSync(`${dir}/a.txt`, "a");
@@ -257,7 +257,7 @@ export class Program {
    *
    * @example
    * ```ts
-   * import { Program } from "../mod.ts";
+   * import { Program } from "./mod.ts";
    *
    * const p = new Program();
    * const mod = p.upload({ kind: "module", source: "def f():\n    return 1\n" });
@@ -299,7 +299,7 @@ export class Program {
    *
    * @example
    * ```ts
-   * import { Program } from "../mod.ts";
+   * import { Program } from "./mod.ts";
    *
    * const p = new Program();
    * const mod = p.upload({ kind: "module", source: "def scale(x, f):\n    return x * f\n" });
@@ -347,7 +347,7 @@ export class Program {
    *
    * @example
    * ```ts
-   * import { Program } from "../mod.ts";
+   * import { Program } from "./mod.ts";
    *
    * const p = new Program();
    * const bytes = p.upload({ kind: "bytes", value: new Uint8Array([1]) });
@@ -393,7 +393,7 @@ export class Program {
    *
    * @example
    * ```ts
-   * import { Program } from "../mod.ts";
+   * import { Program } from "./mod.ts";
    *
    * const p = new Program();
    * p.returnFile({ key: "report", path: "outputs/report.txt" });
@@ -409,7 +409,7 @@ export class Program {
    *
    * @example
    * ```ts
-   * import { Program } from "../mod.ts";
+   * import { Program } from "./mod.ts";
    *
    * const p = new Program();
    * p.returnFolder({ key: "debug", path: "outputs/debug" });

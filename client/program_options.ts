@@ -13,7 +13,7 @@ import type { Register } from "./register.ts";
  *
  * @example
  * ```ts
- * import { Program, type Ref } from "../mod.ts";
+ * import { Program, type Ref } from "./mod.ts";
  *
  * const p = new Program();
  * p.upload({ kind: "module", source: "", id: "m" });
@@ -29,7 +29,7 @@ export type Ref = { readonly $ref: string };
  *
  * @example
  * ```ts
- * import { type Instruction, Program } from "../mod.ts";
+ * import { type Instruction, Program } from "./mod.ts";
  *
  * const p = new Program();
  * p.upload({ kind: "module", source: "x = 1" });
@@ -49,7 +49,7 @@ export type Instruction = {
  *
  * @example
  * ```ts
- * import { Program, type UploadKind } from "../mod.ts";
+ * import { Program, type UploadKind } from "./mod.ts";
  *
  * const kind: UploadKind = "bytes";
  * new Program().upload({ kind, value: new Uint8Array([1]) });
@@ -62,7 +62,7 @@ export type UploadKind = "module" | "tensor" | "bytes" | "library";
  *
  * @example
  * ```ts
- * import { Program, type UploadOptions } from "../mod.ts";
+ * import { Program, type UploadOptions } from "./mod.ts";
  *
  * const options: UploadOptions = { kind: "tensor", value: new Float32Array(6), shape: [2, 3], id: "x" };
  * new Program().upload(options);
@@ -105,7 +105,7 @@ export interface UploadOptions {
  *
  * @example
  * ```ts
- * import { Program, type UploadFileOptions } from "../mod.ts";
+ * import { Program, type UploadFileOptions } from "./mod.ts";
  *
  * const options: UploadFileOptions = { blob: new TextEncoder().encode("a,b\n"), path: "data/in.csv" };
  * new Program().uploadFile(options);
@@ -125,7 +125,7 @@ export interface UploadFileOptions {
  *
  * @example
  * ```ts
- * import { type GetFunctionOptions, Program } from "../mod.ts";
+ * import { type GetFunctionOptions, Program } from "./mod.ts";
  *
  * const p = new Program();
  * const module = p.upload({ kind: "module", source: "def f():\n    pass\n" });
@@ -149,7 +149,7 @@ export interface GetFunctionOptions {
  *
  * @example
  * ```ts
- * import { Program, type RunOptions } from "../mod.ts";
+ * import { Program, type RunOptions } from "./mod.ts";
  *
  * const p = new Program();
  * const fn = p.getFunction({ module: p.upload({ kind: "module", source: "f = print" }), name: "f" });
@@ -174,7 +174,7 @@ export interface RunOptions {
  *
  * @example
  * ```ts
- * import { Program, type ReturnOptions } from "../mod.ts";
+ * import { Program, type ReturnOptions } from "./mod.ts";
  *
  * const p = new Program();
  * const options: ReturnOptions = { key: "raw", value: p.upload({ kind: "bytes", value: new Uint8Array(1) }) };
@@ -193,7 +193,7 @@ export interface ReturnOptions {
  *
  * @example
  * ```ts
- * import { Program, type ReturnPathOptions } from "../mod.ts";
+ * import { Program, type ReturnPathOptions } from "./mod.ts";
  *
  * const options: ReturnPathOptions = { key: "report", path: "out/report.txt" };
  * new Program().returnFile(options);
@@ -211,7 +211,7 @@ export interface ReturnPathOptions {
  *
  * @example
  * ```ts
- * import { type ExecuteOptions, Program } from "../mod.ts";
+ * import { type ExecuteOptions, Program } from "./mod.ts";
  *
  * const options: ExecuteOptions = { timeoutSeconds: 120, outputLimitBytes: 65536, gpuCount: 2 };
  * const p = new Program();
@@ -249,7 +249,7 @@ export interface ExecuteOptions {
    *
    * @example
    * ```ts
-   * import type { ExecuteOptions, OutputChunk } from "../mod.ts";
+   * import type { ExecuteOptions, OutputChunk } from "./mod.ts";
    *
    * const seen: OutputChunk[] = [];
    * const options: ExecuteOptions = { onOutput: (chunk) => seen.push(chunk) };

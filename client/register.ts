@@ -10,7 +10,7 @@
  *
  * @example
  * ```ts
- * import { Program, Register } from "../mod.ts";
+ * import { Program, Register } from "./mod.ts";
  *
  * const program = new Program();
  * const module = program.upload({ kind: "module", source: "x = 1" });

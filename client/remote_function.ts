@@ -19,7 +19,7 @@ import { Tensor } from "./tensor.ts";
  *
  * @example
  * ```ts
- * import { type ProgramExecutor, ProgramResult, RemoteFunction } from "../mod.ts";
+ * import { type ProgramExecutor, ProgramResult, RemoteFunction } from "./mod.ts";
  *
  * // A stand-in executor (e.g. for tests) instead of a Client.
  * const executor: ProgramExecutor = {
@@ -43,7 +43,7 @@ export interface ProgramExecutor {
  *
  * @example
  * ```ts
- * import { Client, type RemoteFunctionOptions } from "../mod.ts";
+ * import { Client, type RemoteFunctionOptions } from "./mod.ts";
  *
  * const options: RemoteFunctionOptions = {
  *   source: "import torch\n\ndef ones(n):\n    return torch.ones(n, device='cuda').sum().item()\n",
@@ -77,7 +77,7 @@ export interface RemoteFunctionOptions {
  *
  * @example
  * ```ts
- * import { RemoteExecutionError } from "../mod.ts";
+ * import { RemoteExecutionError } from "./mod.ts";
  *
  * if (!(RemoteExecutionError.prototype instanceof Error)) throw new Error();
  * ```
@@ -128,7 +128,7 @@ def _kcoral_invoke_${name}(nargs, names, literals, *values):
  *
  * @example
  * ```ts
- * import { Client, RemoteFunction } from "../mod.ts";
+ * import { Client, RemoteFunction } from "./mod.ts";
  *
  * await using client = new Client("http://127.0.0.1:8000");
  * const norm = new RemoteFunction(client, {

@@ -17,7 +17,7 @@ import { Tensor } from "./tensor.ts";
  *
  * @example
  * ```ts
- * import { type ResultValue, Tensor } from "../mod.ts";
+ * import { type ResultValue, Tensor } from "./mod.ts";
  *
  * function show(value: ResultValue): string {
  *   return value instanceof Tensor ? `${value.dtype}[${value.shape}]` : String(value);
@@ -63,7 +63,7 @@ export const RESULT_FACTORIES: ValueFactories<ResultValue> = {
  *
  * @example
  * ```ts
- * import { ProgramResult } from "../mod.ts";
+ * import { ProgramResult } from "./mod.ts";
  *
  * const result = new ProgramResult({
  *   status: "COMPLETED", requestId: "r", queueMs: 0, elapsedMs: 1, leaseWaitMs: 0,

@@ -13,7 +13,7 @@ import { ValidationError } from "./errors.ts";
  *
  * @example
  * ```ts
- * import { Tensor, type TensorData } from "../mod.ts";
+ * import { Tensor, type TensorData } from "./mod.ts";
  *
  * const data: TensorData = new Int32Array([1, 2]);
  * new Tensor("int32", [2], data);
@@ -34,7 +34,7 @@ export type TensorData =
  *
  * @example
  * ```ts
- * import { Program, type TensorLike } from "../mod.ts";
+ * import { Program, type TensorLike } from "./mod.ts";
  *
  * const bf16: TensorLike = { dtype: "bfloat16", shape: [2], data: new Uint8Array([0x80, 0x3f, 0, 0x40]) };
  * new Program().upload({ kind: "tensor", value: bf16 });
@@ -119,7 +119,7 @@ function _checkShape(shape: unknown): number[] {
  *
  * @example
  * ```ts
- * import { Tensor } from "../mod.ts";
+ * import { Tensor } from "./mod.ts";
  *
  * const t = new Tensor("float32", [2, 2], new Float32Array([1, 2, 3, 4]));
  * if (t.size !== 4 || t.bytes().length !== 16) throw new Error();
