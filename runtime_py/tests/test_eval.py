@@ -227,6 +227,20 @@ def test_rotation_notices_modified_inputs_and_stale_outputs() -> None:
     assert rotation.inputs_modified == 4
 
 
+def test_a_patched_host_clock_does_not_change_cpu_timings(monkeypatch) -> None:
+    # A candidate's slow_clocks-style patch, made after the runtime was imported (as candidate
+    # code always is): the CPU path keeps the clock it bound at import.
+    sets = [[torch.full((4,), float(k))] for k in range(2)]
+
+    def slow(x: Any) -> Any:
+        time.sleep(0.002)
+        return x * 2
+
+    monkeypatch.setattr(time, "perf_counter_ns", lambda: 0)
+    result = time_model("t", Rotation(slow, sets), {"warmup": 0, "repeat": 6}, "cpu")
+    assert result["latency_ms_median"] >= 1.5, result
+
+
 def test_same_value_tolerance_and_nan() -> None:
     a = torch.tensor([1.0, float("nan")])
     assert same_value(a, a.clone())
@@ -345,8 +359,8 @@ def test_inputs_bundle_holds_no_seed_and_differs_per_seed(monkeypatch: Any, tmp_
     ("scale_add_slow_reference.py", "scale_add_honest.py", True, ["excessive_speedup"]),
     ("linear_reference.py", "linear_honest.py", True, []),
     ("linear_reference.py", "linear_own_weights.py", False, ["timed_outputs_incorrect"]),
-    ("scale_add_reference.py", "scale_add_patch_timer.py", True,
-     ["timer_escape", "excessive_speedup"]),
+    # The patch is flagged; the CPU timer bound its clock at import, so the time stays honest.
+    ("scale_add_reference.py", "scale_add_patch_timer.py", True, ["timer_escape"]),
 ])
 def test_steps_on_fixtures(monkeypatch: Any, tmp_path: Path, reference: str, candidate: str, correct: bool,
                            flags: list) -> None:
