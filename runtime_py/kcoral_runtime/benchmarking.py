@@ -301,9 +301,10 @@ def measure(label: str, fn: Callable[..., Any], args: Sequence[Any], settings: S
     times = [t for r in rounds for t in r.times_ms]
     spans = [s for r in rounds for s in r.spans]
     first = rounds[0]
-    if first.timing == "cupti_activity":
-        escaped = sum(r.escaped_activities or 0 for r in rounds)
-        without = sum(r.calls_without_activity for r in rounds)
+    activity = first.timing == "cupti_activity"
+    escaped = sum(r.escaped_activities or 0 for r in rounds)
+    without = sum(r.calls_without_activity for r in rounds)
+    if activity:
         if without == len(times) and escaped == 0:
             raise ExecutionError(
                 "runtime",
@@ -336,19 +337,10 @@ def measure(label: str, fn: Callable[..., Any], args: Sequence[Any], settings: S
         "repeat": len(times),
         "flush_l2": settings.flush_l2,
         "timing": first.timing,
-        "activities_stable": (
-            all(r.activities_stable for r in rounds) if first.timing == "cupti_activity" else None
-        ),
-        "escaped_work": (
-            any((r.escaped_activities or 0) > 0 for r in rounds)
-            if first.timing == "cupti_activity" else None
-        ),
-        "escaped_activities": (
-            sum(r.escaped_activities or 0 for r in rounds) if first.timing == "cupti_activity" else None
-        ),
-        "calls_without_activity": (
-            sum(r.calls_without_activity for r in rounds) if first.timing == "cupti_activity" else None
-        ),
+        "activities_stable": all(r.activities_stable for r in rounds) if activity else None,
+        "escaped_work": escaped > 0 if activity else None,
+        "escaped_activities": escaped if activity else None,
+        "calls_without_activity": without if activity else None,
         "threads_started": max(r.threads_started for r in rounds),
         "dropped_records": sum(r.dropped_records for r in rounds),
         "kernels": first.kernels,
@@ -369,7 +361,7 @@ def measure(label: str, fn: Callable[..., Any], args: Sequence[Any], settings: S
             "nvml_error": nvml_error,
             "timing_fallback_reason": trace_error,
             "cupti_ticks_per_ns": (
-                round(rounds[-1].ticks_per_ns, 6) if first.timing == "cupti_activity" else None
+                round(rounds[-1].ticks_per_ns, 6) if activity else None
             ),
             "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "wall_s": round(time.monotonic() - started, 4),

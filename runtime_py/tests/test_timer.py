@@ -243,35 +243,31 @@ def test_the_record_offsets_match_the_toolkit_headers(tmp_path):
     assert {n: KIND[n] for n in names} == dict(zip(names, map(int, values)))
 
 
-def test_a_clock_in_cpu_ticks_is_calibrated_to_nanoseconds(fake):
-    # torch.profiler (Kineto) registers a CUPTI timestamp callback counting CPU ticks (~2.1 per
-    # ns on an H100 host); the trace measures the rate, so a 1 ms kernel still reads 1 ms.
-    fake.fake_set_real_clock(2.1)
+def measure_on_real_clock(fake, ticks_per_ns: float, duration: int, repeat: int) -> timer.Measured:
+    """Kernels of ``duration`` ticks timed by a calibrating trace while the stand-in's clock
+    follows real time at ``ticks_per_ns``."""
+    fake.fake_set_real_clock(ticks_per_ns)
     try:
         t = ActivityTrace(library=fake._path)  # type: ignore[attr-defined]
         t.start()
         try:
-            got = timer.measure_activity(lambda: kernel(fake, duration=2_100_000), 5, flush(fake),
-                                         lambda: None, t, grace_s=0)
+            return timer.measure_activity(lambda: kernel(fake, duration=duration), repeat,
+                                          flush(fake), lambda: None, t, grace_s=0)
         finally:
             t.stop()
     finally:
         fake.fake_set_real_clock(0)
+
+
+def test_a_clock_in_cpu_ticks_is_calibrated_to_nanoseconds(fake):
+    # torch.profiler (Kineto) registers a CUPTI timestamp callback counting CPU ticks (~2.1 per
+    # ns on an H100 host); the trace measures the rate, so a 1 ms kernel still reads 1 ms.
+    got = measure_on_real_clock(fake, 2.1, duration=2_100_000, repeat=5)
     assert got.ticks_per_ns == pytest.approx(2.1, rel=2e-3)
     assert got.times_ms == pytest.approx([1.0] * 5, rel=2e-3)
 
 
 def test_a_clock_in_nanoseconds_is_taken_as_exactly_that(fake):
-    fake.fake_set_real_clock(1.0)
-    try:
-        t = ActivityTrace(library=fake._path)  # type: ignore[attr-defined]
-        t.start()
-        try:
-            got = timer.measure_activity(lambda: kernel(fake, duration=2_000), 3, flush(fake),
-                                         lambda: None, t, grace_s=0)
-        finally:
-            t.stop()
-    finally:
-        fake.fake_set_real_clock(0)
+    got = measure_on_real_clock(fake, 1.0, duration=2_000, repeat=3)
     assert got.ticks_per_ns == 1.0
     assert got.times_ms == [0.002] * 3

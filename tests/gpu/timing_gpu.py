@@ -38,10 +38,15 @@ def check(name: str, ok: bool, detail: str) -> None:
         failures.append(name)
 
 
+def flush_buffer():
+    """A buffer of twice the L2 plus 64 MiB, zeroed before each call by the harnesses here."""
+    return torch.empty(int(2 * torch.cuda.get_device_properties(0).L2_cache_size) // 4 + (16 << 20),
+                       dtype=torch.int32, device="cuda")
+
+
 def wall_truth(fn, repeat: int = 20) -> float:
     """Median device-synchronised wall time of fn() in ms (L2 flushed before each)."""
-    flush = torch.empty(int(2 * torch.cuda.get_device_properties(0).L2_cache_size) // 4 + (16 << 20),
-                        dtype=torch.int32, device="cuda")
+    flush = flush_buffer()
     times = []
     for _ in range(repeat + 3):
         flush.zero_()
@@ -57,8 +62,7 @@ def profiler_harness(fn, repeat: int = 100) -> float:
     """Median per-call GPU span by torch.profiler (Kineto reads CUPTI's activity records itself):
     the harness launches flush, call, flush, call, ...; the device events between two flush
     kernels are one call's, its span from their first start to their last end."""
-    flush = torch.empty(int(2 * torch.cuda.get_device_properties(0).L2_cache_size) // 4 + (16 << 20),
-                        dtype=torch.int32, device="cuda")
+    flush = flush_buffer()
     for _ in range(10):
         flush.zero_()
         fn()
@@ -92,8 +96,7 @@ def profiler_harness(fn, repeat: int = 100) -> float:
 
 
 def events_harness(fn, repeat: int = 100) -> float:
-    flush = torch.empty(int(2 * torch.cuda.get_device_properties(0).L2_cache_size) // 4 + (16 << 20),
-                        dtype=torch.int32, device="cuda")
+    flush = flush_buffer()
     times = []
     for _ in range(repeat + 10):
         flush.zero_()
