@@ -11,7 +11,7 @@ import type { InstructionSummary } from "../protocol/program_types.ts";
 import { parseExecuteRequest, RequestParseError } from "../protocol/request.ts";
 import type { EventLog } from "../http/events.ts";
 import { Rejection } from "../http/rejection.ts";
-import { type BlobCaches, BlobRejected, resolveBlobs } from "./blobs.ts";
+import { type BlobCaches, BlobRejected, resolveBlobs } from "./cache/blobs.ts";
 import { distinctGpuCount, type ServerConfig } from "./config.ts";
 import { invalidRequest, type ReceivedBody } from "./intake.ts";
 
@@ -65,8 +65,8 @@ export interface AdmissionServices {
  * @example
  * ```ts
  * import { admitRequest } from "./admission.ts";
- * import { BlobStore } from "./cache_memory.ts";
- * import { DiskFileCache } from "./cache_disk.ts";
+ * import { BlobStore } from "./cache/cache_memory.ts";
+ * import { DiskFileCache } from "./cache/cache_disk.ts";
  * import { resolveServerConfig } from "./config.ts";
  * import { EventLog } from "../http/events.ts";
  * import { encodeMultipart } from "../protocol/multipart_encode.ts";

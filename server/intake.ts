@@ -20,7 +20,7 @@ import {
   LARGE_BODY_BYTES,
   readRequestBody,
 } from "../http/request_body.ts";
-import type { BlobStore } from "./cache_memory.ts";
+import type { BlobStore } from "./cache/cache_memory.ts";
 
 /** Large bodies read at once into buffers sized before their bytes arrive (as upstream's 4). */
 const _MAX_LARGE_RECEIVES = 4;

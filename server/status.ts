@@ -10,8 +10,8 @@
 import type { EventLog } from "../http/events.ts";
 import { numberOrNull, Recent, stringOrNull } from "../http/recent.ts";
 import type { HealthBody } from "../protocol/health.ts";
-import type { BlobStore } from "./cache_memory.ts";
-import type { DiskFileCache } from "./cache_disk.ts";
+import type { BlobStore } from "./cache/cache_memory.ts";
+import type { DiskFileCache } from "./cache/cache_disk.ts";
 import type { GpuLeases, LeaseHolding } from "./lease.ts";
 import type { WorkerPool } from "./pool.ts";
 import { KCORAL_VERSION } from "../options/version.ts";

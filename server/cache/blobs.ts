@@ -6,8 +6,8 @@
  *
  * @module
  */
-import type { ParsedProgram } from "../protocol/program_types.ts";
-import { tensorLengthError, unreferencedBlobsError } from "../protocol/request.ts";
+import type { ParsedProgram } from "../../protocol/program_types.ts";
+import { tensorLengthError, unreferencedBlobsError } from "../../protocol/request.ts";
 import type { BlobStore } from "./cache_memory.ts";
 import type { DiskFileCache } from "./cache_disk.ts";
 

@@ -7,7 +7,7 @@
  * @module
  */
 import { writeNewFile } from "./_write_file.ts";
-import { sha256Hex } from "../protocol/hash.ts";
+import { sha256Hex } from "../../protocol/hash.ts";
 import { CacheCounters } from "./cache_counters.ts";
 
 /** The disk file cache; disabled when its directory is `null` or its capacity is 0. */
