@@ -14,6 +14,12 @@ string or None ``{"t": "scalar", "v": value}``, a list or tuple ``{"t": "list"|"
 "items": [...]}``; anything else ``{"t": "other", "type": name}`` without data. A tensor that
 is not a plain ``torch.Tensor`` (a subclass, a lazy wrapper) is stored by its plain data with
 ``"plain": false``: the judge flags it.
+
+``capture_value`` copies a value at one moment: every tensor's data into memory that only the
+caller holds (a ``Captured`` that remembers the tensor's type), read without a subclass's
+``__torch_function__``. The candidate's worker captures each output right after the call that
+made it, so an output the candidate later overwrites, or fills in late, is judged as it was when
+the call returned.
 """
 
 from __future__ import annotations
@@ -86,6 +92,34 @@ def sha256_tensor(tensor: Any) -> str:
     return hashlib.sha256(tensor_bytes(tensor)).hexdigest()
 
 
+class Captured:
+    """A tensor's data as it was when ``capture_value`` copied it, in memory only its holder
+    references, with the type the tensor had (what ``BundleWriter.describe_value`` records)."""
+
+    __slots__ = ("data", "type_name", "plain")
+
+    def __init__(self, data: Any, type_name: str, plain: bool) -> None:
+        self.data = data  # a plain torch.Tensor of its own
+        self.type_name = type_name
+        self.plain = plain
+
+
+def capture_value(value: Any) -> Any:
+    """``value`` with every tensor replaced by a ``Captured`` copy of its data (on the tensor's
+    device, stream-ordered), lists and tuples rebuilt; other objects are kept as they are (a
+    bundle records only their type)."""
+    torch = _torch()
+    if isinstance(value, torch.Tensor):
+        with _plain_dispatch(torch):
+            data = torch.Tensor.clone(plain_tensor(value))
+        return Captured(data, type(value).__name__, type(value) is torch.Tensor)
+    if isinstance(value, list):
+        return [capture_value(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(capture_value(v) for v in value)
+    return value
+
+
 class BundleWriter:
     """Collects tensors while values are described; ``finish`` lays out the bundle."""
 
@@ -116,15 +150,11 @@ class BundleWriter:
     def describe_value(self, value: Any) -> Dict[str, Any]:
         """The header form of ``value``; its tensors are added to the bundle."""
         torch = _torch()
+        if isinstance(value, Captured):
+            return self._describe_tensor(value.data, value.type_name, value.plain)
         if isinstance(value, torch.Tensor):
-            plain = plain_tensor(value)
-            index = self.add_tensor(plain)
-            entry = self._entries[index]
-            return {
-                "t": "tensor", "i": index, "dtype": entry["dtype"], "shape": entry["shape"],
-                "device": plain.device.type, "plain": type(value) is torch.Tensor,
-                "type": type(value).__name__,
-            }
+            return self._describe_tensor(plain_tensor(value), type(value).__name__,
+                                         type(value) is torch.Tensor)
         if value is None or isinstance(value, (bool, int, str)):
             return {"t": "scalar", "v": value}
         if isinstance(value, float):
@@ -137,6 +167,14 @@ class BundleWriter:
                 "items": [self.describe_value(item) for item in value],
             }
         return {"t": "other", "type": type(value).__name__}
+
+    def _describe_tensor(self, plain: Any, type_name: str, is_plain: bool) -> Dict[str, Any]:
+        index = self.add_tensor(plain)
+        entry = self._entries[index]
+        return {
+            "t": "tensor", "i": index, "dtype": entry["dtype"], "shape": entry["shape"],
+            "device": plain.device.type, "plain": is_plain, "type": type_name,
+        }
 
     def finish(self, header: Dict[str, Any]) -> bytearray:
         header = dict(header, tensors=self._entries)
@@ -254,7 +292,8 @@ def tensors_in(described: Dict[str, Any]) -> List[int]:
 
 
 __all__ = [
-    "MAGIC", "DTYPES", "BundleError", "BundleWriter", "Bundle", "dtype_name", "plain_tensor",
+    "MAGIC", "DTYPES", "BundleError", "BundleWriter", "Bundle", "Captured", "capture_value",
+    "dtype_name", "plain_tensor",
     "tensor_bytes",
     "sha256_tensor", "sha256_bytes", "tensors_in",
 ]

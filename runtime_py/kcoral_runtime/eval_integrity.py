@@ -33,7 +33,8 @@ WATCHED_ATTRIBUTES = (
     ("time", ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "sleep")),
     ("hashlib", ("sha256",)),
     ("json", ("dumps",)),
-    ("torch", ("equal", "isclose", "allclose", "empty", "Tensor", "no_grad")),
+    ("os", ("urandom",)),
+    ("torch", ("equal", "isclose", "allclose", "empty", "empty_like", "Tensor", "no_grad")),
     ("torch.cuda", ("synchronize", "Event", "Stream", "current_stream", "current_device")),
 )
 # Methods of classes the rotation and the bundle writer call (module, class, methods).

@@ -3,24 +3,35 @@
     time_model(fn, sets, settings, device)
       |- Rotation.before(): untimed, before every call (warmup included)
       |     check the previous call: its input copies still equal the set they came from
-      |       (else inputs_modified), its output equal to the first output of that set
-      |       (else outputs_inconsistent; isclose instead of equal when nondeterminism is allowed)
-      |     the next set (round robin over the timing sets), cloned while the previous copies
-      |       are still alive, so two calls in a row never see the same addresses
+      |       (else inputs_modified), its output, captured (eval_bundle.capture_value), equal to
+      |       the first output of that set (else outputs_inconsistent; isclose instead of equal
+      |       when nondeterminism is allowed)
+      |     the next set: the timing sets in a new random order every round, never the same set
+      |       twice in a row
+      |     its copy written into one of SLOTS places chosen at random, never the previous
+      |       call's, so two calls in a row never see the same addresses
       |- GPU: benchmarking.measure(..., before_call=Rotation.before) (all-stream CUPTI spans)
       |  CPU: a host timer (time.perf_counter_ns) around each call; timing "cpu"
       '- Rotation.finish(): the last call checked; each set's latest output kept for the judge
 
-A cache keyed by input address or identity misses (new copies every call); one keyed by shape
-returns the wrong set's output, which the per-set consistency check and the judge's re-check of
-the last timed output of every set catch.
+Which set sits at which address is random, whatever the number of sets: a cache keyed by input
+address, storage or identity answers with whatever set was last at that place, and the per-set
+consistency check and the judge's re-check of each set's last timed output catch the wrong
+answers (a fresh allocation per call is not enough: the allocator alternates two blocks while the
+previous copies are alive, and with two sets round robin each block always holds the same set,
+at any offset inside it). The places are allocated once, as ``empty_like`` of the inputs: the
+allocator's alignment, and with it the kernels' speed, is what a fresh clone gets. A cache keyed
+by shape returns another set's output and is caught the same way; one keyed by the call count
+meets a different order every round (with three or more sets).
 """
 
 from __future__ import annotations
 
+import os
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from .eval_bundle import Captured, capture_value
 from .eval_compare import tolerance_for
 from .timing_stats import summarize_times
 
@@ -28,6 +39,16 @@ from .timing_stats import summarize_times
 # time.perf_counter_ns afterwards cannot change the CPU path's timings (the patch is still
 # flagged by eval_integrity).
 _host_clock_ns = time.perf_counter_ns
+
+# Places a call's input copies can land in: the previous call's is never chosen, so at least
+# two remain to pick from at random.
+SLOTS = 3
+
+
+def random_below(n: int) -> int:
+    """A uniform integer in ``[0, n)`` from the OS's random source (nothing a candidate could
+    seed; ``os.urandom`` is watched by eval_integrity)."""
+    return int.from_bytes(os.urandom(8), "little") % n
 
 
 def clone_value(value: Any) -> Any:
@@ -49,6 +70,8 @@ def same_value(a: Any, b: Any, tolerance: Optional[Dict[str, float]] = None,
     (``eval_compare.tolerance_for`` with ``tolerance`` as the override)."""
     import torch
 
+    a = a.data if isinstance(a, Captured) else a
+    b = b.data if isinstance(b, Captured) else b
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
             return False
@@ -82,9 +105,12 @@ class Rotation:
         self.fn = fn
         self.sets = [list(s) for s in sets]
         self.tolerance = tolerance
-        self.index = -1
+        self.set_index = -1  # the set of the current call
+        self.slot = -1  # the place of the current call's copies
+        self._order: List[int] = []  # the rest of this round's sets
+        # (slot, tensor number) -> (the layout it was made for, its tensor)
+        self._places: Dict[Tuple[int, int], Tuple[Any, Any]] = {}
         self.args: Optional[List[Any]] = None
-        self._previous: Optional[List[Any]] = None
         self.output: Any = None
         self.first: Dict[int, Any] = {}
         self.latest: Dict[int, Any] = {}
@@ -95,10 +121,10 @@ class Rotation:
     def _check_previous(self) -> None:
         if self.args is None:
             return
-        k = self.index % len(self.sets)
+        k = self.set_index
         if not same_value(self.args, self.sets[k]):
             self.inputs_modified += 1
-        kept = clone_value(self.output)
+        kept = capture_value(self.output)
         if k not in self.first:
             self.first[k] = kept
         elif not same_value(kept, self.first[k], self.tolerance, exact=False):
@@ -106,12 +132,50 @@ class Rotation:
         self.latest[k] = kept
         self.output = None
 
+    def _next_set(self) -> int:
+        if not self._order:
+            order = list(range(len(self.sets)))
+            for i in range(len(order) - 1, 0, -1):  # Fisher-Yates
+                j = random_below(i + 1)
+                order[i], order[j] = order[j], order[i]
+            if len(order) > 1 and order[0] == self.set_index:
+                order[0], order[1] = order[1], order[0]
+            self._order = order
+        return self._order.pop(0)
+
+    def _next_slot(self) -> int:
+        others = [s for s in range(SLOTS) if s != self.slot]
+        return others[random_below(len(others))]
+
+    def _place(self, value: Any, numbers: List[int]) -> Any:
+        """A copy of ``value`` whose tensors sit in this call's slot (a fresh clone for a tensor
+        a place cannot stand in for: a subclass or one that requires grad). ``numbers`` grows by
+        one per tensor placed: the tensor's number within the set."""
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            if type(value) is not torch.Tensor or value.requires_grad:
+                return value.clone()
+            key = (self.slot, len(numbers))
+            numbers.append(0)
+            made_for, place = self._places.get(key, (None, None))
+            layout = (value.shape, value.stride(), value.dtype, value.device)
+            if made_for != layout:
+                place = torch.empty_like(value)
+                self._places[key] = (layout, place)
+            place.copy_(value)
+            return place.view(place.shape)  # a new tensor object every call, same memory
+        if isinstance(value, list):
+            return [self._place(v, numbers) for v in value]
+        if isinstance(value, tuple):
+            return tuple(self._place(v, numbers) for v in value)
+        return value
+
     def before(self) -> None:
         self._check_previous()
-        self.index += 1
-        self._previous = self.args  # alive while the next copies are made
-        self.args = [clone_value(v) for v in self.sets[self.index % len(self.sets)]]
-        self._previous = None
+        self.set_index = self._next_set()
+        self.slot = self._next_slot()
+        self.args = self._place(self.sets[self.set_index], [])
 
     def call(self) -> None:
         self.calls += 1
@@ -120,6 +184,7 @@ class Rotation:
     def finish(self) -> None:
         self._check_previous()
         self.args = None
+        self._places.clear()
 
     def report(self) -> Dict[str, int]:
         return {
@@ -171,4 +236,4 @@ def time_model(label: str, rotation: Rotation, settings: Dict[str, Any], device:
     return result
 
 
-__all__ = ["Rotation", "time_model", "clone_value", "same_value"]
+__all__ = ["Rotation", "SLOTS", "time_model", "clone_value", "same_value", "random_below"]

@@ -8,7 +8,8 @@
       |
       |-- 2. run_candidate(candidate, inputs, request)  worker B: the only one that runs candidate code
       |        ModelNew(*init inputs) after torch.manual_seed(init_seed)
-      |        each correctness set twice on fresh copies (allocator poisoned with NaN first):
+      |        each correctness set twice on fresh copies (allocator poisoned with NaN first),
+      |          each output captured (copied) right after its call, before the next call:
       |          inputs still equal? both runs identical? output unchanged by a device synchronize?
       |        timing: every call on fresh copies of rotating timing sets (eval_timing)
       |        the timing and reporting code checked for patches (eval_integrity)
@@ -38,7 +39,7 @@ import traceback
 from typing import Any, Dict, List, Optional, Tuple
 
 from .errors import ExecutionError
-from .eval_bundle import Bundle, BundleError, BundleWriter, sha256_bytes
+from .eval_bundle import Bundle, BundleError, BundleWriter, capture_value, sha256_bytes
 from .eval_compare import compare_values, tolerance_for
 from .eval_integrity import changed, snapshot
 from .eval_physics import floor_ms
@@ -250,24 +251,32 @@ def run_candidate(candidate_source: str, inputs: bytes, request_json: str) -> by
                 _sync(device)
                 t0 = time.perf_counter()
                 out = model(*args)
-                early = clone_value(out) if device == "cuda" else None
+                # GPU: read on the caller's stream before any synchronize (stream_escape).
+                early = capture_value(out) if device == "cuda" else None
                 _sync(device)
                 call_ms = _ms(t0)
-                stream_consistent = None if early is None else same_value(early, out)
+                # Copied before any more candidate code runs: what the call returned is judged,
+                # not what the candidate makes of that memory later (an alias it overwrites on
+                # the next call, a lazy output finished afterwards).
+                first = capture_value(out)
+                del out
+                stream_consistent = None if early is None else same_value(early, first)
                 inputs_unchanged = same_value(args, pristine)
-                first = writer.describe_value(out)
+                first_output = writer.describe_value(first)
                 again = clone_value(pristine)
                 _poison(device, 2 * _input_bytes(pristine))
-                second = model(*again)
+                out = model(*again)
                 _sync(device)
+                second = capture_value(out)
+                del out
                 result["correctness"].append({
-                    "output": first,
+                    "output": first_output,
                     "inputs_unchanged": inputs_unchanged and same_value(again, pristine),
-                    "repeat_identical": same_value(out, second),
+                    "repeat_identical": same_value(first, second),
                     "stream_consistent": stream_consistent,
                     "call_ms": call_ms,
                 })
-                del out, second, args, again
+                del early, first, second, args, again
             phases["candidate_correctness"] = _ms(started)
 
             phase = "timing"

@@ -23,7 +23,7 @@ from kcoral_runtime.eval_compare import (  # noqa: E402
     tolerance_for,
 )
 from kcoral_runtime.eval_physics import floor_ms, peaks_for  # noqa: E402
-from kcoral_runtime.eval_timing import Rotation, same_value, time_model  # noqa: E402
+from kcoral_runtime.eval_timing import SLOTS, Rotation, same_value, time_model  # noqa: E402
 from kcoral_runtime.eval_verdict import FLAGS, build_verdict, speedup_of  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "eval"
@@ -194,17 +194,62 @@ def test_rotation_gives_fresh_copies_and_checks_every_call() -> None:
     seen = []
 
     def fn(x: Any) -> Any:
-        seen.append((x.data_ptr(), float(x[0])))
+        seen.append((x.data_ptr(), int(x[0])))
         return x * 2
 
     rotation = Rotation(fn, sets)
     result = time_model("t", rotation, {"warmup": 1, "repeat": 8}, "cpu")
     assert result["timing"] == "cpu" and result["samples"] == 8
-    assert [v for _, v in seen] == [0.0, 1.0, 2.0] * 3
+    order = [k for _, k in seen]
+    # Every round of three calls is an order of all three sets; never the same set twice in a
+    # row, never the same address twice in a row.
+    assert [sorted(order[i:i + 3]) for i in (0, 3, 6)] == [[0, 1, 2]] * 3
+    assert all(order[i] != order[i + 1] for i in range(len(order) - 1))
     assert all(seen[i][0] != seen[i + 1][0] for i in range(len(seen) - 1))
+    assert len({ptr for ptr, _ in seen}) <= SLOTS
     assert rotation.report() == {"calls": 9, "inputs_modified": 0, "outputs_inconsistent": 0}
     assert sorted(rotation.latest) == [0, 1, 2]
-    assert torch.equal(rotation.latest[2], torch.full((4,), 4.0))
+    assert torch.equal(rotation.latest[2].data, torch.full((4,), 4.0))
+
+
+def test_rotation_orders_differ_between_rounds() -> None:
+    sets = [[torch.full((1,), float(k))] for k in range(3)]
+    order = []
+    rotation = Rotation(lambda x: order.append(int(x[0])) or x, sets)
+    time_model("t", rotation, {"warmup": 0, "repeat": 60}, "cpu")
+    rounds = {tuple(order[i:i + 3]) for i in range(0, 60, 3)}
+    assert len(rounds) > 1  # one fixed order in 20 rounds: about 3e-16 by chance
+
+
+def _pointer_cache() -> Any:
+    cache: Dict[Any, Any] = {}
+
+    def cached(x: Any) -> Any:
+        key = (x.data_ptr(), tuple(x.shape))
+        if key not in cache:
+            cache[key] = x * 2
+        return cache[key]
+
+    return cached
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_rotation_a_cache_keyed_by_pointer_meets_other_sets(count: int) -> None:
+    # Which set sits at which address is random: an answer looked up by address is another
+    # set's often enough to be caught, with two sets as with three. Each hit is wrong with
+    # probability about 1/3 or more; 60 calls leave a miss about (2/3)^50 likely.
+    sets = [[torch.full((256,), float(k))] for k in range(count)]
+    rotation = Rotation(_pointer_cache(), sets)
+    time_model("t", rotation, {"warmup": 0, "repeat": 60}, "cpu")
+    assert rotation.outputs_inconsistent > 0
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_verdict_flags_a_pointer_keyed_cache(monkeypatch: Any, tmp_path: Path, count: int) -> None:
+    verdict = _evaluate(monkeypatch, tmp_path, "scale_add_reference.py",
+                        "scale_add_pointer_cache.py", timing_sets=count,
+                        timing={"warmup": 0, "repeat": 60})
+    assert "timed_outputs_incorrect" in verdict["flags"], verdict["checks"]
 
 
 def test_rotation_notices_modified_inputs_and_stale_outputs() -> None:
@@ -217,7 +262,9 @@ def test_rotation_notices_modified_inputs_and_stale_outputs() -> None:
     rotation = Rotation(cached, sets)
     time_model("t", rotation, {"warmup": 0, "repeat": 6}, "cpu")
     assert rotation.outputs_inconsistent == 0  # each set always gets the same (wrong) tensor
-    assert torch.equal(rotation.latest[1], torch.zeros(4))  # set 1's output is set 0's: judged
+    # One set's output is the other's: the judge's re-check catches it.
+    right = [torch.equal(rotation.latest[k].data, torch.full((4,), 2.0 * k)) for k in (0, 1)]
+    assert sorted(right) == [False, True]
 
     def in_place(x: Any) -> Any:
         return x.add_(1)
@@ -225,6 +272,20 @@ def test_rotation_notices_modified_inputs_and_stale_outputs() -> None:
     rotation = Rotation(in_place, sets)
     time_model("t", rotation, {"warmup": 0, "repeat": 4}, "cpu")
     assert rotation.inputs_modified == 4
+
+
+def test_rotation_keeps_outputs_as_returned() -> None:
+    # One buffer, overwritten by every call: each call's output is kept as that call left it.
+    sets = [[torch.full((4,), float(k))] for k in range(3)]
+    buffer = torch.zeros(4)
+
+    def reused(x: Any) -> Any:
+        return torch.mul(x, 2, out=buffer)
+
+    rotation = Rotation(reused, sets)
+    time_model("t", rotation, {"warmup": 0, "repeat": 9}, "cpu")
+    assert rotation.outputs_inconsistent == 0
+    assert [float(rotation.latest[k].data[0]) for k in range(3)] == [0.0, 2.0, 4.0]
 
 
 def test_a_patched_host_clock_does_not_change_cpu_timings(monkeypatch) -> None:
@@ -314,14 +375,15 @@ def test_physics_floor() -> None:
 # --------------------------------------------------------------------------- the three steps
 
 
-def _evaluate(monkeypatch: Any, tmp_path: Path, reference: str, candidate: str, **judge: Any) -> Dict[str, Any]:
+def _evaluate(monkeypatch: Any, tmp_path: Path, reference: str, candidate: str,
+              timing_sets: int = 3, timing: Any = None, **judge: Any) -> Dict[str, Any]:
     monkeypatch.chdir(tmp_path)
     ref = (FIXTURES / reference).read_text()
     cand = (FIXTURES / candidate).read_text()
-    seeds = {"correctness_seeds": ["101", "202", "303"], "timing_seeds": ["404", "505"],
-             "init_seed": 42}
+    seeds = {"correctness_seeds": ["101", "202", "303"],
+             "timing_seeds": [str(404 + 101 * k) for k in range(timing_sets)], "init_seed": 42}
     inputs = eval_worker.generate_inputs(ref, json.dumps(seeds))
-    settings = {"timing": {"warmup": 1, "repeat": 6}}
+    settings = {"timing": timing or {"warmup": 1, "repeat": 6}}
     clock = time.perf_counter_ns  # a candidate may replace it; the judge is another process
     try:
         outputs = eval_worker.run_candidate(cand, inputs, json.dumps(settings))
@@ -356,6 +418,11 @@ def test_inputs_bundle_holds_no_seed_and_differs_per_seed(monkeypatch: Any, tmp_
     ("scale_add_reference.py", "scale_add_shape_cache.py", False, ["timed_outputs_incorrect"]),
     ("scale_add_reference.py", "scale_add_late_cache.py", True, ["timed_outputs_incorrect"]),
     ("scale_add_reference.py", "scale_add_subclass.py", True, ["output_not_plain_tensor"]),
+    # One output buffer for every call: each output is judged as its call returned it.
+    ("scale_add_reference.py", "scale_add_reused_buffer.py", True, []),
+    # Returns zeros, fills them in on the next call: judged as returned.
+    ("scale_add_reference.py", "scale_add_fill_on_next_call.py", False,
+     ["nondeterministic", "timed_outputs_incorrect"]),
     ("scale_add_slow_reference.py", "scale_add_honest.py", True, ["excessive_speedup"]),
     ("linear_reference.py", "linear_honest.py", True, []),
     ("linear_reference.py", "linear_own_weights.py", False, ["timed_outputs_incorrect"]),

@@ -280,8 +280,11 @@ def check_deferred_work(case: Case, **_: Any) -> None:
     expected = case.expected(values)
     out = case.call(clones(values))
     assert not close(out, expected, case.tol), "the answer was there at return"
-    for timer in case.hack.timers:
-        timer.join(5)
+    if hasattr(case.hack, "timers"):  # the work waits for a timer
+        for timer in case.hack.timers:
+            timer.join(5)
+    else:  # the work waits for the next call
+        case.call(clones(inputs(case.ref, 26)))
     assert close(out, expected, case.tol), "the deferred work never filled the output"
 
 

@@ -6,8 +6,9 @@ that times repeated calls on the same input tensors (or refills the same buffers
 values) gets stale answers in no time.
 
 Caught by: `incorrect` (the next correctness set's copies land on addresses the cache has seen,
-holding other values), `timed_outputs_incorrect`; when a hit happens to return the right set's
-answer in the timing loop, the skipped work shows as `excessive_speedup` and
+holding other values), `timed_outputs_incorrect` (the timing loop puts its sets at randomly
+chosen places, so a hit often returns another set's answer, with any number of sets); when a
+hit happens to return the right set's answer, the skipped work shows as `excessive_speedup` and
 `activities_unstable`. It needs CUDA only for the verdict to be predictable: PyTorch's caching
 allocator hands a freed block to the next copy of the same size, while on CPU torch whether
 malloc reuses an address is luck (it misbehaves on CPU torch all the same when it does; the zoo's

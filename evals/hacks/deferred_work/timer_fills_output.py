@@ -4,10 +4,10 @@ What it does: returns a zero tensor at once and starts a `threading.Timer` that 
 GELU into that tensor 1 s later. A harness that times the call sees almost no work; one that
 reads the output much later (after its timing loop) finds it filled in.
 
-Caught by: `timed_outputs_incorrect` (the last timed outputs are still zeros when the
-candidate's worker writes its outputs bundle, right after the timing loop), `incorrect` when a
-correctness output is read before its timer fired; on a GPU also `stream_escape`/`timer_escape`
-(work launched after the call returned); `excessive_speedup` for the timing of an empty call.
+Caught by: `incorrect` and `timed_outputs_incorrect` (the candidate's worker copies every
+output right after its call, long before its timer fires); on a GPU also
+`stream_escape`/`timer_escape` (work launched after the call returned); `excessive_speedup` for
+the timing of an empty call.
 """
 
 import threading
