@@ -8,7 +8,7 @@
  * This module lives beside the package it reads, outside `server/` and `cli/`, because both need
  * it: `kcoral run` and `kcoral mcp` upload the tool runner's sources in every request, and the
  * server materialises the package for Python when it cannot use a checkout's directory in place
- * (`server/runtime_files.ts`).
+ * (`server/runtime/runtime_files.ts`).
  *
  * @module
  */

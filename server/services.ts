@@ -25,7 +25,7 @@ import { Intake } from "./intake.ts";
 import { WorkerLaunch } from "./launch.ts";
 import { GpuLeases } from "./lease.ts";
 import { WorkerPool } from "./pool.ts";
-import { runtimePythonPath } from "./runtime_files.ts";
+import { runtimePythonPath } from "./runtime/runtime_files.ts";
 import { pythonInfo } from "./python_info.ts";
 
 /** Large-body receive buffers and mirrors up to this size are pooled (two of each). */

@@ -11,7 +11,7 @@
  */
 import assert from "node:assert/strict";
 import type { ServerConfig } from "../server/config.ts";
-import { runtimePythonPath } from "../server/runtime_files.ts";
+import { runtimePythonPath } from "../server/runtime/runtime_files.ts";
 import { callProgram, postProgram, startServer, type TestServer } from "./_server.ts";
 
 const CLI = new URL("../cli.ts", import.meta.url).pathname;

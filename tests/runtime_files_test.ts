@@ -6,8 +6,8 @@
 import assert from "node:assert/strict";
 import { fileListText, runtimePaths } from "../scripts/runtime_manifest.ts";
 import { readRuntimeFile, RUNTIME_FILE_PATHS } from "../runtime_py/runtime_files.ts";
-import { runtimePythonPath } from "../server/runtime_files.ts";
-import { runtimeManifest } from "../server/runtime_manifest.ts";
+import { runtimePythonPath } from "../server/runtime/runtime_files.ts";
+import { runtimeManifest } from "../server/runtime/runtime_manifest.ts";
 import { readRuntimeFiles } from "../runtime_py/runtime_files.ts";
 
 const PACKAGE = new URL("../runtime_py/kcoral_runtime/", import.meta.url);

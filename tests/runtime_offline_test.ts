@@ -11,7 +11,7 @@
  */
 import assert from "node:assert/strict";
 import { readRuntimeFiles } from "../runtime_py/runtime_files.ts";
-import { runtimeManifest } from "../server/runtime_manifest.ts";
+import { runtimeManifest } from "../server/runtime/runtime_manifest.ts";
 import { callProgram, postProgram } from "./_server.ts";
 
 const ROOT = new URL("../", import.meta.url);

@@ -11,7 +11,7 @@
  * @module
  */
 
-import { sha256Hex } from "../protocol/hash.ts";
+import { sha256Hex } from "../../protocol/hash.ts";
 
 /** The files of the runtime package and the hash that names the package. */
 export interface RuntimeManifest {

@@ -12,9 +12,9 @@
  * @module
  */
 
-import { sha256Hex } from "../protocol/hash.ts";
-import { processEnv } from "../options/defaults.ts";
-import type { Env } from "../options/spec.ts";
+import { sha256Hex } from "../../protocol/hash.ts";
+import { processEnv } from "../../options/defaults.ts";
+import type { Env } from "../../options/spec.ts";
 import { type RuntimeManifest, runtimeManifest } from "./runtime_manifest.ts";
 
 /** Leftovers of materialisations (temporary and damaged copies) older than this are removed. */
@@ -97,7 +97,7 @@ export interface CachedRuntime {
  * @example
  * ```ts
  * import { cachedRuntime } from "./runtime_cache.ts";
- * import { readRuntimeFiles } from "../runtime_py/runtime_files.ts";
+ * import { readRuntimeFiles } from "../../runtime_py/runtime_files.ts";
  *
  * const cacheDir = await Deno.makeTempDir();
  * const texts = await readRuntimeFiles();
