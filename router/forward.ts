@@ -39,7 +39,9 @@ import {
   forwardedResponseEntries,
   validHeaderEntries,
 } from "./headers.ts";
-import { type NodeRegistry, RouterStopping, type SlotLease } from "./registry.ts";
+import { RouterStopping } from "./admission.ts";
+import type { SlotLease } from "./connections.ts";
+import type { NodeRegistry } from "./registry.ts";
 import { type RouterSlot, TunnelError, type TunnelExchange } from "./slot_link.ts";
 import type { ClientWatch } from "./client_watch.ts";
 import type { StallWatch } from "../http/stall_watch.ts";

@@ -26,7 +26,8 @@ import {
 } from "../protocol/node_link.ts";
 import type { EventLog } from "../http/events.ts";
 import { jsonResponse } from "../http/routes.ts";
-import { type ControlHandle, LinkRefusal, type NodeRegistry } from "./registry.ts";
+import { type ControlHandle, LinkRefusal } from "./connections.ts";
+import type { NodeRegistry } from "./registry.ts";
 import { RouterSlot } from "./slot_link.ts";
 
 /** What the hub needs of the Router. */
@@ -51,12 +52,10 @@ const _IDLE_TIMEOUT_S = 30;
  * ```ts
  * import { acceptNodeLink } from "./hub.ts";
  * import { NodeRegistry } from "./registry.ts";
+ * import { defaultRegistryConfig } from "./options.ts";
  * import { EventLog } from "../http/events.ts";
  *
- * const registry = new NodeRegistry({
- *   maxStatusAgeMs: 5000, unhealthyThreshold: 3, recoveryThreshold: 2, nodeRetentionMs: 600_000,
- *   statusCheckIntervalMs: 1000, maxQueuedRequests: 0, queueWaitTimeoutMs: 0,
- * });
+ * const registry = new NodeRegistry(defaultRegistryConfig());
  * const events = new EventLog({ logDir: null, console: false, programs: false });
  * const ctx = { registry, nodeToken: "s3cret", events, sockets: new Set<WebSocket>() };
  * const refused = acceptNodeLink(new Request("http://router/kcoral/v1/slot"), ctx);

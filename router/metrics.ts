@@ -20,7 +20,8 @@
  */
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { EventLog } from "../http/events.ts";
-import type { NodeRegistry, NodeState } from "./registry.ts";
+import type { NodeState } from "./node_health.ts";
+import type { NodeRegistry } from "./registry.ts";
 import { DURATION_BUCKETS, registerProcessMetrics } from "../http/metrics_response.ts";
 
 const _STATES: readonly NodeState[] = [
@@ -38,13 +39,11 @@ const _STATES: readonly NodeState[] = [
  * ```ts
  * import { EventLog } from "../http/events.ts";
  * import { NodeRegistry } from "./registry.ts";
+ * import { defaultRegistryConfig } from "./options.ts";
  * import { RouterMetrics } from "./metrics.ts";
  *
  * const events = new EventLog({ logDir: null, console: false, programs: false });
- * const registry = new NodeRegistry({
- *   maxStatusAgeMs: 5000, unhealthyThreshold: 3, recoveryThreshold: 2, nodeRetentionMs: 600_000,
- *   statusCheckIntervalMs: 1000, maxQueuedRequests: 0, queueWaitTimeoutMs: 0,
- * });
+ * const registry = new NodeRegistry(defaultRegistryConfig());
  * const metrics = new RouterMetrics(events, registry);
  * events.emit("WARNING", "request_finished", {
  *   http_status: 503, finish_reason: "queue_full", error_kind: "router_busy", queue_wait_ms: 0,

@@ -42,19 +42,14 @@ export {
   type ReloadResult,
 } from "../http/client_tokens.ts";
 export {
-  type ControlHandle,
-  LinkRefusal,
   NodeRegistry,
-  type NodeSnapshot,
-  type NodeState,
   type RegistryConfig,
   type RegistryEventListener,
-  type RegistryHealth,
   type RegistryOptions,
-  type RegistrySnapshot,
-  type SlotHandle,
-  type SlotLease,
 } from "./registry.ts";
+export { type ControlHandle, LinkRefusal, type SlotHandle, type SlotLease } from "./connections.ts";
+export type { NodeState } from "./node_health.ts";
+export type { NodeSnapshot, RegistryHealth, RegistrySnapshot } from "./health_views.ts";
 export {
   LINK_CLOSE,
   type LinkCloseName,

@@ -420,3 +420,21 @@ export function registryConfig(config: RouterConfig): RegistryConfig {
     queueWaitTimeoutMs: config.queueWaitTimeoutSeconds * 1000,
   };
 }
+
+/**
+ * The registry's settings of `kcoral router` run without options, with `overrides` (the Router's
+ * defaults for a `NodeRegistry` made by hand).
+ *
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { defaultRegistryConfig } from "./options.ts";
+ *
+ * const config = defaultRegistryConfig({ maxQueuedRequests: 0 });
+ * assert.equal(config.maxQueuedRequests, 0);
+ * assert.equal(config.maxStatusAgeMs, 5000);
+ * ```
+ */
+export function defaultRegistryConfig(overrides: Partial<RegistryConfig> = {}): RegistryConfig {
+  return { ...registryConfig(parseRouterArgs([], {})), ...overrides };
+}

@@ -1,49 +1,24 @@
 /**
- * The Router's node registry (spec router §1.4–§1.5, §2.3–§2.5, §3, §4): one record per node
- * with its health state, its supervisor's control connection, its data slots (an idle FIFO), the
- * instances they belong to, the requests running on it; the pool's cohort baseline
- * (target/versions); the admission queue; node selection; the public `/health` numbers. Pure
- * state: connections are {@linkcode ControlHandle}s and {@linkcode SlotHandle}s that the
- * socket layer implements, and time comes from an injectable monotonic clock.
- *
- * A node's state:
+ * The Router's node registry (spec router §1.4–§1.5, §2.3–§2.5, §3, §4): the node records by
+ * name, which control connection is each node's current one, the pool's cohort baseline
+ * (target/versions), the admission queue, node selection and the freshness sweep. Pure state:
+ * connections are handles the socket layer implements, and time comes from an injectable
+ * monotonic clock. Its parts:
  *
  * ```
- *  (created by the node's first status report, or by a slot that came before it)
- *
- *  starting ── healthy, compatible ─────────────────────────────────▶ ready
- *     │                                                              ▲   │ unhealthy-threshold
- *     │ one unhealthy report            recovery-threshold healthy   │   │ unhealthy reports in
- *     ▼                                 reports in a row             │   │ a row (fewer: stays)
- *  unhealthy ── healthy, compatible ──▶ recovering ──────────────────┘   │
- *     ▲  ▲                                  │                            │
- *     │  └──────── one unhealthy report ────┘                            │
- *     │  └───────────────────────────────────────────────────────────────┘
- *     └── any state: its control connection closes, is refused or expires (failures = threshold)
- *
- *  any state ── healthy, target/versions other than the pool's ──▶ incompatible
- *  incompatible ── healthy, compatible ──▶ ready      (unhealthy reports: as for ready)
- *  no control connection, nothing running, disconnected for node-retention ──▶ record removed
+ *  router/node_health.ts    a node's record and health state machine (starting, ready, ...)
+ *  router/connections.ts    control and slot handles, a node's idle FIFO, a request's lease
+ *  router/health_views.ts   the /health numbers and the internal snapshot
+ *  router/admission.ts      the bounded wait for a slot; router/selection.ts which node
  * ```
- *
- * (With recovery-threshold 1, the first healthy report takes an unhealthy node straight to
- * `ready`.)
  *
  * A node takes requests when it is `ready`, has a current control connection, is not marked
- * saturated (a node 503, for one status-check interval) and has an idle slot. A healthy report
- * with a new server or supervisor instance closes every slot of the node (in-flight requests keep
- * their count); slots of another server instance are refused until the supervisor reports it.
- * Control loss never closes slots: running requests finish, only new dispatch stops. Every
- * cleanup compares connection ids, so a late close of an old connection never removes its
- * replacement.
- *
- * This module is longer than most because the node record, its state machine and the
- * bookkeeping of connections are one piece of state whose invariants (which slots are idle,
- * which connection is current, what `in_flight` counts) every operation must keep together.
+ * saturated (a node 503, for one status-check interval) and has an idle slot. Slots of another
+ * server instance than the node's are refused until its supervisor reports it. A node record
+ * without a control connection and with nothing running is removed after node-retention.
  *
  * @module
  */
-import type { HealthLoad } from "../protocol/health.ts";
 import {
   isValidNodeId,
   type LinkCloseName,
@@ -51,70 +26,16 @@ import {
   type SlotHello,
 } from "../protocol/node_link.ts";
 import { AdmissionQueue } from "./admission.ts";
-import { type LoadView, selectNode } from "./selection.ts";
-
-export { NoNode, RouterBusy, RouterStopping } from "./admission.ts";
-// The protocol types of this module's signatures, for readers of its documentation alone.
-export type { HealthLoad } from "../protocol/health.ts";
-export {
-  LINK_CLOSE,
-  type LinkCloseName,
-  type NodeStatus,
-  type SlotHello,
-} from "../protocol/node_link.ts";
-
-/** The registry's view of one connected data slot; `router/slot_link.ts` implements it. */
-export interface SlotHandle {
-  /** Unique per WebSocket connection. */
-  readonly connectionId: string;
-  /** The slot id of the hello (new on every connection of the node). */
-  readonly slotId: string;
-  /** The node of the hello. */
-  readonly nodeId: string;
-  /** The server instance of the hello. */
-  readonly serverInstanceId: string;
-  /** Closes the connection with a node-link close code and reason; idempotent, never blocks. */
-  close(code: LinkCloseName, reason: string): void;
-}
-
-/** One control connection (a supervisor's WebSocket). */
-export interface ControlHandle {
-  /** Unique per WebSocket connection. */
-  readonly connectionId: string;
-  /** Closes the connection with a node-link close code and reason; idempotent, never blocks. */
-  close(code: LinkCloseName, reason: string): void;
-}
-
-/**
- * A connection is refused or ended: close it with `code` and `message`.
- *
- * @example
- * ```ts
- * import { LinkRefusal } from "./registry.ts";
- *
- * const refusal = new LinkRefusal("already_exists", "data slot identifier is already connected");
- * if (refusal.code !== "already_exists") throw new Error();
- * ```
- */
-export class LinkRefusal extends Error {
-  /** The close code to use. */
-  readonly code: LinkCloseName;
-  /**
-   * Creates the refusal.
-   *
-   * @example
-   * ```ts
-   * import { LinkRefusal } from "./registry.ts";
-   *
-   * if (new LinkRefusal("invalid_argument", "bad").name !== "LinkRefusal") throw new Error();
-   * ```
-   */
-  constructor(code: LinkCloseName, message: string) {
-    super(message);
-    this.name = "LinkRefusal";
-    this.code = code;
-  }
-}
+import { type ControlHandle, LinkRefusal, type SlotHandle, type SlotLease } from "./connections.ts";
+import {
+  healthView,
+  type RegistryHealth,
+  type RegistrySnapshot,
+  type RegistryState,
+  snapshotView,
+} from "./health_views.ts";
+import { type Cohort, healthyReportProblem, NodeRecord, sameCohort } from "./node_health.ts";
+import { selectNode } from "./selection.ts";
 
 /** The registry's settings (`kcoral router` options, in ms where they are durations). */
 export interface RegistryConfig {
@@ -132,83 +53,6 @@ export interface RegistryConfig {
   maxQueuedRequests: number;
   /** How long a request may wait for a slot. */
   queueWaitTimeoutMs: number;
-}
-
-/** A slot taken for one request. */
-export interface SlotLease {
-  /** The node that serves the request. */
-  readonly nodeId: string;
-  /** The slot carrying it. */
-  readonly slot: SlotHandle;
-  /**
-   * Gives the slot back: `reusable` true puts it at the back of the node's idle FIFO (only if it
-   * is still the registered connection for its slot id and the node's current server instance
-   * is the slot's); false discards it (unregisters it; the caller closes it). Decrements
-   * `in_flight` and wakes one waiter. Idempotent.
-   */
-  release(reusable: boolean): void;
-  /**
-   * The node answered 503: exclude it from scheduling and capacity for one status-check
-   * interval (cleared early by its next healthy report).
-   */
-  markSaturated(): void;
-}
-
-/** A node's health state (see the module documentation). */
-export type NodeState = "starting" | "ready" | "recovering" | "incompatible" | "unhealthy";
-
-/** One node in {@linkcode NodeRegistry.snapshot} (upstream's `workers` entries). */
-export interface NodeSnapshot {
-  /** The node id. */
-  name: string;
-  /** Its state. */
-  status: NodeState;
-  /** The supervisor instance last reported, `null` if none. */
-  supervisor_instance_id: string | null;
-  /** The server instance last reported or adopted from a slot, `null` if none. */
-  server_instance_id: string | null;
-  /** Instance changes seen. */
-  restarts: number;
-  /** Requests running on it through this Router. */
-  in_flight: number;
-  /** `worker_count` of the last healthy report. */
-  capacity: number;
-  /** Registered slots (idle and busy). */
-  connected_data_slots: number;
-  /** Idle slots it can take requests on now (0 unless ready, connected and not saturated). */
-  available_capacity: number;
-  /** Failing observations in a row. */
-  consecutive_failures: number;
-  /** Healthy observations in a row while recovering. */
-  recovery_successes: number;
-  /** The last healthy report is at most max-status-age old. */
-  last_probe_ok: boolean;
-  /** Seconds since the last healthy report, `null` if none. */
-  last_success_age_seconds: number | null;
-  /** Why it is not ready, `null` if nothing to say. */
-  last_error: string | null;
-}
-
-/** The registry's internal snapshot: for tests, logs and a status page (not `/health`). */
-export interface RegistrySnapshot {
-  /** Requests running, all nodes together. */
-  active_requests: number;
-  /** Requests waiting for a slot. */
-  queue_length: number;
-  /** One entry per node record, oldest record first. */
-  workers: NodeSnapshot[];
-}
-
-/** What the public `/health` body needs of the registry. */
-export interface RegistryHealth {
-  /** Some `ready` node has a registered slot (`status: "ok"`, HTTP 200). */
-  ok: boolean;
-  /** Capacity of eligible nodes, requests running, requests waiting. */
-  load: HealthLoad;
-  /** The cohort baseline's target (`{}` when none). */
-  target: Record<string, string>;
-  /** The cohort baseline's versions (`{}` when none). */
-  versions: Record<string, string>;
 }
 
 /** Receives the registry's state changes worth a console line. */
@@ -229,84 +73,14 @@ export interface RegistryOptions {
 }
 
 /**
- * Why a healthy status report cannot be used (spec router §1.4 item 3), or `null` when it can:
- * it needs a server instance id, `worker_count > 0`, `busy_workers <= worker_count` and a probe
- * at most `maxStatusAgeMs` old.
- *
- * @example
- * ```ts
- * import { healthyReportProblem } from "./registry.ts";
- *
- * const report = {
- *   t: "status", node_id: "gpu-a", server_healthy: true, supervisor_instance_id: "s1",
- *   server_instance_id: "i1", worker_count: 1, busy_workers: 0, target: {}, versions: {},
- *   last_error: "", health_age_millis: 6_000,
- * } as const;
- * if (healthyReportProblem(report, 5_000) !== "node reports a stale local health snapshot") {
- *   throw new Error();
- * }
- * ```
- */
-export function healthyReportProblem(status: NodeStatus, maxStatusAgeMs: number): string | null {
-  if (status.server_instance_id === "") {
-    return "status is missing the server instance identifier";
-  }
-  if (status.worker_count <= 0 || status.busy_workers > status.worker_count) {
-    return "status has invalid worker capacity";
-  }
-  if (status.health_age_millis === null || status.health_age_millis > maxStatusAgeMs) {
-    return "node reports a stale local health snapshot";
-  }
-  return null;
-}
-
-/** The target and versions every node of the pool must match. */
-interface Cohort {
-  target: Record<string, string>;
-  versions: Record<string, string>;
-}
-
-/** One node's record. */
-class NodeRecord implements LoadView {
-  status: NodeState = "starting";
-  control: ControlHandle | null = null;
-  supervisorInstanceId = "";
-  serverInstanceId = "";
-  restarts = 0;
-  consecutiveFailures = 0;
-  recoverySuccesses = 0;
-  /** When the current control connection last reported. */
-  lastControlAt: number | null = null;
-  /** Since when it has had no control connection (`null` while it has one). */
-  disconnectedSince: number | null;
-  lastSuccessAt: number | null = null;
-  lastError = "";
-  workerCount = 0;
-  busyWorkers = 0;
-  inFlight = 0;
-  lastSelected = 0;
-  saturatedUntil: number | null = null;
-  /** Registered slots by slot id. */
-  readonly slots = new Map<string, SlotHandle>();
-  /** Idle slot ids, oldest first. */
-  idle: string[] = [];
-
-  constructor(readonly name: string, now: number) {
-    this.disconnectedSince = now;
-  }
-}
-
-/**
  * The node registry: see the module documentation.
  *
  * @example
  * ```ts
  * import { NodeRegistry } from "./registry.ts";
+ * import { defaultRegistryConfig } from "./options.ts";
  *
- * const registry = new NodeRegistry({
- *   maxStatusAgeMs: 5000, unhealthyThreshold: 3, recoveryThreshold: 2, nodeRetentionMs: 600_000,
- *   statusCheckIntervalMs: 1000, maxQueuedRequests: 16, queueWaitTimeoutMs: 1000,
- * });
+ * const registry = new NodeRegistry(defaultRegistryConfig());
  * const control = { connectionId: "c1", close() {} };
  * registry.controlStatus(control, {
  *   t: "status", node_id: "gpu-a", server_healthy: true, supervisor_instance_id: "s1",
@@ -341,24 +115,7 @@ export class NodeRegistry {
   #running = false;
   #closed = false;
 
-  /**
-   * Creates an empty registry (no sweep timer until {@linkcode NodeRegistry.start}).
-   *
-   * @example
-   * ```ts
-   * import { NodeRegistry } from "./registry.ts";
-   *
-   * let clock = 0;
-   * const registry = new NodeRegistry({
-   *   maxStatusAgeMs: 5000, unhealthyThreshold: 3, recoveryThreshold: 2,
-   *   nodeRetentionMs: 600_000, statusCheckIntervalMs: 1000, maxQueuedRequests: 0,
-   *   queueWaitTimeoutMs: 0,
-   * }, { now: () => clock, random: () => 0.5 });
-   * clock += 1000;
-   * registry.sweep();
-   * if (registry.health().ok) throw new Error("no node yet");
-   * ```
-   */
+  /** Creates an empty registry (no sweep timer until {@linkcode NodeRegistry.start}). */
   constructor(config: RegistryConfig, options: RegistryOptions = {}) {
     this.#config = { ...config };
     this.#now = options.now ?? (() => performance.now());
@@ -381,13 +138,11 @@ export class NodeRegistry {
    *
    * @example
    * ```ts
-   * import { LinkRefusal, NodeRegistry } from "./registry.ts";
+   * import { NodeRegistry } from "./registry.ts";
+   * import { LinkRefusal } from "./connections.ts";
+   * import { defaultRegistryConfig } from "./options.ts";
    *
-   * const registry = new NodeRegistry({
-   *   maxStatusAgeMs: 5000, unhealthyThreshold: 3, recoveryThreshold: 2,
-   *   nodeRetentionMs: 600_000, statusCheckIntervalMs: 1000, maxQueuedRequests: 1,
-   *   queueWaitTimeoutMs: 10,
-   * });
+   * const registry = new NodeRegistry(defaultRegistryConfig());
    * const starting = {
    *   t: "status", node_id: "gpu-a", server_healthy: false, supervisor_instance_id: "s1",
    *   server_instance_id: "", worker_count: 0, busy_workers: 0, target: {}, versions: {},
@@ -447,32 +202,20 @@ export class NodeRegistry {
     node.control = control;
     node.lastControlAt = now;
     node.disconnectedSince = null;
-
-    let closing: SlotHandle[] = [];
-    let closeReason = "";
+    let closing;
     if (status.server_healthy) {
-      [closing, closeReason] = this.#applySuccess(node, status, now);
+      const cohort = { target: { ...status.target }, versions: { ...status.versions } };
+      this.#cohort ??= cohort;
+      closing = node.reportHealthy(status, sameCohort(this.#cohort, cohort), now);
     } else {
-      if (
-        node.supervisorInstanceId !== "" &&
-        node.supervisorInstanceId !== status.supervisor_instance_id
-      ) {
-        closeReason = "supervisor instance changed";
-        closing = this.#instanceChanged(node, closeReason);
-      }
-      node.supervisorInstanceId = status.supervisor_instance_id;
-      this.#applyFailure(
-        node,
-        status.last_error === ""
-          ? "node reports that the local KCoral Server is unhealthy"
-          : status.last_error,
-      );
+      closing = node.reportUnhealthy(status);
     }
     if (replaced !== null) {
       this.#emit("control_replaced", { node: node.name, reason: "latest connection wins" });
       replaced.close("failed_precondition", "replaced by a newer control connection");
     }
-    for (const slot of closing) slot.close("unavailable", closeReason);
+    const [slots, reason] = closing;
+    for (const slot of slots) slot.close("unavailable", reason);
     this.#queue.wakeAll();
   }
 
@@ -480,18 +223,6 @@ export class NodeRegistry {
    * The control connection ended: if it is still its node's current one, the node becomes
    * `unhealthy` at once (failures set to the threshold) and stops taking new requests; its slots
    * stay (running requests finish). A late close of a replaced connection changes nothing.
-   *
-   * @example
-   * ```ts
-   * import { NodeRegistry } from "./registry.ts";
-   *
-   * const registry = new NodeRegistry({
-   *   maxStatusAgeMs: 5000, unhealthyThreshold: 3, recoveryThreshold: 2,
-   *   nodeRetentionMs: 600_000, statusCheckIntervalMs: 1000, maxQueuedRequests: 1,
-   *   queueWaitTimeoutMs: 10,
-   * });
-   * registry.controlClosed({ connectionId: "never-seen", close() {} }); // no-op
-   * ```
    */
   controlClosed(control: ControlHandle, reason = "supervisor control connection closed"): void {
     const nodeId = this.#controlNodes.get(control.connectionId);
@@ -515,13 +246,11 @@ export class NodeRegistry {
    *
    * @example
    * ```ts
-   * import { LinkRefusal, NodeRegistry } from "./registry.ts";
+   * import { NodeRegistry } from "./registry.ts";
+   * import { LinkRefusal } from "./connections.ts";
+   * import { defaultRegistryConfig } from "./options.ts";
    *
-   * const registry = new NodeRegistry({
-   *   maxStatusAgeMs: 5000, unhealthyThreshold: 3, recoveryThreshold: 2,
-   *   nodeRetentionMs: 600_000, statusCheckIntervalMs: 1000, maxQueuedRequests: 1,
-   *   queueWaitTimeoutMs: 10,
-   * });
+   * const registry = new NodeRegistry(defaultRegistryConfig());
    * const hello = {
    *   t: "hello", node_id: "gpu-a", server_instance_id: "i1", slot_id: "x", protocol_version: 1,
    * } as const;
@@ -549,17 +278,13 @@ export class NodeRegistry {
     }
     const node = this.#ensureNode(hello.node_id, this.#now());
     if (node.serverInstanceId !== "" && node.serverInstanceId !== hello.server_instance_id) {
-      throw refuse(
-        "failed_precondition",
-        "data slot does not match the current server instance",
-      );
+      throw refuse("failed_precondition", "data slot does not match the current server instance");
     }
     if (node.slots.has(hello.slot_id)) {
       throw refuse("already_exists", "data slot identifier is already connected");
     }
     if (node.serverInstanceId === "") node.serverInstanceId = hello.server_instance_id;
-    node.slots.set(hello.slot_id, slot);
-    node.idle.push(hello.slot_id);
+    node.slots.add(slot);
     this.#emit("slot_registered", { node: node.name, slot: hello.slot_id });
     this.#queue.wakeAll();
   }
@@ -573,12 +298,9 @@ export class NodeRegistry {
    * @example
    * ```ts
    * import { NodeRegistry } from "./registry.ts";
+   * import { defaultRegistryConfig } from "./options.ts";
    *
-   * const registry = new NodeRegistry({
-   *   maxStatusAgeMs: 5000, unhealthyThreshold: 3, recoveryThreshold: 2,
-   *   nodeRetentionMs: 600_000, statusCheckIntervalMs: 1000, maxQueuedRequests: 1,
-   *   queueWaitTimeoutMs: 10,
-   * });
+   * const registry = new NodeRegistry(defaultRegistryConfig());
    * const slot = { connectionId: "d1", slotId: "x", nodeId: "gpu-a", serverInstanceId: "i1",
    *   close() {} };
    * registry.registerSlot(
@@ -591,11 +313,7 @@ export class NodeRegistry {
    */
   slotClosed(slot: SlotHandle, reason?: string): void {
     const node = this.#nodes.get(slot.nodeId);
-    if (node === undefined || node.slots.get(slot.slotId)?.connectionId !== slot.connectionId) {
-      return;
-    }
-    node.slots.delete(slot.slotId);
-    node.idle = node.idle.filter((id) => id !== slot.slotId);
+    if (node === undefined || !node.slots.remove(slot)) return;
     if (reason !== undefined) node.lastError = reason;
     this.#queue.wakeAll();
   }
@@ -609,13 +327,11 @@ export class NodeRegistry {
    *
    * @example
    * ```ts
-   * import { NodeRegistry, RouterBusy } from "./registry.ts";
+   * import { NodeRegistry } from "./registry.ts";
+   * import { RouterBusy } from "./admission.ts";
+   * import { defaultRegistryConfig } from "./options.ts";
    *
-   * const registry = new NodeRegistry({
-   *   maxStatusAgeMs: 5000, unhealthyThreshold: 3, recoveryThreshold: 2,
-   *   nodeRetentionMs: 600_000, statusCheckIntervalMs: 1000, maxQueuedRequests: 0,
-   *   queueWaitTimeoutMs: 10,
-   * });
+   * const registry = new NodeRegistry(defaultRegistryConfig({ maxQueuedRequests: 0 }));
    * await registry.acquire(null).then(() => {
    *   throw new Error("no node, yet a slot");
    * }, (error) => {
@@ -638,14 +354,10 @@ export class NodeRegistry {
    * @example
    * ```ts
    * import { NodeRegistry } from "./registry.ts";
+   * import { defaultRegistryConfig } from "./options.ts";
    *
-   * const registry = new NodeRegistry({
-   *   maxStatusAgeMs: 5000, unhealthyThreshold: 3, recoveryThreshold: 2,
-   *   nodeRetentionMs: 600_000, statusCheckIntervalMs: 1000, maxQueuedRequests: 1,
-   *   queueWaitTimeoutMs: 10,
-   * });
+   * const registry = new NodeRegistry(defaultRegistryConfig());
    * if (registry.tryAcquire(null) !== null) throw new Error("no node, yet a slot");
-   * registry.close();
    * ```
    */
   tryAcquire(preferred: string | null): SlotLease | null {
@@ -663,12 +375,12 @@ export class NodeRegistry {
    * @example
    * ```ts
    * import { NodeRegistry } from "./registry.ts";
+   * import { defaultRegistryConfig } from "./options.ts";
    *
    * let clock = 0;
-   * const registry = new NodeRegistry({
-   *   maxStatusAgeMs: 5000, unhealthyThreshold: 3, recoveryThreshold: 2, nodeRetentionMs: 60_000,
-   *   statusCheckIntervalMs: 1000, maxQueuedRequests: 1, queueWaitTimeoutMs: 10,
-   * }, { now: () => clock });
+   * const registry = new NodeRegistry(defaultRegistryConfig({ nodeRetentionMs: 60_000 }), {
+   *   now: () => clock,
+   * });
    * registry.registerSlot(
    *   { t: "hello", node_id: "gpu-a", server_instance_id: "i1", slot_id: "x", protocol_version: 1 },
    *   { connectionId: "d1", slotId: "x", nodeId: "gpu-a", serverInstanceId: "i1", close() {} },
@@ -697,9 +409,7 @@ export class NodeRegistry {
         now - node.disconnectedSince >= this.#config.nodeRetentionMs
       ) {
         this.#nodes.delete(node.name);
-        retired.push(...node.slots.values());
-        node.slots.clear();
-        node.idle = [];
+        retired.push(...node.slots.clear());
         this.#emit("node_removed", { node: node.name, reason: "node retention expired" });
       }
     }
@@ -711,19 +421,17 @@ export class NodeRegistry {
 
   /**
    * Runs {@linkcode NodeRegistry.sweep} every status-check interval, each run scheduled after
-   * the previous one finished (missed ticks are delayed, never burst). Idempotent.
+   * the previous one finished (missed ticks are delayed, never burst) until
+   * {@linkcode NodeRegistry.stop}. Idempotent.
    *
    * @example
    * ```ts
    * import { NodeRegistry } from "./registry.ts";
+   * import { defaultRegistryConfig } from "./options.ts";
    *
-   * const registry = new NodeRegistry({
-   *   maxStatusAgeMs: 5000, unhealthyThreshold: 3, recoveryThreshold: 2,
-   *   nodeRetentionMs: 600_000, statusCheckIntervalMs: 1000, maxQueuedRequests: 1,
-   *   queueWaitTimeoutMs: 10,
-   * });
+   * const registry = new NodeRegistry(defaultRegistryConfig());
    * registry.start();
-   * registry.stop();
+   * registry.stop(); // the timer ends (stop is idempotent too)
    * ```
    */
   start(): void {
@@ -732,21 +440,7 @@ export class NodeRegistry {
     this.#scheduleSweep();
   }
 
-  /**
-   * Stops the sweep timer started by {@linkcode NodeRegistry.start}. Idempotent.
-   *
-   * @example
-   * ```ts
-   * import { NodeRegistry } from "./registry.ts";
-   *
-   * const registry = new NodeRegistry({
-   *   maxStatusAgeMs: 5000, unhealthyThreshold: 3, recoveryThreshold: 2,
-   *   nodeRetentionMs: 600_000, statusCheckIntervalMs: 1000, maxQueuedRequests: 1,
-   *   queueWaitTimeoutMs: 10,
-   * });
-   * registry.stop(); // not started: no-op
-   * ```
-   */
+  /** Stops the sweep timer started by {@linkcode NodeRegistry.start}. Idempotent. */
   stop(): void {
     this.#running = false;
     if (this.#timer !== null) clearTimeout(this.#timer);
@@ -754,91 +448,38 @@ export class NodeRegistry {
   }
 
   /**
-   * The public `/health` numbers (spec router §2.5): `ok` iff some `ready` node has a registered
-   * slot; `request_capacity` = registered slots of nodes that are `ready`, connected and not
-   * saturated; `requests_in_progress` = requests running; `requests_waiting` = queue places in
-   * use; `target`/`versions` = the cohort baseline (`{}` when none).
+   * The public `/health` numbers (spec router §2.5, router/health_views.ts): `ok` iff some
+   * `ready` node has a registered slot; the capacity of eligible nodes, requests running and
+   * waiting; the cohort baseline. A closed registry: not ok, no capacity.
    *
    * @example
    * ```ts
    * import { NodeRegistry } from "./registry.ts";
+   * import { defaultRegistryConfig } from "./options.ts";
    *
-   * const registry = new NodeRegistry({
-   *   maxStatusAgeMs: 5000, unhealthyThreshold: 3, recoveryThreshold: 2,
-   *   nodeRetentionMs: 600_000, statusCheckIntervalMs: 1000, maxQueuedRequests: 1,
-   *   queueWaitTimeoutMs: 10,
-   * });
-   * const health = registry.health();
+   * const health = new NodeRegistry(defaultRegistryConfig()).health();
    * if (health.ok || health.load.request_capacity !== 0) throw new Error();
    * ```
    */
   health(): RegistryHealth {
-    const now = this.#now();
-    let ok = false;
-    let capacity = 0;
-    let inProgress = 0;
-    for (const node of this.#nodes.values()) {
-      if (node.status === "ready" && node.slots.size > 0) ok = true;
-      if (this.#eligible(node, now)) capacity += node.slots.size;
-      inProgress += node.inFlight;
-    }
-    // A closed registry (the Router is stopping) takes no more work: unavailable, no capacity.
-    if (this.#closed) (ok = false, capacity = 0);
-    return {
-      ok,
-      load: {
-        request_capacity: capacity,
-        requests_in_progress: inProgress,
-        requests_waiting: this.#queue.waiting,
-      },
-      target: { ...this.#cohort?.target },
-      versions: { ...this.#cohort?.versions },
-    };
+    return healthView(this.#state());
   }
 
   /**
-   * The internal snapshot (spec router §2.5 "No node list"): every node record with its state,
-   * instances, counts and errors, plus the requests running and waiting.
+   * The internal snapshot (spec router §2.5 "No node list", router/health_views.ts): every node
+   * record with its state, instances, counts and errors, plus the requests running and waiting.
    *
    * @example
    * ```ts
    * import { NodeRegistry } from "./registry.ts";
+   * import { defaultRegistryConfig } from "./options.ts";
    *
-   * const registry = new NodeRegistry({
-   *   maxStatusAgeMs: 5000, unhealthyThreshold: 3, recoveryThreshold: 2,
-   *   nodeRetentionMs: 600_000, statusCheckIntervalMs: 1000, maxQueuedRequests: 1,
-   *   queueWaitTimeoutMs: 10,
-   * });
-   * const snapshot = registry.snapshot();
+   * const snapshot = new NodeRegistry(defaultRegistryConfig()).snapshot();
    * if (snapshot.active_requests !== 0 || snapshot.workers.length !== 0) throw new Error();
    * ```
    */
   snapshot(): RegistrySnapshot {
-    const now = this.#now();
-    const workers = [...this.#nodes.values()].map((node): NodeSnapshot => ({
-      name: node.name,
-      status: node.status,
-      supervisor_instance_id: node.supervisorInstanceId || null,
-      server_instance_id: node.serverInstanceId || null,
-      restarts: node.restarts,
-      in_flight: node.inFlight,
-      capacity: node.workerCount,
-      connected_data_slots: node.slots.size,
-      available_capacity: this.#availableCapacity(node, now),
-      consecutive_failures: node.consecutiveFailures,
-      recovery_successes: node.recoverySuccesses,
-      last_probe_ok: node.lastSuccessAt !== null &&
-        now - node.lastSuccessAt <= this.#config.maxStatusAgeMs,
-      last_success_age_seconds: node.lastSuccessAt === null
-        ? null
-        : (now - node.lastSuccessAt) / 1000,
-      last_error: node.lastError || null,
-    }));
-    return {
-      active_requests: workers.reduce((sum, node) => sum + node.in_flight, 0),
-      queue_length: this.#queue.waiting,
-      workers,
-    };
+    return snapshotView(this.#state(), this.#config.maxStatusAgeMs);
   }
 
   /**
@@ -847,13 +488,11 @@ export class NodeRegistry {
    *
    * @example
    * ```ts
-   * import { NodeRegistry, NoNode } from "./registry.ts";
+   * import { NodeRegistry } from "./registry.ts";
+   * import { NoNode } from "./admission.ts";
+   * import { defaultRegistryConfig } from "./options.ts";
    *
-   * const registry = new NodeRegistry({
-   *   maxStatusAgeMs: 5000, unhealthyThreshold: 3, recoveryThreshold: 2,
-   *   nodeRetentionMs: 600_000, statusCheckIntervalMs: 1000, maxQueuedRequests: 1,
-   *   queueWaitTimeoutMs: 60_000,
-   * });
+   * const registry = new NodeRegistry(defaultRegistryConfig());
    * const waiting = registry.acquire(null);
    * registry.close();
    * await waiting.then(() => {
@@ -867,6 +506,16 @@ export class NodeRegistry {
     this.#closed = true;
     this.stop();
     this.#queue.close();
+  }
+
+  #state(): RegistryState {
+    return {
+      nodes: [...this.#nodes.values()],
+      now: this.#now(),
+      waiting: this.#queue.waiting,
+      cohort: this.#cohort,
+      closed: this.#closed,
+    };
   }
 
   #scheduleSweep(): void {
@@ -884,30 +533,18 @@ export class NodeRegistry {
   #ensureNode(name: string, now: number): NodeRecord {
     let node = this.#nodes.get(name);
     if (node === undefined) {
-      node = new NodeRecord(name, now);
+      node = new NodeRecord(name, now, this.#config, (event, fields) => this.#emit(event, fields));
       this.#nodes.set(name, node);
     }
     return node;
   }
 
-  /** Ready, connected, not saturated: its registered slots count as capacity. */
-  #eligible(node: NodeRecord, now: number): boolean {
-    return node.status === "ready" && node.control !== null &&
-      (node.saturatedUntil === null || node.saturatedUntil <= now);
-  }
-
-  #availableCapacity(node: NodeRecord, now: number): number {
-    return this.#eligible(node, now) ? node.idle.length : 0;
-  }
-
   #tryAcquire(preferred: string | null): SlotLease | null {
     const now = this.#now();
-    const candidates = [...this.#nodes.values()].filter((node) =>
-      this.#availableCapacity(node, now) > 0
-    );
+    const candidates = [...this.#nodes.values()].filter((node) => node.availableCapacity(now) > 0);
     const node = selectNode(candidates, preferred, this.#random);
     if (node === null) return null;
-    const slot = node.slots.get(node.idle.shift()!)!;
+    const slot = node.slots.takeIdle();
     node.inFlight++;
     node.lastSelected = ++this.#selectionSequence;
     return this.#lease(node.name, slot);
@@ -924,14 +561,7 @@ export class NodeRegistry {
         const node = this.#nodes.get(nodeId);
         if (node !== undefined) {
           node.inFlight = Math.max(0, node.inFlight - 1);
-          const registered = node.slots.get(slot.slotId)?.connectionId === slot.connectionId;
-          if (registered && reusable && node.serverInstanceId === slot.serverInstanceId) {
-            node.idle.push(slot.slotId);
-          } else if (registered) {
-            // Discarded, or of a replaced instance: never idle again.
-            node.slots.delete(slot.slotId);
-            if (reusable) slot.close("unavailable", "KCoral Server instance changed");
-          }
+          node.slots.giveBack(slot, reusable, node.serverInstanceId);
         }
         this.#queue.wakeOne();
       },
@@ -947,81 +577,7 @@ export class NodeRegistry {
   /** The node loses its current control connection: unhealthy at once, slots kept. */
   #loseControl(node: NodeRecord, error: string): void {
     if (node.control !== null) this.#controlNodes.delete(node.control.connectionId);
-    node.control = null;
-    node.disconnectedSince = this.#now();
-    node.consecutiveFailures = this.#config.unhealthyThreshold;
-    node.recoverySuccesses = 0;
-    node.lastError = error;
-    this.#setStatus(node, "unhealthy", error);
-  }
-
-  /** A new server or supervisor instance: every slot is unregistered (returned to close). */
-  #instanceChanged(node: NodeRecord, reason: string): SlotHandle[] {
-    node.restarts++;
-    const slots = [...node.slots.values()];
-    node.slots.clear();
-    node.idle = [];
-    this.#emit("node_restarted", { node: node.name, reason, restarts: node.restarts });
-    return slots;
-  }
-
-  /** A valid healthy report; returns the slots to close and why. */
-  #applySuccess(node: NodeRecord, status: NodeStatus, now: number): [SlotHandle[], string] {
-    const cohort = { target: { ...status.target }, versions: { ...status.versions } };
-    this.#cohort ??= cohort;
-    const compatible = sameStrings(this.#cohort.target, cohort.target) &&
-      sameStrings(this.#cohort.versions, cohort.versions);
-    const reason = "KCoral Server instance changed";
-    const changed = (node.serverInstanceId !== "" &&
-      node.serverInstanceId !== status.server_instance_id) ||
-      (node.supervisorInstanceId !== "" &&
-        node.supervisorInstanceId !== status.supervisor_instance_id);
-    const closing = changed ? this.#instanceChanged(node, reason) : [];
-    node.supervisorInstanceId = status.supervisor_instance_id;
-    node.serverInstanceId = status.server_instance_id;
-    node.workerCount = status.worker_count;
-    node.busyWorkers = status.busy_workers;
-    node.lastSuccessAt = now;
-    node.lastError = "";
-    node.consecutiveFailures = 0;
-    node.saturatedUntil = null;
-    if (!compatible) {
-      node.recoverySuccesses = 0;
-      node.lastError = "target or versions differ from the pool's";
-      this.#setStatus(node, "incompatible", node.lastError);
-    } else if (node.status === "unhealthy" || node.status === "recovering") {
-      node.recoverySuccesses++;
-      if (node.recoverySuccesses >= this.#config.recoveryThreshold) {
-        node.recoverySuccesses = 0;
-        this.#setStatus(node, "ready", "recovered");
-      } else {
-        this.#setStatus(node, "recovering", "healthy report");
-      }
-    } else {
-      node.recoverySuccesses = 0;
-      this.#setStatus(node, "ready", "healthy report");
-    }
-    return [closing, reason];
-  }
-
-  /** An unhealthy report. */
-  #applyFailure(node: NodeRecord, error: string): void {
-    node.lastError = error;
-    node.recoverySuccesses = 0;
-    node.consecutiveFailures++;
-    if (
-      node.consecutiveFailures >= this.#config.unhealthyThreshold ||
-      node.status === "starting" || node.status === "recovering"
-    ) {
-      this.#setStatus(node, "unhealthy", error);
-    }
-  }
-
-  #setStatus(node: NodeRecord, status: NodeState, reason: string): void {
-    if (node.status === status) return;
-    const from = node.status;
-    node.status = status;
-    this.#emit(`node_${status}`, { node: node.name, from, reason });
+    node.loseControl(error, this.#now());
   }
 
   #emit(event: string, fields: Record<string, unknown>): void {
@@ -1032,10 +588,4 @@ export class NodeRegistry {
       console.error(`router: the ${event} listener failed:`, error);
     }
   }
-}
-
-function sameStrings(a: Record<string, string>, b: Record<string, string>): boolean {
-  const keys = Object.keys(a);
-  return keys.length === Object.keys(b).length &&
-    keys.every((key) => Object.hasOwn(b, key) && a[key] === b[key]);
 }

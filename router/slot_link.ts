@@ -35,7 +35,7 @@ import {
 } from "../protocol/node_link.ts";
 import { BodyReceiver, BodySender } from "../http/tunnel_body.ts";
 import { releaseBuffer } from "../protocol/bytes.ts";
-import type { SlotHandle } from "./registry.ts";
+import type { SlotHandle } from "./connections.ts";
 
 /** Why an exchange failed: the node's answer was out of turn, or the connection went away. */
 export type TunnelFailure = "invalid_response" | "tunnel_disconnected";

@@ -7,7 +7,8 @@
  */
 import type { EventLog } from "../http/events.ts";
 import { numberOrNull, Recent, stringOrNull } from "../http/recent.ts";
-import type { NodeRegistry, NodeSnapshot } from "./registry.ts";
+import type { NodeSnapshot } from "./health_views.ts";
+import type { NodeRegistry } from "./registry.ts";
 import { KCORAL_VERSION } from "../options/version.ts";
 
 /** One recent forwarded request. */
@@ -59,13 +60,11 @@ export interface RouterStatusData {
  * ```ts
  * import { EventLog } from "../http/events.ts";
  * import { NodeRegistry } from "./registry.ts";
+ * import { defaultRegistryConfig } from "./options.ts";
  * import { RouterStatus } from "./status.ts";
  *
  * const events = new EventLog({ logDir: null, console: false, programs: false });
- * const registry = new NodeRegistry({
- *   maxStatusAgeMs: 5000, unhealthyThreshold: 3, recoveryThreshold: 2, nodeRetentionMs: 600_000,
- *   statusCheckIntervalMs: 1000, maxQueuedRequests: 0, queueWaitTimeoutMs: 0,
- * });
+ * const registry = new NodeRegistry(defaultRegistryConfig());
  * const status = new RouterStatus(events, registry, "i", "s");
  * events.emit("INFO", "request_finished", { request_id: "r1", node: "gpu-a", http_status: 200 });
  * const data = status.data();

@@ -5,17 +5,10 @@
  */
 import assert from "node:assert/strict";
 import type { LinkCloseName, NodeStatus, SlotHello } from "../protocol/node_link.ts";
-import {
-  type ControlHandle,
-  healthyReportProblem,
-  LinkRefusal,
-  NodeRegistry,
-  NoNode,
-  type RegistryConfig,
-  RouterBusy,
-  RouterStopping,
-  type SlotHandle,
-} from "../router/registry.ts";
+import { NoNode, RouterBusy, RouterStopping } from "../router/admission.ts";
+import { type ControlHandle, LinkRefusal, type SlotHandle } from "../router/connections.ts";
+import { healthyReportProblem } from "../router/node_health.ts";
+import { NodeRegistry, type RegistryConfig } from "../router/registry.ts";
 
 const CONFIG: RegistryConfig = {
   maxStatusAgeMs: 5000,
