@@ -354,7 +354,7 @@ export async function runServerBench(options: ServerBenchOptions): Promise<Bench
       rows.push(row(`  teardown (retire → exited) in the same run`, "ms", teardown));
       rows.push(
         row(
-          // Above 100 % when contexts are created beside teardowns (server/lease.ts).
+          // Above 100 % when contexts are created beside teardowns (server/workers/lease.ts).
           `  ratio to 1/(create + teardown), medians`,
           "%",
           rates.map((r) => (100 * r) / bound),

@@ -22,7 +22,7 @@ import { ServerStatus } from "./status.ts";
 import { operatorRoutes } from "../http/operator_routes.ts";
 import { executeRequest } from "./pipeline.ts";
 import { discardBody, type WholeBodyRequest } from "./intake.ts";
-import type { WorkerPool } from "./pool.ts";
+import type { WorkerPool } from "./workers/pool.ts";
 import { type Services, startServices, stopServices } from "./services.ts";
 
 /** Options of {@linkcode createApp} that are not part of the server configuration. */

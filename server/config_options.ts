@@ -362,7 +362,7 @@ export const serverConfigOptions = {
     help: "TEST MODE: simulate the --gpus devices with torch CPU tensors",
   },
   /**
-   * The GPU gate (server/gate_library.ts): the processes of a `kcoral run python`/`shell` request
+   * The GPU gate (server/workers/gate_library.ts): the processes of a `kcoral run python`/`shell` request
    * take the lease at their first CUDA call. Off: every run holds it from start to end, as
    * before the gate. Hidden: for A/B measurements.
    */

@@ -16,16 +16,16 @@ import type { Admitted } from "./admission.ts";
 import type { ServerConfig } from "./config.ts";
 import { retireReason, runProgram, type RunResult } from "./execution.ts";
 import type { ProgramOutcome } from "./finish.ts";
-import { type GpuSet, takeGpuSet } from "./gpu_sets.ts";
-import type { WorkerLaunch } from "./launch.ts";
-import type { GpuLeases, LeaseHolder } from "./lease.ts";
+import { type GpuSet, takeGpuSet } from "./workers/gpu_sets.ts";
+import type { WorkerLaunch } from "./workers/launch.ts";
+import type { GpuLeases, LeaseHolder } from "./workers/lease.ts";
 import type { LiveOutput } from "./live_output.ts";
 import { outputTail } from "./output_tail.ts";
-import { PoolBusy, type Retiring, type Seat, type WorkerPool } from "./pool.ts";
+import { PoolBusy, type Retiring, type Seat, type WorkerPool } from "./workers/pool.ts";
 import { buildResultBody, crashError, crashResultBody, type ResponseMeta } from "./result_body.ts";
-import type { SeatChild } from "./worker_handles.ts";
-import { hostPaths, WorkerFileError } from "./worker_files.ts";
-import type { WorkerOutcome } from "./worker_protocol.ts";
+import type { SeatChild } from "./workers/worker_handles.ts";
+import { hostPaths, WorkerFileError } from "./workers/worker_files.ts";
+import type { WorkerOutcome } from "./workers/worker_protocol.ts";
 
 /** What dispatch needs of the server. */
 export interface DispatchServices {

@@ -21,15 +21,15 @@
  *
  * @module
  */
-import type { GpuLeases, LeaseHolder } from "./lease.ts";
-import type { Frame } from "./ipc.ts";
-import type { ChildChannel, ChildExit } from "./worker_handles.ts";
+import type { GpuLeases, LeaseHolder } from "./workers/lease.ts";
+import type { Frame } from "./workers/ipc.ts";
+import type { ChildChannel, ChildExit } from "./workers/worker_handles.ts";
 import {
   FrameShapeError,
   parseChildReport,
   type RunRequest,
   type WorkerOutcome,
-} from "./worker_protocol.ts";
+} from "./workers/worker_protocol.ts";
 
 /** How a run ended. */
 export type RunEnd =
@@ -309,7 +309,7 @@ class _ProgramRun {
     }
     // Retiring: the lease stays held through the child's teardown, released once it is gone;
     // held no longer as the request's but as the teardown's, beside which a new context may
-    // be created (server/lease.ts).
+    // be created (server/workers/lease.ts).
     const held = this.#heldNow();
     this.#killIfOverdue(child);
     leases?.cancel(holder);

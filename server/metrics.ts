@@ -30,7 +30,7 @@ import type { EventLog } from "../http/events.ts";
 import { DURATION_BUCKETS, registerProcessMetrics } from "../http/metrics_response.ts";
 import type { BlobStore } from "./cache/cache_memory.ts";
 import type { DiskFileCache } from "./cache/cache_disk.ts";
-import type { WorkerPool } from "./pool.ts";
+import type { WorkerPool } from "./workers/pool.ts";
 
 /** The running parts the gauges read (absent before the server has started). */
 export interface MetricSources {

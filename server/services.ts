@@ -18,15 +18,15 @@ import { DiskFileCache } from "./cache/cache_disk.ts";
 import { collectGarbage } from "./collect_garbage.ts";
 import { BlobStore } from "./cache/cache_memory.ts";
 import type { ServerConfig } from "./config.ts";
-import { detectDevices, simulatedDevices } from "./devices.ts";
-import { buildGateLibrary } from "./gate_library.ts";
+import { detectDevices, simulatedDevices } from "./workers/devices.ts";
+import { buildGateLibrary } from "./workers/gate_library.ts";
 import type { DispatchServices } from "./dispatch.ts";
 import { Intake } from "./intake.ts";
-import { WorkerLaunch } from "./launch.ts";
-import { GpuLeases } from "./lease.ts";
-import { WorkerPool } from "./pool.ts";
+import { WorkerLaunch } from "./workers/launch.ts";
+import { GpuLeases } from "./workers/lease.ts";
+import { WorkerPool } from "./workers/pool.ts";
 import { runtimePythonPath } from "./runtime/runtime_files.ts";
-import { pythonInfo } from "./python_info.ts";
+import { pythonInfo } from "./workers/python_info.ts";
 
 /** Large-body receive buffers and mirrors up to this size are pooled (two of each). */
 const _POOLED_BODY_BYTES = 256 * 1024 * 1024;

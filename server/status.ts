@@ -12,8 +12,8 @@ import { numberOrNull, Recent, stringOrNull } from "../http/recent.ts";
 import type { HealthBody } from "../protocol/health.ts";
 import type { BlobStore } from "./cache/cache_memory.ts";
 import type { DiskFileCache } from "./cache/cache_disk.ts";
-import type { GpuLeases, LeaseHolding } from "./lease.ts";
-import type { WorkerPool } from "./pool.ts";
+import type { GpuLeases, LeaseHolding } from "./workers/lease.ts";
+import type { WorkerPool } from "./workers/pool.ts";
 import { KCORAL_VERSION } from "../options/version.ts";
 
 /** How far back lease holds are shown, in ms. */

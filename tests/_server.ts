@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { appInternals, type AppOptions, createApp } from "../server/app.ts";
-import type { WorkerPool } from "../server/pool.ts";
+import type { WorkerPool } from "../server/workers/pool.ts";
 import type { ServerConfig } from "../server/config.ts";
 import type { ServerStatusData } from "../server/status.ts";
 import { type RunningServer, serve, type ServeOptions } from "../http/serve.ts";

@@ -5,10 +5,10 @@
  */
 import assert from "node:assert/strict";
 import { type RunParams, runProgram } from "../server/execution.ts";
-import type { ChildChannel, ChildExit } from "../server/worker_handles.ts";
-import type { Frame } from "../server/ipc.ts";
-import { GpuLeases } from "../server/lease.ts";
-import type { ChildCommand, WorkerOutcome } from "../server/worker_protocol.ts";
+import type { ChildChannel, ChildExit } from "../server/workers/worker_handles.ts";
+import type { Frame } from "../server/workers/ipc.ts";
+import { GpuLeases } from "../server/workers/lease.ts";
+import type { ChildCommand, WorkerOutcome } from "../server/workers/worker_protocol.ts";
 
 const OUTCOME: WorkerOutcome = {
   status: "COMPLETED",

@@ -1,6 +1,6 @@
-/** server/monotonic_clock.ts: a worker's monotonic instant maps into this process's timeline. */
+/** server/workers/monotonic_clock.ts: a worker's monotonic instant maps into this process's timeline. */
 import assert from "node:assert/strict";
-import { monotonicOffsetMs } from "../server/monotonic_clock.ts";
+import { monotonicOffsetMs } from "../server/workers/monotonic_clock.ts";
 
 Deno.test("monotonic clock: Python's time.monotonic_ns() lands between the reads around it", async () => {
   const offset = monotonicOffsetMs();

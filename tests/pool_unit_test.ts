@@ -5,9 +5,14 @@
  */
 import assert from "node:assert/strict";
 import { EventLog } from "../http/events.ts";
-import { GpuLeases } from "../server/lease.ts";
-import { PoolBusy, type Seat, WorkerPool } from "../server/pool.ts";
-import type { ChildExit, ChildReady, SeatChild, SeatSlot } from "../server/worker_handles.ts";
+import { GpuLeases } from "../server/workers/lease.ts";
+import { PoolBusy, type Seat, WorkerPool } from "../server/workers/pool.ts";
+import type {
+  ChildExit,
+  ChildReady,
+  SeatChild,
+  SeatSlot,
+} from "../server/workers/worker_handles.ts";
 
 class FakeChild implements SeatChild {
   static count = 0;

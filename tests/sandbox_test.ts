@@ -8,8 +8,8 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { type AppOptions, createApp } from "../server/app.ts";
 import { ConfigError, type ServerConfig } from "../server/config.ts";
-import { pythonInfo } from "../server/python_info.ts";
-import { SandboxConfigError } from "../server/sandbox.ts";
+import { pythonInfo } from "../server/workers/python_info.ts";
+import { SandboxConfigError } from "../server/workers/sandbox.ts";
 import {
   callProgram,
   OUTLIVE_ANSWER,

@@ -6,7 +6,7 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { RESERVED_DIR, RESERVED_SUBDIRS, SeatWorkspaces } from "../server/workspace.ts";
+import { RESERVED_DIR, RESERVED_SUBDIRS, SeatWorkspaces } from "../server/workers/workspace.ts";
 
 /** Entries under `dir` (recursively), each with its mode, sorted. */
 function layout(dir: string, prefix = ""): string[] {

@@ -2,7 +2,7 @@
 // nothing of them is left however the body ends.
 import assert from "node:assert/strict";
 import { buildResultBody as buildResponse } from "../server/result_body.ts";
-import type { WorkerOutcome } from "../server/worker_protocol.ts";
+import type { WorkerOutcome } from "../server/workers/worker_protocol.ts";
 
 const _META = { requestId: "r", queueMs: 0, elapsedMs: 0, leaseWaitMs: 0, leaseHeldMs: 0 };
 

@@ -1,7 +1,7 @@
 """The frames between the server, a slot's zygote and its children, as named types.
 
-The same frames are declared on the server side in ``server/worker_protocol.ts``; both follow the
-tables of docs/architecture.md §3.1 (a test on each side keeps them in step)::
+The same frames are declared on the server side in ``server/workers/worker_protocol.ts``; both
+follow the tables of docs/architecture.md §3.1 (a test on each side keeps them in step)::
 
     server --Fork/Kill/Shutdown/Workspace--> zygote --fork()--> child
     server --Init/Run/LeaseGranted--> zygote --relay--> child

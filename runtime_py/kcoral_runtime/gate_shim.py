@@ -24,7 +24,8 @@ ends the process with a message (fail closed: no GPU work outside the lease).
 
 The source is kept here as text (the runtime package ships ``.py`` files only, see
 ``runtime_file_list.ts``) and compiled with ``cc`` by ``build``: once per server start
-(``python -m kcoral_runtime.gate_shim OUT_DIR``, server/gate_library.ts), and by the tests.
+(``python -m kcoral_runtime.gate_shim OUT_DIR``, server/workers/gate_library.ts), and by the
+tests.
 """
 
 from __future__ import annotations

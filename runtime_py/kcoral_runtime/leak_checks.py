@@ -134,8 +134,8 @@ def forget_workspace_imports(workspace: str) -> None:
     importlib.invalidate_caches()
 
 
-# Paths a sandbox links into the workspace (server/sandbox.ts): ``/tmp`` and ``/var/tmp`` to
-# ``/work/.kcoral/tmp``, ``/dev/shm`` to ``/work/.kcoral/shm``. A module imported through one
+# Paths a sandbox links into the workspace (server/workers/sandbox.ts): ``/tmp`` and ``/var/tmp``
+# to ``/work/.kcoral/tmp``, ``/dev/shm`` to ``/work/.kcoral/shm``. A module imported through one
 # of them names it in its ``__file__``, not ``/work``.
 WORKSPACE_ALIASES: Tuple[str, ...] = ("/tmp", "/var/tmp", "/dev/shm")
 _SPELLINGS: Dict[str, Tuple[str, Tuple[str, ...]]] = {}

@@ -7,7 +7,7 @@
  * that takes it waits for the rest of that. A retiring child is replaced in the background: the next
  * child is forked at once, and its device context is created under the per-GPU initialization
  * gate and the lease, after the old child is gone (beside another seat's teardown when no ready
- * worker waits on that GPU: server/lease.ts).
+ * worker waits on that GPU: server/workers/lease.ts).
  *
  * ```
  *   starting ──▶ idle ◀──────────── busy ──(kept child)──▶ idle, readied in the background
@@ -22,7 +22,7 @@
  *
  * @module
  */
-import type { EventLog } from "../http/events.ts";
+import type { EventLog } from "../../http/events.ts";
 import { emptyDirectory, SeatWorkspaces } from "./workspace.ts";
 import type { GpuLeases, LeaseHolder } from "./lease.ts";
 import { Slot, type SlotCommand } from "./slot.ts";

@@ -6,8 +6,8 @@
  *
  * @module
  */
-import type { EventLog } from "../http/events.ts";
-import type { ServerConfig } from "./config.ts";
+import type { EventLog } from "../../http/events.ts";
+import type { ServerConfig } from "../config.ts";
 import type { GpuDevice } from "./devices.ts";
 import { MAX_FRAME_BYTES } from "./ipc.ts";
 import type { Seat } from "./pool.ts";
@@ -52,7 +52,7 @@ export type LaunchSeat = Pick<Seat, "workspaces" | "resultsDir">;
  * @example A CPU server without a sandbox
  * ```ts
  * import { WorkerLaunch } from "./launch.ts";
- * import { resolveServerConfig } from "./config.ts";
+ * import { resolveServerConfig } from "../config.ts";
  *
  * const config = resolveServerConfig({ device: "cpu", sandbox: "none", diskCacheDir: null });
  * const python = { executable: "/usr/bin/python3", prefix: "/usr", basePrefix: "/usr", path: [],
