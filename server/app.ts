@@ -20,8 +20,8 @@ import { distinctGpuCount, resolveServerConfig, type ServerConfig } from "./conf
 import { ServerMetrics } from "./metrics.ts";
 import { ServerStatus } from "./status.ts";
 import { operatorRoutes } from "../http/operator_routes.ts";
-import { executeRequest } from "./pipeline.ts";
-import { discardBody, type WholeBodyRequest } from "./intake.ts";
+import { executeRequest } from "./execute/pipeline.ts";
+import { discardBody, type WholeBodyRequest } from "./execute/intake.ts";
 import type { WorkerPool } from "./workers/pool.ts";
 import { type Services, startServices, stopServices } from "./services.ts";
 

@@ -18,7 +18,7 @@
  */
 
 export { type App, type AppOptions, createApp } from "./app.ts";
-export type { WholeBodyRequest } from "./intake.ts";
+export type { WholeBodyRequest } from "./execute/intake.ts";
 export { ConfigError, resolveServerConfig, type ServerConfig } from "./config.ts";
 export {
   defaultDiskCacheDir,

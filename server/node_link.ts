@@ -40,7 +40,7 @@ import {
 } from "../protocol/node_link.ts";
 import type { EventLog } from "../http/events.ts";
 import type { App } from "./app.ts";
-import type { WholeBodyRequest } from "./intake.ts";
+import type { WholeBodyRequest } from "./execute/intake.ts";
 import { BodyReceiver, BodySender, DATA_HEADER_BYTES } from "../http/tunnel_body.ts";
 import { releaseBuffer } from "../protocol/bytes.ts";
 import { isLiveOutput } from "../protocol/live_output.ts";

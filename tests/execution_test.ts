@@ -4,7 +4,7 @@
  * frames, retiring children, hygiene after the answer, and complete lease timings.
  */
 import assert from "node:assert/strict";
-import { type RunParams, runProgram } from "../server/execution.ts";
+import { type RunParams, runProgram } from "../server/execute/execution.ts";
 import type { ChildChannel, ChildExit } from "../server/workers/worker_handles.ts";
 import type { Frame } from "../server/workers/ipc.ts";
 import { GpuLeases } from "../server/workers/lease.ts";

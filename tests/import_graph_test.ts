@@ -2,7 +2,9 @@
  * The module graph has no import circles (type-only imports count: a circle of types is still a
  * circle a reader has to untangle), and the layers point one way: `protocol/` imports nothing of
  * ours but itself, `client/` nothing of `server/`, `http/` or `cli/`, `http/` nothing of
- * `server/`, and `cli/run/` nothing of `server/`.
+ * `server/`, and `cli/run/` nothing of `server/`. Inside the server the wings point one way too:
+ * `execute/` (the request's stages) uses `workers/` and `cache/`; `workers/` knows nothing of the
+ * stages or the caches; `cache/` and `runtime/` stand alone.
  */
 import assert from "node:assert/strict";
 
@@ -71,6 +73,9 @@ Deno.test("import graph: no circles, and the layers point one way", async () => 
     ["cli/run/", ["server/", "router/"]],
     ["router/", ["server/", "client/", "cli/"]],
     ["server/", ["router/", "client/", "cli/"]],
+    ["server/workers/", ["server/execute/", "server/cache/", "server/runtime/"]],
+    ["server/cache/", ["server/execute/", "server/workers/", "server/runtime/"]],
+    ["server/runtime/", ["server/execute/", "server/workers/", "server/cache/"]],
   ];
   const broken: string[] = [];
   for (const [from, targets] of edges) {

@@ -6,11 +6,11 @@
  *
  * @module
  */
-import { cacheMissJson } from "../protocol/response_encode.ts";
-import { ERROR_MESSAGES } from "../protocol/errors.ts";
-import type { EventLevel, EventLog } from "../http/events.ts";
-import { Rejection, unhandledFields } from "../http/rejection.ts";
-import { jsonResponse } from "../http/routes.ts";
+import { cacheMissJson } from "../../protocol/response_encode.ts";
+import { ERROR_MESSAGES } from "../../protocol/errors.ts";
+import type { EventLevel, EventLog } from "../../http/events.ts";
+import { Rejection, unhandledFields } from "../../http/rejection.ts";
+import { jsonResponse } from "../../http/routes.ts";
 import type { CacheMiss } from "./admission.ts";
 
 /** A program that ran (or whose worker died inside an instruction): a 200 answer. */
@@ -74,8 +74,8 @@ const _LEVELS: Record<string, EventLevel> = {
  *
  * @example
  * ```ts
- * import { EventLog } from "../http/events.ts";
- * import { Rejection } from "../http/rejection.ts";
+ * import { EventLog } from "../../http/events.ts";
+ * import { Rejection } from "../../http/rejection.ts";
  * import { finishRequest } from "./finish.ts";
  *
  * const events = new EventLog({ logDir: null, console: false, programs: false });

@@ -21,15 +21,15 @@
  *
  * @module
  */
-import type { GpuLeases, LeaseHolder } from "./workers/lease.ts";
-import type { Frame } from "./workers/ipc.ts";
-import type { ChildChannel, ChildExit } from "./workers/worker_handles.ts";
+import type { GpuLeases, LeaseHolder } from "../workers/lease.ts";
+import type { Frame } from "../workers/ipc.ts";
+import type { ChildChannel, ChildExit } from "../workers/worker_handles.ts";
 import {
   FrameShapeError,
   parseChildReport,
   type RunRequest,
   type WorkerOutcome,
-} from "./workers/worker_protocol.ts";
+} from "../workers/worker_protocol.ts";
 
 /** How a run ended. */
 export type RunEnd =

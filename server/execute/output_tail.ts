@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { openWorkerFile } from "./workers/worker_files.ts";
+import { openWorkerFile } from "../workers/worker_files.ts";
 
 /** How much of the end of each stream goes into `output_tail` (as upstream). */
 export const OUTPUT_TAIL_BYTES = 4096;

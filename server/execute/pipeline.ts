@@ -2,10 +2,10 @@
  * `POST /execute` as a pipeline of named stages over a running server's {@linkcode Services}:
  *
  * ```
- *   Request ─▶ intake      read the body (413, 400, 503)                     server/intake.ts
- *           ─▶ admission   parse, blobs and CACHE_MISS, clamps (400)          server/admission.ts
- *           ─▶ dispatch    seat, GPU set, run, attribution (503, 504, 500)    server/dispatch.ts
- *           ─▶ finish      the response and its request_finished record       server/finish.ts
+ *   Request ─▶ intake      read the body (413, 400, 503)                     server/execute/intake.ts
+ *           ─▶ admission   parse, blobs and CACHE_MISS, clamps (400)          server/execute/admission.ts
+ *           ─▶ dispatch    seat, GPU set, run, attribution (503, 504, 500)    server/execute/dispatch.ts
+ *           ─▶ finish      the response and its request_finished record       server/execute/finish.ts
  * ```
  *
  * It takes a Web `Request` and gives a Web `Response`, so `Deno.serve` is only one way to drive
@@ -13,21 +13,21 @@
  * {@linkcode WholeBodyRequest} (its bytes, no `Request` or stream).
  *
  * A request with `X-KCoral-Stream: output` that is admitted as a program is answered at once
- * with a live-output stream (server/live_output.ts): dispatch and finish then run behind it,
+ * with a live-output stream (server/execute/live_output.ts): dispatch and finish then run behind it,
  * and the answer finish makes becomes the stream's final part.
  *
  * @module
  */
-import { ERROR_MESSAGES } from "../protocol/errors.ts";
-import { wantsLiveOutput } from "../protocol/live_output.ts";
-import { Rejection } from "../http/rejection.ts";
-import { requestId } from "../http/request_id.ts";
+import { ERROR_MESSAGES } from "../../protocol/errors.ts";
+import { wantsLiveOutput } from "../../protocol/live_output.ts";
+import { Rejection } from "../../http/rejection.ts";
+import { requestId } from "../../http/request_id.ts";
 import { admitRequest } from "./admission.ts";
 import { dispatchRequest } from "./dispatch.ts";
 import { finishRequest } from "./finish.ts";
 import { discardBody, type ReceivedBody, type WholeBodyRequest } from "./intake.ts";
 import { LiveOutput } from "./live_output.ts";
-import type { Services } from "./services.ts";
+import type { Services } from "../services.ts";
 
 /**
  * Executes one `/execute` request from a client at `client` (its host, for the log).

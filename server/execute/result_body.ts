@@ -13,18 +13,18 @@ import {
   newBoundary,
   PART_SEPARATOR,
   partHeader,
-} from "../protocol/multipart_encode.ts";
-import { concatBytes } from "../protocol/bytes.ts";
-import { resultJson } from "../protocol/response_encode.ts";
-import { ERROR_FIELDS, GPU_ACCESS_FIELDS } from "../protocol/result_fields.ts";
-import type { ResultMeta } from "../protocol/result_fields.ts";
-import type { OutcomeFile, OutcomePart, WorkerOutcome } from "./workers/worker_protocol.ts";
+} from "../../protocol/multipart_encode.ts";
+import { concatBytes } from "../../protocol/bytes.ts";
+import { resultJson } from "../../protocol/response_encode.ts";
+import { ERROR_FIELDS, GPU_ACCESS_FIELDS } from "../../protocol/result_fields.ts";
+import type { ResultMeta } from "../../protocol/result_fields.ts";
+import type { OutcomeFile, OutcomePart, WorkerOutcome } from "../workers/worker_protocol.ts";
 import {
   openWorkerFile,
   readCaptured,
   readWorkerFile,
   WorkerFileError,
-} from "./workers/worker_files.ts";
+} from "../workers/worker_files.ts";
 
 /** Timings and identity that go into the result JSON (and who a `gpu_access` interfered with). */
 export interface ResponseMeta extends ResultMeta {

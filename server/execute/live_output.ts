@@ -22,8 +22,8 @@ import {
   LIVE_OUTPUT_HEADER,
   LIVE_OUTPUT_VALUE,
   type OutputChunk,
-} from "../protocol/live_output.ts";
-import { concatBytes } from "../protocol/bytes.ts";
+} from "../../protocol/live_output.ts";
+import { concatBytes } from "../../protocol/bytes.ts";
 
 /** How often a running program's capture files are read. */
 export const LIVE_OUTPUT_INTERVAL_MS = 50;

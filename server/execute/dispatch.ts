@@ -9,23 +9,23 @@
  *
  * @module
  */
-import { ERROR_MESSAGES } from "../protocol/errors.ts";
-import type { EventLog } from "../http/events.ts";
-import { Rejection } from "../http/rejection.ts";
+import { ERROR_MESSAGES } from "../../protocol/errors.ts";
+import type { EventLog } from "../../http/events.ts";
+import { Rejection } from "../../http/rejection.ts";
 import type { Admitted } from "./admission.ts";
-import type { ServerConfig } from "./config.ts";
+import type { ServerConfig } from "../config.ts";
 import { retireReason, runProgram, type RunResult } from "./execution.ts";
 import type { ProgramOutcome } from "./finish.ts";
-import { type GpuSet, takeGpuSet } from "./workers/gpu_sets.ts";
-import type { WorkerLaunch } from "./workers/launch.ts";
-import type { GpuLeases, LeaseHolder } from "./workers/lease.ts";
+import { type GpuSet, takeGpuSet } from "../workers/gpu_sets.ts";
+import type { WorkerLaunch } from "../workers/launch.ts";
+import type { GpuLeases, LeaseHolder } from "../workers/lease.ts";
 import type { LiveOutput } from "./live_output.ts";
 import { outputTail } from "./output_tail.ts";
-import { PoolBusy, type Retiring, type Seat, type WorkerPool } from "./workers/pool.ts";
+import { PoolBusy, type Retiring, type Seat, type WorkerPool } from "../workers/pool.ts";
 import { buildResultBody, crashError, crashResultBody, type ResponseMeta } from "./result_body.ts";
-import type { SeatChild } from "./workers/worker_handles.ts";
-import { hostPaths, WorkerFileError } from "./workers/worker_files.ts";
-import type { WorkerOutcome } from "./workers/worker_protocol.ts";
+import type { SeatChild } from "../workers/worker_handles.ts";
+import { hostPaths, WorkerFileError } from "../workers/worker_files.ts";
+import type { WorkerOutcome } from "../workers/worker_protocol.ts";
 
 /** What dispatch needs of the server. */
 export interface DispatchServices {
@@ -50,7 +50,7 @@ export interface DispatchServices {
  * (any other error is unexpected: the seat's child is then retired).
  *
  * With `live`, the capture files are read while the program runs and what they gain goes to it
- * (server/live_output.ts); the last of it before this resolves or throws.
+ * (server/execute/live_output.ts); the last of it before this resolves or throws.
  *
  * Exercised end to end by the server tests (tests/server_execute_test.ts and others); the
  * run itself by tests/execution_test.ts with a fake child; live output by

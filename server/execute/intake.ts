@@ -8,19 +8,19 @@
  *
  * @module
  */
-import { ERROR_MESSAGES } from "../protocol/errors.ts";
-import type { HashThreads } from "../protocol/hash_threads.ts";
-import { PartDigests } from "../protocol/part_digests.ts";
-import type { BodyBuffers } from "../http/body_buffers.ts";
-import { Rejection } from "../http/rejection.ts";
+import { ERROR_MESSAGES } from "../../protocol/errors.ts";
+import type { HashThreads } from "../../protocol/hash_threads.ts";
+import { PartDigests } from "../../protocol/part_digests.ts";
+import type { BodyBuffers } from "../../http/body_buffers.ts";
+import { Rejection } from "../../http/rejection.ts";
 import {
   BodyReadError,
   BodyTimeoutError,
   declaredLength,
   LARGE_BODY_BYTES,
   readRequestBody,
-} from "../http/request_body.ts";
-import type { BlobStore } from "./cache/cache_memory.ts";
+} from "../../http/request_body.ts";
+import type { BlobStore } from "../cache/cache_memory.ts";
 
 /** Large bodies read at once into buffers sized before their bytes arrive (as upstream's 4). */
 const _MAX_LARGE_RECEIVES = 4;
@@ -110,8 +110,8 @@ export async function discardBody(request: Request | WholeBodyRequest): Promise<
  *
  * @example A small body
  * ```ts
- * import { BodyBuffers } from "../http/body_buffers.ts";
- * import { HashThreads } from "../protocol/hash_threads.ts";
+ * import { BodyBuffers } from "../../http/body_buffers.ts";
+ * import { HashThreads } from "../../protocol/hash_threads.ts";
  * import { Intake } from "./intake.ts";
  *
  * const hashes = new HashThreads(1);

@@ -7,12 +7,12 @@
  *
  * @module
  */
-import type { InstructionSummary } from "../protocol/program_types.ts";
-import { parseExecuteRequest, RequestParseError } from "../protocol/request.ts";
-import type { EventLog } from "../http/events.ts";
-import { Rejection } from "../http/rejection.ts";
-import { type BlobCaches, BlobRejected, resolveBlobs } from "./cache/blobs.ts";
-import { distinctGpuCount, type ServerConfig } from "./config.ts";
+import type { InstructionSummary } from "../../protocol/program_types.ts";
+import { parseExecuteRequest, RequestParseError } from "../../protocol/request.ts";
+import type { EventLog } from "../../http/events.ts";
+import { Rejection } from "../../http/rejection.ts";
+import { type BlobCaches, BlobRejected, resolveBlobs } from "../cache/blobs.ts";
+import { distinctGpuCount, type ServerConfig } from "../config.ts";
 import { invalidRequest, type ReceivedBody } from "./intake.ts";
 
 /** A request ready for a worker. */
@@ -65,11 +65,11 @@ export interface AdmissionServices {
  * @example
  * ```ts
  * import { admitRequest } from "./admission.ts";
- * import { BlobStore } from "./cache/cache_memory.ts";
- * import { DiskFileCache } from "./cache/cache_disk.ts";
- * import { resolveServerConfig } from "./config.ts";
- * import { EventLog } from "../http/events.ts";
- * import { encodeMultipart } from "../protocol/multipart_encode.ts";
+ * import { BlobStore } from "../cache/cache_memory.ts";
+ * import { DiskFileCache } from "../cache/cache_disk.ts";
+ * import { resolveServerConfig } from "../config.ts";
+ * import { EventLog } from "../../http/events.ts";
+ * import { encodeMultipart } from "../../protocol/multipart_encode.ts";
  *
  * const program = '{"instructions":[{"op":"upload","kind":"module","source":"","id":"m"}]}';
  * const { body, contentType } = encodeMultipart([
