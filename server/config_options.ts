@@ -362,9 +362,9 @@ export const serverConfigOptions = {
     help: "TEST MODE: simulate the --gpus devices with torch CPU tensors",
   },
   /**
-   * The GPU gate (server/workers/gate_library.ts): the processes of a `kcoral run python`/`shell` request
-   * take the lease at their first CUDA call. Off: every run holds it from start to end, as
-   * before the gate. Hidden: for A/B measurements.
+   * The GPU gate (server/workers/gate_library.ts): the processes of a `kcoral run
+   * python`/`shell` request take the lease at their first CUDA call. Off: every run holds it from
+   * start to end, as before the gate. Hidden: for A/B measurements.
    */
   gpuGate: {
     flag: "--no-gpu-gate",

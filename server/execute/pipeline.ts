@@ -2,10 +2,10 @@
  * `POST /execute` as a pipeline of named stages over a running server's {@linkcode Services}:
  *
  * ```
- *   Request ─▶ intake      read the body (413, 400, 503)                     server/execute/intake.ts
- *           ─▶ admission   parse, blobs and CACHE_MISS, clamps (400)          server/execute/admission.ts
- *           ─▶ dispatch    seat, GPU set, run, attribution (503, 504, 500)    server/execute/dispatch.ts
- *           ─▶ finish      the response and its request_finished record       server/execute/finish.ts
+ *   Request ─▶ intake      read the body (413, 400, 503)                     intake.ts
+ *           ─▶ admission   parse, blobs and CACHE_MISS, clamps (400)          admission.ts
+ *           ─▶ dispatch    seat, GPU set, run, attribution (503, 504, 500)    dispatch.ts
+ *           ─▶ finish      the response and its request_finished record       finish.ts
  * ```
  *
  * It takes a Web `Request` and gives a Web `Response`, so `Deno.serve` is only one way to drive
@@ -13,8 +13,8 @@
  * {@linkcode WholeBodyRequest} (its bytes, no `Request` or stream).
  *
  * A request with `X-KCoral-Stream: output` that is admitted as a program is answered at once
- * with a live-output stream (server/execute/live_output.ts): dispatch and finish then run behind it,
- * and the answer finish makes becomes the stream's final part.
+ * with a live-output stream (server/execute/live_output.ts): dispatch and finish then run behind
+ * it, and the answer finish makes becomes the stream's final part.
  *
  * @module
  */

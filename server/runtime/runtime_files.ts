@@ -2,9 +2,9 @@
  * Locates the Python worker runtime (`runtime_py/kcoral_runtime`) for the server's workers: the
  * directory Python finds `kcoral_runtime` in. From a local checkout the package is used in place.
  * Otherwise (a registry, an HTTP URL, a `deno compile` binary, whose embedded paths Python cannot
- * open) it is the content-addressed copy in the user's cache (`server/runtime/runtime_cache.ts`), written
- * from the files' text imports in the module graph (`runtime_py/runtime_files.ts`, shared with
- * `kcoral run`): Deno's module cache or the binary holds them, so no start fetches anything.
+ * open) it is the content-addressed copy in the user's cache (`server/runtime/runtime_cache.ts`),
+ * written from the files' text imports in the module graph (`runtime_py/runtime_files.ts`, shared
+ * with `kcoral run`): Deno's module cache or the binary holds them, so no start fetches anything.
  *
  * @module
  */

@@ -2,10 +2,10 @@
  * The GPU gate's shim (runtime_py/kcoral_runtime/gate_shim.py), built once when a GPU server
  * (real or simulated) starts: the worker interpreter runs `python -m kcoral_runtime.gate_shim
  * DIR`, which compiles the C source it holds with `cc`. Workers are told where the library is
- * (`KCORAL_GATE_LIB`, server/workers/sandbox.ts): the processes a `kcoral run python` or `shell` request
- * starts then take the GPU lease at their first CUDA call instead of holding it from start to end
- * (docs/decisions/script-gpu-gate.md, "A script holds the GPU only while it uses it"). Without a compiler, or
- * when the build fails, the server runs without the gate (every run holds the lease for its
+ * (`KCORAL_GATE_LIB`, server/workers/sandbox.ts): the processes a `kcoral run python` or `shell`
+ * request starts then take the GPU lease at their first CUDA call instead of holding it from start
+ * to end (docs/decisions/script-gpu-gate.md, "A script holds the GPU only while it uses it").
+ * Without a compiler, or when the build fails, the server runs without the gate (every run holds the lease for its
  * whole life, as before) and says why.
  *
  * @module

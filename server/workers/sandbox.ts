@@ -52,9 +52,9 @@ export interface SlotLaunch {
   /** Largest frame taken from the zygote (answers up to the response limit must fit). */
   maxFrameBytes?: number;
   /**
-   * The GPU gate's shim (server/workers/gate_library.ts), host path; `null` or absent: no gate. Named to
-   * the workers in `KCORAL_GATE_LIB`; inside a sandbox its directory is bound read-only at
-   * `/kcoral/gate`.
+   * The GPU gate's shim (server/workers/gate_library.ts), host path; `null` or absent: no gate.
+   * Named to the workers in `KCORAL_GATE_LIB`; inside a sandbox its directory is bound read-only
+   * at `/kcoral/gate`.
    */
   gateLibrary?: string | null;
 }
