@@ -1,4 +1,7 @@
-/** server/workers/monotonic_clock.ts: a worker's monotonic instant maps into this process's timeline. */
+/**
+ * server/workers/monotonic_clock.ts: a worker's monotonic instant maps into this process's
+ * timeline.
+ */
 import assert from "node:assert/strict";
 import { monotonicOffsetMs } from "../server/workers/monotonic_clock.ts";
 

@@ -1,6 +1,6 @@
 """The frame types of ``frames.py`` are exactly those of the tables in docs/architecture.md §3.1
-(tests/worker_protocol_test.ts checks the server side against the same tables), and every key a
-documented frame shows is a key of its type."""
+(server/workers/worker_protocol_test.ts checks the server side against the same tables), and every
+key a documented frame shows is a key of its type."""
 
 from __future__ import annotations
 

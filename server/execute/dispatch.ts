@@ -53,7 +53,7 @@ export interface DispatchServices {
  * (server/execute/live_output.ts); the last of it before this resolves or throws.
  *
  * Exercised end to end by the server tests (tests/server_execute_test.ts and others); the
- * run itself by tests/execution_test.ts with a fake child; live output by
+ * run itself by server/execute/execution_test.ts with a fake child; live output by
  * tests/live_output_test.ts.
  */
 export async function dispatchRequest(

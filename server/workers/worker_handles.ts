@@ -1,9 +1,9 @@
 /**
  * What the rest of the server uses of a slot (a zygote) and of a worker child, as interfaces:
  * the pool starts slots and forks children, a run exchanges frames with a child
- * ({@linkcode ChildChannel}), dispatch reads a slot's diagnostics. `server/workers/slot.ts` implements
- * them over real processes; tests implement them with fakes (tests/pool_unit_test.ts,
- * tests/execution_test.ts).
+ * ({@linkcode ChildChannel}), dispatch reads a slot's diagnostics. `server/workers/slot.ts`
+ * implements them over real processes; tests implement them with fakes
+ * (server/workers/pool_test.ts, server/execute/execution_test.ts).
  *
  * @module
  */

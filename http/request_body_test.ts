@@ -1,12 +1,12 @@
-// Receiving request bodies (server/request_body.ts): small bodies in one allocation, large ones
+// Receiving request bodies (http/request_body.ts): small bodies in one allocation, large ones
 // read in place into a pooled buffer while an observer scans and hashes them.
 import assert from "node:assert/strict";
-import { LARGE_BODY_BYTES, readRequestBody } from "../http/request_body.ts";
+import { LARGE_BODY_BYTES, readRequestBody } from "./request_body.ts";
 import { PartDigests } from "../protocol/part_digests.ts";
 import { encodeMultipart } from "../protocol/multipart_encode.ts";
 import { parseMultipart } from "../protocol/multipart_parse.ts";
 import { sha256Hex } from "../protocol/hash.ts";
-import { randomBytes } from "./_bytes.ts";
+import { randomBytes } from "../tests/_bytes.ts";
 
 function request(body: Uint8Array<ArrayBuffer>, contentType = "application/octet-stream"): Request {
   return new Request("http://x/execute", {

@@ -8,7 +8,7 @@ import {
   parseMultipart,
   PART_SEPARATOR,
   partHeader,
-} from "../protocol/mod.ts";
+} from "./mod.ts";
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();

@@ -8,7 +8,7 @@ import {
   sha256Hex,
   tensorLengthError,
   unreferencedBlobsError,
-} from "../protocol/mod.ts";
+} from "./mod.ts";
 
 const enc = new TextEncoder();
 

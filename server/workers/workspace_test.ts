@@ -6,7 +6,7 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { RESERVED_DIR, RESERVED_SUBDIRS, SeatWorkspaces } from "../server/workers/workspace.ts";
+import { RESERVED_DIR, RESERVED_SUBDIRS, SeatWorkspaces } from "./workspace.ts";
 
 /** Entries under `dir` (recursively), each with its mode, sorted. */
 function layout(dir: string, prefix = ""): string[] {
@@ -18,6 +18,14 @@ function layout(dir: string, prefix = ""): string[] {
     if (entry.isDirectory) out.push(...layout(path, `${prefix}${entry.name}/`));
   }
   return out.sort();
+}
+
+/** Makes every directory under `dir` (itself included) writable by its owner, so it can go. */
+function writable(dir: string): void {
+  Deno.chmodSync(dir, 0o700);
+  for (const entry of Deno.readDirSync(dir)) {
+    if (entry.isDirectory) writable(`${dir}/${entry.name}`);
+  }
 }
 
 const EMPTY_SANDBOXED = [
@@ -84,7 +92,7 @@ for (const sandboxed of [true, false]) {
       assert.deepEqual(layout(workspaces.hostPath), expected);
     } finally {
       await Deno.remove(root, { recursive: true }).catch(async () => {
-        await new Deno.Command("chmod", { args: ["-R", "u+rwx", root] }).output();
+        writable(root);
         await Deno.remove(root, { recursive: true });
       });
     }

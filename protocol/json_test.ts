@@ -1,17 +1,11 @@
 import assert from "node:assert/strict";
-import {
-  JsonFloat,
-  JsonParseError,
-  parseJson,
-  parseJsonTyped,
-  stringifyJson,
-} from "../protocol/mod.ts";
-import { pyFloatRepr, pyRepr, pyStrRepr } from "../protocol/python_repr.ts";
-import { codePointIndex, pySorted } from "../protocol/python_str.ts";
+import { JsonFloat, JsonParseError, parseJson, parseJsonTyped, stringifyJson } from "./mod.ts";
+import { pyFloatRepr, pyRepr, pyStrRepr } from "./python_repr.ts";
+import { codePointIndex, pySorted } from "./python_str.ts";
 
 // Expected values computed by CPython (tests/fixtures/protocol/python_vectors.py).
 const vectors = JSON.parse(
-  Deno.readTextFileSync(new URL("./fixtures/protocol/python_vectors.json", import.meta.url)),
+  Deno.readTextFileSync(new URL("../tests/fixtures/protocol/python_vectors.json", import.meta.url)),
 );
 
 function fromHex(hex: string): Uint8Array {

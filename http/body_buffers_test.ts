@@ -1,6 +1,6 @@
-// Reused receive buffers for large bodies (server/body_buffers.ts).
+// Reused receive buffers for large bodies (http/body_buffers.ts).
 import assert from "node:assert/strict";
-import { BodyBuffers } from "../http/body_buffers.ts";
+import { BodyBuffers } from "./body_buffers.ts";
 
 Deno.test("body buffers: reused smallest-fit, largest kept, oversized and detached ones dropped", () => {
   const pool = new BodyBuffers(2, 1000, (size) => new ArrayBuffer(size));

@@ -1,7 +1,7 @@
 // Worker frames over a byte stream (server/workers/ipc.ts): length-prefixed JSON, however the pipe
 // splits them.
 import assert from "node:assert/strict";
-import { encodeFrame, type Frame, MAX_FRAME_BYTES, readFrames } from "../server/workers/ipc.ts";
+import { encodeFrame, type Frame, MAX_FRAME_BYTES, readFrames } from "./ipc.ts";
 
 async function frames(chunks: Uint8Array[]): Promise<Frame[]> {
   const out: Frame[] = [];

@@ -16,7 +16,7 @@ import {
   sha256Hex,
   type TypedJsonObject,
   type ValueFactories,
-} from "../protocol/mod.ts";
+} from "./mod.ts";
 
 const enc = new TextEncoder();
 

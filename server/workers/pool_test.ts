@@ -4,15 +4,10 @@
  * initialization gate and the lease, a seat that cannot be readied, and shutdown.
  */
 import assert from "node:assert/strict";
-import { EventLog } from "../http/events.ts";
-import { GpuLeases } from "../server/workers/lease.ts";
-import { PoolBusy, type Seat, WorkerPool } from "../server/workers/pool.ts";
-import type {
-  ChildExit,
-  ChildReady,
-  SeatChild,
-  SeatSlot,
-} from "../server/workers/worker_handles.ts";
+import { EventLog } from "../../http/events.ts";
+import { GpuLeases } from "./lease.ts";
+import { PoolBusy, type Seat, WorkerPool } from "./pool.ts";
+import type { ChildExit, ChildReady, SeatChild, SeatSlot } from "./worker_handles.ts";
 
 class FakeChild implements SeatChild {
   static count = 0;

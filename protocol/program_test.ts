@@ -5,7 +5,7 @@ import {
   parseProgram,
   PathError,
   ProgramError,
-} from "../protocol/mod.ts";
+} from "./mod.ts";
 
 const A = "a".repeat(64);
 const B = "b".repeat(64);

@@ -3,7 +3,7 @@
  * same refusal for bytes that are not UTF-8, with and without a kept byte order mark.
  */
 import assert from "node:assert/strict";
-import { decodeUtf8 } from "../protocol/utf8.ts";
+import { decodeUtf8 } from "./utf8.ts";
 
 function strict(bytes: Uint8Array, keepBom: boolean): string | "refused" {
   try {

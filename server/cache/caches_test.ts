@@ -1,10 +1,10 @@
 /** The memory blob cache (LRU, pinning, capacity/4) and the disk file cache (spec server §6). */
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { DiskFileCache } from "../server/cache/cache_disk.ts";
-import { BlobStore } from "../server/cache/cache_memory.ts";
-import { resolveBlobs } from "../server/cache/blobs.ts";
-import { parseProgram } from "../protocol/program.ts";
+import { DiskFileCache } from "./cache_disk.ts";
+import { BlobStore } from "./cache_memory.ts";
+import { resolveBlobs } from "./blobs.ts";
+import { parseProgram } from "../../protocol/program.ts";
 
 const sha = (bytes: Uint8Array) => createHash("sha256").update(bytes).digest("hex");
 const bytesOf = (n: number, fill: number) => new Uint8Array(n).fill(fill);

@@ -1,6 +1,6 @@
 /** The lease arbiter: FIFO, GPU sets, no starvation of sets, history, initialization gate. */
 import assert from "node:assert/strict";
-import { GpuLeases, type LeaseHolder } from "../server/workers/lease.ts";
+import { GpuLeases, type LeaseHolder } from "./lease.ts";
 
 const h = (id: string): LeaseHolder => ({ id });
 const tick = () => new Promise((r) => setTimeout(r, 0));

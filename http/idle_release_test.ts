@@ -1,8 +1,8 @@
 // The moment a server gives the memory of large bodies back (http/idle_release.ts): a while
 // after the last use, once nothing is in flight, once per run of uses.
 import assert from "node:assert/strict";
-import { IdleRelease } from "../http/idle_release.ts";
-import { BodyBuffers } from "../http/body_buffers.ts";
+import { IdleRelease } from "./idle_release.ts";
+import { BodyBuffers } from "./body_buffers.ts";
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { blobBoundary, noteBlobs } from "../client/_blob_boundary.ts";
+import { blobBoundary, noteBlobs } from "./_blob_boundary.ts";
 import { boundaryOccursIn } from "../protocol/multipart_encode.ts";
 import { Program } from "../mod.ts";
 

@@ -9,8 +9,8 @@ import {
   type RunArgsError,
   type RunArgsOk,
   type RunArgsResult,
-} from "../cli/run/args.ts";
-import { TOOL_NAMES, type ToolName } from "../cli/run/tools.ts";
+} from "./args.ts";
+import { TOOL_NAMES, type ToolName } from "./tools.ts";
 
 const URL_ENV = { KCORAL_URL: "http://unused" };
 

@@ -5,10 +5,10 @@
  * columns, and both kinds must be read.
  */
 import assert from "node:assert/strict";
-import { parseNcuDetails, summarizeNcuKernels } from "../cli/mcp/profile_summary.ts";
+import { parseNcuDetails, summarizeNcuKernels } from "./profile_summary.ts";
 
 const CSV = Deno.readTextFileSync(
-  new URL("./fixtures/ncu/details_h200_2025.3.csv", import.meta.url),
+  new URL("../../tests/fixtures/ncu/details_h200_2025.3.csv", import.meta.url),
 );
 
 Deno.test("ncu summary: a real details export gives each kernel its headline metrics", () => {

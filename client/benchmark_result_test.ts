@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { benchmarkResult, plainValue, type ResultValue } from "../client/mod.ts";
+import { benchmarkResult, plainValue, type ResultValue } from "./mod.ts";
 
 function wire(overrides: Record<string, ResultValue> = {}): Map<string, ResultValue> {
   const base: [string, ResultValue][] = [

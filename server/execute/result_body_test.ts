@@ -1,8 +1,8 @@
-// Building a response from a worker's outcome (server/execute/result_body.ts): the files it uses, and that
-// nothing of them is left however the body ends.
+// Building a response from a worker's outcome (server/execute/result_body.ts): the files it uses,
+// and that nothing of them is left however the body ends.
 import assert from "node:assert/strict";
-import { buildResultBody as buildResponse } from "../server/execute/result_body.ts";
-import type { WorkerOutcome } from "../server/workers/worker_protocol.ts";
+import { buildResultBody as buildResponse } from "./result_body.ts";
+import type { WorkerOutcome } from "../workers/worker_protocol.ts";
 
 const _META = { requestId: "r", queueMs: 0, elapsedMs: 0, leaseWaitMs: 0, leaseHeldMs: 0 };
 

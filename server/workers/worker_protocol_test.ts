@@ -1,21 +1,21 @@
 /**
- * The worker frames: the types declared in server/workers/worker_protocol.ts are exactly those of the
- * tables in docs/architecture.md §3.1 (runtime_py/tests/test_frames.py checks the Python side
- * against the same tables), every report type survives encoding, framing and parsing whole, and
+ * The worker frames: the types declared in server/workers/worker_protocol.ts are exactly those of
+ * the tables in docs/architecture.md §3.1 (runtime_py/tests/test_frames.py checks the Python
+ * side against the same tables), every report type survives encoding, framing and parsing whole, and
  * a report of the wrong shape is refused.
  */
 import assert from "node:assert/strict";
-import { encodeFrame, type Frame, readFrames } from "../server/workers/ipc.ts";
+import { encodeFrame, type Frame, readFrames } from "./ipc.ts";
 import {
   FRAME_TYPES,
   FrameShapeError,
   parseChildReport,
   parseZygoteReport,
-} from "../server/workers/worker_protocol.ts";
+} from "./worker_protocol.ts";
 
 /** The frame types of each table of docs/architecture.md §3.1, by the line before it. */
 function documentedTypes(): Record<string, string[]> {
-  const doc = Deno.readTextFileSync(new URL("../docs/architecture.md", import.meta.url));
+  const doc = Deno.readTextFileSync(new URL("../../docs/architecture.md", import.meta.url));
   const tables: Record<string, string[]> = {};
   let current: string | null = null;
   for (const line of doc.split("\n")) {

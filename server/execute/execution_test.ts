@@ -4,11 +4,11 @@
  * frames, retiring children, hygiene after the answer, and complete lease timings.
  */
 import assert from "node:assert/strict";
-import { type RunParams, runProgram } from "../server/execute/execution.ts";
-import type { ChildChannel, ChildExit } from "../server/workers/worker_handles.ts";
-import type { Frame } from "../server/workers/ipc.ts";
-import { GpuLeases } from "../server/workers/lease.ts";
-import type { ChildCommand, WorkerOutcome } from "../server/workers/worker_protocol.ts";
+import { type RunParams, runProgram } from "./execution.ts";
+import type { ChildChannel, ChildExit } from "../workers/worker_handles.ts";
+import type { Frame } from "../workers/ipc.ts";
+import { GpuLeases } from "../workers/lease.ts";
+import type { ChildCommand, WorkerOutcome } from "../workers/worker_protocol.ts";
 
 const OUTCOME: WorkerOutcome = {
   status: "COMPLETED",

@@ -4,12 +4,12 @@
  * copy a compiled binary makes (Python never gets the embedded paths).
  */
 import assert from "node:assert/strict";
-import { cachedRuntime, RuntimeCacheError } from "../server/runtime/runtime_cache.ts";
-import { runtimePythonPath } from "../server/runtime/runtime_files.ts";
-import { runtimeManifest } from "../server/runtime/runtime_manifest.ts";
-import { readRuntimeFiles } from "../runtime_py/runtime_files.ts";
+import { cachedRuntime, RuntimeCacheError } from "./runtime_cache.ts";
+import { runtimePythonPath } from "./runtime_files.ts";
+import { runtimeManifest } from "./runtime_manifest.ts";
+import { readRuntimeFiles } from "../../runtime_py/runtime_files.ts";
 
-const PACKAGE = new URL("../runtime_py/kcoral_runtime/", import.meta.url);
+const PACKAGE = new URL("../../runtime_py/kcoral_runtime/", import.meta.url);
 const TEXTS = await readRuntimeFiles();
 const HASH = runtimeManifest(TEXTS).hash;
 
