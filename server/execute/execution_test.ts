@@ -124,16 +124,28 @@ Deno.test("run: the deadline pauses while the child waits for the lease", async 
   const leases = new GpuLeases([0]);
   const other = { id: "other" };
   await leases.acquire(other, [0]);
+  let askedAt = NaN;
   const child = new FakeChild((frame, c) => {
-    if (frame.t === "run") c.say({ t: "lease", a: "acquire" });
-    else if (frame.t === "lease") c.say({ t: "outcome", outcome: OUTCOME, retire: null });
+    if (frame.t === "run") {
+      c.say({ t: "lease", a: "acquire" }); // the run starts waiting before this returns
+      askedAt = performance.now();
+    } else if (frame.t === "lease") c.say({ t: "outcome", outcome: OUTCOME, retire: null });
   });
+  const before = performance.now();
   const running = runProgram(params(child, { leases, gpus: [0], timeoutMs: 80 }));
   await sleep(250); // longer than the whole budget, all of it waiting for the lease
+  const releasedAt = performance.now();
   leases.release(other);
   const run = await running;
+  const after = performance.now();
   assert.equal(run.end.kind, "outcome", JSON.stringify(run.end));
-  assert.ok(run.leaseWaitMs >= 200, `waited ${run.leaseWaitMs}`);
+  assert.equal(child.killed, 0);
+  assert.deepEqual(child.sent.map((f) => f.t), ["run", "lease"], "granted, then the outcome");
+  // The wait counted covers the ask to the release, and lies within the run.
+  assert.ok(
+    releasedAt - askedAt <= run.leaseWaitMs && run.leaseWaitMs <= after - before,
+    `waited ${run.leaseWaitMs}: asked ${askedAt}, released ${releasedAt}, run ${before}..${after}`,
+  );
 });
 
 Deno.test("run: a timeout kills under the lease, then releases it", async () => {
@@ -294,10 +306,17 @@ Deno.test("run: a GPU set's wait and hold before the run count in its timings", 
   const child = new FakeChild((frame, c) => {
     if (frame.t === "run") c.say({ t: "outcome", outcome: OUTCOME, retire: null });
   });
+  const before = performance.now();
   const run = await runProgram(
     params(child, { leases, gpus: [0, 1], holder, heldSince, waitedMs: 7 }),
   );
-  assert.ok(run.leaseHeldMs >= 40, `held ${run.leaseHeldMs}`);
+  const after = performance.now();
+  // Counted from `heldSince`, not from the run's start: the hold ends between the clock reads
+  // around the run.
+  assert.ok(
+    before - heldSince <= run.leaseHeldMs && run.leaseHeldMs <= after - heldSince,
+    `held ${run.leaseHeldMs} from ${heldSince}, run ${before}..${after}`,
+  );
   assert.equal(run.leaseWaitMs, 7);
 });
 

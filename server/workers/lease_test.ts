@@ -33,9 +33,16 @@ Deno.test("lease: a holder re-acquiring what it holds gets it at once", async ()
 
 Deno.test("lease: independent GPUs do not wait for each other", async () => {
   const leases = new GpuLeases([0, 1]);
-  await leases.acquire(h("a"), [0]);
-  const waited = await leases.acquire(h("b"), [1]);
-  assert.ok(waited < 5);
+  const a = h("a"), b = h("b");
+  await leases.acquire(a, [0]);
+  // Granted before a timer tick, while `a` still holds GPU 0: nothing queued behind it.
+  const first = await Promise.race([
+    leases.acquire(b, [1]).then(() => "granted"),
+    tick().then(() => "waiting"),
+  ]);
+  assert.equal(first, "granted");
+  assert.equal(leases.waiting, 0);
+  assert.deepEqual([leases.heldBy(a), leases.heldBy(b)], [[0], [1]]);
 });
 
 Deno.test("lease: a waiting GPU set blocks later single-GPU waiters (no starvation)", async () => {
