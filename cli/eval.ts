@@ -12,7 +12,13 @@
  *
  * @module
  */
-import { Client, type EvaluateOptions, isAccepted, type Verdict } from "../client/mod.ts";
+import {
+  Client,
+  DEFAULT_TIMING_SETS,
+  type EvaluateOptions,
+  isAccepted,
+  type Verdict,
+} from "../client/mod.ts";
 import {
   CommandLineError,
   type CommandLineSpec,
@@ -53,9 +59,9 @@ export const evalOptions = {
   timingSets: {
     flag: "--timing-sets",
     type: "int",
-    default: 2,
+    default: DEFAULT_TIMING_SETS,
     placeholder: "N",
-    help: "separate timing input sets, rotated call by call",
+    help: "separate timing input sets, in a new random order every round",
   },
   send: {
     flag: "--send",
@@ -176,9 +182,9 @@ function _fmt(ms: number | null | undefined): string {
  *   reference: null, candidate: null, receipt: null,
  *   checks: { correctness: { sets: 3, matched: 2, reasons: ["output: 1 of 4 elements differ"] } },
  *   phases_ms: { worker_start: 1, input_generation: 1, candidate_load: 1, candidate_correctness: 1,
- *     candidate_timing: 1, reference: 1, reference_timing: 1, comparison: 1, transfer: 1,
- *     total: 9, total_excluding_compile: 8 },
- *   worker_phases_ms: {}, seeds: { correctness: 3, timing: 2 },
+ *     candidate_timing: 1, reference: 1, reference_timing: 1, comparison: 1, bundle_coding: 1,
+ *     transfer: 1, client: 1, total: 11, total_excluding_compile: 10 },
+ *   worker_phases_ms: {}, seeds: { correctness: 3, timing: 3 },
  *   request_ids: { inputs: "a", candidate: "b", judge: "c" },
  * });
  * if (!text.startsWith("INCORRECT, flagged: inputs_modified")) throw new Error(text);
@@ -233,7 +239,7 @@ export function formatVerdict(verdict: Verdict): string {
       `candidate's load): workers ${_fmt(p.worker_start)}, inputs ${_fmt(p.input_generation)}, ` +
       `candidate ${_fmt(p.candidate_load + p.candidate_correctness + p.candidate_timing)}, ` +
       `reference ${_fmt(p.reference + p.reference_timing)}, comparison ${_fmt(p.comparison)}, ` +
-      `transfer ${_fmt(p.transfer)}`,
+      `bundles ${_fmt(p.bundle_coding)}, transfer ${_fmt(p.transfer)}, client ${_fmt(p.client)}`,
   );
   lines.push(`  device     ${verdict.device}`);
   return lines.join("\n");
@@ -281,7 +287,8 @@ export async function evalMain(
     if ((values.seeds ?? 3) < 3 || (values.seeds ?? 3) > 64) {
       throw error("--seeds must be from 3 to 64");
     }
-    if ((values.timingSets ?? 2) < 1 || (values.timingSets ?? 2) > 64) {
+    const timingSets = values.timingSets ?? DEFAULT_TIMING_SETS;
+    if (timingSets < 1 || timingSets > 64) {
       throw error("--timing-sets must be from 1 to 64");
     }
     const number = (
@@ -330,7 +337,7 @@ export async function evalMain(
       reference: await _readSource(values.reference!, "reference"),
       candidate: await _readSource(values.candidate!, "candidate"),
       seeds: values.seeds ?? 3,
-      timingSets: values.timingSets ?? 2,
+      timingSets: values.timingSets ?? DEFAULT_TIMING_SETS,
       tolerance,
       determinism: (values.determinism ?? "auto") as "auto" | "on" | "off",
       excessiveSpeedup: values.excessiveSpeedup ?? 10,

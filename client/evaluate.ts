@@ -28,6 +28,12 @@ import type { Verdict, VerdictPhases } from "./verdict.ts";
 /** The least number of correctness input sets. */
 export const MIN_CORRECTNESS_SETS = 3;
 
+/**
+ * Separate timing input sets by default. Three, so that the order the timed calls visit them
+ * in changes from round to round (with two it can only alternate).
+ */
+export const DEFAULT_TIMING_SETS = 3;
+
 /** A file the steps' workers get in their working directory (e.g. a `.cu` a candidate reads). */
 export interface EvaluateFile {
   /** Relative path in the worker's working directory. */
@@ -62,7 +68,10 @@ export interface EvaluateOptions {
   candidate: string;
   /** Correctness input sets, each from its own secret seed (default and least: 3). */
   seeds?: number;
-  /** Separate timing input sets, rotated call by call (default 2). */
+  /**
+   * Separate timing input sets, each timed call on a copy of one, in a new random order every
+   * round and at a randomly chosen address (default {@linkcode DEFAULT_TIMING_SETS}).
+   */
   timingSets?: number;
   /** The seed the models' weights are made after (not secret; default 42). */
   initSeed?: number;
@@ -271,6 +280,7 @@ const _JUDGE_KEYS = [
 function _phases(
   steps: { inputs: _Step; candidate: _Step | null; judge: _Step },
   worker: Record<string, number | null>,
+  clientMs: number,
   totalMs: number,
 ): VerdictPhases {
   const server = (s: _Step | null) => s === null ? 0 : s.result.queueMs + s.result.elapsedMs;
@@ -290,7 +300,9 @@ function _phases(
     reference: round((worker.reference_load ?? 0) + (worker.reference_outputs ?? 0)),
     reference_timing: round(worker.reference_timing ?? 0),
     comparison: round(worker.comparison ?? 0),
+    bundle_coding: round((worker.candidate_encode ?? 0) + (worker.judge_decode ?? 0)),
     transfer: round(Math.max(wallMs - serverMs, 0)),
+    client: round(clientMs),
     total: round(totalMs),
     total_excluding_compile: round(totalMs - load),
   };
@@ -324,12 +336,22 @@ export async function evaluateKernel(
   const started = performance.now();
   const files = options.files ?? [];
   const seeds = options.seeds ?? MIN_CORRECTNESS_SETS;
-  const timingSets = options.timingSets ?? 2;
+  const timingSets = options.timingSets ?? DEFAULT_TIMING_SETS;
   const initSeed = options.initSeed ?? 42;
   const timing = _timingRequest(options.timing);
   const tolerance = options.tolerance && Object.keys(options.tolerance).length > 0
     ? options.tolerance
     : null;
+  // The client's own work between the steps (programs built, bundles hashed): phase "client".
+  let clientMs = 0;
+  const local = <T>(work: () => T): T => {
+    const t0 = performance.now();
+    try {
+      return work();
+    } finally {
+      clientMs += performance.now() - t0;
+    }
+  };
 
   // 1. Inputs: the secret seeds go to this step only.
   options.onStep?.("inputs");
@@ -341,7 +363,7 @@ export async function evaluateKernel(
   const inputsServer = options.inputsClient ?? client;
   let inputs = await _run(
     inputsServer,
-    _program("generate_inputs", [options.reference, secret], files, true),
+    local(() => _program("generate_inputs", [options.reference, secret], files, true)),
     options,
     "inputs",
   );
@@ -349,14 +371,14 @@ export async function evaluateKernel(
     // A GPU server without CUPTI cannot watch a cpu_only call: generate under the lease.
     inputs = await _run(
       inputsServer,
-      _program("generate_inputs", [options.reference, secret], files),
+      local(() => _program("generate_inputs", [options.reference, secret], files)),
       options,
       "inputs",
     );
   }
   if (!inputs.result.completed) throw _failure("inputs", inputs.result);
   const inputsBundle = inputs.result.get("out") as Uint8Array;
-  const inputsSha = await sha256Hex(inputsBundle);
+  const inputsSha = local(() => sha256Hex(inputsBundle));
 
   // 2. Candidate: its inputs and nothing else.
   options.onStep?.("candidate");
@@ -366,7 +388,9 @@ export async function evaluateKernel(
   try {
     candidate = await _run(
       client,
-      _program("run_candidate", [options.candidate, inputsBundle, candidateRequest], files),
+      local(() =>
+        _program("run_candidate", [options.candidate, inputsBundle, candidateRequest], files)
+      ),
       options,
       "candidate",
     );
@@ -404,7 +428,9 @@ export async function evaluateKernel(
   });
   const judge = await _run(
     client,
-    _program("judge", [options.reference, inputsBundle, outputsBundle, judgeRequest], files),
+    local(() =>
+      _program("judge", [options.reference, inputsBundle, outputsBundle, judgeRequest], files)
+    ),
     options,
     "judge",
   );
@@ -416,7 +442,12 @@ export async function evaluateKernel(
   const worker = body.worker_phases_ms ?? {};
   return {
     ...body,
-    phases_ms: _phases({ inputs, candidate, judge }, worker, performance.now() - started),
+    phases_ms: _phases(
+      { inputs, candidate, judge },
+      worker,
+      clientMs,
+      performance.now() - started,
+    ),
     seeds: { correctness: seeds, timing: timingSets },
     request_ids: {
       inputs: inputs.result.requestId,

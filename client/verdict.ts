@@ -64,9 +64,15 @@ export interface VerdictTiming {
   [key: string]: unknown;
 }
 
-/** Where the time to a verdict went, ms. */
+/**
+ * Where the time to a verdict went, ms. The phases other than the two totals add up to `total`
+ * (within the client's JSON handling of the answers).
+ */
 export interface VerdictPhases {
-  /** Server time outside the steps' own code (queueing, the fresh worker, uploads, imports). */
+  /**
+   * Server time outside the steps' measured code (queueing, the fresh workers, uploads, imports,
+   * assembling the inputs bundle).
+   */
   worker_start: number;
   /** Drawing the inputs from the secret seeds (step 1, no GPU lease). */
   input_generation: number;
@@ -82,8 +88,12 @@ export interface VerdictPhases {
   reference_timing: number;
   /** Comparing outputs. */
   comparison: number;
+  /** The workers writing the outputs bundle and reading both (the judge's SHA-256 check too). */
+  bundle_coding: number;
   /** Moving requests and results between the client and the server(s). */
   transfer: number;
+  /** The client's own work between the steps: building the programs, hashing the bundles. */
+  client: number;
   /** Wall time of the whole evaluation. */
   total: number;
   /** `total` without `candidate_load` (compile excluded). */

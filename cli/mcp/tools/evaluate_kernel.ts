@@ -9,7 +9,12 @@
 import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { resolve } from "node:path";
 import { z } from "zod";
-import { Client, type EvaluateOptions, VERDICT_FLAGS } from "../../../client/mod.ts";
+import {
+  Client,
+  DEFAULT_TIMING_SETS,
+  type EvaluateOptions,
+  VERDICT_FLAGS,
+} from "../../../client/mod.ts";
 import { readSendFiles } from "../../eval_files.ts";
 import { type CallContext, runCall, type ToolExtra, ToolFailure } from "../call.ts";
 import { checkSendPath } from "../local_files.ts";
@@ -31,8 +36,8 @@ export const evaluateKernelInput = {
   seeds: z.number().int().min(3).max(64).default(3).describe(
     "correctness input sets, each from a new secret seed",
   ),
-  timing_sets: z.number().int().min(1).max(64).default(2).describe(
-    "separate timing input sets, rotated call by call",
+  timing_sets: z.number().int().min(1).max(64).default(DEFAULT_TIMING_SETS).describe(
+    "separate timing input sets, in a new random order every round",
   ),
   atol: z.number().nonnegative().optional().describe(
     "absolute tolerance over the dtype's default (KernelBench's: 1e-4 float32, 1e-2 fp16/bf16)",
