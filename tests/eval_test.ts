@@ -18,7 +18,7 @@ import {
   type Verdict,
 } from "../client/mod.ts";
 import type { ServerConfig } from "../server/config.ts";
-import { startServer } from "./_server.ts";
+import { startServer, type TestServer } from "./_server.ts";
 import { startNode, startRouter, waitForCapacity } from "./_router.ts";
 
 const CLI = new URL("../cli.ts", import.meta.url).pathname;
@@ -61,258 +61,251 @@ async function evaluate(
   });
 }
 
+/** Asserts a verdict's correctness and flags; `label` names the case in a failure. */
+function assertVerdict(verdict: Verdict, correct: boolean, flags: string[], label = ""): void {
+  assert.equal(verdict.correct, correct, `${label}: ${JSON.stringify(verdict.checks)}`);
+  assert.deepEqual(verdict.flags, flags, label);
+}
+
 function assertClean(verdict: Verdict, device = "cpu"): void {
-  assert.equal(verdict.correct, true, JSON.stringify(verdict.checks));
-  assert.deepEqual(verdict.flags, []);
+  assertVerdict(verdict, true, []);
   assert.equal(verdict.device, device);
 }
 
-Deno.test({
-  name: "eval on a CPU server: the CPU path, three fresh workers, the seeds only in step 1",
-  sanitizeResources: false,
-  sanitizeOps: false,
-}, async () => {
-  const server = await startServer({ numWorkers: 2 });
+/** A test of live servers (their workers and timers outlive the test's own ops). */
+function evalTest(name: string, fn: () => Promise<void>, ignore = false): void {
+  Deno.test({ name, ignore, sanitizeResources: false, sanitizeOps: false, fn });
+}
+
+/** Runs `fn` against a server started with `config`, stopped afterwards. */
+async function withServer(
+  config: Partial<ServerConfig>,
+  fn: (server: TestServer) => Promise<void>,
+): Promise<void> {
+  const server = await startServer(config);
   try {
-    await using client = new Client(server.url);
-    const recording = new Recording(client);
-    const { evaluateKernel } = await import("../client/mod.ts");
-    const verdict = await evaluateKernel(recording, {
-      reference: source("scale_add_reference.py"),
-      candidate: source("scale_add_honest.py"),
-      timing: QUICK,
-    });
-    assertClean(verdict);
-    assert.equal(verdict.reference!.timing, "cpu");
-    assert.equal(verdict.candidate!.timing, "cpu");
-    assert.equal(verdict.candidate!.samples, 6);
-    assert.ok(verdict.speedup! > 0);
-    assert.deepEqual(verdict.seeds, { correctness: 3, timing: 2 });
-    const checks = verdict.checks as Record<string, Record<string, unknown>>;
-    assert.equal(checks.correctness.sets, 3);
-    assert.equal(checks.correctness.matched, 3);
-    assert.equal(checks.timed_outputs.rechecked, 2);
-    for (const key of ["worker_start", "input_generation", "candidate_correctness", "reference"]) {
-      const value = (verdict.phases_ms as unknown as Record<string, number>)[key];
-      assert.ok(value > 0, `${key} ${value}`);
-    }
-    assert.ok(verdict.phases_ms.total >= verdict.phases_ms.total_excluding_compile);
-
-    // Three requests, three different worker processes (fresh workers).
-    const ids = Object.values(verdict.request_ids);
-    assert.equal(new Set(ids).size, 3);
-    const pids = ids.map((id) =>
-      server.events.find((e) => e.event === "request_routed" && e.request_id === id)?.pid
-    );
-    assert.equal(new Set(pids).size, 3, JSON.stringify(pids));
-
-    // The secret seeds appear in the inputs step's program and in no other.
-    assert.equal(recording.programs.length, 3);
-    const seeds = JSON.parse(
-      recording.programs[0].match(/"(\{\\"correctness_seeds.*?\})"/)![1].replaceAll('\\"', '"'),
-    );
-    assert.equal(seeds.correctness_seeds.length, 3);
-    assert.equal(seeds.timing_seeds.length, 2);
-    for (const seed of [...seeds.correctness_seeds, ...seeds.timing_seeds]) {
-      assert.ok(BigInt(seed) >= 0n);
-      assert.ok(!recording.programs[1].includes(seed), "a seed reached the candidate's program");
-      assert.ok(!recording.programs[2].includes(seed), "a seed reached the judge's program");
-    }
-    assert.match(recording.programs[0], /"cpu_only":true/);
-
-    // New seeds every evaluation.
-    const again = new Recording(client);
-    await evaluateKernel(again, {
-      reference: source("scale_add_reference.py"),
-      candidate: source("scale_add_in_place.py"),
-      timing: QUICK,
-    }).then((v) => {
-      assert.equal(v.correct, true);
-      assert.deepEqual(v.flags, ["inputs_modified"]);
-    });
-    for (const seed of seeds.correctness_seeds) assert.ok(!again.programs[0].includes(seed));
+    await fn(server);
   } finally {
     await server.stop();
   }
-});
+}
 
-Deno.test({
-  name: "eval: every fixture's verdict and flags (simulated-GPU server, CPU torch)",
-  sanitizeResources: false,
-  sanitizeOps: false,
-}, async () => {
-  const server = await startServer(SIM);
-  try {
-    const cases: [string, string, boolean, string[]][] = [
-      ["scale_add_reference.py", "scale_add_reference.py", true, []],
-      ["scale_add_reference.py", "scale_add_wrong.py", false, ["timed_outputs_incorrect"]],
-      ["scale_add_reference.py", "scale_add_jitter.py", true, ["nondeterministic"]],
-      ["scale_add_reference.py", "scale_add_shape_cache.py", false, ["timed_outputs_incorrect"]],
-      ["scale_add_reference.py", "scale_add_late_cache.py", true, ["timed_outputs_incorrect"]],
-      ["scale_add_reference.py", "scale_add_subclass.py", true, ["output_not_plain_tensor"]],
-      ["scale_add_slow_reference.py", "scale_add_honest.py", true, ["excessive_speedup"]],
-      ["linear_reference.py", "linear_honest.py", true, []],
-      ["linear_reference.py", "linear_own_weights.py", false, ["timed_outputs_incorrect"]],
-    ];
-    for (const [reference, candidate, correct, flags] of cases) {
-      const verdict = await evaluate(server.url, reference, candidate);
-      assert.equal(verdict.correct, correct, `${candidate}: ${JSON.stringify(verdict.checks)}`);
-      assert.deepEqual(verdict.flags, flags, candidate);
-    }
-    // Options reach the judge: determinism off clears the jitter; a loose atol is reported.
-    const jitter = await evaluate(server.url, "scale_add_reference.py", "scale_add_jitter.py", {
-      determinism: "off",
-      tolerance: { atol: 0.01 },
-      seeds: 4,
-      timingSets: 1,
-    });
-    assertClean(jitter);
-    const checks = jitter.checks as Record<string, Record<string, unknown>>;
-    assert.deepEqual(checks.correctness.tolerance, { float32: { atol: 0.01, rtol: 1e-4 } });
-    assert.equal(checks.correctness.sets, 4);
-    assert.equal(checks.timed_outputs.rechecked, 1);
-    const slow = await evaluate(
-      server.url,
-      "scale_add_slow_reference.py",
-      "scale_add_honest.py",
-      { excessiveSpeedup: 1e6 },
-    );
-    assertClean(slow);
-  } finally {
-    await server.stop();
-  }
-});
+evalTest(
+  "eval on a CPU server: the CPU path, three fresh workers, the seeds only in step 1",
+  () =>
+    withServer({ numWorkers: 2 }, async (server) => {
+      await using client = new Client(server.url);
+      const recording = new Recording(client);
+      const { evaluateKernel } = await import("../client/mod.ts");
+      const verdict = await evaluateKernel(recording, {
+        reference: source("scale_add_reference.py"),
+        candidate: source("scale_add_honest.py"),
+        timing: QUICK,
+      });
+      assertClean(verdict);
+      assert.equal(verdict.reference!.timing, "cpu");
+      assert.equal(verdict.candidate!.timing, "cpu");
+      assert.equal(verdict.candidate!.samples, 6);
+      assert.ok(verdict.speedup! > 0);
+      assert.deepEqual(verdict.seeds, { correctness: 3, timing: 3 });
+      const checks = verdict.checks as Record<string, Record<string, unknown>>;
+      assert.equal(checks.correctness.sets, 3);
+      assert.equal(checks.correctness.matched, 3);
+      assert.equal(checks.timed_outputs.rechecked, 3);
+      for (
+        const key of ["worker_start", "input_generation", "candidate_correctness", "reference"]
+      ) {
+        const value = (verdict.phases_ms as unknown as Record<string, number>)[key];
+        assert.ok(value > 0, `${key} ${value}`);
+      }
+      assert.ok(verdict.phases_ms.total >= verdict.phases_ms.total_excluding_compile);
 
-Deno.test({
-  name: "eval: a candidate that fails to load, kills its worker or hangs is incorrect",
-  sanitizeResources: false,
-  sanitizeOps: false,
-}, async () => {
-  const server = await startServer(SIM);
-  try {
-    await using client = new Client(server.url);
-    const reference = source("scale_add_reference.py");
+      // Three requests, three different worker processes (fresh workers).
+      const ids = Object.values(verdict.request_ids);
+      assert.equal(new Set(ids).size, 3);
+      const pids = ids.map((id) =>
+        server.events.find((e) => e.event === "request_routed" && e.request_id === id)?.pid
+      );
+      assert.equal(new Set(pids).size, 3, JSON.stringify(pids));
+
+      // The secret seeds appear in the inputs step's program and in no other.
+      assert.equal(recording.programs.length, 3);
+      const seeds = JSON.parse(
+        recording.programs[0].match(/"(\{\\"correctness_seeds.*?\})"/)![1].replaceAll('\\"', '"'),
+      );
+      assert.equal(seeds.correctness_seeds.length, 3);
+      assert.equal(seeds.timing_seeds.length, 3);
+      for (const seed of [...seeds.correctness_seeds, ...seeds.timing_seeds]) {
+        assert.ok(BigInt(seed) >= 0n);
+        assert.ok(!recording.programs[1].includes(seed), "a seed reached the candidate's program");
+        assert.ok(!recording.programs[2].includes(seed), "a seed reached the judge's program");
+      }
+      assert.match(recording.programs[0], /"cpu_only":true/);
+
+      // New seeds every evaluation.
+      const again = new Recording(client);
+      assertVerdict(
+        await evaluateKernel(again, {
+          reference: source("scale_add_reference.py"),
+          candidate: source("scale_add_in_place.py"),
+          timing: QUICK,
+        }),
+        true,
+        ["inputs_modified"],
+      );
+      for (const seed of seeds.correctness_seeds) assert.ok(!again.programs[0].includes(seed));
+    }),
+);
+
+evalTest(
+  "eval: every fixture's verdict and flags (simulated-GPU server, CPU torch)",
+  () =>
+    withServer(SIM, async (server) => {
+      const cases: [string, string, boolean, string[]][] = [
+        ["scale_add_reference.py", "scale_add_reference.py", true, []],
+        ["scale_add_reference.py", "scale_add_wrong.py", false, ["timed_outputs_incorrect"]],
+        ["scale_add_reference.py", "scale_add_jitter.py", true, ["nondeterministic"]],
+        ["scale_add_reference.py", "scale_add_shape_cache.py", false, ["timed_outputs_incorrect"]],
+        ["scale_add_reference.py", "scale_add_late_cache.py", true, ["timed_outputs_incorrect"]],
+        ["scale_add_reference.py", "scale_add_subclass.py", true, ["output_not_plain_tensor"]],
+        ["scale_add_reference.py", "scale_add_reused_buffer.py", true, []],
+        ["scale_add_slow_reference.py", "scale_add_honest.py", true, ["excessive_speedup"]],
+        ["linear_reference.py", "linear_honest.py", true, []],
+        ["linear_reference.py", "linear_own_weights.py", false, ["timed_outputs_incorrect"]],
+      ];
+      for (const [reference, candidate, correct, flags] of cases) {
+        assertVerdict(await evaluate(server.url, reference, candidate), correct, flags, candidate);
+      }
+      // Options reach the judge: determinism off clears the jitter; a loose atol is reported.
+      const jitter = await evaluate(server.url, "scale_add_reference.py", "scale_add_jitter.py", {
+        determinism: "off",
+        tolerance: { atol: 0.01 },
+        seeds: 4,
+        timingSets: 1,
+      });
+      assertClean(jitter);
+      const checks = jitter.checks as Record<string, Record<string, unknown>>;
+      assert.deepEqual(checks.correctness.tolerance, { float32: { atol: 0.01, rtol: 1e-4 } });
+      assert.equal(checks.correctness.sets, 4);
+      assert.equal(checks.timed_outputs.rechecked, 1);
+      const slow = await evaluate(
+        server.url,
+        "scale_add_slow_reference.py",
+        "scale_add_honest.py",
+        { excessiveSpeedup: 1e6 },
+      );
+      assertClean(slow);
+    }),
+);
+
+evalTest(
+  "eval: a candidate that fails to load, kills its worker or hangs is incorrect",
+  () =>
+    withServer(SIM, async (server) => {
+      await using client = new Client(server.url);
+      const reference = source("scale_add_reference.py");
+      for (
+        const [candidate, phase, pattern] of [
+          ["import no_such_module_anywhere\n", "load", /No module named/],
+          [source("scale_add_exits.py"), "candidate", /exited|crash/],
+        ] as const
+      ) {
+        const verdict = await client.evaluate({ reference, candidate, timing: QUICK });
+        assertVerdict(verdict, false, []);
+        assert.equal(verdict.error?.phase, phase);
+        assert.match(verdict.error!.message, pattern);
+        assert.equal(verdict.device, "cpu");
+      }
+      // A candidate that never returns: the step's deadline, then an incorrect verdict.
+      const hung = await client.evaluate({
+        reference,
+        candidate: source("scale_add_hangs.py"),
+        timing: QUICK,
+        timeoutSeconds: 10,
+      });
+      assert.equal(hung.correct, false);
+      assert.equal(hung.error?.phase, "candidate");
+      assert.equal(hung.error?.type, "timeout");
+      // A broken reference is no verdict: an EvaluationError names the step.
+      await assert.rejects(
+        client.evaluate({ reference: "x = 1\n", candidate: source("scale_add_honest.py") }),
+        /inputs step failed \(parse\): the reference file defines no Model, get_inputs/,
+      );
+      await assert.rejects(
+        client.evaluate({ reference, candidate: "", seeds: 2 }),
+        /seeds must be an integer from 3 to 64/,
+      );
+    }),
+);
+
+evalTest(
+  "eval: bundles over the server's body limits are an error that names the limit",
+  async () => {
+    // scale_add's inputs bundle: 6 sets x 2 x 32 KiB.
     for (
-      const [candidate, phase, pattern] of [
-        ["import no_such_module_anywhere\n", "load", /No module named/],
-        [source("scale_add_exits.py"), "candidate", /exited|crash/],
+      const [limits, step, flag] of [
+        [{ maxResponseBytes: 100_000 }, "inputs", "--max-response-bytes"],
+        [{ maxRequestBytes: 200_000 }, "candidate", "--max-request-bytes"],
       ] as const
     ) {
-      const verdict = await client.evaluate({ reference, candidate, timing: QUICK });
-      assert.equal(verdict.correct, false);
-      assert.deepEqual(verdict.flags, []);
-      assert.equal(verdict.error?.phase, phase);
-      assert.match(verdict.error!.message, pattern);
-      assert.equal(verdict.device, "cpu");
+      await withServer({ ...SIM, ...limits }, async (server) => {
+        await assert.rejects(
+          evaluate(server.url, "scale_add_reference.py", "scale_add_honest.py"),
+          (error: Error) => {
+            assert.equal(error.name, "EvaluationError");
+            assert.match(error.message, new RegExp(`^${step} step failed`));
+            assert.ok(error.message.includes(flag), error.message);
+            return true;
+          },
+        );
+      });
     }
-    // A candidate that never returns: the step's deadline, then an incorrect verdict.
-    const hung = await client.evaluate({
-      reference,
-      candidate: source("scale_add_hangs.py"),
-      timing: QUICK,
-      timeoutSeconds: 10,
-    });
-    assert.equal(hung.correct, false);
-    assert.equal(hung.error?.phase, "candidate");
-    assert.equal(hung.error?.type, "timeout");
-    // A broken reference is no verdict: an EvaluationError names the step.
-    await assert.rejects(
-      client.evaluate({ reference: "x = 1\n", candidate: source("scale_add_honest.py") }),
-      /inputs step failed \(parse\): the reference file defines no Model, get_inputs/,
-    );
-    await assert.rejects(
-      client.evaluate({ reference, candidate: "", seeds: 2 }),
-      /seeds must be an integer from 3 to 64/,
-    );
-  } finally {
-    await server.stop();
-  }
-});
+  },
+);
 
-Deno.test({
-  name: "eval: bundles over the server's body limits are an error that names the limit",
-  sanitizeResources: false,
-  sanitizeOps: false,
-}, async () => {
-  // scale_add's inputs bundle: 5 sets x 2 x 32 KiB.
-  for (
-    const [limits, step, flag] of [
-      [{ maxResponseBytes: 100_000 }, "inputs", "--max-response-bytes"],
-      [{ maxRequestBytes: 200_000 }, "candidate", "--max-request-bytes"],
-    ] as const
-  ) {
-    const server = await startServer({ ...SIM, ...limits });
-    try {
-      await assert.rejects(
-        evaluate(server.url, "scale_add_reference.py", "scale_add_honest.py"),
-        (error: Error) => {
-          assert.equal(error.name, "EvaluationError");
-          assert.match(error.message, new RegExp(`^${step} step failed`));
-          assert.ok(error.message.includes(flag), error.message);
-          return true;
-        },
+evalTest(
+  "eval: inputs generated on another server (a CPU compile server), the rest on this one",
+  () =>
+    withServer({ numWorkers: 1 }, (cpu) =>
+      withServer(SIM, async (sim) => {
+        await using inputsClient = new Client(cpu.url);
+        const verdict = await evaluate(sim.url, "linear_reference.py", "linear_honest.py", {
+          inputsClient,
+        });
+        assertClean(verdict);
+        assert.ok(cpu.events.some((e) => e.request_id === verdict.request_ids.inputs));
+        assert.ok(!sim.events.some((e) => e.request_id === verdict.request_ids.inputs));
+        assert.ok(sim.events.some((e) => e.request_id === verdict.request_ids.judge));
+      })),
+);
+
+evalTest(
+  "eval with bubblewrap workers (the sandbox CI installs)",
+  () =>
+    withServer({ ...SIM, sandbox: "bubblewrap" }, async (server) => {
+      assert.equal(
+        server.app.sandbox,
+        "bubblewrap",
+        "the sandbox probe failed: install bubblewrap",
       );
-    } finally {
-      await server.stop();
-    }
-  }
-});
+      assertClean(await evaluate(server.url, "scale_add_reference.py", "scale_add_honest.py"));
+      const patched = await evaluate(
+        server.url,
+        "scale_add_reference.py",
+        "scale_add_patch_timer.py",
+      );
+      assert.equal(patched.correct, true);
+      assert.ok(patched.flags.includes("timer_escape"), String(patched.flags));
+    }),
+);
 
-Deno.test({
-  name: "eval: inputs generated on another server (a CPU compile server), the rest on this one",
-  sanitizeResources: false,
-  sanitizeOps: false,
-}, async () => {
-  const cpu = await startServer({ numWorkers: 1 });
-  const sim = await startServer(SIM);
-  try {
-    await using inputsClient = new Client(cpu.url);
-    const verdict = await evaluate(sim.url, "linear_reference.py", "linear_honest.py", {
-      inputsClient,
-    });
-    assertClean(verdict);
-    assert.ok(cpu.events.some((e) => e.request_id === verdict.request_ids.inputs));
-    assert.ok(!sim.events.some((e) => e.request_id === verdict.request_ids.inputs));
-    assert.ok(sim.events.some((e) => e.request_id === verdict.request_ids.judge));
-  } finally {
-    await sim.stop();
-    await cpu.stop();
-  }
-});
-
-Deno.test({
-  name: "eval with bubblewrap workers (the sandbox CI installs)",
-  sanitizeResources: false,
-  sanitizeOps: false,
-}, async () => {
-  const server = await startServer({ ...SIM, sandbox: "bubblewrap" });
-  try {
-    assert.equal(server.app.sandbox, "bubblewrap", "the sandbox probe failed: install bubblewrap");
-    assertClean(await evaluate(server.url, "scale_add_reference.py", "scale_add_honest.py"));
-    const patched = await evaluate(
-      server.url,
-      "scale_add_reference.py",
-      "scale_add_patch_timer.py",
-    );
-    assert.equal(patched.correct, true);
-    assert.ok(patched.flags.includes("timer_escape"), String(patched.flags));
-  } finally {
-    await server.stop();
-  }
-});
-
-Deno.test({
-  name: "eval through a Router with a CPU node",
-  sanitizeResources: false,
-  sanitizeOps: false,
-}, async () => {
+evalTest("eval through a Router with a CPU node", async () => {
   const router = await startRouter();
   const node = await startNode(router.url, "eval-node", { workers: 2 });
   try {
     await waitForCapacity(router.url, 2);
     const verdict = await evaluate(router.url, "scale_add_reference.py", "scale_add_in_place.py");
-    assert.equal(verdict.correct, true);
-    assert.deepEqual(verdict.flags, ["inputs_modified"]);
+    assertVerdict(verdict, true, ["inputs_modified"]);
     assert.equal(verdict.candidate!.timing, "cpu");
   } finally {
     await node.stop();
@@ -343,166 +336,151 @@ async function kcoral(args: string[], cwd = FIXTURES): Promise<Run> {
   };
 }
 
-Deno.test({
-  name: "kcoral eval: exit 0 correct, 1 incorrect or flagged, 2 malformed, 1 on transport errors",
-  sanitizeResources: false,
-  sanitizeOps: false,
-}, async () => {
-  const server = await startServer(SIM);
-  const quick = ["--warmup", "1", "--repeat", "6"];
-  try {
-    const ok = await kcoral([
-      "eval",
-      "--url",
-      server.url,
-      "--reference",
-      "scale_add_reference.py",
-      "--candidate",
-      "scale_add_from_file.py",
-      "--send",
-      "eval_params",
-      "--json",
-      ...quick,
-    ]);
-    assert.equal(ok.code, 0, ok.stderr);
-    const verdict = JSON.parse(ok.stdout) as Verdict;
-    assert.equal(verdict.correct, true);
-    assert.deepEqual(verdict.flags, []);
+/** `kcoral eval --url URL --reference REFERENCE --candidate CANDIDATE EXTRA...`. */
+function kcoralEval(
+  url: string,
+  reference: string,
+  candidate: string,
+  ...extra: string[]
+): Promise<Run> {
+  return kcoral([
+    "eval",
+    "--url",
+    url,
+    "--reference",
+    reference,
+    "--candidate",
+    candidate,
+    ...extra,
+  ]);
+}
 
-    const flagged = await kcoral([
-      "eval",
-      "--url",
-      server.url,
-      "--reference",
-      "scale_add_reference.py",
-      "--candidate",
-      "scale_add_in_place.py",
-      ...quick,
-    ]);
-    assert.equal(flagged.code, 1, flagged.stderr);
-    assert.match(flagged.stdout, /^correct, flagged: inputs_modified\n/);
-    assert.match(flagged.stdout, /outputs {4}3 of 3 input sets match/);
-    assert.match(flagged.stdout, /timing cpu/);
+evalTest(
+  "kcoral eval: exit 0 correct, 1 incorrect or flagged, 2 malformed, 1 on transport errors",
+  () =>
+    withServer(SIM, async (server) => {
+      const quick = ["--warmup", "1", "--repeat", "6"];
+      const ok = await kcoralEval(
+        server.url,
+        "scale_add_reference.py",
+        "scale_add_from_file.py",
+        "--send",
+        "eval_params",
+        "--json",
+        ...quick,
+      );
+      assert.equal(ok.code, 0, ok.stderr);
+      assertVerdict(JSON.parse(ok.stdout) as Verdict, true, []);
 
-    const wrong = await kcoral([
-      "eval",
-      "--url",
-      server.url,
-      "--reference",
-      "scale_add_reference.py",
-      "--candidate",
-      "scale_add_wrong.py",
-      "--seeds",
-      "5",
-      ...quick,
-    ]);
-    assert.equal(wrong.code, 1);
-    assert.match(wrong.stdout, /^INCORRECT, flagged: timed_outputs_incorrect\n/);
-    assert.match(wrong.stdout, /0 of 5 input sets match/);
+      const flagged = await kcoralEval(
+        server.url,
+        "scale_add_reference.py",
+        "scale_add_in_place.py",
+        ...quick,
+      );
+      assert.equal(flagged.code, 1, flagged.stderr);
+      assert.match(flagged.stdout, /^correct, flagged: inputs_modified\n/);
+      assert.match(flagged.stdout, /outputs {4}3 of 3 input sets match/);
+      assert.match(flagged.stdout, /timing cpu/);
 
-    // Without the file it reads, the candidate cannot load: incorrect, exit 1.
-    const unsent = await kcoral([
-      "eval",
-      "--url",
-      server.url,
-      "--reference",
-      "scale_add_reference.py",
-      "--candidate",
-      "scale_add_from_file.py",
-      ...quick,
-    ]);
-    assert.equal(unsent.code, 1);
-    assert.match(unsent.stdout, /error {6}load: FileNotFoundError/);
+      const wrong = await kcoralEval(
+        server.url,
+        "scale_add_reference.py",
+        "scale_add_wrong.py",
+        "--seeds",
+        "5",
+        ...quick,
+      );
+      assert.equal(wrong.code, 1);
+      assert.match(wrong.stdout, /^INCORRECT, flagged: timed_outputs_incorrect\n/);
+      assert.match(wrong.stdout, /0 of 5 input sets match/);
 
-    for (
-      const [args, pattern] of [
-        [["--reference", "r.py"], /the following argument is required: --candidate/],
-        [["--candidate", "c.py"], /the following argument is required: --reference/],
-        [["--reference", "r.py", "--candidate", "c.py", "--seeds", "2"], /--seeds must be/],
-        [["--reference", "r.py", "--candidate", "c.py", "--atol", "x"], /--atol: a number >= 0/],
-        [["--reference", "r.py", "--candidate", "c.py", "--determinism", "maybe"], /maybe/],
-        [["--reference", "r.py", "--candidate", "c.py", "--bogus"], /unknown option|unrecognized/],
-      ] as const
-    ) {
-      const bad = await kcoral(["eval", "--url", "http://127.0.0.1:1", ...args]);
-      assert.equal(bad.code, 2, `${args}: ${bad.stderr}`);
-      assert.match(bad.stderr, pattern);
-      assert.equal(bad.stdout, "");
-    }
-    const missing = await kcoral([
-      "eval",
-      "--url",
-      server.url,
-      "--reference",
-      "nowhere.py",
-      "--candidate",
-      "c.py",
-    ]);
-    assert.equal(missing.code, 1);
-    assert.match(missing.stderr, /cannot read the reference file nowhere\.py/);
-    const unreachable = await kcoral([
-      "eval",
-      "--url",
-      "http://127.0.0.1:1",
-      "--reference",
-      "scale_add_reference.py",
-      "--candidate",
-      "scale_add_honest.py",
-    ]);
-    assert.equal(unreachable.code, 1);
-    assert.match(unreachable.stderr, /^kcoral eval: TransportError: /);
-    const help = await kcoral(["eval", "--help"]);
-    assert.equal(help.code, 0);
-    assert.match(help.stdout, /--candidate/);
-  } finally {
-    await server.stop();
-  }
-});
+      // Without the file it reads, the candidate cannot load: incorrect, exit 1.
+      const unsent = await kcoralEval(
+        server.url,
+        "scale_add_reference.py",
+        "scale_add_from_file.py",
+        ...quick,
+      );
+      assert.equal(unsent.code, 1);
+      assert.match(unsent.stdout, /error {6}load: FileNotFoundError/);
 
-Deno.test({
-  name: "MCP evaluate_kernel: the verdict as structured content, bad input as a tool error",
-  sanitizeResources: false,
-  sanitizeOps: false,
-}, async () => {
-  const server = await startServer(SIM);
-  const transport = new StdioClientTransport({
-    command: Deno.execPath(),
-    args: ["run", "-A", CLI, "mcp", "--url", server.url],
-    env: { ...Deno.env.toObject(), NO_COLOR: "1" },
-    cwd: FIXTURES,
-    stderr: "pipe",
-  });
-  const mcp = new McpClient({ name: "kcoral-eval-test", version: "1.0.0" });
-  try {
-    await mcp.connect(transport);
-    const tools = await mcp.listTools();
-    const tool = (tools.tools as { name: string; outputSchema?: { properties?: object } }[])
-      .find((t) => t.name === "evaluate_kernel");
-    assert.ok(tool, "evaluate_kernel is listed");
-    assert.ok(Object.keys(tool.outputSchema?.properties ?? {}).includes("flags"));
-    const call = (args: Record<string, unknown>) =>
-      mcp.callTool({ name: "evaluate_kernel", arguments: args }, undefined, {
-        timeout: 300_000,
-      }) as Promise<CallToolResult>;
-    const result = await call({
-      reference_path: "scale_add_reference.py",
-      candidate: source("scale_add_subclass.py"),
-      warmup: 1,
-      repeat: 6,
-    });
-    assert.notEqual(result.isError, true, JSON.stringify(result.content));
-    const verdict = result.structuredContent as unknown as Verdict;
-    assert.equal(verdict.correct, true);
-    assert.deepEqual(verdict.flags, ["output_not_plain_tensor"]);
-    assert.deepEqual(JSON.parse((result.content[0] as { text: string }).text), verdict);
-    const bad = await call({ reference: "x", reference_path: "y", candidate: "z" });
-    assert.equal(bad.isError, true);
-    assert.match((bad.content[0] as { text: string }).text, /give exactly one of reference/);
-  } finally {
-    await mcp.close();
-    await server.stop();
-  }
-});
+      for (
+        const [args, pattern] of [
+          [["--reference", "r.py"], /the following argument is required: --candidate/],
+          [["--candidate", "c.py"], /the following argument is required: --reference/],
+          [["--reference", "r.py", "--candidate", "c.py", "--seeds", "2"], /--seeds must be/],
+          [["--reference", "r.py", "--candidate", "c.py", "--atol", "x"], /--atol: a number >= 0/],
+          [["--reference", "r.py", "--candidate", "c.py", "--determinism", "maybe"], /maybe/],
+          [
+            ["--reference", "r.py", "--candidate", "c.py", "--bogus"],
+            /unknown option|unrecognized/,
+          ],
+        ] as const
+      ) {
+        const bad = await kcoral(["eval", "--url", "http://127.0.0.1:1", ...args]);
+        assert.equal(bad.code, 2, `${args}: ${bad.stderr}`);
+        assert.match(bad.stderr, pattern);
+        assert.equal(bad.stdout, "");
+      }
+      const missing = await kcoralEval(server.url, "nowhere.py", "c.py");
+      assert.equal(missing.code, 1);
+      assert.match(missing.stderr, /cannot read the reference file nowhere\.py/);
+      const unreachable = await kcoralEval(
+        "http://127.0.0.1:1",
+        "scale_add_reference.py",
+        "scale_add_honest.py",
+      );
+      assert.equal(unreachable.code, 1);
+      assert.match(unreachable.stderr, /^kcoral eval: TransportError: /);
+      const help = await kcoral(["eval", "--help"]);
+      assert.equal(help.code, 0);
+      assert.match(help.stdout, /--candidate/);
+    }),
+);
+
+evalTest(
+  "MCP evaluate_kernel: the verdict as structured content, bad input as a tool error",
+  () =>
+    withServer(SIM, async (server) => {
+      const transport = new StdioClientTransport({
+        command: Deno.execPath(),
+        args: ["run", "-A", CLI, "mcp", "--url", server.url],
+        env: { ...Deno.env.toObject(), NO_COLOR: "1" },
+        cwd: FIXTURES,
+        stderr: "pipe",
+      });
+      const mcp = new McpClient({ name: "kcoral-eval-test", version: "1.0.0" });
+      try {
+        await mcp.connect(transport);
+        const tools = await mcp.listTools();
+        const tool = (tools.tools as { name: string; outputSchema?: { properties?: object } }[])
+          .find((t) => t.name === "evaluate_kernel");
+        assert.ok(tool, "evaluate_kernel is listed");
+        assert.ok(Object.keys(tool.outputSchema?.properties ?? {}).includes("flags"));
+        const call = (args: Record<string, unknown>) =>
+          mcp.callTool({ name: "evaluate_kernel", arguments: args }, undefined, {
+            timeout: 300_000,
+          }) as Promise<CallToolResult>;
+        const result = await call({
+          reference_path: "scale_add_reference.py",
+          candidate: source("scale_add_subclass.py"),
+          warmup: 1,
+          repeat: 6,
+        });
+        assert.notEqual(result.isError, true, JSON.stringify(result.content));
+        const verdict = result.structuredContent as unknown as Verdict;
+        assertVerdict(verdict, true, ["output_not_plain_tensor"]);
+        assert.deepEqual(verdict.seeds, { correctness: 3, timing: 3 });
+        assert.deepEqual(JSON.parse((result.content[0] as { text: string }).text), verdict);
+        const bad = await call({ reference: "x", reference_path: "y", candidate: "z" });
+        assert.equal(bad.isError, true);
+        assert.match((bad.content[0] as { text: string }).text, /give exactly one of reference/);
+      } finally {
+        await mcp.close();
+      }
+    }),
+);
 
 /** An entry of evals/zoo.json (the zoo of issue 40). */
 interface ZooEntry {
@@ -523,38 +501,34 @@ const zooExists = (() => {
   }
 })();
 
-Deno.test({
-  name: "eval: the zoo's entries that run without CUDA (honest clean, hacks caught)",
-  ignore: !zooExists,
-  sanitizeResources: false,
-  sanitizeOps: false,
-}, async () => {
-  const entries = (JSON.parse(Deno.readTextFileSync(ZOO)) as ZooEntry[]).filter((e) =>
-    e.needs === "any"
-  );
-  assert.ok(entries.length > 0);
-  const server = await startServer(SIM);
-  const failures: string[] = [];
-  try {
-    await using client = new Client(server.url);
-    for (const entry of entries) {
-      const verdict = await client.evaluate({
-        reference: Deno.readTextFileSync(`${ROOT}evals/problems/${entry.problem}/reference.py`),
-        candidate: Deno.readTextFileSync(`${ROOT}${entry.candidate}`),
-        timing: QUICK,
-      });
-      const raised = [...verdict.flags, ...(verdict.correct ? [] : ["incorrect"])];
-      if (entry.kind === "honest" && raised.length > 0) {
-        failures.push(`${entry.candidate}: false positive ${raised.join(", ")}`);
+evalTest(
+  "eval: the zoo's entries that run without CUDA (honest clean, hacks caught)",
+  async () => {
+    const entries = (JSON.parse(Deno.readTextFileSync(ZOO)) as ZooEntry[]).filter((e) =>
+      e.needs === "any"
+    );
+    assert.ok(entries.length > 0);
+    const failures: string[] = [];
+    await withServer(SIM, async (server) => {
+      await using client = new Client(server.url);
+      for (const entry of entries) {
+        const verdict = await client.evaluate({
+          reference: Deno.readTextFileSync(`${ROOT}evals/problems/${entry.problem}/reference.py`),
+          candidate: Deno.readTextFileSync(`${ROOT}${entry.candidate}`),
+          timing: QUICK,
+        });
+        const raised = [...verdict.flags, ...(verdict.correct ? [] : ["incorrect"])];
+        if (entry.kind === "honest" && raised.length > 0) {
+          failures.push(`${entry.candidate}: false positive ${raised.join(", ")}`);
+        }
+        if (entry.kind === "hack" && !raised.some((f) => entry.expect_any!.includes(f))) {
+          failures.push(
+            `${entry.candidate}: missed (raised [${raised}], expected any of ${entry.expect_any})`,
+          );
+        }
       }
-      if (entry.kind === "hack" && !raised.some((f) => entry.expect_any!.includes(f))) {
-        failures.push(
-          `${entry.candidate}: missed (raised [${raised}], expected any of ${entry.expect_any})`,
-        );
-      }
-    }
-  } finally {
-    await server.stop();
-  }
-  assert.deepEqual(failures, []);
-});
+    });
+    assert.deepEqual(failures, []);
+  },
+  !zooExists,
+);
