@@ -1,10 +1,11 @@
 /**
  * Time to a verdict (issue 40): `Client.evaluate` of one reference and candidate, `--runs` times,
  * each phase's median/min/max (worker start, input generation, candidate load, candidate
- * correctness and timing, reference, reference timing, comparison, transfer, total, total without
- * the candidate's load), and beside the total the anchor: the same work in ONE program in ONE
- * worker (inputs, both models, comparison and both timings in the candidate's process, as
- * in-process harnesses do), with the ratio split trust costs.
+ * correctness and timing, reference, reference timing, comparison, bundle coding, transfer, the
+ * client's own work, their sum, total, total without the candidate's load), and beside the total
+ * the anchor: the same work in ONE program in ONE worker (inputs, both models, comparison and
+ * both timings in the candidate's process, as in-process harnesses do), with the ratio split
+ * trust costs. A second table gives the workers' own step timings (`worker_phases_ms`).
  *
  * ```sh
  * deno run -A bench/eval_bench.ts                                  # a local CPU server, test problem
@@ -13,17 +14,33 @@
  * deno run -A bench/eval_bench.ts --url http://gpu-box:8000 ...     # a server already running
  * ```
  *
- * Flags: --mode cpu|sim|gpu (the server started here, 4 GiB body limits; gpu: GPU 0 without a
- * sandbox), --url URL
- * (use that server instead), --reference PATH, --candidate PATH, --runs N (default 5),
- * --warmup N, --repeat N (timing settings of both models), --json PATH (every sample).
+ * Flags: see {@linkcode USAGE} (`--help`).
  *
  * @module
  */
-import { Client, Program } from "../mod.ts";
+import { Client, DEFAULT_TIMING_SETS, MIN_CORRECTNESS_SETS, Program } from "../mod.ts";
 import { createApp } from "../server/app.ts";
 import { serve } from "../http/serve.ts";
 import { summarize } from "./_stats.ts";
+
+/** The command line's flags, printed by `--help`. */
+const USAGE = `deno run -A bench/eval_bench.ts [flags]
+
+  --mode cpu|sim|gpu   the server started here (default cpu; 4 GiB body limits; gpu: GPU 0,
+                       no sandbox)
+  --url URL            use that server instead of starting one
+  --reference PATH     the reference file (default tests/fixtures/eval/linear_reference.py)
+  --candidate PATH     the candidate file (default tests/fixtures/eval/linear_honest.py)
+  --runs N             timed evaluations after one untimed (default 5)
+  --warmup N           untimed calls before each model's timing (default: the runtime's)
+  --repeat N           timed calls of each model (default: the runtime's)
+  --json PATH          write every sample there
+  --help               this text`;
+
+if (Deno.args.includes("--help")) {
+  console.log(USAGE);
+  Deno.exit(0);
+}
 
 const arg = (name: string, fallback: string) => {
   const i = Deno.args.indexOf(name);
@@ -47,6 +64,9 @@ from kcoral_runtime.eval_compare import compare_values
 from kcoral_runtime.eval_bundle import BundleWriter
 from kcoral_runtime.eval_timing import Rotation, time_model
 
+CORRECTNESS = ${MIN_CORRECTNESS_SETS}
+SETS = CORRECTNESS + ${DEFAULT_TIMING_SETS}
+
 def anchor(reference, candidate, settings_json):
     settings = json.loads(settings_json)
     started = time.perf_counter()
@@ -55,7 +75,7 @@ def anchor(reference, candidate, settings_json):
     cand = w.load_source(candidate, "candidate")
     init = list(ref.get_init_inputs())
     sets = []
-    for seed in range(5):
+    for seed in range(SETS):
         torch.manual_seed(1000 + seed)
         sets.append(w._to_device(list(ref.get_inputs()), device))
     with torch.no_grad():
@@ -63,11 +83,11 @@ def anchor(reference, candidate, settings_json):
         new = w._build_model(getattr(cand, "ModelNew", None) or cand.Model, init, 42, device)
         writer = BundleWriter()
         ok = True
-        for s in sets[:3]:
+        for s in sets[:CORRECTNESS]:
             got = new(*s)
             ok = ok and compare_values(model(*s), writer.describe_value(got), got)["match"]
-        t_new = time_model("candidate", Rotation(new, sets[3:]), settings, device)
-        t_ref = time_model("reference", Rotation(model, sets[3:]), settings, device)
+        t_new = time_model("candidate", Rotation(new, sets[CORRECTNESS:]), settings, device)
+        t_ref = time_model("reference", Rotation(model, sets[CORRECTNESS:]), settings, device)
     return json.dumps({"correct": ok, "ms": (time.perf_counter() - started) * 1e3,
                        "speedup": t_ref["latency_ms_median"] / t_new["latency_ms_median"]})
 `;
@@ -111,11 +131,15 @@ const PHASES = [
   "reference",
   "reference_timing",
   "comparison",
+  "bundle_coding",
   "transfer",
-  "total",
-  "total_excluding_compile",
+  "client",
 ] as const;
-const samples: Record<string, number[]> = Object.fromEntries(PHASES.map((p) => [p, []]));
+const TOTALS = ["total", "total_excluding_compile"] as const;
+const samples: Record<string, number[]> = Object.fromEntries(
+  [...PHASES, "sum of phases", ...TOTALS].map((p) => [p, []]),
+);
+const workerSamples: Record<string, number[]> = {};
 const anchorMs: number[] = [];
 const speedups: number[] = [];
 const anchorSpeedups: number[] = [];
@@ -137,7 +161,11 @@ try {
     if (!result.completed) throw new Error(`anchor failed: ${result.error?.message}`);
     const anchor = JSON.parse(result.get("out") as string);
     if (i === 0) continue; // warm-up round: first imports, compile caches
-    for (const p of PHASES) samples[p].push(verdict.phases_ms[p]);
+    for (const p of [...PHASES, ...TOTALS]) samples[p].push(verdict.phases_ms[p]);
+    samples["sum of phases"].push(PHASES.reduce((t, p) => t + verdict.phases_ms[p], 0));
+    for (const [step, ms] of Object.entries(verdict.worker_phases_ms)) {
+      if (ms !== null) (workerSamples[step] ??= []).push(ms);
+    }
     anchorMs.push(anchorWall);
     speedups.push(verdict.speedup ?? NaN);
     anchorSpeedups.push(anchor.speedup);
@@ -155,11 +183,17 @@ console.log(
 console.log("| phase (ms) | median | min | max | anchor: one worker, no split | ratio |");
 console.log("|---|---|---|---|---|---|");
 const anchor = summarize(anchorMs);
-for (const p of PHASES) {
+for (const p of [...PHASES, "sum of phases", ...TOTALS]) {
   const s = summarize(samples[p]);
   const beside = p === "total" ? fmt(anchor.median) : "";
   const ratio = p === "total" ? (s.median / anchor.median).toFixed(2) : "";
   console.log(`| ${p} | ${fmt(s.median)} | ${fmt(s.min)} | ${fmt(s.max)} | ${beside} | ${ratio} |`);
+}
+console.log("\n| worker step (ms, worker_phases_ms) | median | min | max |");
+console.log("|---|---|---|---|");
+for (const [step, values] of Object.entries(workerSamples)) {
+  const s = summarize(values);
+  console.log(`| ${step} | ${fmt(s.median)} | ${fmt(s.min)} | ${fmt(s.max)} |`);
 }
 const sp = summarize(speedups);
 const asp = summarize(anchorSpeedups);
@@ -171,6 +205,6 @@ const jsonPath = arg("--json", "");
 if (jsonPath) {
   await Deno.writeTextFile(
     jsonPath,
-    JSON.stringify({ samples, anchorMs, speedups, anchorSpeedups }, null, 2),
+    JSON.stringify({ samples, workerSamples, anchorMs, speedups, anchorSpeedups }, null, 2),
   );
 }
