@@ -522,13 +522,19 @@ Deno.test("client: an execute a server never answers is abandoned by its signal"
         key: "x",
         value: program.upload({ kind: "bytes", value: new Uint8Array(1) }),
       });
-      const start = performance.now();
-      await assert.rejects(
-        client.execute(program, { signal: AbortSignal.timeout(200) }),
-        (e: unknown) => e instanceof DOMException && e.name === "TimeoutError",
-        transport,
+      // The signal's abort settles the call, before a guard that only a hung call reaches.
+      let guard: ReturnType<typeof setTimeout> | undefined;
+      const outcome = await Promise.race([
+        client.execute(program, { signal: AbortSignal.timeout(200) }).then(
+          () => "answered",
+          (error) => error,
+        ),
+        new Promise((resolve) => guard = setTimeout(() => resolve("hung"), 5000)),
+      ]).finally(() => clearTimeout(guard));
+      assert.ok(
+        outcome instanceof DOMException && outcome.name === "TimeoutError",
+        `${transport}: ${outcome}`,
       );
-      assert.ok(performance.now() - start < 5000, transport);
       // An aborted signal stops the call before anything is sent.
       const aborted = AbortSignal.abort(new Error("stop"));
       await assert.rejects(client.execute(program, { signal: aborted }), /stop/);
@@ -553,14 +559,13 @@ Deno.test("client: a connection that never opens is cut by connectTimeoutSeconds
   let guard: ReturnType<typeof setTimeout> | undefined;
   try {
     await using client = new Client("http://192.0.2.1:8000", { connectTimeoutSeconds: 0.2 });
-    const start = performance.now();
+    // The connect timeout settles the call, before a guard that only a hung call reaches.
     const outcome = await Promise.race([
       client.health().then(() => "answered", (error) => error),
       new Promise((resolve) => guard = setTimeout(() => resolve("hung"), 3000)),
     ]);
     assert.ok(outcome instanceof TransportError, String(outcome));
     assert.equal(outcome.message, "timed out connecting to 192.0.2.1:8000 after 0.2 s");
-    assert.ok(performance.now() - start < 2000);
     assert.equal(attempts, 1);
   } finally {
     clearTimeout(guard);

@@ -13,20 +13,32 @@ import {
 import { callProgram, multipartBody, startServer } from "./_server.ts";
 import { startNode, startRouter, waitForCapacity } from "./_router.ts";
 
-const SOURCE = [
-  "import sys, time",
-  "def f():",
-  "    print('first', flush=True)",
-  "    time.sleep(2)",
-  "    print('second', flush=True)",
-  "    print('to stderr', file=sys.stderr, flush=True)",
-  "    return 7",
-  "",
-].join("\n");
+/**
+ * A program that prints, then goes on only once the file `go` exists (the client makes it when
+ * the first chunk reaches it), then prints again. Without live output it would wait its 20 s out
+ * and say so.
+ */
+function source(go: string): string {
+  return [
+    "import os, sys, time",
+    "def f():",
+    "    print('first', flush=True)",
+    "    for _ in range(400):",
+    `        if os.path.exists(${JSON.stringify(go)}):`,
+    "            break",
+    "        time.sleep(0.05)",
+    "    else:",
+    "        print('never released', flush=True)",
+    "    print('second', flush=True)",
+    "    print('to stderr', file=sys.stderr, flush=True)",
+    "    return 7",
+    "",
+  ].join("\n");
+}
 
-function program(source = SOURCE): Program {
+function program(text: string): Program {
   const p = new Program();
-  const m = p.upload({ kind: "module", source });
+  const m = p.upload({ kind: "module", source: text });
   const fn = p.getFunction({ module: m, name: "f" });
   p.return_({ key: "out", value: p.run({ fn, args: [] }) });
   return p;
@@ -45,32 +57,45 @@ function comparable(result: ProgramResult): Record<string, unknown> {
   };
 }
 
-/** Runs `program()` with live output: the chunks with their arrival, and the result's. */
-async function streamed(url: string, options: { transport?: "fetch" } = {}) {
+/**
+ * Runs the program with live output, making `go` once a chunk with "first" arrives: the chunks
+ * and the result.
+ */
+async function streamed(url: string, go: string, options: { transport?: "fetch" } = {}) {
   await using client = new Client(url, options);
-  const chunks: (OutputChunk & { at: number })[] = [];
-  const result = await client.execute(program(), {
+  const chunks: OutputChunk[] = [];
+  const result = await client.execute(program(source(go)), {
     timeoutSeconds: 30,
-    onOutput: (chunk) => chunks.push({ ...chunk, at: performance.now() }),
+    onOutput: (chunk) => {
+      chunks.push(chunk);
+      if (chunk.data.includes("first")) Deno.writeTextFileSync(go, "");
+    },
   });
-  return { chunks, result, end: performance.now() };
+  return { chunks, result };
 }
 
 async function checkStreamed(url: string, options: { transport?: "fetch" } = {}) {
-  const { chunks, result, end } = await streamed(url, options);
-  const first = chunks.find((c) => c.data.includes("first"));
-  assert.ok(first, `no chunk with "first": ${JSON.stringify(chunks)}`);
-  // The program sleeps 2 s after its first print: that chunk came well before its end.
-  assert.ok(end - first.at > 1500, `first chunk ${end - first.at} ms before the end`);
-  assert.ok(!first.data.includes("second"));
-  const joined = (stream: string) =>
-    chunks.filter((c) => c.stream === stream).map((c) => c.data).join("");
-  assert.equal(joined("stdout"), "first\nsecond\n");
-  assert.equal(joined("stderr"), "to stderr\n");
-  await using plain = new Client(url, options);
-  const reference = await plain.execute(program(), { timeoutSeconds: 30 });
-  assert.deepEqual(comparable(result), comparable(reference));
-  assert.equal(result.get("out"), 7);
+  const dir = await Deno.makeTempDir();
+  const go = `${dir}/go`;
+  try {
+    const { chunks, result } = await streamed(url, go, options);
+    const first = chunks.find((c) => c.data.includes("first"));
+    assert.ok(first, `no chunk with "first": ${JSON.stringify(chunks)}`);
+    assert.ok(!first.data.includes("second"));
+    // The program went on only after the client had its first chunk ("never released"
+    // otherwise): that chunk came while it ran.
+    assert.equal(result.stdout, "first\nsecond\n");
+    const joined = (stream: string) =>
+      chunks.filter((c) => c.stream === stream).map((c) => c.data).join("");
+    assert.equal(joined("stdout"), "first\nsecond\n");
+    assert.equal(joined("stderr"), "to stderr\n");
+    await using plain = new Client(url, options);
+    const reference = await plain.execute(program(source(go)), { timeoutSeconds: 30 });
+    assert.deepEqual(comparable(result), comparable(reference));
+    assert.equal(result.get("out"), 7);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 }
 
 Deno.test("live output: chunks before the end, the same result (server, both transports)", async () => {
