@@ -1,330 +1,82 @@
 /**
- * The Router's admission queue (spec router §3): a bounded set of places for requests that
- * found no free slot, each waiting until a slot frees up, its deadline passes or its client
- * goes away.
- *
- * ```
- * admit(take)
- *   take() ──slot──▶ done                     (no queue place is used when capacity is free)
- *   no place left ──▶ RouterBusy              (max 0: anything not placed at once is refused)
- *   take a place; deadline = now + wait timeout
- *   loop: park ─▶ take() ──slot──▶ done       (parked before the re-check: no lost wake-up)
- *         wait ─▶ woken ──▶ loop
- *              ─▶ deadline ──▶ NoNode
- *              ─▶ signal aborted ──▶ the signal's reason
- *              ─▶ close() ──▶ RouterStopping
- *   the place is given back however the wait ends
- * ```
- *
- * A released slot wakes one waiter ({@linkcode AdmissionQueue.wakeOne}, the oldest); every
- * other change of state wakes them all ({@linkcode AdmissionQueue.wakeAll}). A waiter woken alone
- * that gives up (its signal was aborted) passes the wake-up on, so a freed slot never sits idle
- * while another request waits.
+ * Admission, the second stage of a routed `POST /execute` (spec router §2.3, §3): a slot for the
+ * request. A free one is taken at once (`NodeRegistry.tryAcquire`, no promise); only a request
+ * that must wait goes through the queue (router/admission_queue.ts): 503 `router_busy` when it
+ * is full or the Router is stopping, 503 `no_node` when the wait ends. A client that leaves while
+ * its request waits gives its place up (noticed through its signal or, for a request
+ * `Deno.serve` does not signal, its connection: `ClientWatch`).
  *
  * @module
  */
+import type { Rejection } from "../http/rejection.ts";
+import { RouterStopping } from "./admission_queue.ts";
+import type { SlotLease } from "./connections.ts";
+import { type RequestTrace, routerRejections } from "./finish.ts";
+import type { ForwardContext } from "./forward_context.ts";
+import type { RoutedRequest } from "./intake.ts";
 
 /**
- * The queue is full: the request was not placed and can be retried (HTTP 503 `router_busy`).
+ * A slot for `routed`, at once or after its wait in the queue (added to `trace.queueWaitMs`);
+ * throws the {@linkcode Rejection} to answer.
  *
  * @example
  * ```ts
- * import { RouterBusy } from "./admission.ts";
+ * import { admitRequest } from "./admission.ts";
+ * import { RequestTrace } from "./finish.ts";
+ * import { defaultRegistryConfig } from "./options.ts";
+ * import { NodeRegistry } from "./registry.ts";
+ * import { EventLog } from "../http/events.ts";
+ * import type { Rejection } from "../http/rejection.ts";
  *
- * if (new RouterBusy().kind !== "router_busy") throw new Error();
+ * const registry = new NodeRegistry(defaultRegistryConfig({ maxQueuedRequests: 0 }));
+ * const events = new EventLog({ logDir: null, console: false, programs: false });
+ * const routed = {
+ *   request: new Request("http://router/execute", { method: "POST" }),
+ *   clientPort: null, preferred: null, length: null, body: new Uint8Array(0),
+ * };
+ * try {
+ *   await admitRequest(routed, new RequestTrace(events), { registry });
+ *   throw new Error("no node, yet a slot");
+ * } catch (rejection) {
+ *   if ((rejection as Rejection).kind !== "router_busy") throw rejection; // nobody may wait
+ * }
  * ```
  */
-export class RouterBusy extends Error {
-  /** The error kind of the Router's error body. */
-  readonly kind = "router_busy";
-  /**
-   * Creates the error.
-   *
-   * @example
-   * ```ts
-   * import { RouterBusy } from "./admission.ts";
-   *
-   * if (new RouterBusy().message !== "router queue is full") throw new Error();
-   * ```
-   */
-  constructor(message = "router queue is full") {
-    super(message);
-    this.name = "RouterBusy";
+export function admitRequest(
+  routed: RoutedRequest,
+  trace: RequestTrace,
+  ctx: Pick<ForwardContext, "registry" | "clientWatch">,
+): SlotLease | Promise<SlotLease> {
+  return ctx.registry.tryAcquire(routed.preferred) ?? _waitForSlot(routed, trace, ctx);
+}
+
+async function _waitForSlot(
+  routed: RoutedRequest,
+  trace: RequestTrace,
+  ctx: Pick<ForwardContext, "registry" | "clientWatch">,
+): Promise<SlotLease> {
+  const { request, clientPort } = routed;
+  const queued = performance.now();
+  const left = new AbortController();
+  const unwatch = ctx.clientWatch?.watch(request, () => left.abort(), clientPort);
+  try {
+    return await ctx.registry.acquire(
+      routed.preferred,
+      () => AbortSignal.any([request.signal, left.signal]),
+    );
+  } catch (error) {
+    throw _rejection(error);
+  } finally {
+    unwatch?.();
+    trace.queueWaitMs += performance.now() - queued;
   }
 }
 
-/**
- * No slot freed up before the wait ended: the request was not sent to a node and can be retried
- * (HTTP 503 `no_node`).
- *
- * @example
- * ```ts
- * import { NoNode } from "./admission.ts";
- *
- * if (new NoNode().kind !== "no_node") throw new Error();
- * ```
- */
-export class NoNode extends Error {
-  /** The error kind of the Router's error body. */
-  readonly kind = "no_node";
-  /**
-   * Creates the error.
-   *
-   * @example
-   * ```ts
-   * import { NoNode } from "./admission.ts";
-   *
-   * if (!new NoNode().message.includes("queue timeout")) throw new Error();
-   * ```
-   */
-  constructor(message = "no compatible node became available before the queue timeout") {
-    super(message);
-    this.name = "NoNode";
-  }
-}
-
-/**
- * The Router is stopping: waiters are let go, and nothing more is admitted. A {@linkcode NoNode}
- * (the request never reached a node).
- *
- * @example
- * ```ts
- * import { NoNode, RouterStopping } from "./admission.ts";
- *
- * const error = new RouterStopping();
- * if (!(error instanceof NoNode) || error.message !== "router stopping") throw new Error();
- * ```
- */
-export class RouterStopping extends NoNode {
-  /**
-   * Creates the error.
-   *
-   * @example
-   * ```ts
-   * import { RouterStopping } from "./admission.ts";
-   *
-   * if (new RouterStopping().name !== "RouterStopping") throw new Error();
-   * ```
-   */
-  constructor() {
-    super("router stopping");
-    this.name = "RouterStopping";
-  }
-}
-
-/** The bounds of an {@linkcode AdmissionQueue}. */
-export interface AdmissionLimits {
-  /** Requests that may wait at once (`--max-queued-requests`); 0 refuses every wait. */
-  maxWaiting: number;
-  /** How long one request may wait, in ms (`--queue-wait-timeout-seconds`); 0 allowed. */
-  waitTimeoutMs: number;
-}
-
-/** The longest delay `setTimeout` takes (about 24.8 days); longer waits are cut to it. */
-const LONGEST_TIMER_MS = 2 ** 31 - 1;
-
-/** Why a parked waiter resumed. */
-type Wake = "one" | "all" | "timeout" | "abort" | "closed";
-
-/** One parked wait: settled once, by whichever comes first. */
-interface Ticket {
-  readonly promise: Promise<Wake>;
-  settle(why: Wake): void;
-}
-
-/**
- * The bounded wait for capacity. What "capacity" is belongs to the caller: `take` either takes
- * something (and returns it) or returns `null`.
- *
- * @example
- * ```ts
- * import { AdmissionQueue, RouterBusy } from "./admission.ts";
- *
- * const queue = new AdmissionQueue({ maxWaiting: 1, waitTimeoutMs: 1000 });
- * let free = 0;
- * const take = () => free > 0 ? free-- : null;
- * const waiting = queue.admit(take);
- * await queue.admit(take).then(() => {
- *   throw new Error("admitted");
- * }, (error) => {
- *   if (!(error instanceof RouterBusy)) throw error;
- * });
- * free = 1;
- * queue.wakeOne();
- * await waiting;
- * if (queue.waiting !== 0) throw new Error();
- * ```
- */
-export class AdmissionQueue {
-  readonly #maxWaiting: number;
-  readonly #waitTimeoutMs: number;
-  /** Parked waiters, oldest first (a `Set` keeps insertion order). */
-  readonly #parked = new Set<Ticket>();
-  #placesInUse = 0;
-  #closed = false;
-
-  /**
-   * Creates an empty queue.
-   *
-   * @example
-   * ```ts
-   * import { AdmissionQueue } from "./admission.ts";
-   *
-   * const queue = new AdmissionQueue({ maxWaiting: 1024, waitTimeoutMs: 1_800_000 });
-   * if (queue.waiting !== 0) throw new Error();
-   * ```
-   */
-  constructor(limits: AdmissionLimits) {
-    if (!Number.isInteger(limits.maxWaiting) || limits.maxWaiting < 0) {
-      throw new RangeError("maxWaiting must be a non-negative integer");
-    }
-    if (!(limits.waitTimeoutMs >= 0)) throw new RangeError("waitTimeoutMs must be non-negative");
-    this.#maxWaiting = limits.maxWaiting;
-    this.#waitTimeoutMs = Math.min(limits.waitTimeoutMs, LONGEST_TIMER_MS);
-  }
-
-  /** Queue places in use: requests waiting now (`/health`'s `requests_waiting`). */
-  get waiting(): number {
-    return this.#placesInUse;
-  }
-
-  /**
-   * What `take` gives, at once if it can, otherwise after waiting in the queue. Rejects with
-   * {@linkcode RouterBusy} when no place is left, {@linkcode NoNode} when the wait times out,
-   * {@linkcode RouterStopping} once the queue is closed, or the signal's reason when it is aborted
-   * (before or while waiting; a function giving the signal is called only when the request has to
-   * wait). `take` is called synchronously and must not block.
-   *
-   * @example
-   * ```ts
-   * import { AdmissionQueue, NoNode } from "./admission.ts";
-   *
-   * const queue = new AdmissionQueue({ maxWaiting: 4, waitTimeoutMs: 10 });
-   * if (await queue.admit(() => "slot") !== "slot") throw new Error();
-   * await queue.admit(() => null).then(() => {
-   *   throw new Error("admitted");
-   * }, (error) => {
-   *   if (!(error instanceof NoNode)) throw error;
-   * });
-   * ```
-   */
-  async admit<T>(
-    take: () => T | null,
-    abortSignal?: AbortSignal | (() => AbortSignal),
-  ): Promise<T> {
-    if (this.#closed) throw new RouterStopping();
-    if (typeof abortSignal !== "function") abortSignal?.throwIfAborted();
-    const immediate = take();
-    if (immediate !== null) return immediate;
-    // A signal given as a function is asked for only now: a request that gets a slot at once
-    // never touches it (Deno.serve warns when a request's signal, once read, aborts after a
-    // successful answer).
-    const signal = typeof abortSignal === "function" ? abortSignal() : abortSignal;
-    signal?.throwIfAborted();
-    if (this.#placesInUse >= this.#maxWaiting) throw new RouterBusy();
-    this.#placesInUse++;
-    let expired = false;
-    let ticket: Ticket | null = null;
-    const timer = setTimeout(() => {
-      expired = true;
-      ticket?.settle("timeout");
-    }, this.#waitTimeoutMs);
-    const onAbort = () => ticket?.settle("abort");
-    signal?.addEventListener("abort", onAbort, { once: true });
-    try {
-      while (true) {
-        // Parked before the re-check, so a change between the two is never missed.
-        ticket = this.#park();
-        const taken = take();
-        if (taken !== null) return taken;
-        if (this.#closed) throw new RouterStopping();
-        if (signal?.aborted) throw signal.reason;
-        if (expired) throw new NoNode();
-        const why = await ticket.promise;
-        ticket = null;
-        if (why === "closed") throw new RouterStopping();
-        if (why === "abort") throw signal?.reason;
-        if (why === "timeout") throw new NoNode();
-        if (signal?.aborted) {
-          // Woken for a freed slot but gone: hand the slot's wake-up to the next waiter.
-          if (why === "one") this.wakeOne();
-          throw signal.reason;
-        }
-      }
-    } finally {
-      if (ticket !== null) this.#parked.delete(ticket);
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", onAbort);
-      this.#placesInUse--;
-    }
-  }
-
-  /**
-   * Wakes the oldest waiter (a slot was given back).
-   *
-   * @example
-   * ```ts
-   * import { AdmissionQueue } from "./admission.ts";
-   *
-   * new AdmissionQueue({ maxWaiting: 1, waitTimeoutMs: 1 }).wakeOne(); // nobody waits: no-op
-   * ```
-   */
-  wakeOne(): void {
-    for (const ticket of this.#parked) {
-      ticket.settle("one");
-      return;
-    }
-  }
-
-  /**
-   * Wakes every waiter (any other change: a status report, a slot registered or removed, the
-   * sweep, a saturation mark).
-   *
-   * @example
-   * ```ts
-   * import { AdmissionQueue } from "./admission.ts";
-   *
-   * new AdmissionQueue({ maxWaiting: 1, waitTimeoutMs: 1 }).wakeAll(); // nobody waits: no-op
-   * ```
-   */
-  wakeAll(): void {
-    for (const ticket of [...this.#parked]) ticket.settle("all");
-  }
-
-  /**
-   * Stops: every waiter rejects with {@linkcode RouterStopping}, and so does every later
-   * {@linkcode AdmissionQueue.admit}. Idempotent.
-   *
-   * @example
-   * ```ts
-   * import { AdmissionQueue, RouterStopping } from "./admission.ts";
-   *
-   * const queue = new AdmissionQueue({ maxWaiting: 1, waitTimeoutMs: 60_000 });
-   * const waiting = queue.admit(() => null);
-   * queue.close();
-   * await waiting.then(() => {
-   *   throw new Error("admitted");
-   * }, (error) => {
-   *   if (!(error instanceof RouterStopping)) throw error;
-   * });
-   * ```
-   */
-  close(): void {
-    this.#closed = true;
-    for (const ticket of [...this.#parked]) ticket.settle("closed");
-  }
-
-  #park(): Ticket {
-    let resolve!: (why: Wake) => void;
-    const promise = new Promise<Wake>((r) => resolve = r);
-    const ticket: Ticket = {
-      promise,
-      settle: (why) => {
-        if (!this.#parked.delete(ticket)) return;
-        resolve(why);
-      },
-    };
-    this.#parked.add(ticket);
-    return ticket;
-  }
+/** The answer to a wait that ended without a slot. */
+function _rejection(error: unknown): Rejection {
+  if (error instanceof RouterStopping) return routerRejections.stopping();
+  const kind = (error as { kind?: string } | undefined)?.kind;
+  if (kind === "router_busy") return routerRejections.queueFull();
+  if (kind === "no_node") return routerRejections.noNode();
+  return routerRejections.clientGone(); // the request's signal or ClientWatch
 }

@@ -6,7 +6,7 @@
  * ```
  *  GET  /health              registry.health() ─▶ 200 "ok" / 503 "unavailable"
  *  GET  /metrics, /status    Prometheus text, the status page (and /status/data)
- *  POST /execute             forwardExecute (router/forward.ts)
+ *  POST /execute             forwardExecute (router/pipeline.ts)
  *  GET  /kcoral/v1/control   acceptNodeLink ─▶ a supervisor's status stream
  *  GET  /kcoral/v1/slot      acceptNodeLink ─▶ one worker slot of a node's server
  * ```
@@ -27,7 +27,7 @@ import { InFlight } from "../http/in_flight.ts";
 import type { ClientTokens } from "../http/client_tokens.ts";
 import { jsonResponse, type Route, route, type RouteGuard } from "../http/routes.ts";
 import type { HttpApp } from "../http/serve.ts";
-import { forwardExecute } from "./forward.ts";
+import { forwardExecute } from "./pipeline.ts";
 import { ClientWatch } from "./client_watch.ts";
 import { StallWatch } from "../http/stall_watch.ts";
 import { acceptNodeLink } from "./hub.ts";

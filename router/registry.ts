@@ -6,10 +6,10 @@
  * monotonic clock. Its parts:
  *
  * ```
- *  router/node_health.ts    a node's record and health state machine (starting, ready, ...)
- *  router/connections.ts    control and slot handles, a node's idle FIFO, a request's lease
- *  router/health_views.ts   the /health numbers and the internal snapshot
- *  router/admission.ts      the bounded wait for a slot; router/selection.ts which node
+ *  router/node_health.ts       a node's record and health state machine (starting, ready, ...)
+ *  router/connections.ts       control and slot handles, a node's idle FIFO, a request's lease
+ *  router/health_views.ts      the /health numbers and the internal snapshot
+ *  router/admission_queue.ts   the bounded wait for a slot; router/selection.ts which node
  * ```
  *
  * A node takes requests when it is `ready`, has a current control connection, is not marked
@@ -25,7 +25,7 @@ import {
   type NodeStatus,
   type SlotHello,
 } from "../protocol/node_link.ts";
-import { AdmissionQueue } from "./admission.ts";
+import { AdmissionQueue } from "./admission_queue.ts";
 import { type ControlHandle, LinkRefusal, type SlotHandle, type SlotLease } from "./connections.ts";
 import {
   healthView,
@@ -328,7 +328,7 @@ export class NodeRegistry {
    * @example
    * ```ts
    * import { NodeRegistry } from "./registry.ts";
-   * import { RouterBusy } from "./admission.ts";
+   * import { RouterBusy } from "./admission_queue.ts";
    * import { defaultRegistryConfig } from "./options.ts";
    *
    * const registry = new NodeRegistry(defaultRegistryConfig({ maxQueuedRequests: 0 }));
@@ -489,7 +489,7 @@ export class NodeRegistry {
    * @example
    * ```ts
    * import { NodeRegistry } from "./registry.ts";
-   * import { NoNode } from "./admission.ts";
+   * import { NoNode } from "./admission_queue.ts";
    * import { defaultRegistryConfig } from "./options.ts";
    *
    * const registry = new NodeRegistry(defaultRegistryConfig());

@@ -1,6 +1,6 @@
 /** The Router's admission queue: places, wake-ups, deadline, cancellation (spec router §3). */
 import assert from "node:assert/strict";
-import { AdmissionQueue, NoNode, RouterBusy, RouterStopping } from "../router/admission.ts";
+import { AdmissionQueue, NoNode, RouterBusy, RouterStopping } from "../router/admission_queue.ts";
 
 /** A pool of `free` interchangeable units, taken one at a time. */
 class Units {

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { serve } from "../http/serve.ts";
 import { createRouter } from "../router/app.ts";
-import { forwardExecute } from "../router/forward.ts";
+import { forwardExecute } from "../router/pipeline.ts";
 import { NodeRegistry } from "../router/registry.ts";
 import { EventLog } from "../http/events.ts";
 import { parseRouterArgs } from "../router/options.ts";

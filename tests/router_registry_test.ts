@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import type { LinkCloseName, NodeStatus, SlotHello } from "../protocol/node_link.ts";
-import { NoNode, RouterBusy, RouterStopping } from "../router/admission.ts";
+import { NoNode, RouterBusy, RouterStopping } from "../router/admission_queue.ts";
 import { type ControlHandle, LinkRefusal, type SlotHandle } from "../router/connections.ts";
 import { healthyReportProblem } from "../router/node_health.ts";
 import { NodeRegistry, type RegistryConfig } from "../router/registry.ts";

@@ -43,7 +43,7 @@ if (Deno.args[0] === "--peer") {
         const received = _receiver((text) => socket.send(text));
         socket.onmessage = (event) => {
           if (typeof event.data === "string") return;
-          // As the Router does once the client's answer took the bytes (router/forward.ts).
+          // As the Router does once the client's answer took the bytes (router/exchange.ts).
           releaseBuffer(new Uint8Array(event.data));
           if (received()) socket.send("done");
         };
