@@ -1,7 +1,7 @@
 /**
  * Time to a verdict (issue 40): `Client.evaluate` of one reference and candidate, `--runs` times,
  * each phase's median/min/max (worker start, input generation, candidate load, candidate
- * correctness and timing, reference, reference timing, comparison, bundle coding, transfer, the
+ * correctness and timing, reference, reference timing, comparison, bundle decoding, transfer, the
  * client's own work, their sum, total, total without the candidate's load), and beside the total
  * the anchor: the same work in ONE program in ONE worker (inputs, both models, comparison and
  * both timings in the candidate's process, as in-process harnesses do), with the ratio split
@@ -131,7 +131,7 @@ const PHASES = [
   "reference",
   "reference_timing",
   "comparison",
-  "bundle_coding",
+  "bundle_decode",
   "transfer",
   "client",
 ] as const;

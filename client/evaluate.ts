@@ -267,7 +267,6 @@ const _CANDIDATE_KEYS = [
   "candidate_load",
   "candidate_correctness",
   "candidate_timing",
-  "candidate_encode",
 ];
 const _JUDGE_KEYS = [
   "judge_decode",
@@ -300,7 +299,7 @@ function _phases(
     reference: round((worker.reference_load ?? 0) + (worker.reference_outputs ?? 0)),
     reference_timing: round(worker.reference_timing ?? 0),
     comparison: round(worker.comparison ?? 0),
-    bundle_coding: round((worker.candidate_encode ?? 0) + (worker.judge_decode ?? 0)),
+    bundle_decode: round(worker.judge_decode ?? 0),
     transfer: round(Math.max(wallMs - serverMs, 0)),
     client: round(clientMs),
     total: round(totalMs),

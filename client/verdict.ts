@@ -71,7 +71,7 @@ export interface VerdictTiming {
 export interface VerdictPhases {
   /**
    * Server time outside the steps' measured code (queueing, the fresh workers, uploads, imports,
-   * assembling the inputs bundle).
+   * assembling the inputs and outputs bundles).
    */
   worker_start: number;
   /** Drawing the inputs from the secret seeds (step 1, no GPU lease). */
@@ -88,8 +88,8 @@ export interface VerdictPhases {
   reference_timing: number;
   /** Comparing outputs. */
   comparison: number;
-  /** The workers writing the outputs bundle and reading both (the judge's SHA-256 check too). */
-  bundle_coding: number;
+  /** The judge reading both bundles (the inputs bundle's SHA-256 check included). */
+  bundle_decode: number;
   /** Moving requests and results between the client and the server(s). */
   transfer: number;
   /** The client's own work between the steps: building the programs, hashing the bundles. */

@@ -112,13 +112,24 @@ evalTest(
       assert.equal(checks.correctness.sets, 3);
       assert.equal(checks.correctness.matched, 3);
       assert.equal(checks.timed_outputs.rechecked, 3);
+      const phases = verdict.phases_ms as unknown as Record<string, number>;
       for (
-        const key of ["worker_start", "input_generation", "candidate_correctness", "reference"]
+        const key of [
+          "worker_start",
+          "input_generation",
+          "candidate_correctness",
+          "reference",
+          "bundle_decode",
+          "client",
+        ]
       ) {
-        const value = (verdict.phases_ms as unknown as Record<string, number>)[key];
-        assert.ok(value > 0, `${key} ${value}`);
+        assert.ok(phases[key] > 0, `${key} ${phases[key]}`);
       }
       assert.ok(verdict.phases_ms.total >= verdict.phases_ms.total_excluding_compile);
+      // The phases account for the total: nothing is counted twice.
+      const { total, total_excluding_compile: _, ...parts } = verdict.phases_ms;
+      const sum = Object.values(parts).reduce((t, ms) => t + ms, 0);
+      assert.ok(sum <= total + 0.01, `phases ${sum} > total ${total}`);
 
       // Three requests, three different worker processes (fresh workers).
       const ids = Object.values(verdict.request_ids);
