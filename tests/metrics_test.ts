@@ -231,8 +231,11 @@ Deno.test({
   },
 });
 
-/** The operator's basics on one `/metrics`: build info, process metrics, capacity, durations. */
-function assertOperatorBasics(scraped: Scraped, capacity: string): void {
+/**
+ * The operator's basics on one `/metrics`: build info, process metrics, capacity, durations.
+ * `startedAfterS`: a Unix time (seconds) before the scraped process started.
+ */
+function assertOperatorBasics(scraped: Scraped, capacity: string, startedAfterS: number): void {
   const build = scraped.samples.find((s) => s.name === "kcoral_build_info");
   assert.ok(build, "kcoral_build_info");
   assert.equal(Number(build.value), 1);
@@ -243,8 +246,12 @@ function assertOperatorBasics(scraped: Scraped, capacity: string): void {
   assert.ok(fds > 3 && fds < value(scraped, "process_max_fds"), `open fds ${fds}`);
   assert.ok(value(scraped, "process_resident_memory_bytes") > 1 << 20);
   assert.ok(value(scraped, "process_cpu_seconds_total") > 0);
+  // A Unix time in whole seconds (rounded): not before `startedAfterS`, not after the scrape.
   const start = value(scraped, "process_start_time_seconds");
-  assert.ok(Math.abs(start - Date.now() / 1000) < 3600, `start time ${start}`);
+  assert.ok(
+    Math.floor(startedAfterS) - 1 <= start && start <= Math.ceil(Date.now() / 1000),
+    `started ${start}, expected from ${startedAfterS}`,
+  );
   assert.ok(![...scraped.families.keys()].some((name) => name.startsWith("nodejs_")));
   assert.ok(value(scraped, capacity) >= 1, capacity);
 }
@@ -254,6 +261,7 @@ Deno.test({
   sanitizeResources: false,
   sanitizeOps: false,
   async fn() {
+    const routerStartedAfter = Date.now() / 1000;
     const router = await startRouter([]);
     let node;
     try {
@@ -270,7 +278,7 @@ Deno.test({
         await new Promise((r) => setTimeout(r, 20));
         routed = await scrape(router.url);
       }
-      assertOperatorBasics(routed, "kcoral_router_capacity");
+      assertOperatorBasics(routed, "kcoral_router_capacity", routerStartedAfter);
       // The CACHE_MISS round and the program, each from receipt to finish.
       assert.equal(total(routed, "kcoral_router_request_duration_seconds_count"), 2);
       assert.equal(
@@ -284,7 +292,9 @@ Deno.test({
     const server = await startServer();
     try {
       // Before any request: a fresh-worker server's seat is being replaced after each one.
-      assertOperatorBasics(await scrape(server.url), "kcoral_request_capacity");
+      // This process serves it: it started at its time origin.
+      const origin = performance.timeOrigin / 1000;
+      assertOperatorBasics(await scrape(server.url), "kcoral_request_capacity", origin);
       await using client = new Client(server.url);
       assert.equal((await client.execute(lengthProgram(new Uint8Array(10)))).get("n"), 10);
       const scraped = await scrape(server.url);
