@@ -37,16 +37,7 @@
 export class RouterBusy extends Error {
   /** The error kind of the Router's error body. */
   readonly kind = "router_busy";
-  /**
-   * Creates the error.
-   *
-   * @example
-   * ```ts
-   * import { RouterBusy } from "./admission_queue.ts";
-   *
-   * if (new RouterBusy().message !== "router queue is full") throw new Error();
-   * ```
-   */
+  /** Creates the error. */
   constructor(message = "router queue is full") {
     super(message);
     this.name = "RouterBusy";
@@ -67,16 +58,7 @@ export class RouterBusy extends Error {
 export class NoNode extends Error {
   /** The error kind of the Router's error body. */
   readonly kind = "no_node";
-  /**
-   * Creates the error.
-   *
-   * @example
-   * ```ts
-   * import { NoNode } from "./admission_queue.ts";
-   *
-   * if (!new NoNode().message.includes("queue timeout")) throw new Error();
-   * ```
-   */
+  /** Creates the error. */
   constructor(message = "no compatible node became available before the queue timeout") {
     super(message);
     this.name = "NoNode";
@@ -96,16 +78,7 @@ export class NoNode extends Error {
  * ```
  */
 export class RouterStopping extends NoNode {
-  /**
-   * Creates the error.
-   *
-   * @example
-   * ```ts
-   * import { RouterStopping } from "./admission_queue.ts";
-   *
-   * if (new RouterStopping().name !== "RouterStopping") throw new Error();
-   * ```
-   */
+  /** Creates the error. */
   constructor() {
     super("router stopping");
     this.name = "RouterStopping";
@@ -163,17 +136,7 @@ export class AdmissionQueue {
   #placesInUse = 0;
   #closed = false;
 
-  /**
-   * Creates an empty queue.
-   *
-   * @example
-   * ```ts
-   * import { AdmissionQueue } from "./admission_queue.ts";
-   *
-   * const queue = new AdmissionQueue({ maxWaiting: 1024, waitTimeoutMs: 1_800_000 });
-   * if (queue.waiting !== 0) throw new Error();
-   * ```
-   */
+  /** Creates an empty queue. */
   constructor(limits: AdmissionLimits) {
     if (!Number.isInteger(limits.maxWaiting) || limits.maxWaiting < 0) {
       throw new RangeError("maxWaiting must be a non-negative integer");
@@ -259,16 +222,7 @@ export class AdmissionQueue {
     }
   }
 
-  /**
-   * Wakes the oldest waiter (a slot was given back).
-   *
-   * @example
-   * ```ts
-   * import { AdmissionQueue } from "./admission_queue.ts";
-   *
-   * new AdmissionQueue({ maxWaiting: 1, waitTimeoutMs: 1 }).wakeOne(); // nobody waits: no-op
-   * ```
-   */
+  /** Wakes the oldest waiter (a slot was given back). */
   wakeOne(): void {
     for (const ticket of this.#parked) {
       ticket.settle("one");
@@ -279,13 +233,6 @@ export class AdmissionQueue {
   /**
    * Wakes every waiter (any other change: a status report, a slot registered or removed, the
    * sweep, a saturation mark).
-   *
-   * @example
-   * ```ts
-   * import { AdmissionQueue } from "./admission_queue.ts";
-   *
-   * new AdmissionQueue({ maxWaiting: 1, waitTimeoutMs: 1 }).wakeAll(); // nobody waits: no-op
-   * ```
    */
   wakeAll(): void {
     for (const ticket of [...this.#parked]) ticket.settle("all");
