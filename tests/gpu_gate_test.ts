@@ -21,20 +21,41 @@ const GPU_SECONDS = 0.5;
 const SLEEP_SECONDS = 2;
 const FAKE_DRIVER = new URL("../runtime_py/tests/fixtures/gate/fake_libcuda.c", import.meta.url);
 
-/** Compiles the stand-in driver, runs a process that uses it for GPU_SECONDS, then sleeps. */
+/**
+ * Compiles the stand-in driver, runs a process that uses it for GPU_SECONDS, then sleeps. Prints
+ * the driver's log, then the monotonic clock (ns) at four points: before the CUDA process
+ * starts, once it has its context, its last moment, and the end of the sleep after it.
+ */
 const SCRIPT = `
-import os, subprocess, sys, time
+import json, os, subprocess, sys, time
 os.makedirs("drv", exist_ok=True)
 subprocess.run(["cc", "-shared", "-fPIC", "fake_libcuda.c", "-o", "drv/libcuda.so.1",
                 "-ldl", "-lpthread"], check=True)
 code = ("import ctypes, time; lib = ctypes.CDLL('libcuda.so.1'); assert lib.cuInit(0) == 0; "
         "c = ctypes.c_void_p(); assert lib.cuCtxCreate_v2(ctypes.byref(c), 0, 0) == 0; "
-        "time.sleep(${GPU_SECONDS})")
+        "ctx = time.monotonic_ns(); time.sleep(${GPU_SECONDS}); print(ctx, time.monotonic_ns())")
 env = dict(os.environ, LD_LIBRARY_PATH=os.path.abspath("drv"), FAKE_CUDA_LOG=os.path.abspath("log"))
-subprocess.run([sys.executable, "-c", code], env=env, check=True)
+start = time.monotonic_ns()
+gpu = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
+ctx, last = map(int, gpu.stdout.split())
 time.sleep(${SLEEP_SECONDS})  # no CUDA here: outside the lease
+slept = time.monotonic_ns()
 print(" ".join(line.split()[0] for line in open("log")))
+print(json.dumps({"start": start, "ctx": ctx, "last": last, "slept": slept}))
 `;
+
+/** A run's lease hold and what its script printed. */
+interface ScriptRun {
+  heldMs: number;
+  log: string;
+  /** The script's clock reads (ns): `start`, `ctx`, `last`, `slept`. */
+  at: Record<"start" | "ctx" | "last" | "slept", number>;
+}
+
+/** Milliseconds between two of a script's clock reads. */
+function between(run: ScriptRun, from: keyof ScriptRun["at"], to: keyof ScriptRun["at"]): number {
+  return (run.at[to] - run.at[from]) / 1e6;
+}
 
 const SIM: Partial<ServerConfig> = {
   device: "gpu",
@@ -43,7 +64,7 @@ const SIM: Partial<ServerConfig> = {
   workersPerGpu: 1,
 };
 
-async function runScript(url: string): Promise<{ heldMs: number; stdout: string }> {
+async function runScript(url: string): Promise<ScriptRun> {
   const encoder = new TextEncoder();
   const archive = writeTar([
     { name: "script.py", data: encoder.encode(SCRIPT), mode: 0o600 },
@@ -60,14 +81,19 @@ async function runScript(url: string): Promise<{ heldMs: number; stdout: string 
   const result = await client.execute(program, options);
   assert.ok(result.completed, JSON.stringify(result.error));
   assert.equal(decodeOutcome(result.get("outcome")).returncode, 0, result.stderr);
-  return { heldMs: result.leaseHeldMs, stdout: result.stdout };
+  const [log, at] = result.stdout.trim().split("\n");
+  return { heldMs: result.leaseHeldMs, log, at: JSON.parse(at) };
 }
 
-function assertGated(run: { heldMs: number; stdout: string }): void {
-  assert.equal(run.stdout.trim(), "init use"); // the gate let the driver in
-  // The GPU process's life is under the lease; the script's sleep after it is not.
-  assert.ok(run.heldMs >= GPU_SECONDS * 1000, `lease held ${run.heldMs} ms`);
-  assert.ok(run.heldMs < SLEEP_SECONDS * 1000, `lease held ${run.heldMs} ms`);
+function assertGated(run: ScriptRun): void {
+  assert.equal(run.log, "init use"); // the gate let the driver in
+  // The lease is taken at the first CUDA call (before the context) and given back when the
+  // CUDA process ends: it covers the process from its context to its last moment, and it was
+  // back before the script's sleep after it ended (held through that sleep, it would count
+  // at least from the context to the sleep's end).
+  const detail = `lease held ${run.heldMs} ms; ${JSON.stringify(run.at)}`;
+  assert.ok(run.heldMs >= between(run, "ctx", "last"), detail);
+  assert.ok(run.heldMs < between(run, "ctx", "slept"), detail);
 }
 
 Deno.test("gpu gate: a script holds the lease only while its CUDA process lives", async (t) => {
@@ -90,8 +116,10 @@ Deno.test("gpu gate: --no-gpu-gate holds the lease for the whole run", async () 
   const server = await startServer({ ...SIM, gpuGate: false });
   try {
     const run = await runScript(server.url);
-    assert.equal(run.stdout.trim(), "init use");
-    assert.ok(run.heldMs >= (GPU_SECONDS + SLEEP_SECONDS) * 1000, `lease held ${run.heldMs} ms`);
+    assert.equal(run.log, "init use");
+    // Held from before the script started to after its sleep ended.
+    const detail = `lease held ${run.heldMs} ms; ${JSON.stringify(run.at)}`;
+    assert.ok(run.heldMs >= between(run, "start", "slept"), detail);
   } finally {
     await server.stop();
   }
