@@ -158,11 +158,13 @@ def generate_inputs(reference_source: str, request_json: str) -> bytearray:
     _require(module, ("Model", "get_inputs", "get_init_inputs"), "reference")
     facts = _problem_facts(module)
     writer = BundleWriter()
-    torch.manual_seed(init_seed)
+    # The CPU generator only: torch.manual_seed also seeds every CUDA device (a CUDA call at
+    # once where the worker's context exists), which this cpu_only step must not make.
+    torch.default_generator.manual_seed(init_seed)
     init_inputs = list(module.get_init_inputs())
 
     def one(seed: int) -> Dict[str, Any]:
-        torch.manual_seed(seed)
+        torch.default_generator.manual_seed(seed)
         values = list(module.get_inputs())
         for v in values:
             if isinstance(v, torch.Tensor) and v.device.type != "cpu":

@@ -409,6 +409,22 @@ def test_inputs_bundle_holds_no_seed_and_differs_per_seed(monkeypatch: Any, tmp_
     assert [e["sha256"] for e in again.entries] == [e["sha256"] for e in bundle.entries]
 
 
+def test_inputs_step_seeds_only_the_cpu_generator(monkeypatch: Any, tmp_path: Path) -> None:
+    """The step runs cpu_only: seeding the CUDA generators is a CUDA call where the worker's
+    context exists (torch.manual_seed makes it at once then), a GPU access violation."""
+    monkeypatch.chdir(tmp_path)
+
+    def cuda_seed(*_: Any) -> None:
+        raise AssertionError("the inputs step seeded a CUDA generator")
+
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", cuda_seed)
+    monkeypatch.setattr(torch.cuda, "manual_seed", cuda_seed)
+    ref = (FIXTURES / "scale_add_reference.py").read_text()
+    seeds = {"correctness_seeds": ["1", "2", "3"], "timing_seeds": ["4"], "init_seed": 42}
+    bundle = Bundle(eval_worker.generate_inputs(ref, json.dumps(seeds)))
+    assert len(bundle.header["correctness"]) == 3
+
+
 @pytest.mark.parametrize("reference, candidate, correct, flags", [
     ("scale_add_reference.py", "scale_add_honest.py", True, []),
     ("scale_add_reference.py", "scale_add_reference.py", True, []),
