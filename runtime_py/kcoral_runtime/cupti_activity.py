@@ -353,6 +353,7 @@ class ActivityTrace:
         self._external: Dict[int, int] = {}  # correlation id -> external id (tagged calls)
         self._own_external: Set[int] = set()
         self._names = NameReader()
+        self._sizes: Optional[Dict[int, int]] = {}  # record kind -> bytes (_record_offsets)
         self._enabled: List[int] = []
         self.calibrate = calibrate
         self._anchor: Optional[Tuple[int, int]] = None  # (CUPTI clock, perf_counter_ns)
@@ -509,12 +510,8 @@ class ActivityTrace:
         api: List[ApiRecord] = []
         gpu: List[GpuRecord] = []
         external: Dict[int, int] = {}
-        record = ctypes.c_void_p()
-        while valid:
-            status = self.api.next_record(address, valid, ctypes.byref(record))
-            if status != CUPTI_SUCCESS:
-                break  # CUPTI_ERROR_MAX_LIMIT_REACHED: the end of the buffer
-            family, value = parse_record(data, record.value - address, self._names)
+        for offset in self._record_offsets(address, valid, data):
+            family, value = parse_record(data, offset, self._names)
             if family == "api":
                 api.append(value)  # type: ignore[arg-type]
             elif family == "gpu":
@@ -531,6 +528,42 @@ class ActivityTrace:
             self._pending.gpu.extend(gpu)
             self._pending.dropped += int(dropped.value)
             self._external.update(external)
+
+    def _record_offsets(self, address: int, valid: int, data: "bytes | memoryview"
+                        ) -> Iterator[int]:
+        """The offset of every record of a completed buffer, in order.
+
+        ``cuptiActivityGetNextRecord`` finds each record; it costs a foreign call per record,
+        about half of the parsing. Every record of one kind has the same size in a loaded
+        CUPTI, so the walk learns each kind's size from CUPTI's own answer the first time it
+        meets the kind and then steps over the kind's records itself. A step that lands on a
+        kind this trace does not enable, or past the buffer, is not trusted: the walk asks
+        CUPTI again from the last record it found and stops learning (``_sizes`` is None)."""
+        record = ctypes.c_void_p()
+        if not valid or self.api.next_record(address, valid, ctypes.byref(record)) != CUPTI_SUCCESS:
+            return
+        offset = record.value - address
+        while True:
+            yield offset
+            kind = _u32.unpack_from(data, offset)[0]
+            sizes = self._sizes
+            size = sizes.get(kind) if sizes is not None else None
+            if size is not None:
+                following = offset + size
+                if following >= valid:
+                    if following == valid:
+                        return
+                elif _u32.unpack_from(data, following)[0] in ENABLED_KINDS:
+                    offset = following
+                    continue
+                self._sizes = None  # a learned size led astray: CUPTI walks the rest
+            record.value = address + offset
+            if self.api.next_record(address, valid, ctypes.byref(record)) != CUPTI_SUCCESS:
+                return  # CUPTI_ERROR_MAX_LIMIT_REACHED: the end of the buffer
+            following = record.value - address
+            if self._sizes is not None and following > offset:
+                self._sizes[kind] = following - offset
+            offset = following
 
     def _check(self, code: int, what: str) -> None:
         if code != CUPTI_SUCCESS:

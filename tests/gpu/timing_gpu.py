@@ -110,6 +110,28 @@ def events_harness(fn, repeat: int = 100) -> float:
     return statistics.median(times[10:])
 
 
+# Every buffer of every trace below is walked twice: by the learned record sizes (what the timer
+# does) and by cuptiActivityGetNextRecord alone; the two walks must find the same records.
+from kcoral_runtime import cupti_activity  # noqa: E402
+
+_walk = cupti_activity.ActivityTrace._record_offsets
+walks = {"buffers": 0, "records": 0, "differ": 0}
+
+
+def _checked_walk(self, address, valid, data):  # type: ignore[no-untyped-def]
+    learned = list(_walk(self, address, valid, data))
+    kept, self._sizes = self._sizes, None
+    plain = list(_walk(self, address, valid, data))
+    self._sizes = kept
+    walks["buffers"] += 1
+    walks["records"] += len(plain)
+    walks["differ"] += learned != plain
+    return iter(learned)
+
+
+cupti_activity.ActivityTrace._record_offsets = _checked_walk
+
+
 def main() -> int:
     props = torch.cuda.get_device_properties(0)
     print(f"device: {props.name}", flush=True)
@@ -277,6 +299,9 @@ def main() -> int:
           f"samples={res['samples']} rel={res['ci95_rel_half_width']} rounds={res['adaptive']['rounds']}")
 
     # ---------------------------------------------------------------- per-call cost of the timer
+    check("record_walk", walks["differ"] == 0 and walks["records"] > 0,
+          f"{walks['buffers']} buffers, {walks['records']} records, {walks['differ']} differ")
+    cupti_activity.ActivityTrace._record_offsets = _walk  # the timer's own walk from here on
     # (1) Inside a call's window: the host time of one launch (a 1-element add) with nothing on,
     # with the activity trace on, and with the trace and the NVML sampler on. The differences are
     # what activity timing and the receipt add to a timed call's launch path.
@@ -341,34 +366,117 @@ def main() -> int:
     print(f"RESULT timer_wall_us_per_call {mid[0]:.2f} (benchmark {mid[1]:.2f} us/call, bare loop"
           f" {mid[2]:.2f} us/call)")
 
+    # (2b) The same split into a fixed cost per benchmark (NVML, the trace's start, the escape
+    # grace, the summary) and a marginal cost per timed call: benchmark at 100 and at 1000 calls,
+    # minus the bare loop at each count; slope and intercept, medians of 5 rounds.
+    def extra_ms(repeat: int) -> float:
+        bare = bare_loop(repeat) * repeat / 1e3
+        t0 = time.perf_counter()
+        benchmark(honest["add_1_element"], warmup=0, repeat=repeat)
+        return (time.perf_counter() - t0) * 1e3 - bare
+
+    small = statistics.median(extra_ms(100) for _ in range(5))
+    large = statistics.median(extra_ms(1000) for _ in range(5))
+    marginal_us = (large - small) / 900 * 1e3
+    fixed_ms = small - marginal_us * 100 / 1e3
+    print(f"RESULT timer_cost_marginal_us_per_call {marginal_us:.2f} fixed_ms_per_benchmark"
+          f" {fixed_ms:.2f} (extra over the bare loop: {small:.2f} ms at 100 calls,"
+          f" {large:.2f} ms at 1000)")
+
     # (3) Where the wall time goes: the loop, the records' collection, the attribution.
     from kcoral_runtime import timer as timer_module
 
-    trace = ActivityTrace()
-    trace.start()
     flush_buf = torch.empty(int(2 * props.L2_cache_size) // 4, dtype=torch.int32, device="cuda")
-    windows = []
-    trace.collect()
-    t0 = time.perf_counter()
-    for _ in range(500):
-        trace.begin_own()
-        flush_buf.zero_()
-        trace.end_own()
-        torch.cuda.synchronize()
-        a0 = trace.timestamp()
-        one.add_(1)
-        a1 = trace.timestamp()
-        torch.cuda.synchronize()
-        windows.append((a0, a1))
-    t1 = time.perf_counter()
-    batch = trace.collect()
-    t2 = time.perf_counter()
-    timer_module.attribute(windows, batch)
-    t3 = time.perf_counter()
-    trace.stop()
-    print(f"RESULT timer_phases_us_per_call loop {(t1 - t0) / 500 * 1e6:.1f} collect"
-          f" {(t2 - t1) / 500 * 1e6:.1f} attribute {(t3 - t2) / 500 * 1e6:.1f}; records per call:"
-          f" api {len(batch.api) / 500:.1f} gpu {len(batch.gpu) / 500:.1f}")
+
+    def phases(walk: str):  # type: ignore[no-untyped-def]
+        trace = ActivityTrace()
+        trace.start()
+        if walk == "cupti":
+            trace._sizes = None  # every record found by cuptiActivityGetNextRecord
+        windows = []
+        trace.collect()
+        t0 = time.perf_counter()
+        for _ in range(500):
+            trace.begin_own()
+            flush_buf.zero_()
+            trace.end_own()
+            torch.cuda.synchronize()
+            a0 = trace.timestamp()
+            one.add_(1)
+            a1 = trace.timestamp()
+            torch.cuda.synchronize()
+            windows.append((a0, a1))
+        t1 = time.perf_counter()
+        batch = trace.collect()
+        t2 = time.perf_counter()
+        timer_module.attribute(windows, batch)
+        t3 = time.perf_counter()
+        trace.stop()
+        return [(t1 - t0) / 500 * 1e6, (t2 - t1) / 500 * 1e6, (t3 - t2) / 500 * 1e6], batch
+
+    got = {"learned": [], "cupti": []}
+    for _ in range(5):  # alternating: the A/B of the record walk
+        for walk in got:
+            values, batch = phases(walk)
+            got[walk].append(values)
+    for walk, rows in got.items():
+        loop, collect, attribution = (statistics.median(r[i] for r in rows) for i in range(3))
+        print(f"RESULT timer_phases_us_per_call ({walk} walk) loop {loop:.1f} collect"
+              f" {collect:.1f} (min {min(r[1] for r in rows):.1f} max {max(r[1] for r in rows):.1f})"
+              f" attribute {attribution:.1f}; records per call: api {len(batch.api) / 500:.1f}"
+              f" gpu {len(batch.gpu) / 500:.1f}")
+    from collections import Counter
+
+    by_call = Counter((a.kind, a.cbid) for a in batch.api).most_common(12)
+    print("RESULT api_records_per_call (kind 4 driver, 5 runtime; cbid): "
+          + ", ".join(f"{k}/{c}: {n / 500:.1f}" for (k, c), n in by_call))
+
+    # (4) The host cost of each step of a timed call's preparation, per call (median of 5 x 500):
+    # which of them the wall cost above is made of.
+    from kcoral_runtime.benchmarking import _PersistingL2
+
+    persisting = _PersistingL2()
+    steps = {
+        "persisting check (cuCtxGetLimit)": persisting.check,
+        "persisting undo (cuCtxSetLimit + cuCtxResetPersistingL2Cache)": persisting.undo,
+        "flush (zero_ of 2x L2)": flush_buf.zero_,
+        "device synchronize": torch.cuda.synchronize,
+        "CUPTI timestamp": ActivityTrace().timestamp,
+    }
+    print("| step of a timed call (host, median of 5 x 500, synchronized) | us/call |")
+    print("|---|---|")
+    for name, step in steps.items():
+        values = []
+        for _ in range(5):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(500):
+                step()
+                torch.cuda.synchronize()
+            values.append((time.perf_counter() - t0) / 500 * 1e6)
+        print(f"| {name} | {statistics.median(values):.1f} |")
+        print(f"RESULT step_us {name}: {statistics.median(values):.1f}")
+
+    # (5) One-off steps of a benchmark (its fixed cost), median of 5.
+    uuid = str(torch.cuda.get_device_properties(0).uuid)
+
+    def nvml_open_close() -> None:
+        gpu_state.open_device(uuid=uuid).close()
+
+    def trace_start_stop() -> None:
+        t = ActivityTrace()
+        t.start()
+        t.collect()
+        t.stop()
+
+    for name, step in {"NVML open + close": nvml_open_close,
+                       "activity trace start + collect + stop": trace_start_stop}.items():
+        values = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            step()
+            values.append((time.perf_counter() - t0) * 1e3)
+        print(f"RESULT once_ms {name}: {statistics.median(values):.2f}")
 
     times = launch_times(honest["add_1_element"], warmup=5, repeat=50)
     check("launch_times", len(times) == 50 and all(t > 0 for t in times), f"{len(times)} times")
