@@ -83,23 +83,28 @@ async function prebuild(entries: ZooEntry[]): Promise<number> {
     "print(f'built {sys.argv[2]} in {time.perf_counter() - t:.1f} s', flush=True)",
   ].join("\n");
   let failures = 0;
-  for (const entry of entries) {
-    if (!read(entry.candidate).includes("load_inline")) continue;
-    const out = await new Deno.Command("python3", {
-      args: [
-        "-c",
-        script,
-        `${ROOT}evals/problems/${entry.problem}/reference.py`,
-        `${ROOT}${entry.candidate}`,
-      ],
-      stdout: "inherit",
-      stderr: "inherit",
-    }).output();
-    if (!out.success) {
-      console.log(`FAIL prebuild ${entry.candidate}: exit ${out.code}`);
-      failures++;
+  // Builds run side by side (--jobs, default 8; two compiler jobs each): nvcc is the slow part.
+  const queue = entries.filter((entry) => read(entry.candidate).includes("load_inline"));
+  const build = async () => {
+    for (let entry = queue.shift(); entry; entry = queue.shift()) {
+      const out = await new Deno.Command("python3", {
+        args: [
+          "-c",
+          script,
+          `${ROOT}evals/problems/${entry.problem}/reference.py`,
+          `${ROOT}${entry.candidate}`,
+        ],
+        env: { MAX_JOBS: "2" },
+        stdout: "inherit",
+        stderr: "inherit",
+      }).output();
+      if (!out.success) {
+        console.log(`FAIL prebuild ${entry.candidate}: exit ${out.code}`);
+        failures++;
+      }
     }
-  }
+  };
+  await Promise.all(Array.from({ length: Number(arg("--jobs") ?? "8") }, build));
   return failures;
 }
 
