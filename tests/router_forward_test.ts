@@ -9,7 +9,7 @@ import { createRouter } from "../router/app.ts";
 import { forwardExecute } from "../router/pipeline.ts";
 import { NodeRegistry } from "../router/registry.ts";
 import { EventLog } from "../http/events.ts";
-import { parseRouterArgs } from "../router/options.ts";
+import { defaultRegistryConfig, parseRouterArgs } from "../router/options.ts";
 import {
   CONTROL_PATH,
   encodeDataFrame,
@@ -718,15 +718,9 @@ Deno.test("router: an answer with a status that has no body goes out without one
 });
 
 Deno.test("router: a client that leaves the queue gets an answer nobody reads, and its log line says so", async () => {
-  const registry = new NodeRegistry({
-    maxStatusAgeMs: 5000,
-    unhealthyThreshold: 3,
-    recoveryThreshold: 2,
-    nodeRetentionMs: 600_000,
-    statusCheckIntervalMs: 1000,
-    maxQueuedRequests: 4,
-    queueWaitTimeoutMs: 30_000,
-  });
+  const registry = new NodeRegistry(
+    defaultRegistryConfig({ maxQueuedRequests: 4, queueWaitTimeoutMs: 30_000 }),
+  );
   const lines: string[] = [];
   const events = new EventLog({
     logDir: null,
