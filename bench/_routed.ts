@@ -6,8 +6,8 @@
 import { Client, type Program } from "../mod.ts";
 import { lengthProgram, randomBytes } from "./_programs.ts";
 import { rssMiB } from "./_proc.ts";
-import { CONTROL_PATH, encodeMessage, type NodeStatus } from "../protocol/node_link.ts";
-import { WebSocketClient } from "../http/websocket_client.ts";
+import { CONTROL_PATH, encodeMessage, type NodeStatus } from "../link/messages.ts";
+import { WebSocketClient } from "../link/websocket_client.ts";
 
 const _CLI = new URL("../cli.ts", import.meta.url).pathname;
 

@@ -25,7 +25,7 @@ import { Client } from "../mod.ts";
 import { bytesResultProgram, lengthProgram, randomBytes, trivialProgram } from "./_programs.ts";
 import { closedLoop } from "./_load.ts";
 import { type BenchRow, row, summarize, table } from "./_stats.ts";
-import { WebSocketClient } from "../http/websocket_client.ts";
+import { WebSocketClient } from "../link/websocket_client.ts";
 import { ownCpuMs } from "./_proc.ts";
 import {
   type NodeMode,
@@ -42,7 +42,7 @@ import {
   encodeMessage,
   parseSlotMessage,
   SLOT_PATH,
-} from "../protocol/node_link.ts";
+} from "../link/messages.ts";
 
 /** What to measure. */
 export interface RouterBenchOptions {

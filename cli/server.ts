@@ -2,13 +2,13 @@
  * `kcoral server`: every option of the server guide (seed 002), with its environment variable
  * where it has one, and the node options of a routed deployment (seed 003). The flags, their
  * help and the environment variables all come from option tables (server/config_options.ts,
- * router/supervisor/options.ts). Explicit flags win over environment variables. A malformed
+ * node/supervisor/options.ts). Explicit flags win over environment variables. A malformed
  * command line exits 2; a well-formed but invalid configuration exits 1 with a message (as
  * upstream).
  *
  * ```
  *  kcoral server ...                          the server, in this process
- *  kcoral server --router URL --node-id N ... a supervisor (router/supervisor/) that runs
+ *  kcoral server --router URL --node-id N ... a supervisor (node/supervisor/) that runs
  *                                             `kcoral server ...` (without the node options) as
  *                                             its child, with KCORAL_NODE_SERVER=1 and the routing
  *                                             settings in the environment: that child serves
@@ -38,7 +38,7 @@ import {
   childServerArgs,
   type NodeConfig,
   nodeOptions,
-} from "../router/supervisor/options.ts";
+} from "../node/supervisor/options.ts";
 
 /** A parsed `kcoral server` command line. */
 export interface ServerArgs {
@@ -285,7 +285,7 @@ export async function serverMain(
   const { createApp } = await import("../server/app.ts");
   const { serve } = await import("../http/serve.ts");
   const { loadAccess, openBindWarning } = await import("../http/access_options.ts");
-  const { nodeLinkTargetFromEnv, withNodeLink } = await import("../server/node_link.ts");
+  const { nodeLinkTargetFromEnv, withNodeLink } = await import("../node/slot_links.ts");
   let app;
   let access;
   try {
@@ -366,10 +366,10 @@ async function _superviseNode(
   args: ServerArgs,
   env: Record<string, string | undefined>,
 ): Promise<number> {
-  const { runSupervisor } = await import("../router/supervisor/supervisor.ts");
+  const { runSupervisor } = await import("../node/supervisor/supervisor.ts");
   const format = args.config.logFormat ?? "text";
-  const { supervisorOptionsFrom } = await import("../router/supervisor/options.ts");
-  const { resolveProbeHost } = await import("../router/supervisor/probe.ts");
+  const { supervisorOptionsFrom } = await import("../node/supervisor/options.ts");
+  const { resolveProbeHost } = await import("../node/supervisor/probe.ts");
   const { readCaFile } = await import("../http/access_options.ts");
   let probeHost: string;
   try {

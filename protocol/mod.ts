@@ -46,7 +46,6 @@ export * from "./response_encode.ts";
 export * from "./response_decode.ts";
 export * from "./server_error_decode.ts";
 export * from "./health.ts";
-export * from "./node_link.ts";
 export * from "./python_repr.ts";
 export * from "./python_str.ts";
 export * from "./utf8.ts";

@@ -20,7 +20,7 @@
  *
  * @module
  */
-import { CONTROL_PATH, SLOT_PATH } from "../protocol/node_link.ts";
+import { CONTROL_PATH, SLOT_PATH } from "../link/messages.ts";
 import type { RouterHealthBody } from "../protocol/health.ts";
 import { EventLog } from "../http/events.ts";
 import { InFlight } from "../http/in_flight.ts";

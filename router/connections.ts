@@ -7,7 +7,7 @@
  *
  * @module
  */
-import type { LinkCloseName } from "../protocol/node_link.ts";
+import type { LinkCloseName } from "../link/messages.ts";
 
 /** The registry's view of one connected data slot; `router/slot_link.ts` implements it. */
 export interface SlotHandle {

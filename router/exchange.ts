@@ -16,7 +16,7 @@
  *
  * @module
  */
-import { MAX_DATA_BYTES, NODE_HEADER, type ResponseHead } from "../protocol/node_link.ts";
+import { MAX_DATA_BYTES, NODE_HEADER, type ResponseHead } from "../link/messages.ts";
 import { releaseBuffer } from "../protocol/bytes.ts";
 import { isLiveOutput } from "../protocol/live_output.ts";
 import { Rejection } from "../http/rejection.ts";

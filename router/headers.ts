@@ -9,7 +9,7 @@
  *
  * @module
  */
-import type { HeaderEntry } from "../protocol/node_link.ts";
+import type { HeaderEntry } from "../link/messages.ts";
 
 const _HOP_BY_HOP = new Set([
   "connection",

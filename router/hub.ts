@@ -1,6 +1,6 @@
 /**
  * Where nodes connect: the WebSocket upgrades on {@linkcode CONTROL_PATH} and
- * {@linkcode SLOT_PATH} (spec router §1.2–§1.5, over protocol/node_link.ts).
+ * {@linkcode SLOT_PATH} (spec router §1.2–§1.5, over link/messages.ts).
  *
  * ```
  *  GET upgrade ─▶ token (constant time; 401 before anything is read) ─▶ WebSocket
@@ -23,7 +23,7 @@ import {
   parseSlotMessage,
   PROTOCOL_VERSION,
   SLOT_PATH,
-} from "../protocol/node_link.ts";
+} from "../link/messages.ts";
 import type { EventLog } from "../http/events.ts";
 import { jsonResponse } from "../http/routes.ts";
 import { type ControlHandle, LinkRefusal } from "./connections.ts";

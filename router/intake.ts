@@ -9,7 +9,7 @@
  *
  * @module
  */
-import { isValidNodeId, MAX_DATA_BYTES, NODE_HEADER } from "../protocol/node_link.ts";
+import { isValidNodeId, MAX_DATA_BYTES, NODE_HEADER } from "../link/messages.ts";
 import { declaredLength } from "../http/request_body.ts";
 import type { Rejection } from "../http/rejection.ts";
 import type { ForwardContext } from "./forward_context.ts";

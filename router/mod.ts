@@ -55,6 +55,6 @@ export {
   type LinkCloseName,
   type NodeStatus,
   type SlotHello,
-} from "../protocol/node_link.ts";
+} from "../link/messages.ts";
 export type { HealthBody } from "../protocol/health.ts";
 export type { EventLevel, EventLog, EventLogOptions, LogFormat } from "../http/events.ts";

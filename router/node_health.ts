@@ -26,7 +26,7 @@
  *
  * @module
  */
-import type { NodeStatus } from "../protocol/node_link.ts";
+import type { NodeStatus } from "../link/messages.ts";
 import { type ControlHandle, NodeSlots, type SlotHandle } from "./connections.ts";
 import type { LoadView } from "./selection.ts";
 

@@ -33,6 +33,7 @@ import type { OptionTable } from "../options/spec.ts";
 import { versionLine } from "../options/version.ts";
 import { type AccessConfig, accessOptions, checkAccessConfig } from "../http/access_options.ts";
 import type { RegistryConfig } from "./registry.ts";
+import { EMPTY_NODE_TOKEN_VARIABLE } from "../link/messages.ts";
 
 /**
  * Every option of `kcoral router`, in `--help` order, with the seed's defaults.
@@ -309,20 +310,6 @@ export function routerUsage(): string {
 }
 
 /**
- * The error for an empty `KCORAL_NODE_TOKEN` (Router and routed node alike): a token that is
- * set must not be empty; unset the variable for no token.
- *
- * @example
- * ```ts
- * import { EMPTY_NODE_TOKEN_VARIABLE } from "./options.ts";
- *
- * if (!EMPTY_NODE_TOKEN_VARIABLE.startsWith("KCORAL_NODE_TOKEN")) throw new Error();
- * ```
- */
-export const EMPTY_NODE_TOKEN_VARIABLE =
-  "KCORAL_NODE_TOKEN must not be empty (unset it for no token)";
-
-/**
  * Parses `kcoral router` arguments (after `router`) into a validated configuration. Throws
  * {@linkcode RouterHelp} for `-h`/`--help`, and the options' `CommandLineError` for a command
  * line that cannot be used (`exitCode` 2: malformed; 1: an invalid setting, e.g.
@@ -332,7 +319,8 @@ export const EMPTY_NODE_TOKEN_VARIABLE =
  * ```ts
  * import assert from "node:assert/strict";
  * import { CommandLineError } from "../options/command.ts";
- * import { EMPTY_NODE_TOKEN_VARIABLE, parseRouterArgs } from "./options.ts";
+ * import { EMPTY_NODE_TOKEN_VARIABLE } from "../link/messages.ts";
+ * import { parseRouterArgs } from "./options.ts";
  *
  * assert.throws(
  *   () => parseRouterArgs(["--node-token", ""], {}),

@@ -24,7 +24,7 @@ import {
   type LinkCloseName,
   type NodeStatus,
   type SlotHello,
-} from "../protocol/node_link.ts";
+} from "../link/messages.ts";
 import { AdmissionQueue } from "./admission_queue.ts";
 import { type ControlHandle, LinkRefusal, type SlotHandle, type SlotLease } from "./connections.ts";
 import {

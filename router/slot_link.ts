@@ -1,6 +1,6 @@
 /**
  * One node slot at the Router: the WebSocket a node's server opened for one of its workers, and
- * the request it carries (spec router §1.5, over protocol/node_link.ts).
+ * the request it carries (spec router §1.5, over link/messages.ts).
  *
  * ```
  *   idle ──begin(request)──▶ request_head ─▶ node
@@ -32,8 +32,8 @@ import {
   type SlotHello,
   type SlotMessage,
   type WholeFrame,
-} from "../protocol/node_link.ts";
-import { BodyReceiver, BodySender } from "../http/tunnel_body.ts";
+} from "../link/messages.ts";
+import { BodyReceiver, BodySender } from "../link/body.ts";
 import { releaseBuffer } from "../protocol/bytes.ts";
 import type { SlotHandle } from "./connections.ts";
 

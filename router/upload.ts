@@ -6,8 +6,8 @@
  *
  * @module
  */
-import { MAX_DATA_BYTES } from "../protocol/node_link.ts";
-import { DATA_HEADER_BYTES } from "../http/tunnel_body.ts";
+import { MAX_DATA_BYTES } from "../link/messages.ts";
+import { DATA_HEADER_BYTES } from "../link/body.ts";
 import type { Rejection } from "../http/rejection.ts";
 import type { StallWatch } from "../http/stall_watch.ts";
 import type { ForwardContext } from "./forward_context.ts";

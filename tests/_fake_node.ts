@@ -1,5 +1,5 @@
 /**
- * Test helper: a node that speaks the node link by hand (protocol/node_link.ts), for Router
+ * Test helper: a node that speaks the node link by hand (link/messages.ts), for Router
  * tests that need a node to misbehave, answer early, stall or report other versions. Real nodes
  * (supervisor + server) are in tests/_router.ts.
  */
@@ -18,7 +18,7 @@ import {
   type RequestHead,
   SLOT_PATH,
   type SlotCancel,
-} from "../protocol/node_link.ts";
+} from "../link/messages.ts";
 
 const _closeInfo = new WeakMap<WebSocket, { code: number; reason: string }>();
 

@@ -2,7 +2,10 @@
  * The module graph has no import circles (type-only imports count: a circle of types is still a
  * circle a reader has to untangle), and the layers point one way: `protocol/` imports nothing of
  * ours but itself, `client/` nothing of `server/`, `http/` or `cli/`, `http/` nothing of
- * `server/`, and `cli/run/` nothing of `server/`. Inside the server the wings point one way too:
+ * `server/`, and `cli/run/` nothing of `server/`. The two apps meet only through the node link:
+ * `link/` (framing, bodies, the WebSocket client, backoff) knows neither app; `router/` uses
+ * `link/` and never `server/` or `node/`; `node/` (the supervisor and a node's links) uses
+ * `server/` and `link/`; `server/` uses neither. Inside the server the wings point one way too:
  * `execute/` (the request's stages) uses `workers/` and `cache/`; `workers/` knows nothing of the
  * stages or the caches; `cache/` and `runtime/` stand alone.
  */
@@ -41,6 +44,35 @@ async function graph(entries: string[]): Promise<Map<string, string[]>> {
   return edges;
 }
 
+/** Each layer (a path prefix) and the layers it must not import. */
+const RULES: [string, string[]][] = [
+  ["protocol/", ["client/", "server/", "http/", "cli/", "link/", "router/", "node/"]],
+  ["client/", ["server/", "http/", "cli/", "link/", "router/", "node/"]],
+  ["http/", ["server/", "client/", "cli/", "link/", "router/", "node/"]],
+  ["link/", ["server/", "router/", "node/", "client/", "cli/"]],
+  ["cli/run/", ["server/", "router/", "node/"]],
+  ["router/", ["server/", "node/", "client/", "cli/"]],
+  ["node/", ["router/", "client/", "cli/"]],
+  ["server/", ["router/", "node/", "link/", "client/", "cli/"]],
+  ["server/workers/", ["server/execute/", "server/cache/", "server/runtime/"]],
+  ["server/cache/", ["server/execute/", "server/workers/", "server/runtime/"]],
+  ["server/runtime/", ["server/execute/", "server/workers/", "server/cache/"]],
+];
+
+/** The edges of `edges` that go against {@linkcode RULES}, as `from → to`. */
+function layerViolations(edges: Map<string, string[]>): string[] {
+  const broken: string[] = [];
+  for (const [from, targets] of edges) {
+    for (const [layer, forbidden] of RULES) {
+      if (!from.startsWith(layer)) continue;
+      for (const target of targets) {
+        if (forbidden.some((f) => target.startsWith(f))) broken.push(`${from} → ${target}`);
+      }
+    }
+  }
+  return broken;
+}
+
 Deno.test("import graph: no circles, and the layers point one way", async () => {
   const edges = await graph([
     "mod.ts",
@@ -49,6 +81,8 @@ Deno.test("import graph: no circles, and the layers point one way", async () => 
     "server/app.ts",
     "router/app.ts",
     "cli/router.ts",
+    "node/slot_links.ts",
+    "node/supervisor/supervisor.ts",
   ]);
   assert.ok(edges.size > 50, `only ${edges.size} modules seen`);
   // Depth-first search for a back edge.
@@ -66,25 +100,25 @@ Deno.test("import graph: no circles, and the layers point one way", async () => 
   for (const node of edges.keys()) if (!state.has(node)) visit(node, [node]);
   assert.deepEqual(cycles, [], `import circles:\n${cycles.join("\n")}`);
 
-  const rules: [string, string[]][] = [
-    ["protocol/", ["client/", "server/", "http/", "cli/"]],
-    ["client/", ["server/", "http/", "cli/"]],
-    ["http/", ["server/", "client/", "cli/"]],
-    ["cli/run/", ["server/", "router/"]],
-    ["router/", ["server/", "client/", "cli/"]],
-    ["server/", ["router/", "client/", "cli/"]],
-    ["server/workers/", ["server/execute/", "server/cache/", "server/runtime/"]],
-    ["server/cache/", ["server/execute/", "server/workers/", "server/runtime/"]],
-    ["server/runtime/", ["server/execute/", "server/workers/", "server/cache/"]],
-  ];
-  const broken: string[] = [];
-  for (const [from, targets] of edges) {
-    for (const [layer, forbidden] of rules) {
-      if (!from.startsWith(layer)) continue;
-      for (const target of targets) {
-        if (forbidden.some((f) => target.startsWith(f))) broken.push(`${from} → ${target}`);
-      }
-    }
-  }
+  const broken = layerViolations(edges);
   assert.deepEqual(broken, [], `imports against the layers:\n${broken.join("\n")}`);
+});
+
+Deno.test("import graph: the layer rules catch an import across the node link's boundaries", () => {
+  const edges = new Map([
+    ["server/app.ts", ["link/body.ts", "http/events.ts"]],
+    ["router/hub.ts", ["link/messages.ts", "node/slot_links.ts"]],
+    ["router/exchange.ts", ["server/app.ts"]],
+    ["link/body.ts", ["router/slot_link.ts", "protocol/bytes.ts"]],
+    ["node/slot_links.ts", ["server/app.ts", "link/body.ts", "router/hub.ts"]],
+    ["http/serve.ts", ["link/websocket_client.ts"]],
+  ]);
+  assert.deepEqual(layerViolations(edges), [
+    "server/app.ts → link/body.ts",
+    "router/hub.ts → node/slot_links.ts",
+    "router/exchange.ts → server/app.ts",
+    "link/body.ts → router/slot_link.ts",
+    "node/slot_links.ts → router/hub.ts",
+    "http/serve.ts → link/websocket_client.ts",
+  ]);
 });

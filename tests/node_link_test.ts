@@ -1,12 +1,12 @@
 /**
- * A node's slot links (server/node_link.ts) into a real CPU server, against a Router played by
+ * A node's slot links (node/slot_links.ts) into a real CPU server, against a Router played by
  * the test (the slot protocol by hand): a body that fits one data frame goes into the pipeline
  * whole (no `Request`, no stream), any other as a streamed `Request`, with the same answers and
  * records either way: results, 413, a body past its Content-Length, a cancel while the body is
  * still arriving.
  */
 import assert from "node:assert/strict";
-import { NodeLink } from "../server/node_link.ts";
+import { NodeLink } from "../node/slot_links.ts";
 import {
   decodeDataFrame,
   decodeWholeFrame,
@@ -17,7 +17,7 @@ import {
   parseSlotMessage,
   SLOT_PATH,
   type SlotHello,
-} from "../protocol/node_link.ts";
+} from "../link/messages.ts";
 import { concatBytes } from "../protocol/bytes.ts";
 import { EventLog } from "../http/events.ts";
 import { callProgram, multipartBody, testApp } from "./_server.ts";

@@ -16,7 +16,7 @@ import {
   encodeMessage,
   encodeWholeFrame,
   SLOT_PATH,
-} from "../protocol/node_link.ts";
+} from "../link/messages.ts";
 import { closed, FakeNode, type FakeRequest, healthyStatus, openLink } from "./_fake_node.ts";
 
 async function startRouter(args: string[] = []) {

@@ -10,7 +10,7 @@ import {
   forwardedResponseEntries,
   validHeaderEntries,
 } from "../router/headers.ts";
-import type { HeaderEntry } from "../protocol/node_link.ts";
+import type { HeaderEntry } from "../link/messages.ts";
 
 /** The general rule: the entries as `Headers`, filtered, and back into `Headers`. */
 function viaGeneralRule(entries: HeaderEntry[], drop: readonly string[]): Headers {

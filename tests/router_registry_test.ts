@@ -4,7 +4,7 @@
  * Mirrors upstream's `router/pool.rs` unit tests, with a fake clock and fake connections.
  */
 import assert from "node:assert/strict";
-import type { LinkCloseName, NodeStatus, SlotHello } from "../protocol/node_link.ts";
+import type { LinkCloseName, NodeStatus, SlotHello } from "../link/messages.ts";
 import { NoNode, RouterBusy, RouterStopping } from "../router/admission_queue.ts";
 import { type ControlHandle, LinkRefusal, type SlotHandle } from "../router/connections.ts";
 import { healthyReportProblem } from "../router/node_health.ts";

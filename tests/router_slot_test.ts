@@ -10,7 +10,7 @@ import {
   encodeDataFrame,
   encodeWholeFrame,
   MAX_DATA_BYTES,
-} from "../protocol/node_link.ts";
+} from "../link/messages.ts";
 import { RouterSlot } from "../router/slot_link.ts";
 
 /** A node's hello, without whole frames; the request id of every exchange here. */

@@ -1,5 +1,5 @@
 /**
- * The supervisor's ownership of its server's process tree (router/supervisor/process_tree.ts,
+ * The supervisor's ownership of its server's process tree (node/supervisor/process_tree.ts,
  * spec router §5.1, §5.5): SIGTERM with and without a grace, SIGKILL of the group and every
  * descendant, descendants that escape with setsid() found through the subreaper and killed (and
  * reaped), while processes that are not the tree's survive. Real processes throughout.
@@ -9,7 +9,7 @@ import {
   enableChildSubreaper,
   ProcessTree,
   TREE_MARKER_VARIABLE,
-} from "../router/supervisor/process_tree.ts";
+} from "../node/supervisor/process_tree.ts";
 import { exists, isAlive, waitFor } from "./fixtures/supervisor/helpers.ts";
 
 /** A shell command as a tree's child, its output discarded. */
@@ -198,7 +198,7 @@ Deno.test("process tree: spawning a missing program throws", () => {
 });
 
 Deno.test("process tree: without FFI it falls back to the process group and says so", async () => {
-  const module = new URL("../router/supervisor/process_tree.ts", import.meta.url).href;
+  const module = new URL("../node/supervisor/process_tree.ts", import.meta.url).href;
   const script = await Deno.makeTempFile({ suffix: ".ts" });
   try {
     await Deno.writeTextFile(

@@ -1,5 +1,5 @@
 /**
- * The node supervisor end to end (router/supervisor/supervisor.ts, spec router §5, §6.2 items
+ * The node supervisor end to end (node/supervisor/supervisor.ts, spec router §5, §6.2 items
  * 8–10, §6.3 `test_node_processes.py`): a real supervisor runs a real child process (the fake
  * server of tests/fixtures/supervisor/fake_server.ts, a Deno program serving
  * `/internal/worker-status`) and reports to a fake Router over a real WebSocket. Shutdown is
@@ -9,14 +9,14 @@
  * the shared harness (`supervise`) at the top.
  */
 import assert from "node:assert/strict";
-import { probeOrigin } from "../router/supervisor/probe.ts";
+import { probeOrigin } from "../node/supervisor/probe.ts";
 import {
   nodeServerEnv,
   runSupervisor,
   SHUTTING_DOWN,
   STARTING,
   type SupervisorOptions,
-} from "../router/supervisor/supervisor.ts";
+} from "../node/supervisor/supervisor.ts";
 import {
   exists,
   fakeRouter,

@@ -1,9 +1,9 @@
 /**
- * Client masking (http/websocket_mask.ts) against the byte-by-byte definition of RFC 6455 §5.3,
+ * Client masking (link/websocket_mask.ts) against the byte-by-byte definition of RFC 6455 §5.3,
  * across the 64 KiB scratch's piece boundaries and the SIMD loop's 16-byte tail.
  */
 import assert from "node:assert/strict";
-import { maskInto } from "../http/websocket_mask.ts";
+import { maskInto } from "../link/websocket_mask.ts";
 import { outputWithInput } from "./_child.ts";
 
 function _reference(payload: Uint8Array, key: Uint8Array): Uint8Array {
@@ -86,7 +86,7 @@ Deno.test("websocket mask: a message masked piece by piece, each at its phase, e
 });
 
 Deno.test("websocket mask: where WebAssembly cannot run (--jitless), bytes are masked all the same", async () => {
-  const module = new URL("../http/websocket_mask.ts", import.meta.url).href;
+  const module = new URL("../link/websocket_mask.ts", import.meta.url).href;
   const script = `
     import { maskInto } from ${JSON.stringify(module)};
     if (typeof WebAssembly !== "undefined") {

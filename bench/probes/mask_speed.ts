@@ -1,6 +1,6 @@
 /**
  * What RFC 6455 client masking costs per MiB, 256 KiB payloads copied into a frame and masked:
- * a JavaScript loop over 32-bit words (the node's client before http/websocket_mask.ts), the
+ * a JavaScript loop over 32-bit words (the node's client before link/websocket_mask.ts), the
  * same loop unrolled 8 ×, and `maskInto` (WebAssembly SIMD over a 64 KiB scratch); the plain
  * copy for scale. Prints median, min and max of `--runs` runs (default 5) of 2000 payloads each.
  *
@@ -8,7 +8,7 @@
  *
  * @module
  */
-import { maskInto } from "../../http/websocket_mask.ts";
+import { maskInto } from "../../link/websocket_mask.ts";
 import { median } from "./_probe.ts";
 
 const N = 256 * 1024;
@@ -19,7 +19,7 @@ const payload = Uint8Array.from({ length: N }, (_, i) => i & 0xff);
 const key = new Uint8Array([0x12, 0x34, 0x56, 0x78]);
 const keyWord = new DataView(key.buffer).getUint32(0, true);
 const frame = new Uint8Array(N + 8);
-// A word view made per frame, as the client before http/websocket_mask.ts made it.
+// A word view made per frame, as the client before link/websocket_mask.ts made it.
 const wordsOf = () => new Uint32Array(frame.buffer, 8, N >>> 2);
 
 const ways: [string, () => void][] = [

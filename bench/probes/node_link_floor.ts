@@ -2,7 +2,7 @@
  * The transport's share of a routed trivial request, without a pipeline: one node process
  * answers every request at once with the same small JSON, both ways a node's server takes work —
  * on its own port (`Deno.serve`, as a direct request reaches a server) and through its slot to a
- * real `kcoral router` (`server/node_link.ts`, as a routed request reaches it; a stand-in control
+ * real `kcoral router` (`node/slot_links.ts`, as a routed request reaches it; a stand-in control
  * link reports it healthy). Rounds alternate direct and routed requests (one client, keep-alive
  * `fetch`, a one-byte body) and print per way the client's p50 and the CPU per request of the
  * node's process and of the Router's (from /proc); then routed − direct. What this difference
@@ -51,7 +51,16 @@ async function _node(
   delayMs: number,
 ): Promise<never> {
   const root = new URL(`${tree.replace(/\/$/, "")}/`, `file://${Deno.cwd()}/`);
-  const { NodeLink } = await import(new URL("server/node_link.ts", root).href);
+  // The node's slot links: node/ since the link got its own folders, server/ in older trees.
+  const { NodeLink } = await import(
+    new URL(
+      await Deno.stat(new URL("node/slot_links.ts", root)).then(
+        () => "node/slot_links.ts",
+        () => "server/node_link.ts",
+      ),
+      root,
+    ).href
+  );
   const { EventLog } = await import(new URL("http/events.ts", root).href);
   // As a server waits for its worker: the process idles for `delayMs` before it answers.
   const wait = () => delayMs > 0 ? new Promise((resolve) => setTimeout(resolve, delayMs)) : null;

@@ -17,14 +17,14 @@
  *
  * @module
  */
-import { WebSocketClient } from "../../http/websocket_client.ts";
+import { WebSocketClient } from "../../link/websocket_client.ts";
 import {
   decodeWholeFrame,
   encodeMessage,
   encodeWholeFrame,
   isWholeFrame,
   SLOT_PATH,
-} from "../../protocol/node_link.ts";
+} from "../../link/messages.ts";
 import { ownCpuMs } from "../_proc.ts";
 import {
   freePort,

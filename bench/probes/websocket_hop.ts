@@ -1,8 +1,8 @@
 /**
  * The floor of one node-link hop: 256 MiB as 256 KiB binary messages under credit (window 16,
- * as protocol/node_link.ts), between two processes on loopback, both directions:
+ * as link/messages.ts), between two processes on loopback, both directions:
  *
- * - node → Router: `http/websocket_client.ts` sends, a `Deno.upgradeWebSocket` server receives
+ * - node → Router: `link/websocket_client.ts` sends, a `Deno.upgradeWebSocket` server receives
  *   and gives each message's memory back at once, as the Router does (the path of a node's
  *   answer);
  * - Router → node: the server sends, our client receives (the path of a request's upload);
@@ -14,7 +14,7 @@
  *
  * @module
  */
-import { WebSocketClient } from "../../http/websocket_client.ts";
+import { WebSocketClient } from "../../link/websocket_client.ts";
 import { releaseBuffer } from "../../protocol/bytes.ts";
 
 const MIB = 256;

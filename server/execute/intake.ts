@@ -52,7 +52,7 @@ export interface ReceivedBody {
 
 /**
  * An `/execute` request whose body comes whole, without a stream: a small body a node's link
- * takes whole from its data frames (server/node_link.ts). The pipeline reads the same headers as
+ * takes whole from its data frames (node/slot_links.ts). The pipeline reads the same headers as
  * a `Request`'s and applies the same limits and answers.
  *
  * @example

@@ -1,7 +1,7 @@
-/** Bodies through a node-link slot (http/tunnel_body.ts): framing, gathering, credit. */
+/** Bodies through a node-link slot (link/body.ts): framing, gathering, credit. */
 import assert from "node:assert/strict";
-import { BodyReceiver, BodySender, DATA_HEADER_BYTES } from "../http/tunnel_body.ts";
-import { CREDIT_WINDOW, decodeDataFrame, MAX_DATA_BYTES } from "../protocol/node_link.ts";
+import { BodyReceiver, BodySender, DATA_HEADER_BYTES } from "./body.ts";
+import { CREDIT_WINDOW, decodeDataFrame, MAX_DATA_BYTES } from "./messages.ts";
 
 const ID = "0f6c2b4e-1111-4222-8333-444455556666";
 

@@ -486,7 +486,7 @@ class _FrameReader {
 
 /**
  * A client frame: header, masking key, the payload (one array, or parts in order) masked
- * (http/websocket_mask.ts), in a spare buffer of the same size when `spares` has one (taken from
+ * (link/websocket_mask.ts), in a spare buffer of the same size when `spares` has one (taken from
  * it), a new one otherwise.
  */
 function _maskedFrame(

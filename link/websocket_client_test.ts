@@ -1,9 +1,9 @@
 /**
- * The node's WebSocket client (http/websocket_client.ts) against Deno's own WebSocket server
+ * The node's WebSocket client (link/websocket_client.ts) against Deno's own WebSocket server
  * and against a raw TCP peer that writes frames by hand (fragments, ping, bad frames).
  */
 import assert from "node:assert/strict";
-import { WebSocketClient, type WebSocketCloseInfo } from "../http/websocket_client.ts";
+import { WebSocketClient, type WebSocketCloseInfo } from "./websocket_client.ts";
 
 interface _Seen {
   open: boolean;

@@ -1,6 +1,6 @@
 /**
  * The supervisor's side of the control connection (spec router §1.4, over
- * protocol/node_link.ts): {@linkcode NodeReport} holds what the supervisor knows about its node
+ * link/messages.ts): {@linkcode NodeReport} holds what the supervisor knows about its node
  * (the last probe's result), and {@linkcode ControlLink} keeps one outbound WebSocket to the
  * Router's {@linkcode CONTROL_PATH} that carries it.
  *
@@ -43,12 +43,12 @@ import {
   LinkMessageError,
   type NodeStatus,
   parseControlMessage,
-} from "../../protocol/node_link.ts";
-import { WebSocketClient } from "../../http/websocket_client.ts";
-import { Backoff, sleepUnlessAborted } from "./backoff.ts";
+} from "../../link/messages.ts";
+import { WebSocketClient } from "../../link/websocket_client.ts";
+import { Backoff, sleepUnlessAborted } from "../../link/backoff.ts";
 import type { ServerHealth } from "./probe.ts";
 
-export type { NodeStatus } from "../../protocol/node_link.ts";
+export type { NodeStatus } from "../../link/messages.ts";
 export type { ServerHealth } from "./probe.ts";
 
 /** How long a closing connection waits for the Router's side of the closing handshake. */

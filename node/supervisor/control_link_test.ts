@@ -1,17 +1,12 @@
 /**
- * The supervisor's control connection (router/supervisor/control_link.ts, spec router §1.4)
+ * The supervisor's control connection (node/supervisor/control_link.ts, spec router §1.4)
  * against a fake Router: a snapshot at once, on every change and on every heartbeat; the
  * bearer token; the single ack; reconnection after the Router drops the connection; the
  * connect timeout; and stopping for good.
  */
 import assert from "node:assert/strict";
-import {
-  ControlLink,
-  type ControlLinkOptions,
-  controlUrl,
-  NodeReport,
-} from "../router/supervisor/control_link.ts";
-import { fakeRouter, freePort, waitFor } from "./fixtures/supervisor/helpers.ts";
+import { ControlLink, type ControlLinkOptions, controlUrl, NodeReport } from "./control_link.ts";
+import { fakeRouter, freePort, waitFor } from "../../tests/fixtures/supervisor/helpers.ts";
 
 const HEALTH = {
   instanceId: "srv-1",

@@ -30,8 +30,7 @@ import {
   optionTableSchema,
 } from "../../options/schema.ts";
 import type { OptionTable, OptionTableValues } from "../../options/spec.ts";
-import { isValidNodeId } from "../../protocol/node_link.ts";
-import { EMPTY_NODE_TOKEN_VARIABLE } from "../options.ts";
+import { EMPTY_NODE_TOKEN_VARIABLE, isValidNodeId } from "../../link/messages.ts";
 import { probeOrigin } from "./probe.ts";
 import type { ChildCommand } from "./process_tree.ts";
 import { nodeServerEnv, type SupervisorOptions, type SupervisorTimings } from "./supervisor.ts";

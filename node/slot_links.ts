@@ -1,5 +1,5 @@
 /**
- * A server's link to a Router (spec router §1.5, over protocol/node_link.ts): one outbound
+ * A server's link to a Router (spec router §1.5, over link/messages.ts): one outbound
  * WebSocket per worker slot; the requests the Router tunnels through them go into this server's
  * own `/execute` pipeline in-process ({@linkcode App.execute}), and the answers go back the same
  * way. The node never accepts a connection.
@@ -37,14 +37,14 @@ import {
   type RequestHead,
   type ResponseHead,
   SLOT_PATH,
-} from "../protocol/node_link.ts";
+} from "../link/messages.ts";
 import type { EventLog } from "../http/events.ts";
-import type { App } from "./app.ts";
-import type { WholeBodyRequest } from "./execute/intake.ts";
-import { BodyReceiver, BodySender, DATA_HEADER_BYTES } from "../http/tunnel_body.ts";
+import type { App } from "../server/app.ts";
+import type { WholeBodyRequest } from "../server/execute/intake.ts";
+import { BodyReceiver, BodySender, DATA_HEADER_BYTES } from "../link/body.ts";
 import { releaseBuffer } from "../protocol/bytes.ts";
 import { isLiveOutput } from "../protocol/live_output.ts";
-import { WebSocketClient } from "../http/websocket_client.ts";
+import { WebSocketClient } from "../link/websocket_client.ts";
 import { readCaFile } from "../http/access_options.ts";
 
 /** How a node links to its Router. */
@@ -78,7 +78,7 @@ export interface NodeLinkOptions {
  *
  * @example
  * ```ts
- * import { NodeLink } from "./node_link.ts";
+ * import { NodeLink } from "./slot_links.ts";
  * import { EventLog } from "../http/events.ts";
  *
  * const link = new NodeLink({
@@ -100,7 +100,7 @@ export class NodeLink {
    *
    * @example
    * ```ts
-   * import { NodeLink } from "./node_link.ts";
+   * import { NodeLink } from "./slot_links.ts";
    * import { EventLog } from "../http/events.ts";
    *
    * const link = new NodeLink({
@@ -246,7 +246,7 @@ class _Slot {
       let socket: WebSocketClient;
       try {
         // The token goes in a request header, never into the URL. Not the platform's
-        // WebSocket: it keeps Nagle's algorithm on (http/websocket_client.ts says why).
+        // WebSocket: it keeps Nagle's algorithm on (link/websocket_client.ts says why).
         socket = new WebSocketClient(url, {
           headers,
           maxMessageBytes: MAX_TEXT_BYTES,
@@ -535,7 +535,7 @@ export interface NodeLinkTarget {
  *
  * @example
  * ```ts
- * import { nodeLinkTargetFromEnv } from "./node_link.ts";
+ * import { nodeLinkTargetFromEnv } from "./slot_links.ts";
  *
  * const target = nodeLinkTargetFromEnv({
  *   KCORAL_NODE_SERVER: "1", KCORAL_ROUTER_ENDPOINT: "http://r:9000", KCORAL_NODE_ID: "gpu-a",
@@ -568,8 +568,8 @@ export function nodeLinkTargetFromEnv(
  *
  * @example
  * ```ts
- * import { createApp } from "./app.ts";
- * import { withNodeLink } from "./node_link.ts";
+ * import { createApp } from "../server/app.ts";
+ * import { withNodeLink } from "./slot_links.ts";
  *
  * const app = withNodeLink(
  *   createApp({ device: "cpu", sandbox: "none", logConsole: false, diskCacheDir: null }),

@@ -1,9 +1,9 @@
 /**
- * The supervisor's delays (router/supervisor/backoff.ts, spec router §5.3): exponential backoff
+ * The supervisor's delays (link/backoff.ts, spec router §5.3): exponential backoff
  * bounded and reset, jitter applied after the cap, and the sleep shutdown interrupts.
  */
 import assert from "node:assert/strict";
-import { Backoff, sleepUnlessAborted, withJitter } from "../router/supervisor/backoff.ts";
+import { Backoff, sleepUnlessAborted, withJitter } from "./backoff.ts";
 
 Deno.test("backoff: min 1 / max 5 gives 1, 2, 4, 5, 5 and reset returns to the minimum", () => {
   const backoff = new Backoff(1, 5);

@@ -1,14 +1,14 @@
 /**
- * The node options of `kcoral server` (router/supervisor/options.ts, seed 003): defaults,
+ * The node options of `kcoral server` (node/supervisor/options.ts, seed 003): defaults,
  * environment variables and their precedence, hidden supervisor options that require
  * `--router`, the validation of every value (positive, non-negative, ranges, NaN, min ≤ max, the
  * Router origin, the node id, the token), and what the supervisor and its child get. Composed
  * with the server's own tables as `kcoral server` composes them.
  */
 import assert from "node:assert/strict";
-import { resolveProbeHost } from "../router/supervisor/probe.ts";
-import { serverConfigOptions, serverListenOptions } from "../server/config_options.ts";
-import { CommandLineError, commandLineHelp, parseCommandLine } from "../options/command.ts";
+import { resolveProbeHost } from "./probe.ts";
+import { serverConfigOptions, serverListenOptions } from "../../server/config_options.ts";
+import { CommandLineError, commandLineHelp, parseCommandLine } from "../../options/command.ts";
 import {
   checkNodeCommandLine,
   checkNodeConfig,
@@ -18,7 +18,7 @@ import {
   nodeOptions,
   routerEndpointProblem,
   supervisorOptionsFrom,
-} from "../router/supervisor/options.ts";
+} from "./options.ts";
 
 const SERVER = { name: "kcoral server", description: "Start a KCoral server." };
 const table = { ...serverListenOptions, ...nodeOptions, ...serverConfigOptions };

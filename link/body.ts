@@ -1,5 +1,5 @@
 /**
- * A body through a node-link slot, both ends (protocol/node_link.ts): the sender cuts it into
+ * A body through a node-link slot, both ends (link/messages.ts): the sender cuts it into
  * data frames of at most 256 KiB and sends one only while it holds credit; the receiver hands
  * frames to its reader as a `ReadableStream`, or, for a small body, takes them whole as they come
  * (no stream), and returns credit as they are read. Neither end holds more than
@@ -19,12 +19,7 @@
  * @module
  */
 import { concatBytes } from "../protocol/bytes.ts";
-import {
-  CREDIT_WINDOW,
-  encodeDataFrame,
-  LinkMessageError,
-  MAX_DATA_BYTES,
-} from "../protocol/node_link.ts";
+import { CREDIT_WINDOW, encodeDataFrame, LinkMessageError, MAX_DATA_BYTES } from "./messages.ts";
 
 /** Bytes before a data frame's payload: the frame type and the request id. */
 export const DATA_HEADER_BYTES = 37;
@@ -34,7 +29,7 @@ export const DATA_HEADER_BYTES = 37;
  *
  * @example
  * ```ts
- * import { BodySender } from "./tunnel_body.ts";
+ * import { BodySender } from "./body.ts";
  *
  * const frames: number[] = [];
  * const id = "0f6c2b4e-1111-4222-8333-444455556666";
@@ -72,7 +67,7 @@ export class BodySender {
    *
    * @example
    * ```ts
-   * import { BodySender } from "./tunnel_body.ts";
+   * import { BodySender } from "./body.ts";
    *
    * const sender = new BodySender("0f6c2b4e-1111-4222-8333-444455556666", () => {}, () => {});
    * if (sender.sentBytes !== 0) throw new Error();
@@ -102,7 +97,7 @@ export class BodySender {
    *
    * @example
    * ```ts
-   * import { BodySender, DATA_HEADER_BYTES } from "./tunnel_body.ts";
+   * import { BodySender, DATA_HEADER_BYTES } from "./body.ts";
    *
    * const sender = new BodySender("0f6c2b4e-1111-4222-8333-444455556666", () => {}, () => {});
    * const frame = sender.newFrame();
@@ -122,7 +117,7 @@ export class BodySender {
    *
    * @example
    * ```ts
-   * import { BodySender } from "./tunnel_body.ts";
+   * import { BodySender } from "./body.ts";
    *
    * let sent = 0;
    * const sender = new BodySender(
@@ -147,7 +142,7 @@ export class BodySender {
    *
    * @example
    * ```ts
-   * import { BodySender } from "./tunnel_body.ts";
+   * import { BodySender } from "./body.ts";
    *
    * const sender = new BodySender("0f6c2b4e-1111-4222-8333-444455556666", () => {}, () => {});
    * try {
@@ -173,7 +168,7 @@ export class BodySender {
    *
    * @example
    * ```ts
-   * import { BodySender } from "./tunnel_body.ts";
+   * import { BodySender } from "./body.ts";
    *
    * let frames = 0;
    * const sender = new BodySender("0f6c2b4e-1111-4222-8333-444455556666", () => frames++, () => {});
@@ -223,7 +218,7 @@ export class BodySender {
    *
    * @example
    * ```ts
-   * import { BodySender } from "./tunnel_body.ts";
+   * import { BodySender } from "./body.ts";
    *
    * let ended = false;
    * const sender = new BodySender("0f6c2b4e-1111-4222-8333-444455556666", () => {}, () => (ended = true));
@@ -245,7 +240,7 @@ export class BodySender {
    *
    * @example
    * ```ts
-   * import { BodySender } from "./tunnel_body.ts";
+   * import { BodySender } from "./body.ts";
    *
    * let frames = 0;
    * const sender = new BodySender("0f6c2b4e-1111-4222-8333-444455556666", () => frames++, () => {});
@@ -266,12 +261,12 @@ export class BodySender {
 
   /**
    * The whole body, `length` bytes, goes out with its head and its end in one whole frame
-   * (protocol/node_link.ts): it counts as sent and ended, and this sender sends nothing. Throws
+   * (link/messages.ts): it counts as sent and ended, and this sender sends nothing. Throws
    * the slot's failure once it has failed (the frame must not be sent then).
    *
    * @example
    * ```ts
-   * import { BodySender } from "./tunnel_body.ts";
+   * import { BodySender } from "./body.ts";
    *
    * const sender = new BodySender("0f6c2b4e-1111-4222-8333-444455556666", () => {}, () => {});
    * sender.sentWhole(12);
@@ -292,7 +287,7 @@ export class BodySender {
    *
    * @example
    * ```ts
-   * import { BodySender } from "./tunnel_body.ts";
+   * import { BodySender } from "./body.ts";
    *
    * const sender = new BodySender("0f6c2b4e-1111-4222-8333-444455556666", () => {}, () => {});
    * sender.fail(new Error("gone"));
@@ -339,8 +334,8 @@ export class BodySender {
  *
  * @example
  * ```ts
- * import { BodyReceiver } from "./tunnel_body.ts";
- * import { CREDIT_WINDOW } from "../protocol/node_link.ts";
+ * import { BodyReceiver } from "./body.ts";
+ * import { CREDIT_WINDOW } from "./messages.ts";
  *
  * const grants: number[] = [];
  * const receiver = new BodyReceiver((n) => grants.push(n));
@@ -378,7 +373,7 @@ export class BodyReceiver {
    *
    * @example
    * ```ts
-   * import { BodyReceiver } from "./tunnel_body.ts";
+   * import { BodyReceiver } from "./body.ts";
    *
    * const receiver = new BodyReceiver(() => {});
    * if (receiver.receivedBytes !== 0) throw new Error();
@@ -393,7 +388,7 @@ export class BodyReceiver {
    *
    * @example
    * ```ts
-   * import { BodyReceiver } from "./tunnel_body.ts";
+   * import { BodyReceiver } from "./body.ts";
    *
    * const receiver = new BodyReceiver(() => {});
    * receiver.push(new Uint8Array([1, 2]));
@@ -419,7 +414,7 @@ export class BodyReceiver {
    *
    * @example
    * ```ts
-   * import { BodyReceiver } from "./tunnel_body.ts";
+   * import { BodyReceiver } from "./body.ts";
    *
    * const receiver = new BodyReceiver(() => {});
    * receiver.push(new Uint8Array([1, 2, 3]));
@@ -449,7 +444,7 @@ export class BodyReceiver {
    *
    * @example
    * ```ts
-   * import { BodyReceiver } from "./tunnel_body.ts";
+   * import { BodyReceiver } from "./body.ts";
    *
    * const small = new BodyReceiver(() => {});
    * const whole = small.wholeIfWithin(4);
@@ -481,7 +476,7 @@ export class BodyReceiver {
    *
    * @example
    * ```ts
-   * import { BodyReceiver } from "./tunnel_body.ts";
+   * import { BodyReceiver } from "./body.ts";
    *
    * const receiver = new BodyReceiver(() => {});
    * receiver.discard();
@@ -506,7 +501,7 @@ export class BodyReceiver {
    *
    * @example
    * ```ts
-   * import { BodyReceiver } from "./tunnel_body.ts";
+   * import { BodyReceiver } from "./body.ts";
    *
    * const receiver = new BodyReceiver(() => {});
    * receiver.end();
@@ -540,7 +535,7 @@ export class BodyReceiver {
    *
    * @example
    * ```ts
-   * import { BodyReceiver } from "./tunnel_body.ts";
+   * import { BodyReceiver } from "./body.ts";
    *
    * const receiver = new BodyReceiver(() => {});
    * receiver.end();
@@ -565,7 +560,7 @@ export class BodyReceiver {
    *
    * @example
    * ```ts
-   * import { BodyReceiver } from "./tunnel_body.ts";
+   * import { BodyReceiver } from "./body.ts";
    *
    * const receiver = new BodyReceiver(() => {});
    * receiver.fail(new Error("gone"));

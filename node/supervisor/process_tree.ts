@@ -41,7 +41,7 @@
  *
  * @module
  */
-import { sleepUnlessAborted } from "./backoff.ts";
+import { sleepUnlessAborted } from "../../link/backoff.ts";
 
 /** The server command a supervisor runs. */
 export interface ChildCommand {

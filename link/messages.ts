@@ -36,7 +36,7 @@
  *
  * @module
  */
-import { decodeUtf8 } from "./utf8.ts";
+import { decodeUtf8 } from "../protocol/utf8.ts";
 
 /** The node-link protocol version a slot's `hello` must carry. */
 export const PROTOCOL_VERSION = 1;
@@ -61,7 +61,7 @@ export const NODE_HEADER = "x-kcoral-node";
  *
  * @example
  * ```ts
- * import { LINK_CLOSE } from "./node_link.ts";
+ * import { LINK_CLOSE } from "./messages.ts";
  *
  * if (LINK_CLOSE.invalid_argument !== 4003) throw new Error();
  * ```
@@ -218,7 +218,7 @@ export class LinkMessageError extends Error {
    *
    * @example
    * ```ts
-   * import { LinkMessageError } from "./node_link.ts";
+   * import { LinkMessageError } from "./messages.ts";
    *
    * if (new LinkMessageError("bad").name !== "LinkMessageError") throw new Error();
    * ```
@@ -238,7 +238,7 @@ const _UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
  *
  * @example
  * ```ts
- * import { isValidNodeId } from "./node_link.ts";
+ * import { isValidNodeId } from "./messages.ts";
  *
  * if (!isValidNodeId("gpu-a.1") || isValidNodeId("bad name") || isValidNodeId("")) {
  *   throw new Error();
@@ -254,7 +254,7 @@ export function isValidNodeId(value: unknown): value is string {
  *
  * @example
  * ```ts
- * import { bearer } from "./node_link.ts";
+ * import { bearer } from "./messages.ts";
  *
  * if (bearer("s3cret") !== "Bearer s3cret") throw new Error();
  * ```
@@ -269,7 +269,7 @@ export function bearer(token: string): string {
  *
  * @example
  * ```ts
- * import { bearerMatches } from "./node_link.ts";
+ * import { bearerMatches } from "./messages.ts";
  *
  * if (!bearerMatches("Bearer s3cret", "s3cret") || bearerMatches("Bearer s3crex", "s3cret")) {
  *   throw new Error();
@@ -288,11 +288,25 @@ export function bearerMatches(header: string | null, token: string | null): bool
 }
 
 /**
+ * The error for an empty `KCORAL_NODE_TOKEN` (Router and routed node alike): a token that is
+ * set must not be empty; unset the variable for no token.
+ *
+ * @example
+ * ```ts
+ * import { EMPTY_NODE_TOKEN_VARIABLE } from "./messages.ts";
+ *
+ * if (!EMPTY_NODE_TOKEN_VARIABLE.startsWith("KCORAL_NODE_TOKEN")) throw new Error();
+ * ```
+ */
+export const EMPTY_NODE_TOKEN_VARIABLE =
+  "KCORAL_NODE_TOKEN must not be empty (unset it for no token)";
+
+/**
  * One data frame: `0x01`, the request id, the bytes.
  *
  * @example
  * ```ts
- * import { decodeDataFrame, encodeDataFrame } from "./node_link.ts";
+ * import { decodeDataFrame, encodeDataFrame } from "./messages.ts";
  *
  * const id = "0f6c2b4e-1111-4222-8333-444455556666";
  * const frame = encodeDataFrame(id, new Uint8Array([7, 8]));
@@ -325,7 +339,7 @@ export interface DataFrame {
  *
  * @example
  * ```ts
- * import { decodeDataFrame, LinkMessageError } from "./node_link.ts";
+ * import { decodeDataFrame, LinkMessageError } from "./messages.ts";
  *
  * try {
  *   decodeDataFrame(new Uint8Array([2]));
@@ -369,7 +383,7 @@ const _utf8 = new TextEncoder();
  *
  * @example
  * ```ts
- * import { decodeWholeFrame, encodeWholeFrame } from "./node_link.ts";
+ * import { decodeWholeFrame, encodeWholeFrame } from "./messages.ts";
  *
  * const id = "0f6c2b4e-1111-4222-8333-444455556666";
  * const frame = encodeWholeFrame(
@@ -411,7 +425,7 @@ export interface WholeFrame {
  *
  * @example
  * ```ts
- * import { isWholeFrame } from "./node_link.ts";
+ * import { isWholeFrame } from "./messages.ts";
  *
  * if (!isWholeFrame(new Uint8Array([2])) || isWholeFrame(new Uint8Array([1]))) throw new Error();
  * ```
@@ -427,7 +441,7 @@ export function isWholeFrame(frame: Uint8Array): boolean {
  *
  * @example
  * ```ts
- * import { decodeWholeFrame, LinkMessageError } from "./node_link.ts";
+ * import { decodeWholeFrame, LinkMessageError } from "./messages.ts";
  *
  * try {
  *   decodeWholeFrame(new Uint8Array([2, 0, 0]));
@@ -471,7 +485,7 @@ export function decodeWholeFrame(frame: Uint8Array): WholeFrame {
  *
  * @example
  * ```ts
- * import { encodeMessage } from "./node_link.ts";
+ * import { encodeMessage } from "./messages.ts";
  *
  * if (encodeMessage({ t: "ack" }) !== '{"t":"ack"}') throw new Error();
  * ```
@@ -532,7 +546,7 @@ const _CANCEL_REASONS = new Set<string>([
  *
  * @example
  * ```ts
- * import { parseControlMessage } from "./node_link.ts";
+ * import { parseControlMessage } from "./messages.ts";
  *
  * const status = parseControlMessage(JSON.stringify({
  *   t: "status", node_id: "gpu-a", server_healthy: false, supervisor_instance_id: "s1",
@@ -583,7 +597,7 @@ export function parseControlMessage(text: string): ControlMessage {
  *
  * @example
  * ```ts
- * import { parseSlotMessage } from "./node_link.ts";
+ * import { parseSlotMessage } from "./messages.ts";
  *
  * const m = parseSlotMessage(
  *   '{"t":"credit","request_id":"0f6c2b4e-1111-4222-8333-444455556666","frames":4}',

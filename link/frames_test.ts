@@ -1,5 +1,5 @@
 /**
- * The node link's whole frames (protocol/node_link.ts): what they carry round trip, and every
+ * The node link's whole frames (link/messages.ts): what they carry round trip, and every
  * malformed one refused with a LinkMessageError naming the problem.
  */
 import assert from "node:assert/strict";
@@ -10,7 +10,7 @@ import {
   MAX_DATA_BYTES,
   parseSlotMessage,
   type RequestHead,
-} from "../protocol/node_link.ts";
+} from "./messages.ts";
 
 const id = "0f6c2b4e-1111-4222-8333-444455556666";
 const head: RequestHead = {

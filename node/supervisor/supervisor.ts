@@ -41,8 +41,8 @@
  *
  * @module
  */
-import { isValidNodeId } from "../../protocol/node_link.ts";
-import { Backoff, sleepUnlessAborted, withJitter } from "./backoff.ts";
+import { isValidNodeId } from "../../link/messages.ts";
+import { Backoff, sleepUnlessAborted, withJitter } from "../../link/backoff.ts";
 import { ControlLink, controlUrl, NodeReport } from "./control_link.ts";
 import { type ProbeResult, probeServer } from "./probe.ts";
 import { type ChildCommand, DescendantsSurvivedError, ProcessTree } from "./process_tree.ts";
@@ -51,7 +51,7 @@ export type { ChildCommand } from "./process_tree.ts";
 
 /**
  * The supervisor's timings: the advanced options of `kcoral server --router`
- * (router/supervisor/options.ts). Durations are in seconds.
+ * (node/supervisor/options.ts). Durations are in seconds.
  */
 export interface SupervisorTimings {
   /** Between probes, and between control heartbeats. */

@@ -1,16 +1,11 @@
 /**
- * The supervisor's local health probe (router/supervisor/probe.ts, spec router §5.2): the
+ * The supervisor's local health probe (node/supervisor/probe.ts, spec router §5.2): the
  * success rules, the timeout, no redirects, no proxy, and the probe origin of wildcard, IPv6
  * and specific-interface binds (the endpoint answers loopback peers only).
  */
 import assert from "node:assert/strict";
-import {
-  parseWorkerStatus,
-  probeOrigin,
-  probeServer,
-  WORKER_STATUS_PATH,
-} from "../router/supervisor/probe.ts";
-import { freePort } from "./fixtures/supervisor/helpers.ts";
+import { parseWorkerStatus, probeOrigin, probeServer, WORKER_STATUS_PATH } from "./probe.ts";
+import { freePort } from "../../tests/fixtures/supervisor/helpers.ts";
 
 const GOOD = {
   status: "ok",
