@@ -23,6 +23,8 @@ export const RUNTIME_FILE_LIST: Readonly<
     import("./kcoral_runtime/compat/kcoral/builtins.py", { with: { type: "text" } }),
   "compat/kcoral/errors.py": () =>
     import("./kcoral_runtime/compat/kcoral/errors.py", { with: { type: "text" } }),
+  "cuda_driver.py": () =>
+    import("./kcoral_runtime/cuda_driver.py", { with: { type: "text" } }),
   "cuda_guard.py": () =>
     import("./kcoral_runtime/cuda_guard.py", { with: { type: "text" } }),
   "cupti_activity.py": () =>

@@ -3,7 +3,10 @@
 It applies its ``env``/``unset`` first, does what needs no lease at once (a GPU child
 initialises the driver: ``backend.prepare()``), waits for ``init`` (creates the device context,
 under the server's lease; answers ``ready`` or ``init_failed``), then serves ``run`` frames until
-it retires. Until ``init`` it is not dumpable, so the program of the seat's previous child, which
+it retires. An ``init`` with ``"context": false`` (sent without the lease) only learns the
+devices: the context is created by the first instruction that takes the lease, and a request
+that never does (a ``kcoral run`` script, whose processes take the lease through the gate)
+leaves none to create or tear down (``ready`` says ``"context": "deferred"``). Until ``init`` it is not dumpable, so the program of the seat's previous child, which
 may still be exiting beside it, cannot trace it or write into its memory. Every exit is an
 ``os._exit``: no interpreter teardown, no atexit handlers inherited from the zygote.
 
@@ -119,7 +122,7 @@ class Child:
             kind = msg.get("t")
             if kind == "init":
                 if self.engine is None:
-                    self._init()
+                    self._init(msg.get("context") is not False)
                 else:
                     log("ignoring a second init")
             elif kind == "run":
@@ -131,7 +134,7 @@ class Child:
             else:
                 log(f"ignoring a {kind!r} frame")
 
-    def _init(self) -> None:
+    def _init(self, context: bool = True) -> None:
         # The seat's last child is gone (the server waits for its exit report, which waits for
         # its leftover processes): from here on we may be traced as a program expects.
         procs.set_dumpable(True)
@@ -147,11 +150,12 @@ class Child:
             try:
                 backend = self.backend
                 assert backend is not None
-                target, device_uuids = backend.init()
+                target, device_uuids = backend.init(context)
                 install_cpu_only_guard(backend.mode)
                 lease: Any = Lease(self.channel, backend) if backend.uses_lease else NoLease()
-                # After the context exists (the driver read its injection variable already):
-                # the processes of our requests take the lease at their first CUDA call.
+                # After cuInit (the driver read its injection variable already; a deferred
+                # context needs a successful cuInit too): the processes of our requests take
+                # the lease at their first CUDA call, this one never.
                 gpu_gate = gate.start(lease) if backend.uses_lease else None
                 engine = Engine(backend, lease, self._notify_instr, gpu_gate)
                 engine.snapshot_state()
@@ -171,9 +175,11 @@ class Child:
         self.engine = engine
         gc.collect()
         gc.freeze()  # what init created lives as long as we do: keep it out of later collections
-        self.channel.send(
-            Ready(t="ready", target=target, versions=self.versions, device_uuids=device_uuids)
-        )
+        ready = Ready(t="ready", target=target, versions=self.versions, device_uuids=device_uuids)
+        backend = self.backend
+        if backend is not None and backend.uses_lease:
+            ready["context"] = "deferred" if backend.context_pending else "created"
+        self.channel.send(ready)
 
     def _run(self, req: Dict[str, Any]) -> None:
         assert self.engine is not None

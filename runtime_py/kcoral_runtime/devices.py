@@ -1,7 +1,8 @@
 """Worker modes and their device backends.
 
 * ``gpu``: torch on CUDA. The zygote imports torch but never creates a CUDA context; a child
-  creates it on ``init`` (under the server's lease).
+  creates it on ``init`` (under the server's lease), or, when ``init`` defers it
+  (``context=False``), at the first instruction that takes the lease (``ensure_context``).
 * ``sim``: simulated GPUs for machines without one (design.md §5). Tensors stay torch CPU
   tensors, lease messages are exactly those of ``gpu`` mode, target is ``{"arch":"simulated"}``.
   With ``--sim-devices N`` the devices are ``sim-0`` .. ``sim-<N-1>``; ``CUDA_VISIBLE_DEVICES``
@@ -31,7 +32,7 @@ import sys
 import warnings
 from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple
 
-from . import cabi
+from . import cabi, cuda_driver
 from .builtins import ARCH_ENV
 from .errors import ExecutionError
 from .libraries import LibraryLoader, LoadedLibrary
@@ -185,13 +186,21 @@ class CpuBackend:
     def __init__(self, versions: Dict[str, str]) -> None:
         self.versions = versions
         self.libraries = LibraryLoader()
+        # ``init`` deferred the device context and nothing has created it since: until
+        # ``ensure_context``, nothing here touches a device (drains and frees are no-ops).
+        self.context_pending = False
 
     def prepare(self) -> None:
         """Work that needs no lease, done as soon as the child is forked (nothing here)."""
 
-    def init(self) -> Tuple[Dict[str, str], List[str]]:
-        """Create the device context; returns (target, device_uuids)."""
+    def init(self, context: bool = True) -> Tuple[Dict[str, str], List[str]]:
+        """Create the device context (``context=False``: only learn the devices, leaving the
+        context to ``ensure_context``); returns (target, device_uuids)."""
         return {}, []
+
+    def ensure_context(self) -> None:
+        """Create the device context ``init`` deferred (call under the lease); no-op when it
+        exists. CPU workers have none."""
 
     def load_tensor(self, blob_path: str, dtype: str, shape: Sequence[int]) -> Any:
         raise ExecutionError("unavailable", "tensor uploads require a GPU worker")
@@ -232,11 +241,23 @@ class SimBackend(CpuBackend):
         self.torch = torch
         self.tensor_type = torch.Tensor
         self.sim_devices = sim_devices
+        # How many times a (simulated) context was created: once, at ``init`` or later.
+        self.contexts_created = 0
         super().__init__(versions)
 
-    def init(self) -> Tuple[Dict[str, str], List[str]]:
+    def init(self, context: bool = True) -> Tuple[Dict[str, str], List[str]]:
         devices = visible_sim_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), self.sim_devices)
+        if context:
+            self.contexts_created += 1
+        else:
+            self.context_pending = True
         return {"arch": "simulated"}, devices
+
+    def ensure_context(self) -> None:
+        """Simulated: records that the context was created, as a GPU worker would create it."""
+        if self.context_pending:
+            self.context_pending = False
+            self.contexts_created += 1
 
     def _dtype(self, name: str) -> Any:
         dtype = getattr(self.torch, name, None) if name in DTYPE_ITEM_SIZES else None
@@ -265,7 +286,8 @@ class GpuBackend(SimBackend):
 
     def __init__(self, versions: Dict[str, str]) -> None:
         super().__init__(versions, 0)
-        self.device_count = 0
+        self.device_count = 0  # devices with a context (0 until it exists)
+        self._driver: Optional[cuda_driver.Driver] = None
         self._cudart: Optional[_CudaErrors] = None
         self._pinned: Optional[PinnedBlobCache] = None
 
@@ -293,7 +315,9 @@ class GpuBackend(SimBackend):
         the lease, which also reports any failure (a failed ``cuInit`` here is retried there).
         """
         try:
-            ctypes.CDLL("libcuda.so.1").cuInit(0)
+            driver = cuda_driver.Driver.load()
+            driver.init()
+            self._driver = driver
         except (OSError, AttributeError):
             pass  # init() meets the same problem under the lease and reports it as torch does
         try:
@@ -301,7 +325,53 @@ class GpuBackend(SimBackend):
         except RuntimeError:
             self._cudart = None  # init() loads it again and reports the failure
 
-    def init(self) -> Tuple[Dict[str, str], List[str]]:
+    def _initialised_driver(self) -> Optional[cuda_driver.Driver]:
+        """The driver, when ``cuInit`` has succeeded in this process (``prepare``, or once more
+        here, still before the gate names its library in ``CUDA_INJECTION64_PATH``)."""
+        driver = self._driver
+        if driver is None:
+            try:
+                driver = self._driver = cuda_driver.Driver.load()
+            except (OSError, AttributeError):
+                return None
+        if not driver.initialized:
+            try:
+                driver.init()
+            except AttributeError:
+                return None
+        return driver if driver.initialized else None
+
+    def init(self, context: bool = True) -> Tuple[Dict[str, str], List[str]]:
+        """The devices, with their contexts (under the lease), or with ``context=False`` without
+        them: count, compute capability and UUIDs come from the driver API, which creates no
+        context, and ``ensure_context`` creates them later. Deferring needs a driver initialised
+        before the gate starts (the gate's library must not be this worker's own injection);
+        where ``cuInit`` fails the contexts are created here, as torch reports that failure."""
+        if not context:
+            driver = self._initialised_driver()
+            if driver is not None:
+                return self._devices_without_context(driver)
+        return self._create_context()
+
+    def _devices_without_context(
+        self, driver: cuda_driver.Driver
+    ) -> Tuple[Dict[str, str], List[str]]:
+        count = driver.device_count()
+        if count == 0:
+            raise RuntimeError("no CUDA device is visible to this worker")
+        uuids = [driver.uuid(index) for index in range(count)]
+        target = self._target(*driver.capability(0))
+        self.context_pending = True
+        return target, uuids
+
+    def ensure_context(self) -> None:
+        """Creates the contexts ``init`` deferred, as ``init`` creates them (call under the
+        lease); no-op once they exist."""
+        if self.context_pending:
+            self._create_context()
+            self.context_pending = False
+
+    def _create_context(self) -> Tuple[Dict[str, str], List[str]]:
         torch = self.torch
         torch.cuda.init()
         count = torch.cuda.device_count()
@@ -313,14 +383,18 @@ class GpuBackend(SimBackend):
         for index in range(count):
             torch.empty(1, device=f"cuda:{index}")  # creates the context on every device
             torch.cuda.synchronize(index)
-        major, minor = torch.cuda.get_device_capability(0)
+        target = self._target(*torch.cuda.get_device_capability(0))
+        uuids = [format_uuid(torch.cuda.get_device_properties(i).uuid) for i in range(count)]
+        return target, uuids
+
+    @staticmethod
+    def _target(major: int, minor: int) -> Dict[str, str]:
         arch, arch_list = arch_of(major, minor)
         # cpu_only compiles read these instead of querying the driver off-lease:
         # tvm_ffi.cpp builds and kcoral_runtime.builtins.compile_cuda (its default arch).
         os.environ.setdefault("TVM_FFI_CUDA_ARCH_LIST", arch_list)
         os.environ.setdefault(ARCH_ENV, arch)
-        uuids = [format_uuid(torch.cuda.get_device_properties(i).uuid) for i in range(count)]
-        return {"arch": arch}, uuids
+        return {"arch": arch}
 
     def load_tensor(self, blob_path: str, dtype: str, shape: Sequence[int]) -> Any:
         torch = self.torch
@@ -377,7 +451,7 @@ class GpuBackend(SimBackend):
                 gc.enable()
 
     def synchronize(self) -> None:
-        """Drain every visible device; raises on a (sticky) CUDA error."""
+        """Drain every device with a context; raises on a (sticky) CUDA error."""
         for index in range(self.device_count):
             self.torch.cuda.synchronize(index)
 
@@ -385,17 +459,23 @@ class GpuBackend(SimBackend):
         """Drain, and give back what the allocator caches beyond what is allocated.
         ``empty_cache`` with nothing to give back costs ~0.5 us on the H200; asking first
         (``memory_reserved``/``memory_allocated`` flatten torch's whole statistics table) cost
-        far more than that."""
+        far more than that. Nothing to do before the context exists."""
+        if self.context_pending:
+            return
         self.synchronize()
         self.torch.cuda.empty_cache()
 
     def take_last_error(self) -> Optional[str]:
+        """CUDA's pending error (``None`` before the context exists: nothing ran)."""
+        if self.context_pending:
+            return None
         if self._cudart is None:
             self._cudart = _CudaErrors.load(self.torch)
         return self._cudart.take_last_error()
 
     def empty_cache(self) -> None:
-        self.torch.cuda.empty_cache()
+        if not self.context_pending:
+            self.torch.cuda.empty_cache()
 
 
 class _CudaErrors:

@@ -134,7 +134,8 @@ class Engine:
         outcome, which carries their verdict; the file checks (descriptors, mappings) run in
         ``finish_request``, right after the answer. The lease goes back as
         soon as what needs it is done (``_sandbox_hygiene``); a retiring child takes it again
-        before its outcome, so that its exit stays under the lease.
+        before its outcome, so that its exit stays under the lease, unless its context was
+        deferred and never created (``_drain``).
         """
         instructions: List[Dict[str, Any]] = json.loads(req["program"])["instructions"]
         sandbox = bool(req.get("sandbox", False))
@@ -287,7 +288,10 @@ class Engine:
         """Hold or drop the GPU lease for the instruction about to run (spec protocol §2.5).
 
         With the gate, a ``kcoral run`` tool's own instructions (``_place_tool``) are the
-        exception: its processes take the lease at their first CUDA call."""
+        exception: its processes take the lease at their first CUDA call. In a worker whose
+        context ``init`` deferred, the first instruction that takes the lease creates it, and a
+        ``cpu_only`` run first does so under the lease; file and bytes uploads, path returns and
+        a tool's instructions never create it."""
         if not self.backend.uses_lease:
             return
         if ins["op"] == "upload" and ins.get("kind") == "library":
@@ -309,9 +313,31 @@ class Engine:
                 return
         elif op == "run":
             if ins["fn"]["$ref"] in cpu_only:
+                # A stray CUDA call in the function must not be the one that creates the context.
+                self._context_under_lease()
                 self.lease.release()
                 return
         self.lease.acquire()
+        self._ensure_context()
+
+    def _ensure_context(self) -> None:
+        """Creates the context ``init`` deferred (the lease is held); a failure fails the
+        instruction."""
+        if not self.backend.context_pending:
+            return
+        try:
+            self.backend.ensure_context()
+        except Exception as exc:
+            raise ExecutionError(
+                "runtime", f"creating the CUDA context failed: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _context_under_lease(self) -> None:
+        """Before code runs without the lease in a worker whose context ``init`` deferred: the
+        context, created under the lease (which is then held)."""
+        if self.backend.context_pending:
+            self.lease.acquire()
+            self._ensure_context()
 
     def _place_tool(self, ins: Dict[str, Any], request: _Request) -> bool:
         """Places the lease for an instruction of a recognised ``kcoral run`` tool; ``False``
@@ -355,7 +381,11 @@ class Engine:
     def _drain(
         self, error: Optional[Dict[str, Any]], index: int, ins: Dict[str, Any]
     ) -> Tuple[Optional[Dict[str, Any]], bool]:
-        """Re-acquire, synchronize and consume CUDA's last error. Returns (error, poisoned)."""
+        """Re-acquire, synchronize and consume CUDA's last error. Returns (error, poisoned).
+        A worker whose context was deferred and never created has nothing to drain, and its
+        exit tears down no context: it neither takes the lease nor creates the context here."""
+        if self.backend.context_pending:
+            return error, False
         self.lease.acquire()
         try:
             self.backend.synchronize()
@@ -558,6 +588,9 @@ class Engine:
         the whole-run lease."""
         if self.requests == 1 and not request.foreign_code:
             return fn(*args)
+        if self.backend.context_pending:  # the guard watches a context: create it first
+            self._context_under_lease()
+            self.lease.release()
         started = False
 
         def body(*call_args: Any) -> Any:
@@ -572,6 +605,7 @@ class Engine:
                 raise
         log("the CUDA guard is unavailable: this tool run holds the lease throughout")
         self.lease.acquire()
+        self._ensure_context()
         return fn(*args)
 
     def _return_path(self, ins: Dict[str, Any], request: _Request) -> None:

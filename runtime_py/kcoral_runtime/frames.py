@@ -49,9 +49,13 @@ class Workspace(TypedDict):
 # ---------------------------------------------------------------- server -> child (relayed)
 
 
-class Init(TypedDict):
+class _InitRequired(TypedDict):
     t: str  # "init"
     c: int
+
+
+class Init(_InitRequired, total=False):
+    context: bool  # False: learn the devices only, the context comes with the first lease
 
 
 class _RunRequired(TypedDict):
@@ -125,11 +129,15 @@ class ZygoteFailed(TypedDict):
 # ---------------------------------------------------------------- child -> server (relayed)
 
 
-class Ready(TypedDict):
+class _ReadyRequired(TypedDict):
     t: str  # "ready"
     target: Dict[str, str]
     versions: Dict[str, str]
     device_uuids: List[str]
+
+
+class Ready(_ReadyRequired, total=False):
+    context: str  # GPU and simulated workers: "created" | "deferred"
 
 
 class InitFailed(TypedDict):

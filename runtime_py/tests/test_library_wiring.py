@@ -335,6 +335,7 @@ class _FakeCudaBackend:
     uses_lease = True
     torch = None
     tensor_type = None
+    context_pending = False
 
     def __init__(self, mode: str, prepare_error: Optional[BaseException] = None) -> None:
         self.mode = mode
@@ -348,7 +349,7 @@ class _FakeCudaBackend:
         if self.prepare_error is not None:
             raise self.prepare_error
 
-    def init(self) -> Tuple[Dict[str, str], List[str]]:
+    def init(self, context: bool = True) -> Tuple[Dict[str, str], List[str]]:
         self.calls.append("init")
         return {"arch": "sm_90a"}, ["GPU-fake"]
 
@@ -375,7 +376,7 @@ def test_child_init_installs_the_guard_after_init(monkeypatch, mode, installed) 
         gc.unfreeze()
         frame = FrameSocket(theirs).recv()
         assert frame == {"t": "ready", "target": {"arch": "sm_90a"}, "versions": {"v": "1"},
-                         "device_uuids": ["GPU-fake"]}
+                         "device_uuids": ["GPU-fake"], "context": "created"}
         assert made == [mode]
         factory = devices.cpu_only_guard_factory()
         assert (factory is cuda_guard.cpu_only_guard) if installed else factory is None
