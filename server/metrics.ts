@@ -13,6 +13,7 @@
  *  request_accepted ─▶ kcoral_request_bytes_total
  *  worker_retired   ─▶ kcoral_worker_replacements_total{reason}
  *  worker_ready     ─▶ kcoral_worker_replacement_seconds (retired → ready again)
+ *                      kcoral_workers_ready_total{context} (created, deferred, none on CPU)
  *  connection_cut   ─▶ kcoral_connections_cut_total{reason} (timeouts, malformed, over the bound)
  *  scrape           ─▶ kcoral_requests_in_flight, kcoral_requests_queued, kcoral_workers{device,state},
  *                      kcoral_cache_{hits,misses,evictions}_total{cache}, kcoral_cache_bytes{cache},
@@ -91,6 +92,7 @@ export class ServerMetrics {
   readonly #responseBytes: Counter;
   readonly #replacements: Counter<"reason">;
   readonly #replacementSeconds: Histogram;
+  readonly #workersReady: Counter<"context">;
   readonly #connectionsCut: Counter<"reason">;
 
   /** Observes `events`; `sources` gives the running parts (or `null`) at scrape time. */
@@ -154,6 +156,13 @@ export class ServerMetrics {
       name: "kcoral_worker_replacement_seconds",
       help: "Time from a worker's retirement to its replacement being ready.",
       buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+      registers,
+    });
+    this.#workersReady = new Counter({
+      name: "kcoral_workers_ready_total",
+      help: "Workers that became ready, by context: created (at initialization, under the " +
+        "lease), deferred (to the first instruction that takes the lease), none (CPU).",
+      labelNames: ["context"],
       registers,
     });
     new Gauge({
@@ -295,6 +304,7 @@ export class ServerMetrics {
         this.#connectionsCut.inc({ reason: _text(record.reason, "unknown") });
         return;
       case "worker_ready": {
+        this.#workersReady.inc({ context: _text(record.context, "none") });
         const id = String(record.worker_id);
         const since = this.#retiredAt.get(id);
         if (since !== undefined) {

@@ -295,8 +295,9 @@ def test_a_deferred_worker_s_script_takes_the_lease_only_through_its_process(
     child = _fresh_child(gated_zygote, False)
     outcome, seen, _ = run_serving(gated_zygote, child, req)
     completed(outcome)
-    # The process's hold, and no drain after it (the worker has no context to drain or tear down).
-    assert seen == ["acquire", "release", "outcome"], seen
+    # The process's hold, and no drain after it (the worker has no context to drain or tear
+    # down); the hold ends with the outcome when the gate had not yet seen the process's exit.
+    assert seen in (["acquire", "release", "outcome"], ["acquire", "outcome"]), seen
     assert child.wait_exited()["code"] == 0
 
 

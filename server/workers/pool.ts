@@ -7,13 +7,18 @@
  * that takes it waits for the rest of that. A retiring child is replaced in the background: the next
  * child is forked at once, and its device context is created under the per-GPU initialization
  * gate and the lease, after the old child is gone (beside another seat's teardown when no ready
- * worker waits on that GPU: server/workers/lease.ts).
+ * worker waits on that GPU: server/workers/lease.ts). A fresh worker's replacement whose requests
+ * are already waiting for a seat (or start waiting while its initialization waits for the gate or
+ * the lease) defers its context instead (`init` with `"context": false`, neither gate nor lease):
+ * the first instruction that takes the lease creates it, and a script request never does
+ * (docs/decisions/deferred-worker-context.md).
  *
  * ```
  *   starting ──▶ idle ◀──────────── busy ──(kept child)──▶ idle, readied in the background
  *                 ▲                  │
  *                 └── replacing ◀────┘ (retiring child: worker_retired, fork, wait for the old
- *                                       one to exit, init under gate + lease, worker_ready)
+ *                                       one to exit, init under gate + lease or with its context
+ *                                       deferred, worker_ready)
  * ```
  *
  * One module on purpose (~500 lines): choosing, readying and replacing seats are one state
@@ -26,7 +31,7 @@ import type { EventLog } from "../../http/events.ts";
 import { emptyDirectory, SeatWorkspaces } from "./workspace.ts";
 import type { GpuLeases, LeaseHolder } from "./lease.ts";
 import { Slot, type SlotCommand } from "./slot.ts";
-import type { ChildReady, SeatChild, SeatSlot } from "./worker_handles.ts";
+import type { ChildInit, ChildReady, SeatChild, SeatSlot } from "./worker_handles.ts";
 
 /** Seat states. `replacing` seats do not count in `request_capacity`. */
 export type SeatState = "starting" | "idle" | "busy" | "replacing" | "broken";
@@ -108,6 +113,8 @@ export class WorkerPool {
   #idle = new Map<string, Seat[]>(); // per GPU key, LIFO
   #assigned = new Map<string, number>(); // per GPU key
   #waiters: _Waiter[] = [];
+  // Called when a request starts waiting for a seat (initializations that may defer a context).
+  #waiterSignals = new Set<() => void>();
   #closing = false;
   #inProgress = 0;
   #background = new Set<Promise<void>>();
@@ -248,6 +255,7 @@ export class WorkerPool {
       const timer = setTimeout(() => leave(new PoolBusy()), timeoutMs);
       signal?.addEventListener("abort", left, { once: true });
       this.#waiters.push(waiter);
+      for (const waiting of [...this.#waiterSignals]) waiting();
     });
   }
 
@@ -416,7 +424,10 @@ export class WorkerPool {
     );
   }
 
-  /** Forks and initializes a new child on `seat` (under gate and lease on GPU servers). */
+  /**
+   * Forks (or takes the pre-forked `forked`) and initializes a new child on `seat`: at startup
+   * or without leases at once, a replacement on a GPU server as `#initReplacement` says.
+   */
   async #newChild(seat: Seat, startup = false, forked?: Promise<SeatChild>): Promise<ChildReady> {
     const { env, unset } = this.#options.childEnv(seat);
     const child = await (forked ?? seat.slot!.fork({
@@ -426,37 +437,16 @@ export class WorkerPool {
     }));
     seat.generation++;
     const leases = this.#options.leases;
-    let ready: ChildReady;
     let initMs = 0;
-    const init = async () => {
+    const init = async (options: ChildInit) => {
       const start = performance.now();
-      const result = await child.init();
+      const result = await child.init(options);
       initMs = performance.now() - start;
       return result;
     };
-    if (leases && !startup) {
-      const open = await leases.initializationGate(seat.gpus);
-      const key = _key(seat);
-      const holder: LeaseHolder = {
-        id: `init:${seat.label}`,
-        initialization: true,
-        // Beside a retiring worker's teardown only while no ready worker waits on these GPUs:
-        // then no request could use them before this context exists anyway.
-        joinsTeardown: () => (this.#idle.get(key)?.length ?? 0) === 0,
-      };
-      try {
-        await leases.acquire(holder, seat.gpus);
-        try {
-          ready = await init();
-        } finally {
-          leases.release(holder);
-        }
-      } finally {
-        open();
-      }
-    } else {
-      ready = await init();
-    }
+    const ready = leases && !startup
+      ? await this.#initReplacement(seat, leases, init)
+      : await init({});
     seat.child = child;
     // Nothing becomes ready once shutdown has begun (the slot's stop takes this child too).
     if (this.#closing && !startup) return ready;
@@ -468,8 +458,66 @@ export class WorkerPool {
       device: seat.gpus.length ? seat.gpus.join(",") : "cpu",
       arch: ready.target.arch ?? null,
       init_ms: initMs,
+      context: ready.context ?? null,
     });
     return ready;
+  }
+
+  /**
+   * Initializes a replacement child on a GPU server: its context under the per-GPU
+   * initialization gate and the lease, so that creating it never overlaps a request. A fresh
+   * worker (one request per worker) defers its context instead when requests wait for a seat,
+   * already or from before the gate and the lease are its: such a request waits for this seat,
+   * and the context would only be created before it (that of a script request, whose processes
+   * take the lease through the gate, never).
+   */
+  async #initReplacement(
+    seat: Seat,
+    leases: GpuLeases,
+    init: (options: ChildInit) => Promise<ChildReady>,
+  ): Promise<ChildReady> {
+    const deferrable = this.#options.maxRequestsPerWorker === 1;
+    if (deferrable && this.#waiters.length > 0) return await init({ deferContext: true });
+    let onWaiter = () => {};
+    const waiter = new Promise<"waiter">((resolve) => (onWaiter = () => resolve("waiter")));
+    if (deferrable) this.#waiterSignals.add(onWaiter);
+    const stopWatching = () => this.#waiterSignals.delete(onWaiter);
+    try {
+      const gate = leases.initializationGate(seat.gpus);
+      const open = await Promise.race([gate, waiter]);
+      if (open === "waiter") {
+        gate.then((opened) => opened()); // its turn at the gate passes at once
+        stopWatching();
+        return await init({ deferContext: true });
+      }
+      const key = _key(seat);
+      const holder: LeaseHolder = {
+        id: `init:${seat.label}`,
+        initialization: true,
+        // Beside a retiring worker's teardown only while no ready worker waits on these GPUs:
+        // then no request could use them before this context exists anyway.
+        joinsTeardown: () => (this.#idle.get(key)?.length ?? 0) === 0,
+      };
+      try {
+        const acquired = leases.acquire(holder, seat.gpus);
+        await Promise.race([acquired, waiter]);
+        stopWatching();
+        if (leases.heldBy(holder).length > 0) { // granted, even if a request came as well
+          try {
+            return await init({});
+          } finally {
+            leases.release(holder);
+          }
+        }
+        acquired.catch(() => {}); // cancelled: the replacement is not waiting any more
+        leases.cancel(holder);
+      } finally {
+        open();
+      }
+      return await init({ deferContext: true });
+    } finally {
+      stopWatching();
+    }
   }
 
   async #replace(seat: Seat, oldExit: Promise<unknown>, reason: string): Promise<void> {

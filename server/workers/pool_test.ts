@@ -1,13 +1,14 @@
 /**
  * The worker pool with fake slots and children (no processes): seat choice and the FIFO, a seat
  * readied in the background after a request, retirement and replacement under the
- * initialization gate and the lease, a seat that cannot be readied, and shutdown.
+ * initialization gate and the lease (or, for a fresh worker whose requests wait, with its context
+ * deferred and neither), a seat that cannot be readied, and shutdown.
  */
 import assert from "node:assert/strict";
 import { EventLog } from "../../http/events.ts";
 import { GpuLeases } from "./lease.ts";
 import { PoolBusy, type Seat, WorkerPool } from "./pool.ts";
-import type { ChildExit, ChildReady, SeatChild, SeatSlot } from "./worker_handles.ts";
+import type { ChildExit, ChildInit, ChildReady, SeatChild, SeatSlot } from "./worker_handles.ts";
 
 class FakeChild implements SeatChild {
   static count = 0;
@@ -16,15 +17,23 @@ class FakeChild implements SeatChild {
   readonly exited: Promise<ChildExit>;
   readonly slot = { stderrSeen: 0, stderrTail: () => "", hello: null };
   inits = 0;
+  /** Whether each `init` deferred the context. */
+  deferred: boolean[] = [];
   #exit!: (exit: ChildExit) => void;
 
   constructor(readonly onInit: () => void = () => {}) {
     this.exited = new Promise((resolve) => (this.#exit = resolve));
   }
-  init(): Promise<ChildReady> {
+  init(options: ChildInit = {}): Promise<ChildReady> {
     this.inits++;
+    this.deferred.push(options.deferContext === true);
     this.onInit();
-    return Promise.resolve({ target: { arch: "fake" }, versions: {}, deviceUuids: [] });
+    return Promise.resolve({
+      target: { arch: "fake" },
+      versions: {},
+      deviceUuids: [],
+      context: options.deferContext ? "deferred" : "created",
+    });
   }
   die(): void {
     this.exit = { code: 0, signal: null, orphans: false, slotDied: false };
@@ -253,5 +262,101 @@ Deno.test("pool: a new context is created beside a teardown only when no ready w
     } finally {
       await close();
     }
+  }
+});
+
+/** Waits (a macrotask at a time) until `done()`; fails after `limit` rounds. */
+async function until(done: () => boolean, what: string, limit = 2000): Promise<void> {
+  for (let i = 0; !done(); i++) {
+    if (i >= limit) throw new Error(`never: ${what}`);
+    await new Promise((r) => setTimeout(r, 1));
+  }
+}
+
+Deno.test("pool: a fresh worker's replacement defers its context while requests wait", async () => {
+  const { pool, leases, log, slots, initUnderLease, close } = await fakePool({
+    perGpu: 1,
+    maxRequests: 1,
+  });
+  try {
+    const seat = await pool.acquire(1000);
+    const old = seat.child as FakeChild;
+    pool.release(seat, { oldExit: old.exited, reason: "request_limit" });
+    const waiting = pool.acquire(5000); // a request waits for the seat being replaced
+    assert.equal(pool.load().requests_waiting, 1);
+    old.die();
+    const next = await waiting;
+    const child = slots.get(seat.label)!.children[1];
+    assert.equal(next.child, child);
+    assert.deepEqual(child.deferred, [true], "init with context: false");
+    assert.deepEqual(initUnderLease, [false, false], "neither at startup nor now under the lease");
+    assert.equal(leases.timeline(0)!.holds.filter((h) => h.initialization).length, 0);
+    const ready = log.filter((e) => e.event === "worker_ready");
+    assert.deepEqual(ready.map((e) => e.context), ["created", "deferred"]);
+    pool.release(next, null);
+  } finally {
+    await close();
+  }
+});
+
+Deno.test("pool: with no request waiting, a fresh worker's replacement creates its context", async () => {
+  const { pool, log, slots, initUnderLease, close } = await fakePool({ perGpu: 2, maxRequests: 1 });
+  try {
+    const seat = await pool.acquire(1000);
+    const old = seat.child as FakeChild;
+    pool.release(seat, { oldExit: old.exited, reason: "request_limit" });
+    old.die();
+    await pool.settled();
+    assert.deepEqual(slots.get(seat.label)!.children[1].deferred, [false]);
+    assert.deepEqual(initUnderLease, [false, false, true], "the replacement under the lease");
+    assert.equal(log.filter((e) => e.event === "worker_ready").at(-1)!.context, "created");
+  } finally {
+    await close();
+  }
+});
+
+Deno.test("pool: a request that starts waiting while the replacement waits for the lease defers it", async () => {
+  const { pool, leases, slots, initUnderLease, close } = await fakePool({
+    perGpu: 1,
+    maxRequests: 1,
+  });
+  try {
+    const seat = await pool.acquire(1000);
+    const other = { id: "another-request" };
+    await leases.acquire(other, [0]);
+    const old = seat.child as FakeChild;
+    pool.release(seat, { oldExit: old.exited, reason: "request_limit" });
+    old.die();
+    await until(() => leases.waiting === 1, "the replacement waits for the lease");
+    const child = slots.get(seat.label)!.children[1];
+    assert.equal(child.inits, 0);
+    const next = await pool.acquire(5000); // the replacement stops waiting and defers
+    assert.equal(next.child, child);
+    assert.deepEqual(child.deferred, [true]);
+    assert.deepEqual(initUnderLease, [false, true], "the lease was another's all along");
+    assert.equal(leases.waiting, 0, "its wait for the lease was cancelled");
+    assert.deepEqual(leases.heldBy(other), [0]);
+    leases.release(other);
+    assert.equal(leases.timeline(0)!.holders.length, 0, "nothing of the replacement's holds it");
+    pool.release(next, null);
+  } finally {
+    await close();
+  }
+});
+
+Deno.test("pool: a reused worker's replacement creates its context even while requests wait", async () => {
+  const { pool, slots, initUnderLease, close } = await fakePool({ perGpu: 1, maxRequests: 0 });
+  try {
+    const seat = await pool.acquire(1000);
+    const old = seat.child as FakeChild;
+    pool.release(seat, { oldExit: old.exited, reason: "poisoned_context" });
+    const waiting = pool.acquire(5000);
+    old.die();
+    const next = await waiting;
+    assert.deepEqual(slots.get(seat.label)!.children[1].deferred, [false]);
+    assert.deepEqual(initUnderLease, [false, true]);
+    pool.release(next, null);
+  } finally {
+    await close();
   }
 });

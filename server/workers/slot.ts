@@ -10,7 +10,14 @@
  */
 import { encodeFrame, type Frame, readFrames } from "./ipc.ts";
 import { monotonicOffsetMs } from "./monotonic_clock.ts";
-import type { ChildExit, ChildReady, SeatChild, SeatSlot, ZygoteHello } from "./worker_handles.ts";
+import type {
+  ChildExit,
+  ChildInit,
+  ChildReady,
+  SeatChild,
+  SeatSlot,
+  ZygoteHello,
+} from "./worker_handles.ts";
 import { FrameShapeError, parseZygoteReport } from "./worker_protocol.ts";
 
 /** How to start a slot's zygote. */
@@ -128,10 +135,13 @@ export class WorkerChild implements SeatChild {
     }
   }
 
-  /** Creates the device context (call while holding the lease for its GPUs). */
-  async init(): Promise<ChildReady> {
+  /**
+   * Creates the device context (call while holding the lease for its GPUs), or, with
+   * `deferContext`, only learns the devices (no lease needed).
+   */
+  async init(options: ChildInit = {}): Promise<ChildReady> {
     const reply = this.next(["ready", "init_failed"]);
-    this.send({ t: "init" });
+    this.send(options.deferContext ? { t: "init", context: false } : { t: "init" });
     const frame = await reply;
     if (frame.t === "init_failed") {
       throw new SlotError(
@@ -143,6 +153,9 @@ export class WorkerChild implements SeatChild {
       versions: (frame.versions ?? {}) as Record<string, string>,
       deviceUuids: (frame.device_uuids ?? []) as string[],
     };
+    if (frame.context === "created" || frame.context === "deferred") {
+      this.ready.context = frame.context;
+    }
     return this.ready;
   }
 

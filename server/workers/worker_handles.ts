@@ -23,11 +23,25 @@ export interface ZygoteHello {
   clockOffsetMs: number;
 }
 
-/** What a child reports once its device context exists. */
+/** What a child reports once initialized. */
 export interface ChildReady {
   target: Record<string, string>;
   versions: Record<string, string>;
   deviceUuids: string[];
+  /**
+   * GPU and simulated workers: `"created"` (the context exists) or `"deferred"` (the first
+   * instruction that takes the lease creates it); absent on CPU workers.
+   */
+  context?: "created" | "deferred";
+}
+
+/** How a child is initialized. */
+export interface ChildInit {
+  /**
+   * Learn the devices only (`"context": false`): no context is created, so neither the lease nor
+   * the initialization gate is needed. Default: create the context (under both).
+   */
+  deferContext?: boolean;
 }
 
 /** How a child ended. */
@@ -70,8 +84,11 @@ export interface SeatChild extends ChildChannel {
   readonly pid: number;
   /** How it ended, once it has. */
   readonly exit: ChildExit | null;
-  /** Creates its device context (call while holding the lease for its GPUs). */
-  init(): Promise<ChildReady>;
+  /**
+   * Creates its device context (call while holding the lease for its GPUs), or, with
+   * `deferContext`, only learns its devices (no lease needed).
+   */
+  init(options?: ChildInit): Promise<ChildReady>;
   /** Diagnostics and the clock alignment of the slot that forked it. */
   readonly slot: {
     readonly stderrSeen: number;

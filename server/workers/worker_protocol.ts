@@ -31,7 +31,8 @@ export type ZygoteCommand =
 
 /** Server → child (relayed by the zygote; `c` is added when sent). */
 export type ChildCommand =
-  | { t: "init" }
+  /** `context: false`: learn the devices only; the first instruction that takes the lease creates it. */
+  | { t: "init"; context?: false }
   | { t: "run"; req: Omit<RunRequest, "program"> }
   | { t: "lease"; a: "granted" };
 
@@ -90,6 +91,8 @@ export type ChildReport =
     target: Record<string, string>;
     versions: Record<string, string>;
     device_uuids: string[];
+    /** GPU and simulated workers: the context exists, or waits for the first lease. */
+    context?: "created" | "deferred";
   }
   | { t: "init_failed"; c: number; message: string; traceback?: string }
   | { t: "instr"; c: number; i: number }
@@ -181,7 +184,13 @@ const _ZYGOTE_FIELDS: Record<string, Record<string, (v: unknown) => boolean>> = 
 };
 
 const _CHILD_FIELDS: Record<string, Record<string, (v: unknown) => boolean>> = {
-  ready: { c: _isInt, target: _isObj, versions: _isObj, device_uuids: Array.isArray },
+  ready: {
+    c: _isInt,
+    target: _isObj,
+    versions: _isObj,
+    device_uuids: Array.isArray,
+    context: (v) => v === undefined || v === "created" || v === "deferred",
+  },
   init_failed: { c: _isInt, message: _isStr },
   instr: { c: _isInt, i: _isInt },
   lease: { c: _isInt, a: (v) => v === "acquire" || v === "release" },

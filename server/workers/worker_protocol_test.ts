@@ -60,6 +60,14 @@ const REPORTS: { zygote: Frame[]; child: Frame[] } = {
   ],
   child: [
     { t: "ready", c: 1, target: { arch: "sm_90a" }, versions: {}, device_uuids: ["GPU-x"] },
+    {
+      t: "ready",
+      c: 2,
+      target: { arch: "sm_90a" },
+      versions: {},
+      device_uuids: ["GPU-x"],
+      context: "deferred",
+    },
     { t: "init_failed", c: 1, message: "RuntimeError: no device", traceback: "..." },
     { t: "instr", c: 1, i: 3 },
     { t: "lease", c: 1, a: "acquire" },
@@ -113,6 +121,10 @@ Deno.test("worker frames: reports of the wrong shape are refused", () => {
     [parseZygoteReport, { t: "exited", c: 1, code: 1, signal: null, orphans: false, instr: "2" }],
     [parseZygoteReport, { t: "ready", c: 1 }], // a child's frame is not the zygote's
     [parseChildReport, { t: "instr", c: 1 }],
+    [
+      parseChildReport,
+      { t: "ready", c: 1, target: {}, versions: {}, device_uuids: [], context: "later" },
+    ],
     [parseChildReport, { t: "lease", c: 1, a: "steal" }],
     [parseChildReport, { t: "outcome", c: 1, outcome: { status: "DONE" }, retire: null }],
     [parseChildReport, { t: "hello", pid: 1 }],
