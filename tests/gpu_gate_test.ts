@@ -5,7 +5,9 @@
  * (runtime_py/tests/fixtures/gate/fake_libcuda.c, compiled by the script itself, so that it
  * exists inside a sandbox too) holds the lease only while that process lives: its sleep after
  * the process is gone is not under the lease. Without a sandbox, under bubblewrap, and through a
- * Router; `--no-gpu-gate` is the control (the whole run under the lease).
+ * Router; `--no-gpu-gate` is the control (the whole run under the lease). A burst of scripts on
+ * fresh workers: the replacements initialized while requests wait defer their contexts, so their
+ * scripts' requests leave no context to create or tear down under the lease.
  */
 import assert from "node:assert/strict";
 import { Client } from "../client/mod.ts";
@@ -14,6 +16,7 @@ import { buildToolProgram } from "../cli/run/program.ts";
 import { readToolSources } from "../cli/run/sources.ts";
 import { writeTar } from "../cli/run/tar.ts";
 import type { ServerConfig } from "../server/config.ts";
+import type { ServerStatusData } from "../server/status.ts";
 import { startServer } from "./_server.ts";
 import { startNode, startRouter, waitForCapacity } from "./_router.ts";
 
@@ -136,5 +139,65 @@ Deno.test("gpu gate: through a Router", async () => {
   } finally {
     await node.stop();
     await router.stop();
+  }
+});
+
+/** Runs `kcoral run python` with a script that never calls CUDA; its request id. */
+async function runPlainScript(url: string): Promise<string> {
+  const archive = writeTar([
+    { name: "script.py", data: new TextEncoder().encode("print('no CUDA here')\n"), mode: 0o600 },
+  ]);
+  const { program, options } = buildToolProgram(await readToolSources("python"), archive, {
+    forwarded: ["script.py"],
+    env: {},
+    fetch: [],
+    timeoutSeconds: 120,
+    outputLimitBytes: 1 << 16,
+  });
+  await using client = new Client(url);
+  const result = await client.execute(program, options);
+  assert.ok(result.completed, JSON.stringify(result.error));
+  assert.equal(decodeOutcome(result.get("outcome")).returncode, 0, result.stderr);
+  assert.equal(result.stdout, "no CUDA here\n");
+  return result.requestId;
+}
+
+Deno.test("gpu gate: a burst of scripts on fresh workers defers the replacements' contexts", async () => {
+  const server = await startServer({ ...SIM, workersPerGpu: 2, maxRequestsPerWorker: 1 });
+  try {
+    // Six at once on two seats: four wait while the first two seats are replaced.
+    const ids = await Promise.all(Array.from({ length: 6 }, () => runPlainScript(server.url)));
+    await server.pool.settled();
+    const ready = server.events.filter((e) => e.event === "worker_ready");
+    const startup = ready.filter((e) => e.generation === 1);
+    const replacements = ready.filter((e) => (e.generation as number) > 1);
+    assert.ok(startup.every((e) => e.context === "created"));
+    const deferred = replacements.filter((e) => e.context === "deferred");
+    assert.ok(deferred.length >= 1, JSON.stringify(replacements));
+    // Only the replacements that created their context took the lease to initialize.
+    const data: ServerStatusData = await (await fetch(`${server.url}/status/data`)).json();
+    const holds = data.gpus[0].holds;
+    assert.equal(
+      holds.filter((h) => h.initialization).length,
+      replacements.length - deferred.length,
+      JSON.stringify(holds),
+    );
+    // A script's request on a worker without a context: no drain, no teardown under the lease.
+    const routed = server.events.filter((e) => e.event === "request_routed");
+    const onDeferred = ids.filter((id) => {
+      const r = routed.find((e) => e.request_id === id)!;
+      return deferred.some((d) => d.worker_id === r.worker_id && d.generation === r.generation);
+    });
+    assert.ok(onDeferred.length >= 1);
+    for (const id of onDeferred) {
+      assert.ok(!holds.some((h) => h.id === `teardown:${id}`), `${id}: ${JSON.stringify(holds)}`);
+    }
+    const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    assert.match(
+      metrics,
+      new RegExp(`kcoral_workers_ready_total{context="deferred"} ${deferred.length}\n`),
+    );
+  } finally {
+    await server.stop();
   }
 });

@@ -7,7 +7,8 @@
 #   bash tests/gpu/run_all.sh router-bench  # bench/router_bench.ts --mode gpu
 #   bash tests/gpu/run_all.sh mcp      # kcoral mcp: benchmark_kernel and profile on the GPU
 #   bash tests/gpu/run_all.sh default-config  # fresh workers and the sandbox: their rows, fidelity
-#   bash tests/gpu/run_all.sh trust    # activity timer, GPU-state receipt, GPU gate, script lease
+#   bash tests/gpu/run_all.sh trust    # activity timer, GPU-state receipt, GPU gate, deferred
+#                                      # worker contexts, script lease
 #   bash tests/gpu/run_all.sh eval     # kcoral eval: honest = reference, time to verdict, the zoo
 #   bash tests/gpu/run_all.sh operators  # /metrics and /status of a GPU server; the runtime from a URL
 # Logs go to $OUT (or ./gpu-logs); a summary goes to stdout.
@@ -100,6 +101,7 @@ if [ "$part" = trust ]; then # timings nothing slips past; the gate's lease at t
   grep -E "^\|" "$OUT/timing_gpu.log"
   PYTHONPATH=runtime_py step gpu_state_gpu 120 python3 runtime_py/tests/gpu_state_gpu_check.py
   step gate_gpu 300 python3 tests/gpu/gate_gpu.py
+  step deferred_context_gpu 300 python3 tests/gpu/deferred_context_gpu.py
   start=$SECONDS
   timeout 500 deno run -A bench/script_lease_bench.ts --mode gpu >"$OUT/bench-script-lease.md" \
     2>"$OUT/bench-script-lease.err"
