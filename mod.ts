@@ -49,7 +49,6 @@ export type {
 export type { DecodedValue } from "./protocol/values.ts";
 
 export { type App, type AppOptions, createApp } from "./server/app.ts";
-export type { WholeBodyRequest } from "./server/execute/intake.ts";
 export type { HealthBody, HealthLoad } from "./protocol/health.ts";
 export { ConfigError, resolveServerConfig, type ServerConfig } from "./server/config.ts";
 export {

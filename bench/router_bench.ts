@@ -36,13 +36,8 @@ import {
   uploadBurstRss,
   waitForCapacity,
 } from "./_routed.ts";
-import {
-  CONTROL_PATH,
-  encodeDataFrame,
-  encodeMessage,
-  parseSlotMessage,
-  SLOT_PATH,
-} from "../link/messages.ts";
+import { CONTROL_PATH, encodeMessage, PROTOCOL_VERSION, SLOT_PATH } from "../link/messages.ts";
+import { decodeRequestFrame, encodeFrame } from "../link/frames.ts";
 
 /** What to measure. */
 export interface RouterBenchOptions {
@@ -78,21 +73,18 @@ async function _fakeNodes(routerUrl: string, count: number, versions: Record<str
       node_id: nodeId,
       server_instance_id: instance,
       slot_id: crypto.randomUUID(),
-      protocol_version: 1,
+      protocol_version: PROTOCOL_VERSION,
     }));
+    // Answered as a node's server answers a small request: head, body and end in one frame.
+    const headers: [string, string][] = [
+      ["content-type", "application/json"],
+      ["content-length", String(answer.length)],
+    ];
     slot.onmessage = (event) => {
-      if (typeof event.data !== "string") return;
-      const message = parseSlotMessage(event.data);
-      if (message.t === "end") {
-        const id = message.request_id;
-        slot.send(encodeMessage({
-          t: "response_head",
-          request_id: id,
-          status: 200,
-          headers: [["content-type", "application/json"]],
-        }));
-        slot.send(encodeDataFrame(id, answer));
-        slot.send(encodeMessage({ t: "end", request_id: id }));
+      if (typeof event.data === "string") return;
+      const frame = decodeRequestFrame(new Uint8Array(event.data));
+      if (frame.end) {
+        slot.send(encodeFrame(frame.requestId, { status: 200, headers }, answer, true));
       }
     };
     sockets.push(control, slot);

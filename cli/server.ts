@@ -285,7 +285,7 @@ export async function serverMain(
   const { createApp } = await import("../server/app.ts");
   const { serve } = await import("../http/serve.ts");
   const { loadAccess, openBindWarning } = await import("../http/access_options.ts");
-  const { nodeLinkTargetFromEnv, withNodeLink } = await import("../node/slot_links.ts");
+  const { nodeLinkTargetFromEnv, withNodeLink } = await import("../node/linked_app.ts");
   let app;
   let access;
   try {

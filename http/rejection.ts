@@ -50,8 +50,8 @@ export class Rejection extends Error {
 
   /**
    * The ERROR response (`X-Request-ID`; `Retry-After: 1` with a 503), its length declared: a
-   * node's link then sends it to the Router in one whole frame, where an answer of unknown length
-   * is streamed (node/slot_links.ts).
+   * node's link then sends it to the Router in one frame with its head and end, where an answer of
+   * unknown length is streamed (node/tunnelled_request.ts).
    */
   response(requestId: string): Response {
     const body = _encoder.encode(errorBody(requestId, this.kind, this.message));

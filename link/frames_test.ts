@@ -1,38 +1,55 @@
 /**
- * The node link's whole frames (link/messages.ts): what they carry round trip, and every
- * malformed one refused with a LinkMessageError naming the problem.
+ * The node link's frames (link/frames.ts): every combination of head, body and end round trip,
+ * and every malformed frame refused with a LinkMessageError naming the problem.
  */
 import assert from "node:assert/strict";
 import {
-  decodeWholeFrame,
-  encodeWholeFrame,
+  decodeRequestFrame,
+  decodeResponseFrame,
+  encodeFrame,
+  frameWithRoom,
+  MAX_FRAME_BYTES,
+} from "./frames.ts";
+import {
   LinkMessageError,
   MAX_DATA_BYTES,
-  parseSlotMessage,
+  MAX_TEXT_BYTES,
   type RequestHead,
+  type ResponseHead,
 } from "./messages.ts";
 
 const id = "0f6c2b4e-1111-4222-8333-444455556666";
 const head: RequestHead = {
-  t: "request_head",
-  request_id: id,
   headers: [["content-type", "multipart/form-data; boundary=x"], ["x-é", "ü"]],
   content_length: 3,
 };
 
-Deno.test("node link frames: a whole frame carries its head and body, empty or full", () => {
-  for (const length of [0, 3, MAX_DATA_BYTES]) {
-    const body = Uint8Array.from({ length }, (_, i) => i & 0xff);
-    const back = decodeWholeFrame(encodeWholeFrame({ ...head, content_length: length }, body)!);
-    assert.deepEqual(back.head, { ...head, content_length: length });
-    assert.deepEqual(back.bytes, body);
+Deno.test("frames: a head, bytes and an end in any combination round trip", () => {
+  for (const withHead of [false, true]) {
+    for (const length of [0, 3, MAX_DATA_BYTES]) {
+      for (const end of [false, true]) {
+        if (!withHead && length === 0 && !end) continue; // an empty frame: refused below
+        const body = Uint8Array.from({ length }, (_, i) => i & 0xff);
+        const frame = encodeFrame(id, withHead ? head : null, body, end);
+        const back = decodeRequestFrame(frame);
+        assert.equal(back.requestId, id);
+        assert.deepEqual(back.head, withHead ? head : null);
+        assert.deepEqual(back.bytes, body);
+        assert.equal(back.end, end);
+      }
+    }
   }
-  assert.throws(() => encodeWholeFrame(head, new Uint8Array(MAX_DATA_BYTES + 1))!, RangeError);
+  const answer: ResponseHead = { status: 503, headers: [["retry-after", "1"]] };
+  const back = decodeResponseFrame(encodeFrame(id, answer, new Uint8Array([1]), true));
+  assert.deepEqual([back.head, back.bytes.length, back.end], [answer, 1, true]);
+  assert.throws(() => encodeFrame(id, head, new Uint8Array(MAX_DATA_BYTES + 1), true), RangeError);
+  // The longest frame: a head of the text limit and a full body.
+  assert.equal(MAX_FRAME_BYTES, 41 + MAX_TEXT_BYTES + MAX_DATA_BYTES);
 });
 
-Deno.test("node link frames: malformed whole frames are refused", () => {
-  const good = encodeWholeFrame(head, new Uint8Array([1, 2, 3]))!;
-  const textLength = new DataView(good.buffer).getUint32(37);
+Deno.test("frames: malformed frames are refused", () => {
+  const good = encodeFrame(id, head, new Uint8Array([1, 2, 3]), true);
+  const headLength = new DataView(good.buffer).getUint32(37);
   const withLength = (n: number) => {
     const frame = good.slice();
     new DataView(frame.buffer).setUint32(37, n);
@@ -40,49 +57,51 @@ Deno.test("node link frames: malformed whole frames are refused", () => {
   };
   const withHead = (text: string | Uint8Array, frameId = id) => {
     const bytes = typeof text === "string" ? new TextEncoder().encode(text) : text;
-    const frame = new Uint8Array(41 + bytes.length);
-    frame[0] = 2;
-    for (let i = 0; i < 36; i++) frame[1 + i] = frameId.charCodeAt(i);
-    new DataView(frame.buffer).setUint32(37, bytes.length);
-    frame.set(bytes, 41);
+    const frame = frameWithRoom(frameId, bytes, 0);
+    frame[0] |= 2;
     return frame;
   };
+  const withFlags = (flags: number) => Uint8Array.from([flags, ...good.subarray(1)]);
   const cases: [string, Uint8Array, RegExp][] = [
-    ["too short", good.subarray(0, 40), /malformed whole frame/],
-    ["not a whole frame", Uint8Array.from([1, ...good.subarray(1)]), /malformed whole frame/],
+    ["too short", good.subarray(0, 36), /malformed frame/],
+    ["an unknown flag", withFlags(4 | 3), /malformed frame/],
+    ["no request id", withHead("{}", "x".repeat(36)), /without a request id/],
+    ["nothing in it", encodeFrame(id, null, new Uint8Array(0), false), /empty frame/],
+    ["a head with no length", good.subarray(0, 40), /malformed head length/],
     ["head past the frame", withLength(good.length), /malformed head length/],
     ["head over the text limit", withLength(2 ** 32 - 1), /malformed head length/],
-    ["head cut short", withLength(textLength - 1), /not JSON/],
+    ["head cut short", withLength(headLength - 1), /not JSON/],
     ["head not UTF-8", withHead(new Uint8Array([0x7b, 0xff, 0x7d])), /not UTF-8/],
-    ["head is an end", withHead(JSON.stringify({ t: "end", request_id: id })), /'end' for a head/],
+    ["head not an object", withHead("[]"), /not a JSON object/],
     [
-      "head for another request",
-      withHead(JSON.stringify(head), id.replace("0f6c", "1f6c")),
-      /another request/,
+      "head with malformed headers",
+      withHead('{"headers":[["","x"]],"content_length":0}'),
+      /headers/,
     ],
-    [
-      "body over one data frame",
-      encodeWholeFrameUnchecked(MAX_DATA_BYTES + 1),
-      /body over 262144 bytes/,
-    ],
+    ["head with a bad length", withHead('{"headers":[],"content_length":-1}'), /content_length/],
+    ["body over one frame", encodeUnchecked(MAX_DATA_BYTES + 1), /body over 262144 bytes/],
   ];
   for (const [name, frame, message] of cases) {
-    assert.throws(() => decodeWholeFrame(frame), (error: unknown) => {
+    assert.throws(() => decodeRequestFrame(frame), (error: unknown) => {
       assert.ok(error instanceof LinkMessageError, `${name}: ${error}`);
       assert.match(error.message, message, name);
       return true;
     });
   }
-  // A head with malformed headers is refused by the same rules as a text request_head.
-  const badHeaders = JSON.stringify({ ...head, headers: [["", "x"]] });
-  assert.throws(() => parseSlotMessage(badHeaders), /malformed headers/);
-  assert.throws(() => decodeWholeFrame(withHead(badHeaders)), /malformed headers/);
+  // A request head is no response head, and the other way round.
+  assert.throws(() => decodeResponseFrame(good), /invalid status/);
+  const answer = encodeFrame(id, { status: 200, headers: [] }, new Uint8Array(0), true);
+  assert.throws(() => decodeRequestFrame(answer), /malformed content_length/);
+  assert.throws(
+    () => decodeResponseFrame(withHead('{"status":101,"headers":[]}')),
+    /invalid status/,
+  );
+  assert.equal(new TextEncoder().encode(JSON.stringify(head)).length, headLength);
 });
 
-/** A whole frame with a body of `length` bytes, built past the encoder's limit. */
-function encodeWholeFrameUnchecked(length: number): Uint8Array {
-  const small = encodeWholeFrame(head, new Uint8Array(0))!;
-  const frame = new Uint8Array(small.length + length);
-  frame.set(small);
+/** A frame without a head and with a body of `length` bytes, built past the encoder's limit. */
+function encodeUnchecked(length: number): Uint8Array {
+  const frame = frameWithRoom(id, null, length);
+  frame[0] = 2;
   return frame;
 }

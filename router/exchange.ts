@@ -4,9 +4,9 @@
  * the request head has gone to a node, a failure is a 502.
  *
  * ```
- *  request_head (a body read whole at intake, to a node that takes whole frames: head, body and
- *    end in one message) ─▶ upload (router/upload.ts; concurrently: 413, 400, 408, 502)
- *  ─▶ response_head (502 when out of turn, not an answer's headers, or gone)
+ *  a body read whole at intake: the head, the body and the end in one frame; any other: the
+ *    head, then upload (router/upload.ts; concurrently: 413, 400, 408, 502)
+ *  ─▶ the response head (502 when out of turn, not an answer's headers, or gone)
  *  ─▶ an answer of one frame (declared by its length, not live output) taken whole to the
  *     node's end and sent with its length; any other streamed to the client
  *  ─▶ node's end: the slot back to its FIFO (discarded when the upload had not finished)
@@ -65,13 +65,8 @@ export async function exchangeOnSlot(
   headers.push(["x-request-id", trace.id]);
   if (length !== null) headers.push(["content-length", String(length)]);
   let exchange: TunnelExchange;
-  let sentWhole = false;
   try {
-    const wholeExchange = whole && slot.takesWhole
-      ? slot.beginWhole(trace.id, headers, length, whole)
-      : null;
-    sentWhole = wholeExchange !== null;
-    exchange = wholeExchange ?? slot.begin(trace.id, headers, length);
+    exchange = slot.begin(trace.id, headers, length, whole);
   } catch (error) {
     if (!(error instanceof TunnelError)) throw error;
     lease.release(false);
@@ -84,7 +79,7 @@ export async function exchangeOnSlot(
   const { promise: interrupted, resolve: interrupt, reject } = Promise.withResolvers<
     Rejection
   >();
-  if (sentWhole) trace.requestBytes = whole!.length;
+  if (whole) trace.requestBytes = whole.length;
   else uploadBody(routed, exchange, trace, ctx).then((error) => error && interrupt(error), reject);
   const unwatch = ctx.clientWatch?.watch(
     request,
@@ -141,14 +136,6 @@ async function _answer(
   // bytes are read to its end all the same (the slot is settled there) and dropped.
   const bodyless = _NULL_BODY_STATUSES.has(head.status);
   const init = { status: head.status, headers: responseHeaders };
-  const complete = exchange.wholeBody;
-  if (complete !== null) {
-    // The node's whole frame brought the head, the body and the end at once: the answer is
-    // here, nothing to wait for.
-    trace.responseBytes = complete.length;
-    _answered(exchange, lease, trace);
-    return new Response(bodyless ? null : complete as Uint8Array<ArrayBuffer>, init);
-  }
   if (_declaresOneFrame(head)) {
     const whole = await _wholeAnswer(exchange, interrupted, lease, trace);
     if (whole) return new Response(bodyless ? null : whole, init);
@@ -163,8 +150,8 @@ async function _answer(
 const _NULL_BODY_STATUSES = new Set([204, 205, 304]);
 
 /**
- * Whether the node declared an answer of at most one data frame (its `Content-Length`; a node's
- * server declares one only for an answer it holds whole), other than live output.
+ * Whether the node declared an answer of at most one frame of bytes (its `Content-Length`; a
+ * node's server declares one only for an answer it holds whole), other than live output.
  */
 function _declaresOneFrame(head: ResponseHead): boolean {
   let declared = false;
@@ -179,9 +166,10 @@ function _declaresOneFrame(head: ResponseHead): boolean {
 }
 
 /**
- * An answer of at most one data frame, taken whole up to the node's `end` (decisions.md, "The
- * Router answers a small answer whole"): the client then gets it with its length in one write,
- * where a streamed answer costs the Router a stream, chunked framing and a second write. `null`
+ * An answer of at most one frame of bytes, taken whole up to the node's end
+ * (docs/decisions/router-trivial-latency.md): the client then gets it with its length in one
+ * write, where a streamed answer costs the Router a stream, chunked framing and a second write;
+ * a node sends such an answer in one frame with its head and end, here at once. `null`
  * once the answer is larger (nothing taken: it is streamed). Whatever `Content-Length` the node
  * declared, the bytes up to its `end` are the answer. The slot is settled as at a streamed
  * answer's end; an upload failing first, a client going away (`ForwardContext.clientWatch`)

@@ -5,7 +5,7 @@
  * ```
  *  GET upgrade ─▶ token (constant time; 401 before anything is read) ─▶ WebSocket
  *  control: first message within 10 s: status ─▶ registry ─▶ ack; later statuses ─▶ registry
- *  slot:    first message within 10 s: hello (version 1) ─▶ registry ─▶ ack ─▶ RouterSlot
+ *  slot:    first message within 10 s: hello (version 2) ─▶ registry ─▶ ack ─▶ RouterSlot
  *  a refusal or a malformed message ─▶ closed with its code and reason
  * ```
  *
@@ -198,7 +198,7 @@ function _slot(socket: WebSocket, ctx: HubContext): void {
       const candidate = new RouterSlot(socket, hello, (s) => ctx.registry.slotClosed(s));
       ctx.registry.registerSlot(hello, candidate);
       slot = candidate;
-      socket.send(encodeMessage(hello.whole ? { t: "ack", whole: true } : { t: "ack" }));
+      socket.send(encodeMessage({ t: "ack" }));
     } catch (error) {
       if (!(error instanceof LinkMessageError || error instanceof LinkRefusal)) throw error;
       _refused(ctx, socket, error, { link: "slot" });

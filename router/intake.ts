@@ -2,10 +2,10 @@
  * Intake, the first stage of a routed `POST /execute` (spec router §2.2): what the Router takes
  * from a client's request before a slot — the node it asks for (`x-kcoral-node`), its declared
  * length (400 when it is not one, 413 past `--max-request-bytes`) and, when the body fits one
- * data frame, the body itself (400 when it fails or is not the declared length, 408 when it
- * stalls). A body read here never holds a slot while it arrives, and it can still go to another
- * slot if the one taken goes away before anything was sent on it. A larger body is streamed
- * once a slot is taken (router/upload.ts).
+ * frame, the body itself (400 when it fails or is not the declared length, 408 when it stalls),
+ * which then goes to the node in one frame with its head and end. A body read here never holds a
+ * slot while it arrives, and it can still go to another slot if the one taken goes away before
+ * anything was sent on it. A larger body is streamed once a slot is taken (router/upload.ts).
  *
  * @module
  */
@@ -25,7 +25,7 @@ export interface RoutedRequest {
   readonly preferred: string | null;
   /** The declared body length, `null` without a `Content-Length`. */
   readonly length: number | null;
-  /** The whole body read here (at most one data frame), `null` when it is streamed later. */
+  /** The whole body read here (at most one frame's bytes), `null` when it is streamed later. */
   readonly body: Uint8Array | null;
 }
 
@@ -67,7 +67,7 @@ export async function receiveRequest(
 }
 
 /**
- * The whole body of a request that declared at most one data frame (or has none): its bytes, or
+ * The whole body of a request that declared at most one frame's bytes (or has none): its bytes, or
  * the rejection to answer (the body failed, or it is not the declared length).
  */
 async function _smallBody(

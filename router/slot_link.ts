@@ -1,13 +1,13 @@
 /**
  * One node slot at the Router: the WebSocket a node's server opened for one of its workers, and
- * the request it carries (spec router §1.5, over link/messages.ts).
+ * the request it carries (spec router §1.5, over link/frames.ts and link/messages.ts).
  *
  * ```
- *   idle ──begin(request)──▶ request_head ─▶ node
- *     upload:   data* (within credit), end ─▶ node          ◀─ credit
- *     answer:   ◀─ response_head, data* (Router grants credit as its client reads), end
- *   idle ──beginWhole(request, body)──▶ one whole frame (head, body, end) ─▶ node
- *     answer:   as above, or ◀─ one whole frame (when the node's hello offered them)
+ *   idle ──begin(request, body in hand)──▶ one frame: head, body, end ─▶ node
+ *   idle ──begin(request)──▶ the head ─▶ node; upload: frames of bytes (within credit), end
+ *                                                                     ◀─ credit
+ *     answer: ◀─ frames: the head, bytes (Router grants credit as its client reads), the end
+ *             (a small answer: one frame)
  *   both ends passed ──▶ idle again (the registry puts the slot back in its FIFO)
  *   cancel(reason) ──▶ cancel ─▶ node, connection closed (the node opens a new one)
  *   anything out of turn from the node ──▶ invalid_response, connection closed
@@ -18,22 +18,18 @@
  */
 import {
   type CancelReason,
-  decodeDataFrame,
-  decodeWholeFrame,
   encodeMessage,
-  encodeWholeFrame,
   type HeaderEntry,
-  isWholeFrame,
   LINK_CLOSE,
   type LinkCloseName,
   LinkMessageError,
   parseSlotMessage,
   type ResponseHead,
   type SlotHello,
-  type SlotMessage,
-  type WholeFrame,
 } from "../link/messages.ts";
-import { BodyReceiver, BodySender } from "../link/body.ts";
+import { type BodyFrame, decodeResponseFrame } from "../link/frames.ts";
+import { BodyReceiver } from "../link/body_receiver.ts";
+import { BodySender } from "../link/body_sender.ts";
 import { releaseBuffer } from "../protocol/bytes.ts";
 import type { SlotHandle } from "./connections.ts";
 
@@ -85,12 +81,6 @@ export interface TunnelExchange {
   readonly body: BodyReceiver;
   /** Resolves once the node's `end` came; rejects with {@linkcode TunnelError}. */
   readonly answered: Promise<void>;
-  /**
-   * The answer's body when the node sent its answer in one whole frame (head, body and end
-   * together: the answer is complete once `head` resolves), else `null`. The same bytes are in
-   * {@linkcode TunnelExchange.body} too.
-   */
-  readonly wholeBody: Uint8Array | null;
   /** Discards the request and the slot (non-blocking). */
   cancel(reason: CancelReason): void;
 }
@@ -102,34 +92,33 @@ class _Exchange implements TunnelExchange {
   readonly head: Promise<ResponseHead>;
   readonly answered: Promise<void>;
   headSeen = false;
-  wholeBody: Uint8Array | null = null;
-  uploadEnded = false;
   nodeEnded = false;
   #resolveHead!: (head: ResponseHead) => void;
   #rejectHead!: (error: TunnelError) => void;
   #resolveAnswered!: () => void;
   #rejectAnswered!: (error: TunnelError) => void;
   readonly #cancel: (reason: CancelReason) => void;
-  readonly #progress: (exchange: _Exchange) => void;
 
   constructor(
     requestId: string,
+    headers: HeaderEntry[],
+    contentLength: number | null,
     send: (data: string | Uint8Array) => void,
     progress: (exchange: _Exchange) => void,
     cancel: (reason: CancelReason) => void,
   ) {
-    this.#progress = progress;
     this.#cancel = cancel;
     this.requestId = requestId;
     this.upload = new BodySender(
       requestId,
+      { headers, content_length: contentLength },
       // Each frame is a new buffer that the socket's send has taken: its memory goes back
-      // now rather than at a collection (protocol/bytes.ts says why).
-      (frame) => (send(frame), releaseBuffer(frame)),
-      () => {
-        send(encodeMessage({ t: "end", request_id: requestId }));
-        this.uploadEnded = true;
-        this.#progress(this);
+      // now rather than at a collection (protocol/bytes.ts says why). Once the upload's end
+      // went, the exchange may be over.
+      (frame) => {
+        send(frame);
+        releaseBuffer(frame);
+        if (this.upload.ended) progress(this);
       },
     );
     this.body = new BodyReceiver((frames) =>
@@ -152,44 +141,32 @@ class _Exchange implements TunnelExchange {
     this.#cancel(reason);
   }
 
-  onMessage(message: SlotMessage): void {
-    if (!("request_id" in message) || message.request_id !== this.requestId) {
-      throw new LinkMessageError(`'${message.t}' out of turn`);
-    }
-    switch (message.t) {
-      case "credit":
-        this.upload.credit(message.frames);
-        return;
-      case "response_head":
-        if (this.headSeen) throw new LinkMessageError("a second response_head");
-        this.headSeen = true;
-        this.#resolveHead(message);
-        return;
-      case "end":
-        if (!this.headSeen) throw new LinkMessageError("end before response_head");
-        this.body.end();
-        this.nodeEnded = true;
-        this.#resolveAnswered();
-        return;
-      default:
-        throw new LinkMessageError(`'${message.t}' from a node`);
-    }
+  /** The node's `credit`, the one text message it sends about a request. */
+  onMessage(text: string): void {
+    const message = parseSlotMessage(text);
+    if (message.t !== "credit") throw new LinkMessageError(`'${message.t}' from a node`);
+    if (message.request_id !== this.requestId) throw new LinkMessageError("credit out of turn");
+    this.upload.credit(message.frames);
   }
 
-  /** A whole frame from the node: its response head, its body (if any) and its end. */
-  onWhole(whole: WholeFrame): void {
-    if (whole.head.t !== "response_head") throw new LinkMessageError("'request_head' from a node");
-    // Set before the head's promise settles: whoever awaits it finds the answer complete.
-    if (!this.headSeen) this.wholeBody = whole.bytes;
-    this.onMessage(whole.head);
-    if (whole.bytes.length > 0) this.onData(whole.head.request_id, whole.bytes);
-    this.onMessage({ t: "end", request_id: whole.head.request_id });
-  }
-
-  onData(requestId: string, bytes: Uint8Array): void {
-    if (requestId !== this.requestId) throw new LinkMessageError("data for another request");
-    if (!this.headSeen) throw new LinkMessageError("data before response_head");
-    this.body.push(bytes);
+  /**
+   * A frame of the node's answer. Its head settles {@linkcode TunnelExchange.head} after this
+   * returns: whoever awaits it finds the bytes and the end of the same frame already taken.
+   */
+  onFrame(frame: BodyFrame<ResponseHead>): void {
+    if (frame.requestId !== this.requestId) throw new LinkMessageError("frame for another request");
+    if (frame.head) {
+      if (this.headSeen) throw new LinkMessageError("a second response head");
+      this.headSeen = true;
+      this.#resolveHead(frame.head);
+    } else if (!this.headSeen) {
+      throw new LinkMessageError("body before the response head");
+    }
+    this.body.receive(frame.bytes, frame.end);
+    if (frame.end) {
+      this.nodeEnded = true;
+      this.#resolveAnswered();
+    }
   }
 
   fail(error: TunnelError): void {
@@ -222,8 +199,6 @@ export class RouterSlot implements SlotHandle {
   /** The node's server instance the slot belongs to. */
   readonly serverInstanceId: string;
   readonly #socket: WebSocket;
-  /** The node's hello offered whole frames (the Router's ack accepts them). */
-  readonly takesWhole: boolean;
   readonly #onClosed: (slot: RouterSlot, reason: string) => void;
   #exchange: _Exchange | null = null;
   #closed = false;
@@ -237,7 +212,7 @@ export class RouterSlot implements SlotHandle {
    *
    * const make = (socket: WebSocket) =>
    *   new RouterSlot(socket, {
-   *     t: "hello", node_id: "gpu-a", server_instance_id: "i1", slot_id: "s1", protocol_version: 1,
+   *     t: "hello", node_id: "gpu-a", server_instance_id: "i1", slot_id: "s1", protocol_version: 2,
    *   }, () => {});
    * ```
    */
@@ -250,7 +225,6 @@ export class RouterSlot implements SlotHandle {
     this.slotId = hello.slot_id;
     this.nodeId = hello.node_id;
     this.serverInstanceId = hello.server_instance_id;
-    this.takesWhole = hello.whole === true;
     this.#onClosed = onClosed;
   }
 
@@ -265,76 +239,39 @@ export class RouterSlot implements SlotHandle {
   }
 
   /**
-   * Starts a request: sends its head. Throws {@linkcode TunnelError} when the connection is gone.
-   *
-   * @example
-   * ```ts
-   * import type { RouterSlot } from "./slot_link.ts";
-   *
-   * function start(slot: RouterSlot) {
-   *   return slot.begin(crypto.randomUUID(), [["content-type", "multipart/form-data"]], 0);
-   * }
-   * ```
-   */
-  begin(requestId: string, headers: HeaderEntry[], contentLength: number | null): TunnelExchange {
-    const exchange = this.#start(requestId);
-    this.#send(
-      encodeMessage({
-        t: "request_head",
-        request_id: requestId,
-        headers,
-        content_length: contentLength,
-      }),
-    );
-    return exchange;
-  }
-
-  /**
-   * Starts a request whose whole body is at hand (at most one data frame) on a slot that
-   * {@linkcode RouterSlot.takesWhole}: head, body and end go in one whole frame, and the
-   * exchange's upload has ended. `null`, with nothing sent, when the frame would be longer than
-   * a node takes in one message (`MAX_TEXT_BYTES`: a head of huge headers); the
-   * request then goes as head, data and end. Throws {@linkcode TunnelError} when the connection
-   * is gone.
+   * Starts a request. With its whole `body` at hand (at most one frame's bytes), the head, the
+   * body and the end go in one frame and the upload has ended; without, the head goes alone and
+   * the body follows through the exchange's upload. Throws {@linkcode TunnelError} when the
+   * connection is gone (nothing reached the node).
    *
    * @example
    * ```ts
    * import type { RouterSlot } from "./slot_link.ts";
    *
    * function start(slot: RouterSlot, body: Uint8Array) {
-   *   const id = crypto.randomUUID();
-   *   return (slot.takesWhole ? slot.beginWhole(id, [], body.length, body) : null) ??
-   *     slot.begin(id, [], body.length);
+   *   return slot.begin(crypto.randomUUID(), [["content-type", "multipart/form-data"]], 2, body);
    * }
    * ```
    */
-  beginWhole(
+  begin(
     requestId: string,
     headers: HeaderEntry[],
     contentLength: number | null,
-    body: Uint8Array,
-  ): TunnelExchange | null {
-    if (!this.takesWhole) throw new Error("the node did not offer whole frames");
-    const head = { t: "request_head" as const, request_id: requestId, headers };
-    const frame = encodeWholeFrame({ ...head, content_length: contentLength }, body);
-    if (!frame) return null;
-    const exchange = this.#start(requestId);
-    this.#send(frame);
-    exchange.upload.sentWhole(body.length);
-    exchange.uploadEnded = true;
-    return exchange;
-  }
-
-  #start(requestId: string): _Exchange {
+    body: Uint8Array | null = null,
+  ): TunnelExchange {
     if (this.#closed) throw new TunnelError("tunnel_disconnected", "slot closed");
     if (this.#exchange) throw new Error("slot already carries a request");
     const exchange = new _Exchange(
       requestId,
+      headers,
+      contentLength,
       (data) => this.#send(data),
       (x) => this.#progress(x),
       (reason) => this.cancel(requestId, reason),
     );
     this.#exchange = exchange;
+    if (body) exchange.upload.sendComplete(body);
+    else exchange.upload.sendHead();
     return exchange;
   }
 
@@ -354,24 +291,14 @@ export class RouterSlot implements SlotHandle {
     if (this.#closed) return;
     try {
       const exchange = this.#exchange;
-      if (typeof data === "string") {
-        const message = parseSlotMessage(data);
-        if (!exchange) throw new LinkMessageError(`'${message.t}' on an idle slot`);
-        exchange.onMessage(message);
-        this.#progress(exchange);
-      } else if (data instanceof ArrayBuffer) {
-        const bytes = new Uint8Array(data);
-        if (isWholeFrame(bytes)) {
-          if (!this.takesWhole) throw new LinkMessageError("a whole frame its hello did not offer");
-          const whole = decodeWholeFrame(bytes);
-          if (!exchange) throw new LinkMessageError("a whole frame on an idle slot");
-          exchange.onWhole(whole);
-          this.#progress(exchange);
-          return;
-        }
-        const frame = decodeDataFrame(bytes);
-        if (!exchange) throw new LinkMessageError("data on an idle slot");
-        exchange.onData(frame.requestId, frame.bytes);
+      if (data instanceof ArrayBuffer) {
+        const frame = decodeResponseFrame(new Uint8Array(data));
+        if (!exchange) throw new LinkMessageError("a frame on an idle slot");
+        exchange.onFrame(frame);
+        if (frame.end) this.#progress(exchange);
+      } else if (typeof data === "string") {
+        if (!exchange) throw new LinkMessageError(`'${parseSlotMessage(data).t}' on an idle slot`);
+        exchange.onMessage(data);
       } else {
         throw new LinkMessageError("unexpected message type");
       }
@@ -384,7 +311,7 @@ export class RouterSlot implements SlotHandle {
 
   /** The exchange moved on: a finished one leaves the slot free. */
   #progress(exchange: _Exchange): void {
-    if (this.#exchange === exchange && exchange.uploadEnded && exchange.nodeEnded) {
+    if (this.#exchange === exchange && exchange.upload.ended && exchange.nodeEnded) {
       this.#exchange = null;
     }
   }

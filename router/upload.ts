@@ -1,13 +1,12 @@
 /**
  * The client's body to the node, inside the exchange stage of a routed `POST /execute`
- * (router/exchange.ts): a body read whole at intake goes as one data frame; any other is read
- * straight into data frames as it arrives (413 past the limit, 400 when it fails or is not its
- * declared length, 408 when it stalls, 502 when the slot fails), then `end`.
+ * (router/exchange.ts), for a body not read whole at intake (that one goes with the head): read
+ * straight into frames as it arrives (413 past the limit, 400 when it fails or is not its declared
+ * length, 408 when it stalls, 502 when the slot fails), then the end.
  *
  * @module
  */
 import { MAX_DATA_BYTES } from "../link/messages.ts";
-import { DATA_HEADER_BYTES } from "../link/body.ts";
 import type { Rejection } from "../http/rejection.ts";
 import type { StallWatch } from "../http/stall_watch.ts";
 import type { ForwardContext } from "./forward_context.ts";
@@ -38,19 +37,17 @@ export async function uploadBody(
   trace: RequestTrace,
   ctx: Pick<ForwardContext, "maxRequestBytes" | "bodyWatch" | "clientWatch">,
 ): Promise<Rejection | null> {
-  const { request, length, body: read } = routed;
+  const { request, length } = routed;
   try {
     const body = request.body;
-    const total = read
-      ? await _sendBytes(read, exchange, trace)
-      : !body
+    const total = !body
       ? 0
       : await _sendBody(body, exchange, length, ctx.maxRequestBytes, trace, ctx.bodyWatch);
     if (typeof total !== "number") return total;
     if (length !== null && total !== length) return routerRejections.lengthMismatch();
     // A large body is read only once a slot is free: a client that left while it waited is seen
     // now, and its request is cancelled before its body ends on the node (so it never starts).
-    if (!read && body && ctx.clientWatch?.present(routed.clientPort) === false) {
+    if (body && ctx.clientWatch?.present(routed.clientPort) === false) {
       return routerRejections.clientGone();
     }
     await exchange.upload.end();
@@ -62,25 +59,10 @@ export async function uploadBody(
   }
 }
 
-/** A body already read whole (at most one data frame), sent as one frame; its byte count. */
-async function _sendBytes(
-  bytes: Uint8Array,
-  exchange: TunnelExchange,
-  trace: RequestTrace,
-): Promise<number> {
-  if (bytes.length > 0) {
-    const frame = exchange.upload.newFrame(bytes.length);
-    frame.set(bytes, DATA_HEADER_BYTES);
-    await exchange.upload.sendFilled(frame, bytes.length);
-  }
-  trace.requestBytes = exchange.upload.sentBytes;
-  return bytes.length;
-}
-
 /**
- * Reads the client's body straight into data frames (a BYOB read fills each frame's payload in
- * place: reading a large body chunk by chunk costs far more) and sends them; the byte count, or
- * the rejection to answer.
+ * Reads the client's body straight into frames (a BYOB read fills each frame's bytes in place:
+ * reading a large body chunk by chunk costs far more) and sends them; the byte count, or the
+ * rejection to answer.
  */
 async function _sendBody(
   body: ReadableStream<Uint8Array>,
@@ -116,17 +98,16 @@ async function _sendBody(
   try {
     for (let done = false; !done;) {
       // Sized to the rest of a body of known length (+1: the read that sees its end).
-      let frame = exchange.upload.newFrame(
+      let payload = exchange.upload.payloadBuffer(
         length === null ? MAX_DATA_BYTES : Math.max(length - total, 0) + 1,
       );
-      const capacity = frame.length - DATA_HEADER_BYTES;
+      // A read moves the memory (the old view reads as empty): its range, kept.
+      const { byteOffset, length: capacity } = payload;
       let filled = 0;
       while (filled < capacity) {
         let read: ReadableStreamReadResult<Uint8Array>;
         try {
-          read = await byob.read(
-            new Uint8Array(frame.buffer, DATA_HEADER_BYTES + filled, capacity - filled),
-          );
+          read = await byob.read(payload.subarray(filled));
         } catch {
           return stalled
             ? routerRejections.bodyTimeout(bodyWatch!.timeoutMs)
@@ -135,7 +116,7 @@ async function _sendBody(
         if (stalled) return routerRejections.bodyTimeout(bodyWatch!.timeoutMs);
         watched?.progress();
         if (read.value) {
-          frame = new Uint8Array(read.value.buffer as ArrayBuffer); // the same memory, new owner
+          payload = new Uint8Array(read.value.buffer as ArrayBuffer, byteOffset, capacity);
           filled += read.value.length;
         }
         if (read.done) {
@@ -145,7 +126,7 @@ async function _sendBody(
       }
       total += filled;
       if (total > limit) return routerRejections.tooLarge();
-      if (filled > 0) await exchange.upload.sendFilled(frame, filled);
+      if (filled > 0) await exchange.upload.sendPayload(payload.subarray(0, filled));
       trace.requestBytes = exchange.upload.sentBytes;
     }
     return total;

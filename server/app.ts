@@ -53,11 +53,9 @@ export interface App extends HttpApp {
   subscribe(listener: (event: Record<string, unknown>) => void): () => void;
   /**
    * Runs one `/execute` request through the pipeline (intake → admission → dispatch → finish)
-   * without HTTP routing or a listener: a node linked to a Router feeds the requests it tunnels
-   * here (a small body as a {@linkcode WholeBodyRequest}). `client` is the client's host, for
-   * the log.
+   * without HTTP routing or a listener. `client` is the client's host, for the log.
    */
-  execute(request: Request | WholeBodyRequest, client?: string | null): Promise<Response>;
+  execute(request: Request, client?: string | null): Promise<Response>;
 }
 
 /**
@@ -77,6 +75,34 @@ export function appInternals(
   if (!(app instanceof _ServerApp)) throw new TypeError("not a KCoral server application");
   const services = app.services;
   return { pool: services?.pool ?? null, events: app.events, blobDir: services?.store.dir ?? null };
+}
+
+/**
+ * Runs one `/execute` request a node's slot link tunnels (node/) through `app`'s pipeline, as
+ * {@linkcode App.execute} does: a `Request`, or a small body taken whole from its frames (a
+ * {@linkcode WholeBodyRequest}: its headers and bytes, no `Request`, no stream). Internal to the
+ * node's links (not exported by the package).
+ *
+ * @example
+ * ```ts
+ * import { createApp, executeTunnelled } from "./app.ts";
+ *
+ * const app = createApp({ device: "cpu", sandbox: "none", logConsole: false, diskCacheDir: null });
+ * const answer = await executeTunnelled(app, {
+ *   headers: new Headers({ "content-length": "0" }),
+ *   bytes: () => Promise.resolve(new Uint8Array(0)),
+ *   discard: () => {},
+ * }, "outbound-tunnel");
+ * if (answer.status !== 503) throw new Error("not started: busy");
+ * ```
+ */
+export function executeTunnelled(
+  app: App,
+  request: Request | WholeBodyRequest,
+  client: string | null,
+): Promise<Response> {
+  if (!(app instanceof _ServerApp)) throw new TypeError("not a KCoral server application");
+  return app.run(request, client);
 }
 
 /**
@@ -232,10 +258,12 @@ class _ServerApp implements App {
     return this.execute(request, peerHost(info));
   }
 
-  async execute(
-    request: Request | WholeBodyRequest,
-    client: string | null = null,
-  ): Promise<Response> {
+  execute(request: Request, client: string | null = null): Promise<Response> {
+    return this.run(request, client);
+  }
+
+  /** {@linkcode App.execute} for either kind of request ({@linkcode executeTunnelled}). */
+  async run(request: Request | WholeBodyRequest, client: string | null): Promise<Response> {
     if (!this.services) {
       // Not started, or failed to: nothing can run (as a stopping server answers).
       await discardBody(request);

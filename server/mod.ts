@@ -18,7 +18,6 @@
  */
 
 export { type App, type AppOptions, createApp } from "./app.ts";
-export type { WholeBodyRequest } from "./execute/intake.ts";
 export { ConfigError, resolveServerConfig, type ServerConfig } from "./config.ts";
 export {
   defaultDiskCacheDir,

@@ -6,19 +6,16 @@
 import {
   CONTROL_PATH,
   CREDIT_WINDOW,
-  decodeDataFrame,
-  decodeWholeFrame,
-  encodeDataFrame,
   encodeMessage,
-  encodeWholeFrame,
-  isWholeFrame,
   MAX_DATA_BYTES,
   type NodeStatus,
   parseSlotMessage,
+  PROTOCOL_VERSION,
   type RequestHead,
   SLOT_PATH,
   type SlotCancel,
 } from "../link/messages.ts";
+import { decodeRequestFrame, encodeFrame } from "../link/frames.ts";
 
 const _closeInfo = new WeakMap<WebSocket, { code: number; reason: string }>();
 
@@ -100,19 +97,21 @@ export function healthyStatus(
 
 /** One request as a fake node sees it. */
 export interface FakeRequest {
+  /** The Router's request id. */
+  id: string;
   head: RequestHead;
   /** Reads the whole body (granting credit as it goes). */
   body(): Promise<Uint8Array>;
-  /** Sends the response head. */
+  /** Sends the response head, alone in its frame. */
   respond(status: number, headers?: [string, string][]): void;
-  /** Sends body bytes in data frames, within the Router's credit. */
+  /** Sends body bytes in frames, within the Router's credit. */
   write(bytes: Uint8Array): Promise<void>;
-  /** Sends `end`. */
+  /** Sends the end, alone in its frame. */
   end(): void;
-  /** Sends head, body and end in one whole frame (a slot opened with `whole`). */
-  respondWhole(status: number, headers: [string, string][], body: Uint8Array): void;
-  /** The request came as one whole frame. */
-  cameWhole: boolean;
+  /** Sends the head, the body and the end in one frame. */
+  respondComplete(status: number, headers: [string, string][], body: Uint8Array): void;
+  /** The request came in one frame (head, body and end). */
+  cameInOneFrame: boolean;
   socket: WebSocket;
 }
 
@@ -152,13 +151,13 @@ export class FakeNode {
   }
 
   /**
-   * Opens a slot whose requests go to `handler`; resolves once acknowledged. With `whole`, its
-   * hello offers whole frames (as a node of this version does) and the ack must take them.
+   * Opens a slot whose requests go to `handler` (its hello of `protocolVersion`); resolves once
+   * acknowledged.
    */
   async openSlot(
     handler: (request: FakeRequest) => void | Promise<void>,
     token: string | null = null,
-    whole = false,
+    protocolVersion = PROTOCOL_VERSION,
   ): Promise<WebSocket> {
     const socket = await openLink(this.routerUrl, SLOT_PATH, token);
     this.sockets.push(socket);
@@ -167,28 +166,26 @@ export class FakeNode {
       node_id: this.nodeId,
       server_instance_id: this.status.server_instance_id,
       slot_id: crypto.randomUUID(),
-      protocol_version: 1,
-      ...(whole ? { whole: true } : {}),
+      protocol_version: protocolVersion,
     }));
     const ack = await nextMessage(socket);
-    const expected = whole ? '{"t":"ack","whole":true}' : '{"t":"ack"}';
-    if (ack !== expected) throw new Error(`no ack: ${JSON.stringify(ack)}`);
+    if (ack !== '{"t":"ack"}') throw new Error(`no ack: ${JSON.stringify(ack)}`);
     let current: { chunks: Uint8Array[]; done: () => void; ended: Promise<void> } | null = null;
     let read = 0;
     let credit = CREDIT_WINDOW;
     let creditCame: (() => void) | null = null;
-    const begin = (message: RequestHead, cameWhole: boolean) => {
+    const begin = (id: string, head: RequestHead, cameInOneFrame: boolean) => {
       let done!: () => void;
       const ended = new Promise<void>((resolve) => (done = resolve));
       current = { chunks: [], done, ended };
       read = 0;
       credit = CREDIT_WINDOW;
       const state = current;
-      const id = message.request_id;
       handler({
-        head: message,
+        id,
+        head,
         socket,
-        cameWhole,
+        cameInOneFrame,
         async body() {
           await state.ended;
           const out = new Uint8Array(state.chunks.reduce((n, c) => n + c.length, 0));
@@ -197,49 +194,40 @@ export class FakeNode {
           return out;
         },
         respond(status, headers = []) {
-          socket.send(encodeMessage({ t: "response_head", request_id: id, status, headers }));
+          socket.send(encodeFrame(id, { status, headers }, new Uint8Array(0), false));
         },
         async write(bytes) {
           for (let at = 0; at < bytes.length; at += MAX_DATA_BYTES) {
             while (credit === 0) await new Promise<void>((resolve) => (creditCame = resolve));
             credit--;
-            socket.send(encodeDataFrame(id, bytes.subarray(at, at + MAX_DATA_BYTES)));
+            socket.send(encodeFrame(id, null, bytes.subarray(at, at + MAX_DATA_BYTES), false));
           }
         },
         end() {
-          socket.send(encodeMessage({ t: "end", request_id: id }));
+          socket.send(encodeFrame(id, null, new Uint8Array(0), true));
         },
-        respondWhole(status, headers, body) {
-          const head = { t: "response_head" as const, request_id: id, status, headers };
-          socket.send(encodeWholeFrame(head, body)!);
+        respondComplete(status, headers, body) {
+          socket.send(encodeFrame(id, { status, headers }, body, true));
         },
       });
       return state;
     };
     socket.onmessage = (event) => {
-      if (event.data instanceof ArrayBuffer && isWholeFrame(new Uint8Array(event.data))) {
-        const { head, bytes } = decodeWholeFrame(new Uint8Array(event.data));
-        if (head.t !== "request_head") throw new Error("a response_head from the Router");
-        const state = begin(head, true);
-        state.chunks.push(bytes.slice());
-        state.done();
-        return;
-      }
       if (event.data instanceof ArrayBuffer) {
-        const frame = decodeDataFrame(new Uint8Array(event.data));
-        current?.chunks.push(frame.bytes.slice());
-        if (++read >= CREDIT_WINDOW / 2) {
-          socket.send(encodeMessage({ t: "credit", request_id: frame.requestId, frames: read }));
-          read = 0;
+        const frame = decodeRequestFrame(new Uint8Array(event.data));
+        const state = frame.head ? begin(frame.requestId, frame.head, frame.end) : current;
+        if (frame.bytes.length > 0) {
+          state?.chunks.push(frame.bytes.slice());
+          if (!frame.end && ++read >= CREDIT_WINDOW / 2) {
+            socket.send(encodeMessage({ t: "credit", request_id: frame.requestId, frames: read }));
+            read = 0;
+          }
         }
+        if (frame.end) state?.done();
         return;
       }
       const message = parseSlotMessage(event.data as string);
-      if (message.t === "request_head") {
-        begin(message, false);
-      } else if (message.t === "end") {
-        current?.done();
-      } else if (message.t === "cancel") {
+      if (message.t === "cancel") {
         this.cancels.push(message);
       } else if (message.t === "credit") {
         credit += message.frames;

@@ -81,7 +81,7 @@ Deno.test("import graph: no circles, and the layers point one way", async () => 
     "server/app.ts",
     "router/app.ts",
     "cli/router.ts",
-    "node/slot_links.ts",
+    "node/linked_app.ts",
     "node/supervisor/supervisor.ts",
   ]);
   assert.ok(edges.size > 50, `only ${edges.size} modules seen`);
@@ -106,18 +106,18 @@ Deno.test("import graph: no circles, and the layers point one way", async () => 
 
 Deno.test("import graph: the layer rules catch an import across the node link's boundaries", () => {
   const edges = new Map([
-    ["server/app.ts", ["link/body.ts", "http/events.ts"]],
+    ["server/app.ts", ["link/body_sender.ts", "http/events.ts"]],
     ["router/hub.ts", ["link/messages.ts", "node/slot_links.ts"]],
     ["router/exchange.ts", ["server/app.ts"]],
-    ["link/body.ts", ["router/slot_link.ts", "protocol/bytes.ts"]],
-    ["node/slot_links.ts", ["server/app.ts", "link/body.ts", "router/hub.ts"]],
+    ["link/body_sender.ts", ["router/slot_link.ts", "protocol/bytes.ts"]],
+    ["node/slot_links.ts", ["server/app.ts", "link/body_sender.ts", "router/hub.ts"]],
     ["http/serve.ts", ["link/websocket_client.ts"]],
   ]);
   assert.deepEqual(layerViolations(edges), [
-    "server/app.ts → link/body.ts",
+    "server/app.ts → link/body_sender.ts",
     "router/hub.ts → node/slot_links.ts",
     "router/exchange.ts → server/app.ts",
-    "link/body.ts → router/slot_link.ts",
+    "link/body_sender.ts → router/slot_link.ts",
     "node/slot_links.ts → router/hub.ts",
     "http/serve.ts → link/websocket_client.ts",
   ]);

@@ -1,25 +1,26 @@
 /**
- * A node's slot links (node/slot_links.ts) into a real CPU server, against a Router played by
- * the test (the slot protocol by hand): a body that fits one data frame goes into the pipeline
- * whole (no `Request`, no stream), any other as a streamed `Request`, with the same answers and
- * records either way: results, 413, a body past its Content-Length, a cancel while the body is
- * still arriving.
+ * A node's slot links (node/slot_links.ts, node/tunnelled_request.ts) into a real CPU server,
+ * against a Router played by the test (the slot protocol by hand): a body that fits one frame
+ * goes into the pipeline whole (no `Request`, no stream), any other as a streamed `Request`, with
+ * the same answers and records either way: results, 413, a body past its Content-Length, a cancel
+ * while the body is still arriving; a request in one frame is answered in one.
  */
 import assert from "node:assert/strict";
 import { NodeLink } from "../node/slot_links.ts";
+import { decodeResponseFrame, encodeFrame } from "../link/frames.ts";
 import {
-  decodeDataFrame,
-  decodeWholeFrame,
-  encodeDataFrame,
   encodeMessage,
-  encodeWholeFrame,
   type HeaderEntry,
   parseSlotMessage,
+  PROTOCOL_VERSION,
+  type RequestHead,
+  type ResponseHead,
   SLOT_PATH,
   type SlotHello,
 } from "../link/messages.ts";
 import { concatBytes } from "../protocol/bytes.ts";
 import { EventLog } from "../http/events.ts";
+import { executeTunnelled } from "../server/app.ts";
 import { callProgram, multipartBody, testApp } from "./_server.ts";
 
 type _Message = string | ArrayBuffer | { closed: number; reason: string };
@@ -49,53 +50,56 @@ class _RouterSlot {
     return this.#inbox.shift()!;
   }
 
-  /** Sends a request head, `frames` as data frames and, unless told not to, `end`. */
+  /**
+   * Sends a request the long way: its head alone, `frames` of bytes and, unless told not to,
+   * the end alone.
+   */
   request(id: string, headers: HeaderEntry[], frames: Uint8Array[], end = true): void {
-    const length = headers.find(([name]) => name === "content-length")?.[1];
-    this.socket.send(encodeMessage({
-      t: "request_head",
-      request_id: id,
-      headers,
-      content_length: length === undefined ? null : Number(length),
-    }));
-    for (const frame of frames) this.socket.send(encodeDataFrame(id, frame));
-    if (end) this.socket.send(encodeMessage({ t: "end", request_id: id }));
+    this.socket.send(encodeFrame(id, _requestHead(headers), new Uint8Array(0), false));
+    for (const frame of frames) this.socket.send(encodeFrame(id, null, frame, false));
+    if (end) this.socket.send(encodeFrame(id, null, new Uint8Array(0), true));
   }
 
-  /** Reads the node's answer to `id`: head, data frames, end. */
-  async answer(
-    id: string,
-  ): Promise<
-    { status: number; json: Record<string, unknown>; frames: number[]; declared: number }
+  /** Sends a request in one frame: its head, `body` and the end. */
+  requestInOneFrame(id: string, headers: HeaderEntry[], body: Uint8Array): void {
+    this.socket.send(encodeFrame(id, _requestHead(headers), body, true));
+  }
+
+  /**
+   * Reads the node's answer to `id` up to its end; `shapes` lists its frames as
+   * `head+<bytes>+end`, `<bytes>`, ...
+   */
+  async answer(id: string): Promise<
+    { status: number; json: Record<string, unknown>; shapes: string[]; declared: number }
   > {
-    const head = await this.next();
-    assert.equal(typeof head, "string", JSON.stringify(head));
-    const message = parseSlotMessage(head as string);
-    assert.ok(message.t === "response_head" && message.request_id === id);
+    let head: ResponseHead | null = null;
     const chunks: Uint8Array[] = [];
-    for (;;) {
+    const shapes: string[] = [];
+    for (let end = false; !end;) {
       const next = await this.next();
-      if (next instanceof ArrayBuffer) {
-        chunks.push(decodeDataFrame(new Uint8Array(next)).bytes);
-        continue;
-      }
-      assert.equal(typeof next, "string", JSON.stringify(next));
-      assert.equal(parseSlotMessage(next as string).t, "end");
-      break;
+      assert.ok(next instanceof ArrayBuffer, `a frame, not ${JSON.stringify(next)}`);
+      const frame = decodeResponseFrame(new Uint8Array(next));
+      assert.equal(frame.requestId, id);
+      assert.equal(frame.head !== null, head === null, "the head comes first, once");
+      head ??= frame.head;
+      chunks.push(frame.bytes);
+      end = frame.end;
+      shapes.push(`${frame.head ? "head+" : ""}${frame.bytes.length}${end ? "+end" : ""}`);
     }
     const text = new TextDecoder().decode(concatBytes(chunks));
-    const declared = Number(message.headers.find(([name]) => name === "content-length")?.[1]);
-    const frames = chunks.map((chunk) => chunk.length);
-    return { status: message.status, json: JSON.parse(text), frames, declared };
+    const declared = Number(head!.headers.find(([name]) => name === "content-length")?.[1]);
+    return { status: head!.status, json: JSON.parse(text), shapes, declared };
   }
 }
 
-/**
- * A Router that acknowledges every slot's hello (taking whole frames when `whole`, as a Router
- * of this version does; an earlier Router's ack says nothing of them) and hands the slots to the
- * test.
- */
-function _fakeRouter(whole = false) {
+/** The request head of `headers` (its content_length from their Content-Length). */
+function _requestHead(headers: HeaderEntry[]): RequestHead {
+  const length = headers.find(([name]) => name === "content-length")?.[1];
+  return { headers, content_length: length === undefined ? null : Number(length) };
+}
+
+/** A Router that acknowledges every slot's hello and hands the slots to the test. */
+function _fakeRouter() {
   const slots: _RouterSlot[] = [];
   const hellos: SlotHello[] = [];
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, (request) => {
@@ -105,7 +109,7 @@ function _fakeRouter(whole = false) {
       const hello = parseSlotMessage(event.data);
       assert.equal(hello.t, "hello");
       hellos.push(hello as SlotHello);
-      socket.send(encodeMessage(whole ? { t: "ack", whole: true } : { t: "ack" }));
+      socket.send(encodeMessage({ t: "ack" }));
       slots.push(new _RouterSlot(socket));
     };
     return response;
@@ -138,7 +142,7 @@ Deno.test("node link: small bodies go in whole, others streamed; answers and rec
     slots: 1,
     execute: (request, client) => {
       kinds.push(request instanceof Request ? "streamed" : "whole");
-      return app.execute(request, client);
+      return executeTunnelled(app, request, client);
     },
     events: app.events,
     reconnectMinMs: 10,
@@ -169,9 +173,9 @@ Deno.test("node link: small bodies go in whole, others streamed; answers and rec
     const b = await slot.answer(streamed);
     assert.deepEqual(kinds, ["whole", "streamed"]);
     assert.equal(a.status, 200);
-    // An answer that declares its length goes out as one data frame of exactly that length.
-    assert.deepEqual(a.frames, [a.declared]);
-    assert.deepEqual(b.frames, [b.declared]);
+    // An answer that declares its length goes out in one frame with its head and end.
+    assert.deepEqual(a.shapes, [`head+${a.declared}+end`]);
+    assert.deepEqual(b.shapes, [`head+${b.declared}+end`]);
     assert.deepEqual(a.json.results, { out: { type: "integer", value: 42 } });
     assert.deepEqual(b.json.results, a.json.results);
     assert.deepEqual(
@@ -192,8 +196,8 @@ Deno.test("node link: small bodies go in whole, others streamed; answers and rec
     const declared = crypto.randomUUID();
     slot.request(declared, headers(declared, 200_000), [], false);
     const tooLarge = await slot.answer(declared);
-    slot.socket.send(encodeDataFrame(declared, big.subarray(0, 200_000)));
-    slot.socket.send(encodeMessage({ t: "end", request_id: declared }));
+    slot.socket.send(encodeFrame(declared, null, big.subarray(0, 200_000), false));
+    slot.socket.send(encodeFrame(declared, null, new Uint8Array(0), true));
     const counted = crypto.randomUUID();
     slot.request(counted, headers(counted, null), [
       big.subarray(0, 60_000),
@@ -257,47 +261,37 @@ Deno.test("node link: small bodies go in whole, others streamed; answers and rec
   }
 });
 
-Deno.test("node link: with a Router that takes whole frames, a request in one frame is answered in one", async () => {
+Deno.test("node link: a request in one frame is answered in one", async () => {
   const { app } = testApp({ numWorkers: 1 });
   await app.start();
-  const router = _fakeRouter(true);
+  const router = _fakeRouter();
   const link = _linkTo(router.url, app);
   link.start();
   try {
     const slot = await router.slot(0);
-    assert.equal(router.hellos[0].whole, true, "the node offers whole frames");
+    assert.equal(router.hellos[0].protocol_version, PROTOCOL_VERSION);
     const { body, contentType } = multipartBody([{
       name: "program",
       contentType: "application/json",
       body: JSON.stringify(callProgram("def f(x):\n    return x * 2\n", "f", [21])),
     }]);
+    const headers: HeaderEntry[] = [
+      ["content-type", contentType],
+      ["content-length", String(body.length)],
+    ];
     for (let round = 0; round < 3; round++) {
       const id = crypto.randomUUID();
-      slot.socket.send(
-        encodeWholeFrame({
-          t: "request_head",
-          request_id: id,
-          headers: [["content-type", contentType], ["content-length", String(body.length)]],
-          content_length: body.length,
-        }, body)!,
-      );
+      slot.requestInOneFrame(id, headers, body);
       // One message back: head, body and end together.
-      const answer = await slot.next();
-      assert.ok(answer instanceof ArrayBuffer, `a whole frame, not ${JSON.stringify(answer)}`);
-      const { head, bytes } = decodeWholeFrame(new Uint8Array(answer));
-      assert.ok(head.t === "response_head" && head.request_id === id);
-      assert.equal(head.status, 200);
-      const declared = head.headers.find(([name]) => name === "content-length")?.[1];
-      assert.equal(Number(declared), bytes.length);
-      const json = JSON.parse(new TextDecoder().decode(bytes));
-      assert.deepEqual(json.results, { out: { type: "integer", value: 42 } });
+      const answer = await slot.answer(id);
+      assert.equal(answer.status, 200);
+      assert.deepEqual(answer.shapes, [`head+${answer.declared}+end`]);
+      assert.deepEqual(answer.json.results, { out: { type: "integer", value: 42 } });
     }
-    // A request sent the long way gets its answer whole all the same (the answer is one frame).
+    // A request sent the long way gets its answer in one frame all the same.
     const id = crypto.randomUUID();
     slot.request(id, [["content-type", contentType]], [body]);
-    const answer = await slot.next();
-    assert.ok(answer instanceof ArrayBuffer);
-    assert.equal(decodeWholeFrame(new Uint8Array(answer)).head.request_id, id);
+    assert.equal((await slot.answer(id)).shapes.length, 1);
   } finally {
     await link.stop();
     await router.stop();
@@ -305,33 +299,32 @@ Deno.test("node link: with a Router that takes whole frames, a request in one fr
   }
 });
 
-Deno.test("node link: a whole frame from a Router whose ack did not take them, or a malformed one, ends the slot", async () => {
+Deno.test("node link: a malformed frame, or one out of turn, ends the slot", async () => {
   const { app, events } = testApp({ numWorkers: 1 });
   await app.start();
-  for (
-    const [whole, frame, reason] of [
-      [
-        false,
-        (id: string) => encodeWholeFrame(_head(id), new Uint8Array(0))!,
-        "the ack did not take",
-      ],
-      [true, () => new Uint8Array([2, 1, 2, 3]), "malformed whole frame"],
-      [true, (id: string) => {
-        const frame = encodeWholeFrame(_head(id), new Uint8Array(0))!;
-        frame[1] ^= 1; // the frame's request id no longer the head's
-        return frame;
-      }, "another request"],
-    ] as const
-  ) {
-    const router = _fakeRouter(whole);
+  const empty = new Uint8Array(0);
+  const cases: [(id: string) => Uint8Array[], string][] = [
+    [() => [new Uint8Array([4, 1, 2, 3])], "malformed frame"],
+    [(id) => [encodeFrame(id, null, new Uint8Array([1]), true)], "another request"],
+    [(id) => [encodeFrame(id, { status: 200, headers: [] }, empty, true)], "content_length"],
+    [(id) => [
+      encodeFrame(id, _requestHead([]), empty, false),
+      encodeFrame(crypto.randomUUID(), _requestHead([]), empty, true),
+    ], "before the previous body ended"],
+  ];
+  for (const [frames, reason] of cases) {
+    const router = _fakeRouter();
     const link = _linkTo(router.url, app);
     link.start();
     const errors = () => events.filter((e) => e.event === "tunnel_protocol_error").length;
     const errorsBefore = errors();
     try {
       const slot = await router.slot(0);
-      slot.socket.send(frame(crypto.randomUUID()));
-      const closed = await slot.next() as { closed: number; reason: string };
+      for (const frame of frames(crypto.randomUUID())) slot.socket.send(frame);
+      let closed = await slot.next();
+      // An answer may come first (a request that began): the close follows.
+      while (closed instanceof ArrayBuffer) closed = await slot.next();
+      closed = closed as { closed: number; reason: string };
       assert.equal(closed.closed, 4003, JSON.stringify(closed));
       assert.match(closed.reason, new RegExp(reason));
       assert.equal(errors(), errorsBefore + 1, "this case's protocol error was logged");
@@ -351,19 +344,15 @@ function _linkTo(url: string, app: ReturnType<typeof testApp>["app"]): NodeLink 
     nodeToken: null,
     serverInstanceId: app.health().instance_id,
     slots: 1,
-    execute: (request, client) => app.execute(request, client),
+    execute: (request, client) => executeTunnelled(app, request, client),
     events: app.events,
     reconnectMinMs: 10,
   });
 }
 
-function _head(id: string) {
-  return { t: "request_head" as const, request_id: id, headers: [], content_length: 0 };
-}
-
 Deno.test("node link: an answer that ends after its connection was cancelled is dropped, never sent on the next one", async () => {
-  for (const whole of [true, false]) {
-    const router = _fakeRouter(whole);
+  for (const oneFrame of [true, false]) {
+    const router = _fakeRouter();
     let finish!: () => void;
     let calls = 0;
     const link = new NodeLink({
@@ -384,7 +373,8 @@ Deno.test("node link: an answer that ends after its connection was cancelled is 
     try {
       const first = await router.slot(0);
       const id = crypto.randomUUID();
-      first.request(id, [["content-length", "0"]], []);
+      if (oneFrame) first.requestInOneFrame(id, [["content-length", "0"]], new Uint8Array(0));
+      else first.request(id, [["content-length", "0"]], []);
       await new Promise((resolve) => setTimeout(resolve, 50));
       first.socket.send(
         encodeMessage({ t: "cancel", request_id: id, reason: "client_disconnected" }),
@@ -397,10 +387,8 @@ Deno.test("node link: an answer that ends after its connection was cancelled is 
       const next = crypto.randomUUID();
       second.request(next, [["content-length", "0"]], []);
       const answer = await second.next();
-      const head = answer instanceof ArrayBuffer
-        ? decodeWholeFrame(new Uint8Array(answer)).head
-        : parseSlotMessage(answer as string);
-      assert.equal((head as { request_id: string }).request_id, next, `whole ${whole}`);
+      assert.ok(answer instanceof ArrayBuffer, JSON.stringify(answer));
+      assert.equal(decodeResponseFrame(new Uint8Array(answer)).requestId, next, `${oneFrame}`);
     } finally {
       await link.stop();
       await router.stop();

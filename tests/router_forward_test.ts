@@ -10,13 +10,8 @@ import { forwardExecute } from "../router/pipeline.ts";
 import { NodeRegistry } from "../router/registry.ts";
 import { EventLog } from "../http/events.ts";
 import { defaultRegistryConfig, parseRouterArgs } from "../router/options.ts";
-import {
-  CONTROL_PATH,
-  encodeDataFrame,
-  encodeMessage,
-  encodeWholeFrame,
-  SLOT_PATH,
-} from "../link/messages.ts";
+import { CONTROL_PATH, encodeMessage, SLOT_PATH } from "../link/messages.ts";
+import { encodeFrame, frameWithRoom } from "../link/frames.ts";
 import { closed, FakeNode, type FakeRequest, healthyStatus, openLink } from "./_fake_node.ts";
 
 async function startRouter(args: string[] = []) {
@@ -102,7 +97,7 @@ Deno.test("router: a 2 MiB + 17 B body and repeated headers cross byte for byte"
     let requestId = "";
     await node.openSlot(async (request) => {
       seenHeaders = request.head.headers;
-      requestId = request.head.request_id;
+      requestId = request.id;
       const body = await request.body();
       request.respond(200, [
         ["content-type", "application/octet-stream"],
@@ -291,12 +286,10 @@ Deno.test("router: an invalid response head is a 502 invalid_response; the node 
   try {
     await node.connect();
     const slot = await node.openSlot((request) => {
-      request.socket.send(encodeMessage({
-        t: "response_head",
-        request_id: crypto.randomUUID(), // another request's
-        status: 200,
-        headers: [],
-      }));
+      // Another request's head.
+      request.socket.send(
+        encodeFrame(crypto.randomUUID(), { status: 200, headers: [] }, new Uint8Array(0), false),
+      );
     });
     await waitFor("capacity", async () => (await capacity(r.url)) === 1);
     const response = await fetch(`${r.url}/execute`, { method: "POST", body: "x" });
@@ -477,7 +470,7 @@ Deno.test("router: hostile node peers are closed; other nodes keep serving", asy
     const binary = await openLink(r.url, SLOT_PATH);
     binary.send(new Uint8Array([1, 2, 3]));
     assert.equal((await closed(binary)).code, 4003);
-    // Not JSON; a wrong protocol version; an invalid node id.
+    // Not JSON; a wrong protocol version (an older node's text heads and ends); an invalid node id.
     const garbage = await openLink(r.url, CONTROL_PATH);
     garbage.send("{not json");
     assert.equal((await closed(garbage)).code, 4003);
@@ -488,7 +481,7 @@ Deno.test("router: hostile node peers are closed; other nodes keep serving", asy
         node_id: "gpu-x",
         server_instance_id: "i",
         slot_id: "s",
-        protocol_version: 2,
+        protocol_version: 1,
       }),
     );
     assert.equal((await closed(version)).code, 4009);
@@ -506,14 +499,12 @@ Deno.test("router: hostile node peers are closed; other nodes keep serving", asy
     await closed(flood);
     assert.ok(r.lines.some((l) => /slot|invalid/.test(l)));
     const stray = await flooder.openSlot(() => {});
-    stray.send(encodeDataFrame(crypto.randomUUID(), new Uint8Array(10)));
+    stray.send(encodeFrame(crypto.randomUUID(), null, new Uint8Array(10), false));
     assert.equal((await closed(stray)).code, 4010);
-    // An oversized data frame in the middle of a request.
+    // An oversized frame in the middle of a request.
     const oversized = await flooder.openSlot((request) => {
       request.respond(200);
-      const frame = new Uint8Array(37 + 262_145);
-      frame.set(encodeDataFrame(request.head.request_id, new Uint8Array(0)));
-      request.socket.send(frame);
+      request.socket.send(frameWithRoom(request.id, null, 262_145));
     });
     const response = await fetch(`${r.url}/execute`, {
       method: "POST",
@@ -747,32 +738,28 @@ Deno.test("router: a client that leaves the queue gets an answer nobody reads, a
   }
 });
 
-Deno.test("router: to a node that offers whole frames, a body of one frame goes with its head and end in one message", async () => {
+Deno.test("router: a body of one frame goes with its head and end in one message, and so may the answer", async () => {
   const r = await startRouter();
   const node = new FakeNode(r.url, "gpu-w");
-  const seen: { whole: boolean; body: string; length: number | null }[] = [];
+  const seen: { oneFrame: boolean; body: string; length: number | null }[] = [];
   try {
     await node.connect();
-    await node.openSlot(
-      async (request) => {
-        const body = await request.body();
-        seen.push({
-          whole: request.cameWhole,
-          body: new TextDecoder().decode(body.subarray(0, 20)),
-          length: request.head.content_length,
-        });
-        const answer = new TextEncoder().encode(`{"got":${body.length}}`);
-        if (body.length <= 262_144) {
-          request.respondWhole(200, [["content-length", String(answer.length)]], answer);
-        } else {
-          request.respond(200);
-          await request.write(answer);
-          request.end();
-        }
-      },
-      null,
-      true,
-    );
+    await node.openSlot(async (request) => {
+      const body = await request.body();
+      seen.push({
+        oneFrame: request.cameInOneFrame,
+        body: new TextDecoder().decode(body.subarray(0, 20)),
+        length: request.head.content_length,
+      });
+      const answer = new TextEncoder().encode(`{"got":${body.length}}`);
+      if (body.length <= 262_144) {
+        request.respondComplete(200, [["content-length", String(answer.length)]], answer);
+      } else {
+        request.respond(200);
+        await request.write(answer);
+        request.end();
+      }
+    });
     await waitFor("capacity", async () => (await capacity(r.url)) === 1);
 
     const small = await fetch(`${r.url}/execute`, { method: "POST", body: "hello" });
@@ -782,11 +769,11 @@ Deno.test("router: to a node that offers whole frames, a body of one frame goes 
     assert.equal(await small.text(), '{"got":5}');
     const empty = await fetch(`${r.url}/execute`, { method: "POST" });
     assert.equal(await empty.text(), '{"got":0}');
-    // Larger than one frame: head, data frames, end, as before.
+    // Larger than one frame: the head alone, frames of bytes, the end.
     const large = new Uint8Array(300_000).fill(120);
     const big = await fetch(`${r.url}/execute`, { method: "POST", body: large });
     assert.equal(await big.text(), '{"got":300000}');
-    assert.deepEqual(seen.map((s) => [s.whole, s.length]), [
+    assert.deepEqual(seen.map((s) => [s.oneFrame, s.length]), [
       [true, 5],
       [true, 0],
       [false, 300_000],
@@ -825,28 +812,19 @@ Deno.test("router: to a node that offers whole frames, a body of one frame goes 
   }
 });
 
-Deno.test("router: a whole frame a node's hello did not offer, or with a request head, is a 502 invalid_response", async () => {
+Deno.test("router: a frame from a node with a request head, or a body before its head, is a 502 invalid_response", async () => {
   const r = await startRouter();
   const node = new FakeNode(r.url, "gpu-w");
   try {
     await node.connect();
-    for (const offered of [false, true]) {
-      const socket = await node.openSlot(
-        (request) => {
-          const id = request.head.request_id;
-          // Offered: a request head where the response head belongs. Not offered: any whole frame.
-          request.socket.send(
-            offered
-              ? encodeWholeFrame({ ...request.head, request_id: id }, new Uint8Array(0))!
-              : encodeWholeFrame(
-                { t: "response_head", request_id: id, status: 200, headers: [] },
-                new Uint8Array(0),
-              )!,
-          );
-        },
-        null,
-        offered,
-      );
+    for (const wrong of ["request head", "body first"]) {
+      const socket = await node.openSlot((request) => {
+        request.socket.send(
+          wrong === "request head"
+            ? encodeFrame(request.id, request.head, new Uint8Array(0), true)
+            : encodeFrame(request.id, null, new Uint8Array([1]), true),
+        );
+      });
       await waitFor("capacity", async () => (await capacity(r.url)) === 1);
       const response = await fetch(`${r.url}/execute`, { method: "POST", body: "x" });
       assert.equal(response.status, 502);
@@ -876,9 +854,9 @@ Deno.test("router: a small body held back takes no slot; a slot that goes away m
       const body = new TextDecoder().decode(await request.body());
       served.push(`${which}:${body}`);
       const answer = new TextEncoder().encode(which);
-      request.respondWhole(200, [["content-length", String(answer.length)]], answer);
+      request.respondComplete(200, [["content-length", String(answer.length)]], answer);
     };
-    const first = await node.openSlot(handler("first"), null, true);
+    const first = await node.openSlot(handler("first"));
     await waitFor("capacity", async () => (await capacity(r.url)) === 1);
     // The client sends its head (a body of 10 declared) and holds the body back.
     const conn = await Deno.connect({ hostname: "127.0.0.1", port: Number(new URL(r.url).port) });
@@ -895,7 +873,7 @@ Deno.test("router: a small body held back takes no slot; a slot that goes away m
     }
     // Meanwhile the slot's connection goes away and the node opens another.
     first.close();
-    await node.openSlot(handler("second"), null, true);
+    await node.openSlot(handler("second"));
     await conn.write(new TextEncoder().encode("0123456789"));
     const reply = new Uint8Array(4096);
     let text = "";

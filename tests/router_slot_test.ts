@@ -1,25 +1,20 @@
 /**
  * The Router's side of one slot link (router/slot_link.ts) over a recording stand-in for the
- * node's WebSocket: what a client's upload becomes on the link, and what happens to each data
- * frame's memory once the socket has taken it.
+ * node's WebSocket: what a client's upload becomes on the link, what a node's answer becomes for
+ * the client, and what happens to each frame's memory once the socket has taken it.
  */
 import assert from "node:assert/strict";
-import {
-  decodeDataFrame,
-  decodeWholeFrame,
-  encodeDataFrame,
-  encodeWholeFrame,
-  MAX_DATA_BYTES,
-} from "../link/messages.ts";
+import { decodeRequestFrame, encodeFrame } from "../link/frames.ts";
+import { MAX_DATA_BYTES, PROTOCOL_VERSION, type ResponseHead } from "../link/messages.ts";
 import { RouterSlot } from "../router/slot_link.ts";
 
-/** A node's hello, without whole frames; the request id of every exchange here. */
+/** A node's hello; the request id of every exchange here. */
 const _HELLO = {
   t: "hello" as const,
   node_id: "n1",
   server_instance_id: "i1",
   slot_id: "s1",
-  protocol_version: 1,
+  protocol_version: PROTOCOL_VERSION,
 };
 const id = "0f6c2b4e-1111-4222-8333-444455556666";
 
@@ -47,72 +42,100 @@ Deno.test("router slot: upload frames carry the body in order, and each frame's 
   await exchange.upload.write(body);
   await exchange.upload.end();
 
-  const frames = socket.copies.filter((data) => typeof data !== "string") as Uint8Array[];
-  assert.equal(frames.length, 2);
-  const payload = frames.map((frame) => decodeDataFrame(frame)).map((frame) => {
-    assert.equal(frame.requestId, id);
-    return frame.bytes;
-  });
-  assert.deepEqual([payload[0].length, payload[1].length], [MAX_DATA_BYTES, 1000]);
-  assert.deepEqual(new Uint8Array([...payload[0], ...payload[1]]), body);
-  const messages = socket.copies.filter((data) => typeof data === "string") as string[];
-  assert.deepEqual(messages.map((text) => JSON.parse(text).t), ["request_head", "end"]);
+  assert.ok(socket.copies.every((data) => typeof data !== "string"), "no text message");
+  const frames = (socket.copies as Uint8Array[]).map((frame) => decodeRequestFrame(frame));
+  assert.ok(frames.every((frame) => frame.requestId === id));
+  // The head at once, alone (the body streams from the client), then the bytes, the end last.
+  assert.deepEqual(frames.map((f) => [f.head !== null, f.bytes.length, f.end]), [
+    [true, 0, false],
+    [false, MAX_DATA_BYTES, false],
+    [false, 1000, true],
+  ]);
+  assert.equal(frames[0].head?.content_length, body.length);
+  assert.deepEqual(new Uint8Array([...frames[1].bytes, ...frames[2].bytes]), body);
   // Detached after the send: nothing waits for a garbage collection to give it back.
   for (const original of socket.originals) assert.equal(original.buffer.byteLength, 0);
 });
 
-Deno.test("router slot: a whole frame only to a node that offered them, and only if it fits one message", () => {
+Deno.test("router slot: a body at hand goes with its head and end in one frame", () => {
   const body = new Uint8Array(MAX_DATA_BYTES).fill(7);
-
-  const plain = new RouterSlot(new _RecordingSocket() as unknown as WebSocket, _HELLO, () => {});
-  assert.equal(plain.takesWhole, false);
-  assert.throws(() => plain.beginWhole(id, [], body.length, body), /did not offer whole frames/);
-
   const socket = new _RecordingSocket();
-  const slot = new RouterSlot(socket as unknown as WebSocket, { ..._HELLO, whole: true }, () => {});
-  assert.equal(slot.takesWhole, true);
-  // Headers whose JSON (every quote escaped) and a full body exceed what a node takes at once.
-  const huge: [string, string][] = [["x-quotes", '"'.repeat(400_000)]];
-  assert.equal(slot.beginWhole(id, huge, body.length, body), null);
-  assert.equal(socket.copies.length, 0, "nothing sent");
-  assert.equal(slot.busy, false, "the slot is still free");
-  const exchange = slot.beginWhole(id, [["content-type", "x"]], body.length, body)!;
+  const slot = new RouterSlot(socket as unknown as WebSocket, _HELLO, () => {});
+  const exchange = slot.begin(id, [["content-type", "x"]], body.length, body);
   assert.ok(exchange.upload.ended);
   assert.equal(exchange.upload.sentBytes, body.length);
   assert.equal(socket.copies.length, 1);
-  const frame = decodeWholeFrame(socket.copies[0] as Uint8Array);
-  assert.equal(frame.head.request_id, id);
+  const frame = decodeRequestFrame(socket.copies[0] as Uint8Array);
+  assert.equal(frame.requestId, id);
+  assert.deepEqual(frame.head, { headers: [["content-type", "x"]], content_length: body.length });
   assert.equal(frame.bytes.length, body.length);
-  assert.ok(frame.head.t === "request_head" && frame.head.content_length === body.length);
+  assert.ok(frame.end);
+  assert.equal(slot.busy, true, "until the node's answer ends");
+  // A slot whose connection is gone takes nothing: another slot may.
+  slot.closedBySocket("gone");
+  assert.throws(() => slot.begin(id, [], 1, new Uint8Array([1])), /tunnel_disconnected/);
 });
 
-Deno.test("router slot: an answer in one whole frame is complete once its head resolves; a streamed one is not", async () => {
-  const hello = { ..._HELLO, whole: true as const };
-  const head = {
-    t: "response_head" as const,
-    request_id: id,
-    status: 200,
-    headers: [["content-type", "application/json"]] as [string, string][],
-  };
+Deno.test("router slot: an answer in one frame is complete when its head resolves; a streamed one later", async () => {
+  const head: ResponseHead = { status: 200, headers: [["content-type", "application/json"]] };
   const answer = new TextEncoder().encode('{"status":"COMPLETED"}');
 
-  const whole = new RouterSlot(new _RecordingSocket() as unknown as WebSocket, hello, () => {});
-  const first = whole.beginWhole(id, [], 1, new Uint8Array([1]))!;
-  assert.equal(first.wholeBody, null, "nothing came yet");
-  whole.receive(encodeWholeFrame(head, answer)!.buffer);
-  await first.head;
-  assert.deepEqual(first.wholeBody, answer);
-  // The same bytes are the body's too, and the slot is free again.
+  const one = new RouterSlot(new _RecordingSocket() as unknown as WebSocket, _HELLO, () => {});
+  const first = one.begin(id, [], 1, new Uint8Array([1]));
+  one.receive(encodeFrame(id, head, answer, true).buffer);
+  assert.deepEqual(await first.head, head);
+  // Its bytes and end came with it: the body is complete, and the slot free again.
+  assert.ok(first.body.ended);
   assert.deepEqual(await first.body.wholeIfWithin(MAX_DATA_BYTES), answer);
-  assert.equal(whole.busy, false);
+  await first.answered;
+  assert.equal(one.busy, false);
 
-  const streamed = new RouterSlot(new _RecordingSocket() as unknown as WebSocket, hello, () => {});
-  const second = streamed.beginWhole(id, [], 1, new Uint8Array([1]))!;
-  streamed.receive(JSON.stringify(head));
+  const streamed = new RouterSlot(new _RecordingSocket() as unknown as WebSocket, _HELLO, () => {});
+  const second = streamed.begin(id, [], 1, new Uint8Array([1]));
+  streamed.receive(encodeFrame(id, head, new Uint8Array(0), false).buffer);
   await second.head;
-  assert.equal(second.wholeBody, null, "head alone: the answer is still to come");
-  streamed.receive(encodeDataFrame(id, answer).buffer);
-  streamed.receive(JSON.stringify({ t: "end", request_id: id }));
-  assert.equal(second.wholeBody, null);
-  assert.deepEqual(await second.body.wholeIfWithin(MAX_DATA_BYTES), answer);
+  assert.ok(!second.body.ended, "head alone: the answer is still to come");
+  const whole = second.body.wholeIfWithin(MAX_DATA_BYTES);
+  streamed.receive(encodeFrame(id, null, answer, false).buffer);
+  assert.equal(streamed.busy, true);
+  streamed.receive(encodeFrame(id, null, new Uint8Array(0), true).buffer);
+  assert.deepEqual(await whole, answer);
+  assert.equal(streamed.busy, false);
+});
+
+Deno.test("router slot: anything out of turn from the node fails the exchange with invalid_response", async () => {
+  const head: ResponseHead = { status: 200, headers: [] };
+  const cases: [string, (slot: RouterSlot) => void, RegExp][] = [
+    ["a second head", (slot) => {
+      slot.receive(encodeFrame(id, head, new Uint8Array(0), false).buffer);
+      slot.receive(encodeFrame(id, head, new Uint8Array(0), true).buffer);
+    }, /a second response head/],
+    ["bytes before the head", (slot) => {
+      slot.receive(encodeFrame(id, null, new Uint8Array(1), false).buffer);
+    }, /before the response head/],
+    ["another request's frame", (slot) => {
+      slot.receive(encodeFrame(crypto.randomUUID(), head, new Uint8Array(0), true).buffer);
+    }, /another request/],
+    ["a frame after the end", (slot) => {
+      slot.receive(encodeFrame(id, head, new Uint8Array(0), false).buffer);
+      slot.receive(encodeFrame(id, null, new Uint8Array(1), true).buffer);
+      slot.receive(encodeFrame(id, null, new Uint8Array(1), false).buffer);
+    }, /after the end/],
+    ["a text message other than credit", (slot) => {
+      slot.receive(JSON.stringify({ t: "ack" }));
+    }, /'ack' from a node/],
+  ];
+  for (const [name, misbehave, reason] of cases) {
+    const slot = new RouterSlot(new _RecordingSocket() as unknown as WebSocket, _HELLO, () => {});
+    // A body that streams: the exchange stays open after the node's end.
+    const exchange = slot.begin(id, [], null);
+    misbehave(slot);
+    // The upload fails with the reason (the answer may have ended before the violation).
+    await assert.rejects(exchange.upload.write(new Uint8Array(1)), (error: Error) => {
+      assert.match(error.message, /^invalid_response: /, name);
+      assert.match(error.message, reason, name);
+      return true;
+    });
+    assert.ok(slot.isClosed, name);
+  }
 });

@@ -5,6 +5,7 @@
  * a node's small tunnelled body), under the same limits.
  */
 import assert from "node:assert/strict";
+import { executeTunnelled } from "../server/app.ts";
 import { callProgram, multipartBody, testApp } from "./_server.ts";
 
 Deno.test("pipeline: requests without a listener, bodies in pieces, answers and records", async () => {
@@ -85,7 +86,8 @@ Deno.test("pipeline: a body in hand (WholeBodyRequest) gets the answers and reco
         "x-request-id": id,
       };
       answers.push(
-        await app.execute(
+        await executeTunnelled(
+          app,
           k === 0
             ? whole(headers, () => Promise.resolve(body)).request
             : new Request("http://node/execute", { method: "POST", body, headers }),
@@ -109,21 +111,25 @@ Deno.test("pipeline: a body in hand (WholeBodyRequest) gets the answers and reco
       { "content-type": contentType, "content-length": "5000" },
       () => Promise.reject(new Error("not to be read")),
     );
-    const tooLarge = await app.execute(declared.request);
+    const tooLarge = await executeTunnelled(app, declared.request, null);
     assert.equal(tooLarge.status, 413);
     assert.equal((await tooLarge.json()).error.kind, "request_too_large");
     assert.equal(declared.discarded(), 1);
     // More bytes than the limit, whatever was declared: 413 too.
-    const counted = await app.execute(
+    const counted = await executeTunnelled(
+      app,
       whole({ "content-type": contentType }, () => Promise.resolve(new Uint8Array(4097))).request,
+      null,
     );
     assert.equal(counted.status, 413);
     await counted.body?.cancel();
 
     // A body that never arrives (the tunnel failed): 400, with the reason, as a body cut short.
-    const cut = await app.execute(
+    const cut = await executeTunnelled(
+      app,
       whole({ "content-type": contentType }, () => Promise.reject(new Error("tunnel: gone")))
         .request,
+      null,
     );
     assert.equal(cut.status, 400);
     assert.deepEqual((await cut.json()).error, {
@@ -133,7 +139,7 @@ Deno.test("pipeline: a body in hand (WholeBodyRequest) gets the answers and reco
 
     // A stop while the body is still arriving: 503 busy, and the body is discarded.
     const pending = whole({ "content-type": contentType }, () => new Promise(() => {}));
-    const answer = app.execute(pending.request);
+    const answer = executeTunnelled(app, pending.request, null);
     await new Promise((resolve) => setTimeout(resolve, 20));
     await app.shutdown();
     const stopped = await answer;
@@ -148,11 +154,11 @@ Deno.test("pipeline: a body in hand (WholeBodyRequest) gets the answers and reco
 Deno.test("pipeline: an application not started discards a body in hand (503 busy)", async () => {
   const { app } = testApp();
   let discarded = false;
-  const response = await app.execute({
+  const response = await executeTunnelled(app, {
     headers: new Headers(),
     bytes: () => Promise.resolve(new Uint8Array(0)),
     discard: () => (discarded = true),
-  });
+  }, null);
   assert.equal(response.status, 503);
   assert.ok(discarded);
   await response.body?.cancel();

@@ -1,14 +1,14 @@
 /**
  * The floor under a Router's trivial request, without any Router code: one client (keep-alive
  * `fetch`, one request at a time, a one-byte body) through a forwarder to a stand-in node that
- * answers every request at once over a WebSocket in one whole frame, the three in separate
+ * answers every request at once over a WebSocket in one frame, the three in separate
  * processes on loopback. Two forwarders take turns, rounds of `--requests` each:
  *
  * - `floor`: `Deno.serve` takes the node's WebSocket (`Deno.upgradeWebSocket`); each request's
  *   body is read, sent as one message with a request id, and the node's message for that id is
  *   answered with its bytes and a content type — the least any forwarder over one WebSocket does;
- * - `router`: a real `kcoral router`, the node linked as a real node is (control link, one slot
- *   offering whole frames).
+ * - `router`: a real `kcoral router`, the node linked as a real node is (control link, one slot;
+ *   a request and its answer one frame each).
  *
  * Prints per way and round the client's p50 latency and the forwarder's CPU per request (from
  * /proc), then the medians.
@@ -18,13 +18,8 @@
  * @module
  */
 import { WebSocketClient } from "../../link/websocket_client.ts";
-import {
-  decodeWholeFrame,
-  encodeMessage,
-  encodeWholeFrame,
-  isWholeFrame,
-  SLOT_PATH,
-} from "../../link/messages.ts";
+import { encodeMessage, PROTOCOL_VERSION, SLOT_PATH } from "../../link/messages.ts";
+import { decodeRequestFrame, encodeFrame } from "../../link/frames.ts";
 import { ownCpuMs } from "../_proc.ts";
 import {
   freePort,
@@ -93,7 +88,7 @@ function _floorNode(port: number): Promise<never> {
   return new Promise<never>(() => {});
 }
 
-/** A node as the Router sees one: a control link and one slot offering whole frames. */
+/** A node as the Router sees one: a control link and one slot. */
 async function _routerNode(port: number): Promise<never> {
   const ws = `ws://127.0.0.1:${port}`;
   const instance = crypto.randomUUID();
@@ -105,22 +100,17 @@ async function _routerNode(port: number): Promise<never> {
     node_id: "stand-in",
     server_instance_id: instance,
     slot_id: crypto.randomUUID(),
-    protocol_version: 1,
-    whole: true,
+    protocol_version: PROTOCOL_VERSION,
   }));
+  const headers: [string, string][] = [
+    ["content-type", "application/json"],
+    ["content-length", String(_ANSWER.length)],
+  ];
   slot.onmessage = (event) => {
     if (typeof event.data === "string") return;
-    const frame = new Uint8Array(event.data);
-    if (!isWholeFrame(frame)) return;
-    const { head } = decodeWholeFrame(frame);
-    slot.send(
-      encodeWholeFrame({
-        t: "response_head",
-        request_id: head.request_id,
-        status: 200,
-        headers: [["content-type", "application/json"], ["content-length", String(_ANSWER.length)]],
-      }, _ANSWER)!,
-    );
+    const frame = decodeRequestFrame(new Uint8Array(event.data));
+    if (!frame.end) return;
+    slot.send(encodeFrame(frame.requestId, { status: 200, headers }, _ANSWER, true));
   };
   console.error("ready");
   return await new Promise<never>(() => {});

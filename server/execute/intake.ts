@@ -52,8 +52,8 @@ export interface ReceivedBody {
 
 /**
  * An `/execute` request whose body comes whole, without a stream: a small body a node's link
- * takes whole from its data frames (node/slot_links.ts). The pipeline reads the same headers as
- * a `Request`'s and applies the same limits and answers.
+ * takes whole from its frames (node/tunnelled_request.ts). The pipeline reads the same headers
+ * as a `Request`'s and applies the same limits and answers.
  *
  * @example
  * ```ts
