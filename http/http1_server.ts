@@ -13,6 +13,7 @@
  *    BodyTimeoutError) ─▶ body read whole ─▶ a read stays pending on the socket: the end of the
  *    connection aborts `request.signal` (the client has gone)
  *  ─▶ handler's Response ─▶ written (Content-Length, or chunked) ─▶ keep-alive or close
+ *     (a switchProtocols answer to an upgrade: 101 written, the connection handed over)
  *  accept fails (no descriptor left) ─▶ logged once, retried with backoff, logged when it works
  * ```
  *
@@ -106,6 +107,62 @@ const _BODY_CHUNK = 64 * 1024;
 const _encoder = new TextEncoder();
 
 export { ClientGoneError } from "./http1_input.ts";
+
+/** A connection handed over after its `101 Switching Protocols` (see {@linkcode switchProtocols}). */
+export interface SwitchedConnection {
+  /** The connection, now the new protocol's: nothing of this server reads, writes or closes it. */
+  conn: Deno.Conn;
+  /** What the client sent after its request head (the new protocol's first bytes), if anything. */
+  buffered: Uint8Array;
+}
+
+/** The `101`'s header fields and who takes the connection, per answer of `switchProtocols`. */
+const _switches = new WeakMap<
+  Response,
+  { fields: readonly [string, string][]; take: (switched: SwitchedConnection) => void }
+>();
+
+/**
+ * An answer to an upgrade request (`Connection: upgrade`, no body) that switches protocols:
+ * {@linkcode serveHttp1} writes `101 Switching Protocols` with `fields`, then hands the
+ * connection to `take`. The connection leaves the server then: no timeout, no place in
+ * `maxConnections`, no close at a stop. Served by anything else, or for a request that is no
+ * upgrade, the answer is a 500 (`Response` cannot carry a 101 itself).
+ *
+ * @example
+ * ```ts
+ * import { serveHttp1, switchProtocols } from "./http1_server.ts";
+ *
+ * const server = serveHttp1({
+ *   hostname: "127.0.0.1",
+ *   port: 0,
+ *   handler: () =>
+ *     Promise.resolve(switchProtocols([["upgrade", "echo"], ["connection", "upgrade"]], ({ conn }) => {
+ *       conn.write(new TextEncoder().encode("switched")).finally(() => conn.close());
+ *     })),
+ * });
+ * const conn = await Deno.connect({ hostname: "127.0.0.1", port: server.addr.port });
+ * await conn.write(new TextEncoder().encode(
+ *   "GET / HTTP/1.1\r\nhost: x\r\nconnection: upgrade\r\nupgrade: echo\r\n\r\n",
+ * ));
+ * let text = "";
+ * const buffer = new Uint8Array(1024);
+ * for (let n; (n = await conn.read(buffer)) !== null;) text += new TextDecoder().decode(buffer.subarray(0, n));
+ * conn.close();
+ * if (!text.startsWith("HTTP/1.1 101 ") || !text.endsWith("\r\n\r\nswitched")) throw new Error(text);
+ * await server.shutdown();
+ * ```
+ */
+export function switchProtocols(
+  fields: readonly [string, string][],
+  take: (switched: SwitchedConnection) => void,
+): Response {
+  const response = new Response("a protocol switch needs an upgrade request served by serveHttp1", {
+    status: 500,
+  });
+  _switches.set(response, { fields, take });
+  return response;
+}
 
 /**
  * Listens on `hostname:port` and serves `handler` over HTTP/1.1.
@@ -294,6 +351,8 @@ class _Connection {
   #expired = false;
   /** A stalled head's 408 being written. */
   #expiring: Promise<void> | null = null;
+  /** Handed over after a 101 (switchProtocols): this server no longer closes it. */
+  #switched = false;
 
   constructor(
     conn: Deno.Conn,
@@ -357,7 +416,7 @@ class _Connection {
   }
 
   #close(): void {
-    if (this.#closed) return;
+    if (this.#closed || this.#switched) return;
     this.#closed = true;
     _close(this.#conn);
   }
@@ -496,7 +555,8 @@ class _Connection {
         stalled: () => void this.#cutStalledBody(head),
       },
     );
-    if (head.framing.kind === "none" || whole) watch.start();
+    // An upgrade's connection may be handed over: no read of ours may be pending on it then.
+    if ((head.framing.kind === "none" || whole) && !head.upgrade) watch.start();
     let request: Request;
     try {
       const host = head.fields.find(([name]) => name === "host")?.[1] ?? "localhost";
@@ -537,6 +597,12 @@ class _Connection {
         headers: { "content-type": "application/json", "x-request-id": id },
       });
     }
+    const switching = _switches.get(response);
+    if (switching) {
+      watch.stop();
+      completed.resolve();
+      return await this.#switch(head, switching.fields, switching.take, response);
+    }
     if (body?.cut) {
       // The stalled body was answered (408) and the connection closed.
       await response.body?.cancel().catch(() => {});
@@ -561,6 +627,38 @@ class _Connection {
     }
     if (!bodyDone) await this.#linger();
     return keepAlive && bodyDone && !this.#input.ended;
+  }
+
+  /**
+   * Writes the 101 of a switchProtocols answer and hands the connection to `take` (an answer
+   * to a request that is no bodyless upgrade is written as it is: a 500); whether the
+   * connection carries another request (never).
+   */
+  async #switch(
+    head: RequestHead,
+    fields: readonly [string, string][],
+    take: (switched: SwitchedConnection) => void,
+    response: Response,
+  ): Promise<false> {
+    if (!head.upgrade || head.framing.kind !== "none" || this.#input.reading) {
+      await writeResponse(this.#conn, head, response, false);
+      return false;
+    }
+    await response.body?.cancel().catch(() => {});
+    let lines = "HTTP/1.1 101 Switching Protocols\r\n";
+    for (const [name, value] of fields) lines += `${name}: ${value}\r\n`;
+    lines += `date: ${httpDate()}\r\n\r\n`;
+    try {
+      await writeAll(this.#conn, _encoder.encode(lines));
+    } catch {
+      return false; // the client left: the connection closes
+    }
+    const input = this.#input;
+    const buffered = input.buffer.slice(input.start, input.end);
+    input.start = input.end = 0;
+    this.#switched = true;
+    take({ conn: this.#conn, buffered });
+    return false;
   }
 
   /** A body that stopped arriving: 408 here, then the connection closes (the read ends). */

@@ -64,8 +64,8 @@ function _instantiate():
 
 /**
  * Writes `payload` XOR `key` (byte `i` with `key[(phase + i) % 4]`) into `out`, which must be at
- * least as long as `payload`. `payload` and `out` may be any views, aligned or not, but must not
- * overlap. `phase` is the payload's offset in the message it is part of (a message sent in
+ * least as long as `payload`. `payload` and `out` may be any views, aligned or not, and either the
+ * same view (unmasked in place) or not overlapping at all. `phase` is the payload's offset in the message it is part of (a message sent in
  * pieces is masked piece by piece).
  *
  * @example

@@ -2,11 +2,12 @@
  * http/http1_head.ts and http/http1_server.ts in one process: strict heads, bodies framed by
  * Content-Length and chunked (also arriving in pieces), keep-alive and pipelined requests,
  * `Expect: 100-continue` answered only when the body is read, answers with and without a
- * length (a stream goes chunked), HEAD, and the client's end aborting `request.signal`.
+ * length (a stream goes chunked), HEAD, the client's end aborting `request.signal`, and a
+ * protocol switch (`switchProtocols`) handing the connection over.
  */
 import assert from "node:assert/strict";
 import { HeadError, parseRequestHead } from "../http/http1_head.ts";
-import { serveHttp1 } from "../http/http1_server.ts";
+import { serveHttp1, switchProtocols } from "../http/http1_server.ts";
 
 const _encoder = new TextEncoder();
 const _decoder = new TextDecoder("latin1");
@@ -218,6 +219,70 @@ Deno.test("http1 server: the client's end aborts request.signal once the body ha
     await arrived.promise;
     conn.close();
     assert.equal(await aborted.promise, "ClientGoneError");
+  } finally {
+    await server.shutdown();
+  }
+});
+
+Deno.test("http1 server: a switchProtocols answer writes 101 and hands the connection over with what followed the head", async () => {
+  const taken: { buffered: string; conn: Deno.Conn }[] = [];
+  const server = serveHttp1({
+    hostname: "127.0.0.1",
+    port: 0,
+    handler: (request) =>
+      Promise.resolve(
+        new URL(request.url).pathname === "/switch"
+          ? switchProtocols(
+            [["upgrade", "echo"], ["connection", "Upgrade"]],
+            ({ conn, buffered }) => taken.push({ conn, buffered: _decoder.decode(buffered) }),
+          )
+          : new Response("plain"),
+      ),
+  });
+  try {
+    const conn = await Deno.connect({ hostname: "127.0.0.1", port: server.addr.port });
+    // The new protocol's first bytes in the same write as the head.
+    await conn.write(_encoder.encode(
+      "GET /switch HTTP/1.1\r\nhost: h\r\nconnection: upgrade\r\nupgrade: echo\r\n\r\nfirst",
+    ));
+    const buffer = new Uint8Array(4096);
+    let head = "";
+    while (!head.includes("\r\n\r\n")) {
+      head += _decoder.decode(buffer.subarray(0, (await conn.read(buffer))!));
+    }
+    assert.match(
+      head,
+      /^HTTP\/1\.1 101 Switching Protocols\r\nupgrade: echo\r\nconnection: Upgrade\r\n/,
+    );
+    assert.equal(taken.length, 1);
+    assert.equal(taken[0].buffered, "first");
+    // The connection is the taker's: the server neither reads nor closes it, even at its stop.
+    assert.equal(server.connections, 0);
+    await server.shutdown();
+    await conn.write(_encoder.encode("second"));
+    const n = await taken[0].conn.read(buffer);
+    assert.equal(_decoder.decode(buffer.subarray(0, n!)), "second");
+    await taken[0].conn.write(_encoder.encode("back"));
+    assert.equal(_decoder.decode(buffer.subarray(0, (await conn.read(buffer))!)), "back");
+    taken[0].conn.close();
+    conn.close();
+  } finally {
+    await server.shutdown();
+  }
+});
+
+Deno.test("http1 server: a switchProtocols answer to a request that is no upgrade is a 500", async () => {
+  let takes = 0;
+  const server = serveHttp1({
+    hostname: "127.0.0.1",
+    port: 0,
+    handler: () => Promise.resolve(switchProtocols([], () => takes++)),
+  });
+  try {
+    const text = await exchange(server.addr.port, ["GET / HTTP/1.1\r\nhost: h\r\n\r\n"]);
+    assert.match(text, /^HTTP\/1\.1 500 /);
+    assert.match(text, /connection: close/);
+    assert.equal(takes, 0);
   } finally {
     await server.shutdown();
   }
