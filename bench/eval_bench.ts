@@ -12,6 +12,7 @@
  * deno run -A bench/eval_bench.ts --mode gpu --reference evals/problems/gemm_fp32/reference.py \
  *   --candidate evals/problems/gemm_fp32/honest/torch_same.py --runs 7
  * deno run -A bench/eval_bench.ts --url http://gpu-box:8000 ...     # a server already running
+ * deno run -A bench/eval_bench.ts --mode sim --add 4096 --runs 3     # the 4096² GEMM's bundles, cheap work
  * ```
  *
  * Flags: see {@linkcode USAGE} (`--help`).
@@ -31,6 +32,10 @@ const USAGE = `deno run -A bench/eval_bench.ts [flags]
   --url URL            use that server instead of starting one
   --reference PATH     the reference file (default tests/fixtures/eval/linear_reference.py)
   --candidate PATH     the candidate file (default tests/fixtures/eval/linear_honest.py)
+  --add N              instead of --reference/--candidate: c = a + b on two N x N fp32
+                       matrices, the reference as its own candidate (at N = 4096 the bundles
+                       of the 4096² fp32 GEMM: 768 MiB of inputs, 384 MiB of outputs, with
+                       elementwise work, so a CPU measures the data's cost)
   --runs N             timed evaluations after one untimed (default 5)
   --warmup N           untimed calls before each model's timing (default: the runtime's)
   --repeat N           timed calls of each model (default: the runtime's)
@@ -49,8 +54,17 @@ const arg = (name: string, fallback: string) => {
 const ROOT = decodeURIComponent(new URL("../", import.meta.url).pathname);
 const mode = arg("--mode", "cpu");
 const runs = Number(arg("--runs", "5"));
-const referencePath = arg("--reference", `${ROOT}tests/fixtures/eval/linear_reference.py`);
-const candidatePath = arg("--candidate", `${ROOT}tests/fixtures/eval/linear_honest.py`);
+const addSize = Deno.args.includes("--add") ? Number(arg("--add", "")) : null;
+if (addSize !== null && !(Number.isInteger(addSize) && addSize > 0)) {
+  console.error("--add takes a positive integer");
+  Deno.exit(2);
+}
+const referencePath = addSize === null
+  ? arg("--reference", `${ROOT}tests/fixtures/eval/linear_reference.py`)
+  : `--add ${addSize}`;
+const candidatePath = addSize === null
+  ? arg("--candidate", `${ROOT}tests/fixtures/eval/linear_honest.py`)
+  : "the reference";
 const timing: { warmup?: number; repeat?: number } = {};
 if (Deno.args.includes("--warmup")) timing.warmup = Number(arg("--warmup", "0"));
 if (Deno.args.includes("--repeat")) timing.repeat = Number(arg("--repeat", "1"));
@@ -120,8 +134,28 @@ async function startLocal(): Promise<{ url: string; stop: () => Promise<void> }>
 const given = arg("--url", "");
 const local = given ? null : await startLocal();
 const url = given || local!.url;
-const reference = await Deno.readTextFile(referencePath);
-const candidate = await Deno.readTextFile(candidatePath);
+/** `--add N`'s problem: the GEMM's inputs and outputs, an elementwise sum for the work. */
+const addReference = (n: number) =>
+  `import torch
+import torch.nn as nn
+
+N = ${n}
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return a + b
+
+
+def get_inputs():
+    return [torch.randn(N, N), torch.randn(N, N)]
+
+
+def get_init_inputs():
+    return []
+`;
+const reference = addSize === null ? await Deno.readTextFile(referencePath) : addReference(addSize);
+const candidate = addSize === null ? await Deno.readTextFile(candidatePath) : reference;
 const PHASES = [
   "worker_start",
   "input_generation",
