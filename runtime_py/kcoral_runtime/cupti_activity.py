@@ -415,11 +415,19 @@ class ActivityTrace:
         self._check(self.api.get_timestamp(ctypes.byref(value)), "cuptiGetTimestamp")
         return int(value.value)
 
-    def _clock_pair(self) -> Tuple[int, int]:
-        before = time.perf_counter_ns()
-        ticks = self.timestamp()
-        after = time.perf_counter_ns()
-        return ticks, (before + after) // 2
+    def _clock_pair(self, tries: int = 5) -> Tuple[int, int]:
+        """A CUPTI reading and the perf_counter instant it was taken at: of ``tries`` readings
+        bracketed by two perf_counter reads, the one with the tightest bracket (a thread
+        preempted between the reads of one pair would skew the rate on a loaded host)."""
+        best: Optional[Tuple[int, int, int]] = None
+        for _ in range(tries):
+            before = time.perf_counter_ns()
+            ticks = self.timestamp()
+            after = time.perf_counter_ns()
+            if best is None or after - before < best[0]:
+                best = (after - before, ticks, (before + after) // 2)
+        assert best is not None
+        return best[1], best[2]
 
     def ticks_per_ns(self) -> float:
         """CUPTI clock ticks per nanosecond since ``start()`` (1.0 when within ``SNAP`` of it, or
