@@ -23,6 +23,7 @@ import { Program } from "./program.ts";
 import type { ProgramResult } from "./result.ts";
 import { sha256Hex } from "../protocol/hash.ts";
 import { KCoralError } from "./errors.ts";
+import { adoptBytes, returnedDigest } from "./_known_digests.ts";
 import type { Verdict, VerdictPhases } from "./verdict.ts";
 
 /** The least number of correctness input sets. */
@@ -203,6 +204,17 @@ function _program(
   return program;
 }
 
+/**
+ * A bundle a step returned, handed to the next steps' uploads as it is (this module holds it
+ * and never changes it): no copy, and its digest the one the response was verified against
+ * (computed while it arrived), else computed here once. Returns the digest.
+ */
+function _adopt(bundle: Uint8Array): string {
+  const digest = returnedDigest(bundle) ?? sha256Hex(bundle);
+  adoptBytes(bundle, digest);
+  return digest;
+}
+
 interface _Step {
   result: ProgramResult;
   wallMs: number;
@@ -377,7 +389,7 @@ export async function evaluateKernel(
   }
   if (!inputs.result.completed) throw _failure("inputs", inputs.result);
   const inputsBundle = inputs.result.get("out") as Uint8Array;
-  const inputsSha = local(() => sha256Hex(inputsBundle));
+  const inputsSha = local(() => _adopt(inputsBundle));
 
   // 2. Candidate: its inputs and nothing else.
   options.onStep?.("candidate");
@@ -414,6 +426,7 @@ export async function evaluateKernel(
   const outputsBundle = crash === null
     ? candidate!.result.get("out") as Uint8Array
     : new Uint8Array(0);
+  if (crash === null) local(() => _adopt(outputsBundle));
 
   // 3. Judge: the expected outputs exist from here on, in a worker that never ran the candidate.
   options.onStep?.("judge");

@@ -8,6 +8,7 @@ import type { DecodedResult, ExecutionErrorInfo } from "../protocol/result_field
 import type { ValueFactories } from "../protocol/values.ts";
 import { ReturnedFile, ReturnedFolder } from "./artifacts.ts";
 import { Tensor } from "./tensor.ts";
+import { noteReturned } from "./_known_digests.ts";
 
 /**
  * A decoded returned value: `null`, `boolean`, integers (`number`, or
@@ -50,7 +51,10 @@ export type ResultValue =
  */
 export const RESULT_FACTORIES: ValueFactories<ResultValue> = {
   tensor: (dtype, shape, data) => Tensor.fromBytes(dtype, shape, data),
-  bytes: (data) => data,
+  bytes: (data, sha256) => {
+    noteReturned(data, sha256);
+    return data;
+  },
   file: (data) => new ReturnedFile(data),
   folder: (files, directories) =>
     new ReturnedFolder(files as Map<string, ReturnedFile>, directories),

@@ -2,7 +2,9 @@
  * Encoding of upload values for the program builder (spec protocol §5.2): the per-kind
  * instruction fields and blob of {@linkcode encodeUpload} (`module`, `tensor`, `bytes`,
  * `library`), snapshots of bytes-like values, and workspace-relative paths. Everything is
- * validated and copied before the builder changes anything.
+ * validated and copied before the builder changes anything, except bytes their holder adopted
+ * (client/_known_digests.ts: never changed again, their digest known), which are used as they
+ * are.
  *
  * @module
  */
@@ -12,6 +14,7 @@ import { normalizeFilePath, PathError } from "../protocol/paths.ts";
 import { ValidationError } from "./errors.ts";
 import type { UploadOptions } from "./program_options.ts";
 import { tensorFields } from "./tensor.ts";
+import { adoptedDigest } from "./_known_digests.ts";
 
 /**
  * A private copy of a bytes-like value (`ArrayBuffer`, `SharedArrayBuffer` or any
@@ -61,7 +64,7 @@ export function workspacePath(path: unknown): string {
 export interface EncodedUpload {
   /** `op`, `kind` and the kind's fields, in wire order. */
   instruction: Record<string, unknown>;
-  /** `[SHA-256, bytes]` of the blob (a private copy). */
+  /** `[SHA-256, bytes]` of the blob (a private copy, or the adopted bytes themselves). */
   blob?: [string, Uint8Array];
 }
 
@@ -113,8 +116,12 @@ export function encodeUpload(options: UploadOptions): EncodedUpload {
     if (dtype !== undefined || shape !== undefined) {
       throw new TypeError(`${kind} upload does not accept tensor fields`);
     }
-    const bytes = bytesLike(value, `${kind} upload requires a bytes-like 'value'`);
-    const hash = sha256Hex(bytes);
+    // Bytes their holder handed over for good (client/_known_digests.ts): no copy, no hash.
+    const adopted = value instanceof Uint8Array ? adoptedDigest(value) : undefined;
+    const bytes = adopted === undefined
+      ? bytesLike(value, `${kind} upload requires a bytes-like 'value'`)
+      : value as Uint8Array;
+    const hash = adopted ?? sha256Hex(bytes);
     return { instruction: { op: "upload", kind, blob: hash }, blob: [hash, bytes] };
   }
   throw new ValidationError("upload kind must be 'module', 'tensor', 'bytes', or 'library'");

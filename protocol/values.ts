@@ -28,8 +28,8 @@ export class ResultValueError extends Error {
 export interface ValueFactories<T> {
   /** A `tensor` node: verified bytes of length `prod(shape) * itemsize`. */
   tensor(dtype: DType, shape: number[], data: Uint8Array): T;
-  /** A `bytes` node. */
-  bytes(data: Uint8Array): T;
+  /** A `bytes` node, with the SHA-256 (lowercase hex) its bytes were verified against. */
+  bytes(data: Uint8Array, sha256: string): T;
   /** A `file` node (its `size` already checked). */
   file(data: Uint8Array): T;
   /** A `folder` node: files in (sorted) manifest order, sorted directories. */
@@ -153,7 +153,7 @@ export class ValueDecoder<T> {
       }
       case "bytes":
         _expectFields(encoded, ["type", "part", "sha256"]);
-        return this.#factories.bytes(this.#binaryPart(encoded));
+        return this.#factories.bytes(this.#binaryPart(encoded), encoded.get("sha256") as string);
       case "file":
         return this.#factories.file(this.#file(encoded));
       case "folder":
