@@ -5,7 +5,7 @@
  *
  * ```
  * client: new secret seeds ──▶ 1. inputs     generate_inputs(reference, seeds), cpu_only
- *                         ◀── inputs bundle (tensors only; its SHA-256 kept here)
+ *                         ◀── inputs bundle (tensors only; its header's SHA-256 kept here)
  *         inputs bundle  ──▶ 2. candidate  run_candidate(candidate, inputs): outputs, own checks,
  *                         ◀── outputs bundle                                  timing
  *         both bundles   ──▶ 3. judge      judge(reference, inputs, outputs): expected outputs
@@ -215,6 +215,25 @@ function _adopt(bundle: Uint8Array): string {
   return digest;
 }
 
+/** Bytes before an eval bundle's header: the magic line and the header's u64 length. */
+const _BUNDLE_PREFIX = 16;
+
+/**
+ * The SHA-256 of an inputs bundle's header (with the magic and length before it): it names
+ * every tensor's SHA-256, so the judge checks the bundle against it, the tensors on several
+ * threads (runtime_py/kcoral_runtime/eval_bundle.py). A malformed bundle hashes what there is;
+ * the judge refuses it.
+ */
+function _headerDigest(bundle: Uint8Array): string {
+  if (bundle.length < _BUNDLE_PREFIX) return sha256Hex(bundle);
+  const view = new DataView(bundle.buffer, bundle.byteOffset, bundle.byteLength);
+  const length = view.getBigUint64(8, true);
+  const end = length > BigInt(bundle.length - _BUNDLE_PREFIX)
+    ? bundle.length
+    : _BUNDLE_PREFIX + Number(length);
+  return sha256Hex(bundle.subarray(0, end));
+}
+
 interface _Step {
   result: ProgramResult;
   wallMs: number;
@@ -390,6 +409,7 @@ export async function evaluateKernel(
   if (!inputs.result.completed) throw _failure("inputs", inputs.result);
   const inputsBundle = inputs.result.get("out") as Uint8Array;
   const inputsSha = local(() => _adopt(inputsBundle));
+  const inputsHeaderSha = local(() => _headerDigest(inputsBundle));
 
   // 2. Candidate: its inputs and nothing else.
   options.onStep?.("candidate");
@@ -431,7 +451,8 @@ export async function evaluateKernel(
   // 3. Judge: the expected outputs exist from here on, in a worker that never ran the candidate.
   options.onStep?.("judge");
   const judgeRequest = JSON.stringify({
-    inputs_sha256: inputsSha,
+    inputs_header_sha256: inputsHeaderSha,
+    inputs_sha256: inputsSha, // for a judge without the header check
     tolerance,
     determinism: options.determinism ?? "auto",
     excessive_speedup: options.excessiveSpeedup ?? 10,

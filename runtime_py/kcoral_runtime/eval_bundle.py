@@ -8,6 +8,11 @@ header's length, the header as JSON, then every tensor's raw bytes back to back:
     encode_bundle(header, tensors) --bytes--> (client, blob cache) --bytes--> decode_bundle
       header["tensors"][i] = {"dtype", "shape", "offset", "nbytes", "sha256" (or None)}
 
+The per-tensor SHA-256s make a bundle checkable in parallel: the SHA-256 of the bundle's
+``prefix`` (magic, length, header) pins every tensor's digest, and ``verify_tensors`` checks
+the tensors against them on several threads (hashlib lets go of the GIL while it hashes), where
+one SHA-256 of the whole bundle is one core's work.
+
 Values (a model's inputs or outputs) are described in the header by ``describe_value``: a
 tensor becomes ``{"t": "tensor", "i": index, ...}`` (its bytes in the bundle), a number, bool,
 string or None ``{"t": "scalar", "v": value}``, a list or tuple ``{"t": "list"|"tuple",
@@ -27,9 +32,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import struct
 import warnings
-from typing import Any, Dict, List
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, List, Sequence
 
 MAGIC = b"KCEVAL1\n"
 _LENGTH = struct.Struct("<Q")
@@ -120,6 +127,32 @@ def capture_value(value: Any) -> Any:
     return value
 
 
+_HASH_THREADS_MAX = 8
+
+
+def _hash_threads() -> int:
+    """Threads for hashing several buffers: the CPUs this process may use, at most 8."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, _HASH_THREADS_MAX))
+
+
+def _sha256_hex(data: Any) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_many(buffers: Sequence[Any]) -> List[str]:
+    """The SHA-256 (hex) of each buffer, in order, computed on several threads when there are
+    several buffers (no thread outlives the call)."""
+    threads = min(len(buffers), _hash_threads())
+    if threads <= 1:
+        return [_sha256_hex(b) for b in buffers]
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kcoral-eval-hash") as pool:
+        return list(pool.map(_sha256_hex, buffers))
+
+
 class BundleWriter:
     """Collects tensors while values are described; ``finish`` lays out the bundle."""
 
@@ -128,6 +161,7 @@ class BundleWriter:
         self._chunks: List[memoryview] = []
         self._entries: List[Dict[str, Any]] = []
         self._offset = 0
+        self._unhashed: List[int] = []  # entries whose SHA-256 is still to be computed
 
     def add_tensor(self, tensor: Any) -> int:
         tensor = plain_tensor(tensor)
@@ -137,12 +171,21 @@ class BundleWriter:
             "shape": [int(s) for s in tensor.shape],
             "offset": self._offset,
             "nbytes": len(data),
-            "sha256": hashlib.sha256(data).hexdigest() if self._hashes else None,
+            "sha256": None,
         }
         self._entries.append(entry)
         self._chunks.append(data)
         self._offset += len(data)
+        if self._hashes:
+            self._unhashed.append(len(self._entries) - 1)
         return len(self._entries) - 1
+
+    def hash_tensors(self) -> None:
+        """Computes the SHA-256 of every tensor added since the last call, on several threads
+        (``finish`` calls it; call it earlier to have the hashing done at a chosen moment)."""
+        pending, self._unhashed = self._unhashed, []
+        for index, digest in zip(pending, sha256_many([self._chunks[i] for i in pending])):
+            self._entries[index]["sha256"] = digest
 
     def entry(self, index: int) -> Dict[str, Any]:
         return self._entries[index]
@@ -177,6 +220,7 @@ class BundleWriter:
         }
 
     def finish(self, header: Dict[str, Any]) -> bytearray:
+        self.hash_tensors()
         header = dict(header, tensors=self._entries)
         text = json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
         out = bytearray(len(MAGIC) + _LENGTH.size + len(text) + self._offset)
@@ -206,6 +250,7 @@ class Bundle:
             self.header: Dict[str, Any] = json.loads(bytes(view[start: start + length]))
         except ValueError as exc:
             raise BundleError(f"bundle header is not JSON: {exc}") from None
+        self.prefix: memoryview = view[: start + length]  # magic, length, header
         self._data = view[start + length:]
         entries = self.header.get("tensors")
         if not isinstance(entries, list):
@@ -281,6 +326,16 @@ def sha256_bytes(data: Any) -> str:
     return hashlib.sha256(memoryview(data)).hexdigest()
 
 
+def verify_tensors(bundle: Bundle) -> bool:
+    """Whether every tensor's bytes have the SHA-256 its header entry states (an entry without
+    one fails), checked on several threads."""
+    entries = bundle.entries
+    if any(not isinstance(entry.get("sha256"), str) for entry in entries):
+        return False
+    digests = sha256_many([bundle.raw(i) for i in range(len(entries))])
+    return all(digest == entry["sha256"] for digest, entry in zip(digests, entries))
+
+
 def tensors_in(described: Dict[str, Any]) -> List[int]:
     """The bundle indices of every tensor inside a value description, in order."""
     kind = described.get("t")
@@ -295,5 +350,5 @@ __all__ = [
     "MAGIC", "DTYPES", "BundleError", "BundleWriter", "Bundle", "Captured", "capture_value",
     "dtype_name", "plain_tensor",
     "tensor_bytes",
-    "sha256_tensor", "sha256_bytes", "tensors_in",
+    "sha256_tensor", "sha256_bytes", "sha256_many", "verify_tensors", "tensors_in",
 ]

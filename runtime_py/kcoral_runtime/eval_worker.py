@@ -17,7 +17,8 @@
       |           its own checks, its timing
       |
       '-- 3. judge(reference, inputs, outputs, request) worker C, after B has exited
-               inputs bundle's SHA-256 checked against the one the client got from A
+               inputs bundle checked against what the client got from A: the SHA-256 of its
+               header (which holds every tensor's SHA-256, checked on several threads)
                Model(*init inputs): expected outputs (they exist only now, only here),
                compared with B's (eval_compare); the reference timed as B was
                -> the verdict (eval_verdict) as JSON text
@@ -39,7 +40,8 @@ import traceback
 from typing import Any, Dict, List, Optional, Tuple
 
 from .errors import ExecutionError
-from .eval_bundle import Bundle, BundleError, BundleWriter, capture_value, sha256_bytes
+from .eval_bundle import (Bundle, BundleError, BundleWriter, capture_value, sha256_bytes,
+                          verify_tensors)
 from .eval_compare import compare_values, tolerance_for
 from .eval_integrity import changed, snapshot
 from .eval_physics import floor_ms
@@ -182,8 +184,9 @@ def generate_inputs(reference_source: str, request_json: str) -> bytearray:
         "timing": [one(s) for s in timing_seeds],
         "deterministic": facts["deterministic"],
         "tolerance": facts["tolerance"],
-        "generate_ms": _ms(started),
     }
+    writer.hash_tensors()  # the judge checks every tensor against these (in parallel)
+    header["generate_ms"] = _ms(started)
     return writer.finish(header)
 
 
@@ -312,19 +315,36 @@ def _gpu_facts(device: str) -> Tuple[str, int]:
     return str(props.name), int(getattr(props, "L2_cache_size", 0))
 
 
+def _checked_inputs(inputs: bytes, request: Dict[str, Any]) -> Bundle:
+    """The inputs bundle, if it is the one step 1 made: the SHA-256 of its header is
+    ``inputs_header_sha256`` and every tensor has the SHA-256 the header states (checked on
+    several threads); from a client that sends only ``inputs_sha256``, the whole bundle's."""
+    refused = ExecutionError("correctness", "the inputs bundle is not the one the inputs step "
+                                            "made (SHA-256 differs): refusing to judge")
+    header_sha = request.get("inputs_header_sha256")
+    if header_sha is None and sha256_bytes(inputs) != request.get("inputs_sha256"):
+        raise refused
+    try:
+        bundle = Bundle(inputs)
+    except BundleError:
+        raise refused from None
+    if header_sha is not None and (sha256_bytes(bundle.prefix) != header_sha
+                                   or not verify_tensors(bundle)):
+        raise refused
+    return bundle
+
+
 def judge(reference_source: str, inputs: bytes, outputs: bytes, request_json: str) -> str:
-    """Step 3 (module docstring): the verdict as JSON text. ``request_json``: ``inputs_sha256``
-    (what the client received from step 1), ``tolerance`` (atol/rtol override or null),
+    """Step 3 (module docstring): the verdict as JSON text. ``request_json``:
+    ``inputs_header_sha256`` (the SHA-256 of the header of what the client received from step
+    1; or ``inputs_sha256``, of all of it), ``tolerance`` (atol/rtol override or null),
     ``determinism`` ("auto", "on", "off"), ``excessive_speedup``, ``timing`` settings."""
     import torch
 
     request = json.loads(request_json)
     phases: Dict[str, float] = {}
     started = time.perf_counter()
-    if sha256_bytes(inputs) != request.get("inputs_sha256"):
-        raise ExecutionError("correctness", "the inputs bundle is not the one the inputs step "
-                                            "made (SHA-256 differs): refusing to judge")
-    bundle = Bundle(inputs)
+    bundle = _checked_inputs(inputs, request)
     candidate: Optional[Bundle] = None
     candidate_error: Optional[Dict[str, Any]] = request.get("candidate_failure")
     if candidate_error is None:

@@ -15,7 +15,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kcoral_runtime import eval_worker  # noqa: E402
-from kcoral_runtime.eval_bundle import Bundle, BundleError, BundleWriter, sha256_tensor  # noqa: E402
+from kcoral_runtime.eval_bundle import (  # noqa: E402
+    Bundle,
+    BundleError,
+    BundleWriter,
+    sha256_many,
+    sha256_tensor,
+    verify_tensors,
+)
 from kcoral_runtime.eval_compare import (  # noqa: E402
     DEFAULT_TOLERANCES,
     compare_tensors,
@@ -80,6 +87,26 @@ def test_bundle_marks_subclasses_and_objects_and_is_never_pickle() -> None:
     assert b"pickle" not in data and data.startswith(b"KCEVAL1\n")
     assert torch.equal(Bundle(data).tensor(described["i"]), torch.full((2,), 7.0))
     assert type(Bundle(data).tensor(0)) is torch.Tensor
+
+
+def test_bundle_hashes_every_tensor_and_verifies_them() -> None:
+    writer = BundleWriter()
+    values = [torch.randn(64, 32), torch.arange(10), torch.randn(5).half(), torch.zeros(0)]
+    desc = writer.describe_value(values)
+    bundle = Bundle(writer.finish({"value": desc}))
+    for entry, value in zip(bundle.entries, values):
+        assert entry["sha256"] == sha256_tensor(value)
+    assert verify_tensors(bundle)
+    blobs = [b"a", b"b" * 5000, b"c" * 70000]
+    assert sha256_many(blobs) == [hashlib.sha256(b).hexdigest() for b in blobs]
+    # One changed byte of any tensor fails the check.
+    data = bytearray(writer.finish({"value": desc}))
+    data[len(bundle.prefix) + bundle.entries[1]["offset"]] ^= 1
+    assert not verify_tensors(Bundle(data))
+    # A bundle written without hashes is never verified.
+    plain = BundleWriter(hashes=False)
+    plain.describe_value(torch.ones(3))
+    assert not verify_tensors(Bundle(plain.finish({})))
 
 
 def test_bundle_tensors_straight_to_another_device() -> None:
@@ -389,8 +416,14 @@ def _evaluate(monkeypatch: Any, tmp_path: Path, reference: str, candidate: str,
         outputs = eval_worker.run_candidate(cand, inputs, json.dumps(settings))
     finally:
         time.perf_counter_ns = clock
-    request = dict(settings, inputs_sha256=hashlib.sha256(inputs).hexdigest(), **judge)
+    request = dict(settings, inputs_header_sha256=_header_sha(inputs), **judge)
     return json.loads(eval_worker.judge(ref, inputs, outputs, json.dumps(request)))
+
+
+def _header_sha(inputs: Any) -> str:
+    """What the client sends the judge: the SHA-256 of the bundle up to its header's end."""
+    length = int.from_bytes(bytes(inputs[8:16]), "little")
+    return hashlib.sha256(bytes(inputs[: 16 + length])).hexdigest()
 
 
 def test_inputs_bundle_holds_no_seed_and_differs_per_seed(monkeypatch: Any, tmp_path: Path) -> None:
@@ -459,8 +492,28 @@ def test_judge_refuses_swapped_inputs(monkeypatch: Any, tmp_path: Path) -> None:
     ref = (FIXTURES / "scale_add_reference.py").read_text()
     seeds = {"correctness_seeds": ["1", "2", "3"], "timing_seeds": ["4"], "init_seed": 42}
     inputs = eval_worker.generate_inputs(ref, json.dumps(seeds))
+    header_sha = _header_sha(inputs)
     with pytest.raises(Exception, match="SHA-256 differs"):
         eval_worker.judge(ref, inputs, b"", json.dumps({"inputs_sha256": "0" * 64}))
+    with pytest.raises(Exception, match="SHA-256 differs"):
+        eval_worker.judge(ref, inputs, b"", json.dumps({"inputs_header_sha256": "0" * 64}))
+    # A tensor's bytes changed after step 1 (the header, and so its digest, unchanged).
+    tampered = bytearray(inputs)
+    tampered[-1] ^= 1
+    assert _header_sha(tampered) == header_sha
+    with pytest.raises(Exception, match="SHA-256 differs"):
+        eval_worker.judge(ref, bytes(tampered), b"",
+                          json.dumps({"inputs_header_sha256": header_sha}))
+    with pytest.raises(Exception, match="SHA-256 differs"):
+        eval_worker.judge(ref, b"not a bundle", b"",
+                          json.dumps({"inputs_header_sha256": header_sha}))
+    # The bundle as made passes both checks (a candidate failure still gives a verdict).
+    failure = {"phase": "candidate", "type": "runtime", "message": "died", "traceback": ""}
+    for check in ({"inputs_header_sha256": header_sha},
+                  {"inputs_sha256": hashlib.sha256(inputs).hexdigest()}):
+        verdict = json.loads(eval_worker.judge(ref, inputs, b"", json.dumps(
+            dict(check, candidate_failure=failure))))
+        assert verdict["correct"] is False and verdict["error"]["message"] == "died"
 
 
 def test_candidate_errors_become_incorrect_verdicts(monkeypatch: Any, tmp_path: Path) -> None:
