@@ -263,9 +263,11 @@ class Bundle:
         entry = self.entries[index]
         return self._data[entry["offset"]: entry["offset"] + entry["nbytes"]]
 
-    def tensor(self, index: int, device: str = "cpu") -> Any:
+    def tensor(self, index: int, device: str = "cpu", writable: bool = True) -> Any:
         """Tensor ``index`` as a new tensor on ``device`` (its own memory, writable). For another
-        device than the CPU the bytes are copied there straight from the bundle."""
+        device than the CPU the bytes are copied there straight from the bundle. With
+        ``writable`` false a CPU tensor is a view of the bundle's bytes instead of a copy: only
+        for a caller that never writes to it (the bytes may be shared)."""
         torch = _torch()
         entry = self.entries[index]
         dtype = getattr(torch, entry["dtype"])
@@ -274,25 +276,28 @@ class Bundle:
             count *= size
         if count == 0:
             return torch.empty(entry["shape"], dtype=dtype, device=device)
-        if device == "cpu":
+        if device == "cpu" and writable:
             raw = torch.frombuffer(bytearray(self.raw(index)), dtype=torch.uint8)
             return raw.view(dtype).reshape(entry["shape"])
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # read-only buffer: only read, by the copy below
+            warnings.simplefilter("ignore")  # read-only buffer: read by the copy, or the caller
             raw = torch.frombuffer(self.raw(index), dtype=torch.uint8)
-        return raw.to(device).view(dtype).reshape(entry["shape"])
+        if device != "cpu":
+            raw = raw.to(device)
+        return raw.view(dtype).reshape(entry["shape"])
 
-    def value(self, described: Dict[str, Any], device: str = "cpu") -> Any:
-        """The value a header description stands for (tensors on ``device``)."""
+    def value(self, described: Dict[str, Any], device: str = "cpu", writable: bool = True) -> Any:
+        """The value a header description stands for (tensors on ``device``; ``writable`` as
+        for ``tensor``)."""
         kind = described.get("t")
         if kind == "tensor":
-            return self.tensor(described["i"], device)
+            return self.tensor(described["i"], device, writable)
         if kind == "scalar":
             if "float" in described:
                 return float(described["float"])
             return described.get("v")
         if kind in ("list", "tuple"):
-            items = [self.value(item, device) for item in described["items"]]
+            items = [self.value(item, device, writable) for item in described["items"]]
             return tuple(items) if kind == "tuple" else items
         raise BundleError(f"a value of type {described.get('type')} carries no data")
 

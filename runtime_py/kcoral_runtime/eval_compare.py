@@ -38,47 +38,73 @@ def tolerance_for(dtype: str, override: Optional[Dict[str, float]] = None) -> Tu
     return atol, rtol
 
 
+# Elements per pass on the CPU: each pass's temporaries are a few MiB, which the allocator
+# hands back for the next pass, where whole-tensor temporaries are fresh memory every time
+# (a page fault per 4 KiB). A GPU compares in one pass.
+_CPU_CHUNK = 1 << 20
+
+
 def compare_tensors(expected: Any, actual: Any, atol: float, rtol: float) -> Dict[str, Any]:
     """Element-wise comparison of two tensors of the same dtype and shape (any device).
 
     Returns ``match`` and the evidence: ``mismatched`` elements, ``max_abs_diff`` and
     ``max_rel_diff`` over elements both finite, ``nan_expected``/``nan_actual`` counts and
-    ``first_mismatch`` (a flat index)."""
+    ``first_mismatch`` (a flat index). Neither tensor is written to."""
     import torch
 
     dtype = str(expected.dtype).replace("torch.", "")
-    if dtype in _FLOATS:
-        wide = torch.float64 if dtype == "float64" else torch.float32
-        e = expected.to(wide)
-        a = actual.to(actual.device if actual.device == e.device else e.device).to(wide)
-        close = torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
-        finite = torch.isfinite(e) & torch.isfinite(a)
-        diff = (a - e).abs()
-        diff = torch.where(finite, diff, torch.zeros_like(diff))
-        magnitude = e.abs()
-        rel = torch.where(magnitude > 0, diff / magnitude.clamp_min(torch.finfo(wide).tiny),
-                          torch.zeros_like(diff))
-        result = {
-            "max_abs_diff": float(diff.max()) if diff.numel() else 0.0,
-            "max_rel_diff": float(rel.max()) if rel.numel() else 0.0,
-            "nan_expected": int(torch.isnan(e).sum()),
-            "nan_actual": int(torch.isnan(a).sum()),
-        }
-    else:
-        a = actual.to(expected.device)
-        close = a == expected
-        result = {}
-    mismatched = int((~close).sum())
+    floats = dtype in _FLOATS
+    wide = torch.float64 if dtype == "float64" else torch.float32
+    e_flat = expected.reshape(-1)
+    a_flat = actual.to(expected.device).reshape(-1)
+    count = e_flat.numel()
+    step = count if expected.device.type != "cpu" else _CPU_CHUNK
+    mismatched = 0
+    first: Optional[int] = None
+    max_abs = max_rel = 0.0
+    nan_expected = nan_actual = 0
+    for start in range(0, count, max(step, 1)):
+        e = e_flat[start: start + step]
+        a = a_flat[start: start + step]
+        if floats:
+            e = e.to(wide)
+            a = a.to(wide)
+            close = torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+            # |a - e| where both are finite, else 0; then relative to |e| where |e| > 0, else 0.
+            nonfinite = torch.isfinite(e)
+            nonfinite.logical_and_(torch.isfinite(a)).logical_not_()
+            diff = torch.sub(a, e)
+            diff.abs_().masked_fill_(nonfinite, 0)
+            max_abs = max(max_abs, float(diff.max()))
+            magnitude = e.abs()
+            unscaled = (magnitude > 0).logical_not_()
+            diff.div_(magnitude.clamp_min_(torch.finfo(wide).tiny)).masked_fill_(unscaled, 0)
+            max_rel = max(max_rel, float(diff.max()))
+            nan_expected += int(torch.isnan(e).sum())
+            nan_actual += int(torch.isnan(a).sum())
+            del nonfinite, diff, magnitude, unscaled
+        else:
+            close = a == e
+        bad = close.logical_not_()
+        found = int(bad.sum())
+        if found and first is None:
+            first = start + int(bad.nonzero()[0].item())
+        mismatched += found
+        del close, bad
+    result: Dict[str, Any] = {}
+    if floats:
+        result = {"max_abs_diff": max_abs, "max_rel_diff": max_rel,
+                  "nan_expected": nan_expected, "nan_actual": nan_actual}
     result.update({
         "dtype": dtype,
         "match": mismatched == 0,
         "mismatched": mismatched,
-        "elements": int(close.numel()),
+        "elements": count,
         "atol": atol,
         "rtol": rtol,
     })
-    if mismatched:
-        result["first_mismatch"] = int((~close).reshape(-1).nonzero()[0].item())
+    if first is not None:
+        result["first_mismatch"] = first
     return result
 
 
@@ -118,6 +144,12 @@ def _compare(expected: Any, desc: Dict[str, Any], actual: Any,
             return
         if desc.get("device") is not None and desc["device"] != expected.device.type:
             _fail(report, f"{where}: on {desc['device']}, expected on {expected.device.type}")
+            return
+        if not isinstance(actual, torch.Tensor) or actual.dtype != expected.dtype \
+                or tuple(actual.shape) != tuple(expected.shape):
+            # The bundle's data disagrees with its own description of the output.
+            _fail(report, f"{where}: the output's data is not the {edtype} tensor of shape "
+                          f"{list(expected.shape)} its description names")
             return
         atol, rtol = tolerance_for(edtype, tolerance)
         got = compare_tensors(expected, actual, atol, rtol)

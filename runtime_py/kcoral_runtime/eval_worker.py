@@ -387,13 +387,13 @@ def judge(reference_source: str, inputs: bytes, outputs: bytes, request_json: st
         checks: List[Dict[str, Any]] = []
         chead: Dict[str, Any] = candidate.header if candidate is not None else {}
         for expected, got in zip(expected_sets, chead.get("correctness", [])):
-            value = _value_or_none(candidate, got["output"])
+            value = _value_or_none(candidate, got["output"], device)
             correctness.append(compare_values(expected, got["output"], value, override))
             checks.append(got)
         for entry in chead.get("timed", []):
             k = entry["set"]
             if isinstance(k, int) and 0 <= k < len(expected_timed):
-                value = _value_or_none(candidate, entry["output"])
+                value = _value_or_none(candidate, entry["output"], device)
                 timed.append(compare_values(expected_timed[k], entry["output"], value, override))
         if candidate_error is None and len(correctness) < len(expected_sets):
             candidate_error = {"phase": "outputs", "type": "MissingOutputs",
@@ -440,11 +440,13 @@ def judge(reference_source: str, inputs: bytes, outputs: bytes, request_json: st
     return json.dumps(_finite(verdict), allow_nan=False, default=str)
 
 
-def _value_or_none(bundle: Optional[Bundle], described: Dict[str, Any]) -> Any:
+def _value_or_none(bundle: Optional[Bundle], described: Dict[str, Any], device: str) -> Any:
+    """A candidate output to compare, on ``device`` (a CPU judge reads it in place: the
+    comparison only reads it), or None when the bundle holds no such value."""
     if bundle is None:
         return None
     try:
-        return bundle.value(described)
+        return bundle.value(described, device, writable=False)
     except BundleError:
         return None
 

@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kcoral_runtime import eval_worker  # noqa: E402
+from kcoral_runtime import eval_compare  # noqa: E402
 from kcoral_runtime.eval_bundle import (  # noqa: E402
     Bundle,
     BundleError,
@@ -109,6 +110,22 @@ def test_bundle_hashes_every_tensor_and_verifies_them() -> None:
     assert not verify_tensors(Bundle(plain.finish({})))
 
 
+def test_bundle_reads_in_place_when_not_writable() -> None:
+    import numpy
+
+    writer = BundleWriter(hashes=False)
+    desc = writer.describe_value([torch.randn(8, 4), torch.arange(3)])
+    data = bytes(writer.finish({}))
+    bundle = Bundle(data)
+    view = bundle.value(desc, writable=False)
+    copy = bundle.value(desc)
+    for i, (a, b) in enumerate(zip(view, copy)):
+        assert torch.equal(a, b)
+        start = numpy.frombuffer(bundle.raw(i), dtype=numpy.uint8).ctypes.data
+        assert a.data_ptr() == start  # the bundle's own bytes
+        assert b.data_ptr() != start  # a copy of them
+
+
 def test_bundle_tensors_straight_to_another_device() -> None:
     # "meta" stands in for CUDA: the bytes go to the device without a host copy first.
     writer = BundleWriter(hashes=False)
@@ -177,6 +194,61 @@ def test_compare_tensors_nan_and_inf_aware() -> None:
         assert got["mismatched"] == 1
 
 
+def _one_pass(expected: Any, actual: Any, atol: float, rtol: float) -> Dict[str, Any]:
+    """compare_tensors' figures computed over whole tensors at once (the oracle)."""
+    dtype = str(expected.dtype).replace("torch.", "")
+    result: Dict[str, Any] = {}
+    if expected.dtype.is_floating_point:
+        e, a = expected.float(), actual.float()
+        close = torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+        finite = torch.isfinite(e) & torch.isfinite(a)
+        diff = torch.where(finite, (a - e).abs(), torch.zeros_like(e))
+        magnitude = e.abs()
+        tiny = torch.finfo(torch.float32).tiny
+        rel = torch.where(magnitude > 0, diff / magnitude.clamp_min(tiny), torch.zeros_like(e))
+        result = {"max_abs_diff": float(diff.max()), "max_rel_diff": float(rel.max()),
+                  "nan_expected": int(torch.isnan(e).sum()),
+                  "nan_actual": int(torch.isnan(a).sum())}
+    else:
+        close = actual == expected
+    mismatched = int((~close).sum())
+    result.update({"dtype": dtype, "match": mismatched == 0, "mismatched": mismatched,
+                   "elements": int(close.numel()), "atol": atol, "rtol": rtol})
+    if mismatched:
+        result["first_mismatch"] = int((~close).reshape(-1).nonzero()[0].item())
+    return result
+
+
+def test_compare_tensors_in_passes_equals_one_pass(monkeypatch: Any) -> None:
+    """The CPU compares in passes of _CPU_CHUNK elements: the figures are those of one pass."""
+    nan, inf = float("nan"), float("inf")
+    expected = torch.randn(5, 23) * 3
+    expected[1, 3] = nan
+    expected[4, 0] = inf
+    expected[0, 5] = 0.0
+    actual = expected.clone()
+    actual[3, 7] += 1.0  # in a later pass
+    actual[4, 9] = nan
+    actual[0, 5] = 1e-3  # against an expected zero: no relative figure
+    actual[2, 2] *= 1.5
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int32):
+        floating = dtype.is_floating_point
+        e = expected.to(dtype) if floating else expected.nan_to_num().to(dtype)
+        a = actual.to(dtype) if floating else actual.nan_to_num().to(dtype)
+        oracle = _one_pass(e, a, 1e-4, 1e-4)
+        assert not oracle["match"]
+        for chunk in (1 << 20, 7, 1):
+            monkeypatch.setattr(eval_compare, "_CPU_CHUNK", chunk)
+            assert compare_tensors(e, a, 1e-4, 1e-4) == oracle, (dtype, chunk)
+            assert compare_tensors(e, e.clone(), 1e-4, 1e-4) == _one_pass(e, e.clone(), 1e-4, 1e-4)
+    monkeypatch.setattr(eval_compare, "_CPU_CHUNK", 7)
+    got = compare_tensors(expected, actual, 1e-4, 1e-4)
+    assert got["mismatched"] == 4 and got["first_mismatch"] == 5
+    assert got["nan_expected"] == 1 and got["nan_actual"] == 2
+    empty = compare_tensors(torch.zeros(0, 3), torch.zeros(0, 3), 1e-4, 1e-4)
+    assert empty["match"] and empty["elements"] == 0 and empty["max_abs_diff"] == 0.0
+
+
 def test_compare_values_structure_dtype_shape_device() -> None:
     writer = BundleWriter()
 
@@ -202,6 +274,10 @@ def test_compare_values_structure_dtype_shape_device() -> None:
     desc = writer.describe_value(torch.ones(2, 3))
     desc["device"] = "cuda"
     assert "on cuda" in compare_values(e, desc, torch.ones(2, 3))["reason"]
+    # Data that disagrees with its own description (or none at all) does not match.
+    desc = writer.describe_value(torch.ones(2, 3))
+    for data in (torch.ones(3, 2), torch.ones(2, 3, dtype=torch.float64), None):
+        assert "its description names" in compare_values(e, desc, data)["reason"]
 
 
 def test_compare_uses_override_and_half_precision_defaults() -> None:
