@@ -174,7 +174,8 @@ function _framing(lengths: string[], encodings: string[], version: "1.1" | "1.0"
     return { kind: "chunked" };
   }
   if (lengths.length === 0) return { kind: "none" };
-  if (lengths.some((value) => !/^\d{1,15}$/.test(value))) {
+  // Up to 19 digits: a length past 2^53 is still one (an application refuses it as too large).
+  if (lengths.some((value) => !/^\d{1,19}$/.test(value))) {
     throw new HeadError(`invalid Content-Length: ${_show(lengths.join(", "))}`);
   }
   if (lengths.some((value) => value !== lengths[0])) {

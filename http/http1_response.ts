@@ -2,7 +2,10 @@
  * Writing an answer on an HTTP/1.1 connection of http/http1_server.ts: the status line, the
  * headers (hop-by-hop ones dropped, a `Date` added), and the body with its `Content-Length` (a
  * small declared one, or a stream that has already ended, in one write with the head) or chunked
- * (a stream still coming, such as live output).
+ * (a stream still coming, such as live output). An answer whose headers say
+ * `Transfer-Encoding: chunked` goes chunked at once, and, as one of declared length, each chunk
+ * is written before the next is read: its stream may reuse or give back a chunk's memory once
+ * the next is asked for (the Router's streamed answers do).
  *
  * @module
  */
@@ -14,25 +17,55 @@ const _encoder = new TextEncoder();
 const _TIMEOUT = Symbol("timeout");
 const _HOP_BY_HOP = new Set(["connection", "keep-alive", "transfer-encoding", "upgrade"]);
 
+/** Header fields to write one line each, for answers made by {@linkcode withFieldLines}. */
+const _fieldLines = new WeakMap<Response, readonly [string, string][]>();
+
+/**
+ * `response` with its header fields written as `fields` has them, one line each in their order,
+ * where its `Headers` would join a repeated name into one line (`a: 1, 2`): for an answer that
+ * passes on fields of another (the Router's answers from a node). `fields` are the entries
+ * `response`'s headers were made from.
+ *
+ * @example
+ * ```ts
+ * import { withFieldLines } from "./http1_response.ts";
+ *
+ * const fields: [string, string][] = [["x-a", "1"], ["x-a", "2"]];
+ * const response = withFieldLines(new Response("ok", { headers: fields }), fields);
+ * if (response.headers.get("x-a") !== "1, 2") throw new Error(); // written as two lines
+ * ```
+ */
+export function withFieldLines(response: Response, fields: readonly [string, string][]): Response {
+  _fieldLines.set(response, fields);
+  return response;
+}
+
 /**
  * Writes `response` to `conn` for a request with `head`; whether it was written whole (false:
- * the connection failed, or the body did; the connection must close).
+ * the connection failed, or the body did; the connection must close). Once `gone` aborts (the
+ * client's end came), a body still streaming is cancelled: its stream's `cancel` tells its
+ * maker, and nothing more is written.
  */
 export async function writeResponse(
   conn: Deno.Conn,
   head: RequestHead,
   response: Response,
   keepAlive: boolean,
+  gone?: AbortSignal,
 ): Promise<boolean> {
   const status = response.status;
   let lines = `HTTP/1.1 ${status} ${reasonPhrase(status)}\r\n`;
-  const seen = { length: null as string | null, date: false };
-  response.headers.forEach((value, name) => {
+  const seen = { length: null as string | null, date: false, chunked: false };
+  const field = (value: string, name: string) => {
+    if (name === "transfer-encoding") seen.chunked = value.toLowerCase() === "chunked";
     if (_HOP_BY_HOP.has(name)) return;
     if (name === "content-length") seen.length = value;
     else if (name === "date") seen.date = true;
     lines += `${name}: ${value}\r\n`;
-  });
+  };
+  const fields = _fieldLines.get(response);
+  if (!fields) response.headers.forEach(field);
+  else for (const [name, value] of fields) field(value, name.toLowerCase());
   const declared = seen.length;
   if (!seen.date) lines += `date: ${httpDate()}\r\n`;
   if (!keepAlive) lines += "connection: close\r\n";
@@ -55,7 +88,15 @@ export async function writeResponse(
   }
   const reader = body.getReader();
   let ok = false;
+  const cancel = () => void reader.cancel(gone?.reason).catch(() => {});
+  gone?.addEventListener("abort", cancel, { once: true });
   try {
+    if (gone?.aborted) return false;
+    if (declared === null && seen.chunked) {
+      // The head at once: a stream that fails before its first chunk is an answer cut short.
+      ok = await _writeChunked(conn, lines, _EMPTY, reader, null, gone);
+      return ok;
+    }
     let first: ReadableStreamReadResult<Uint8Array> = await reader.read();
     if (declared === null) {
       // A body whose stream has already ended (a string or bytes) goes with its length; one
@@ -68,11 +109,12 @@ export async function writeResponse(
         if (settled === _TIMEOUT) {
           first = { done: false, value: concatBytes(chunks) };
           chunks.length = 0;
-          ok = await _writeChunked(conn, lines, first.value, reader, next);
+          ok = await _writeChunked(conn, lines, first.value, reader, next, gone);
           return ok;
         }
         first = settled as ReadableStreamReadResult<Uint8Array>;
       }
+      if (gone?.aborted) return false;
       const bytes = chunks.length === 1 ? chunks[0] : concatBytes(chunks);
       lines += `content-length: ${bytes.length}\r\n\r\n`;
       await writeAll(conn, concatBytes([_encoder.encode(lines), bytes]));
@@ -97,26 +139,46 @@ export async function writeResponse(
   } catch {
     return false;
   } finally {
+    gone?.removeEventListener("abort", cancel);
     if (!ok) await reader.cancel().catch(() => {});
     reader.releaseLock();
   }
 }
 
+/**
+ * The head and `first` chunk, then the rest of `reader` chunked: `pending`, a read already
+ * begun, else each read only once the chunk before it is written; false once `gone` aborted
+ * (the reader cancelled: its end is no answer's end).
+ */
 async function _writeChunked(
   conn: Deno.Conn,
   lines: string,
   first: Uint8Array,
   reader: ReadableStreamDefaultReader<Uint8Array>,
-  pending: Promise<ReadableStreamReadResult<Uint8Array>>,
+  pending: Promise<ReadableStreamReadResult<Uint8Array>> | null,
+  gone: AbortSignal | undefined,
 ): Promise<boolean> {
   await writeAll(
     conn,
     concatBytes([_encoder.encode(`${lines}transfer-encoding: chunked\r\n\r\n`), _chunk(first)]),
   );
-  for (let next = await pending; !next.done; next = await reader.read()) {
-    if (next.value.length > 0) await writeAll(conn, _chunk(next.value));
+  // A large chunk is not copied: its size line, then its bytes; its CRLF goes with what follows.
+  let crlfOwed = false;
+  for (let next = await (pending ?? reader.read()); !next.done; next = await reader.read()) {
+    const bytes = next.value;
+    if (bytes.length === 0) continue;
+    const lead = crlfOwed ? "\r\n" : "";
+    if (bytes.length < _BODY_CHUNK) {
+      await writeAll(conn, crlfOwed ? concatBytes([_CRLF, _chunk(bytes)]) : _chunk(bytes));
+      crlfOwed = false;
+    } else {
+      await writeAll(conn, _encoder.encode(`${lead}${bytes.length.toString(16)}\r\n`));
+      await writeAll(conn, bytes);
+      crlfOwed = true;
+    }
   }
-  await writeAll(conn, _encoder.encode("0\r\n\r\n"));
+  if (gone?.aborted) return false;
+  await writeAll(conn, crlfOwed ? concatBytes([_CRLF, _LAST_CHUNK]) : _LAST_CHUNK);
   return true;
 }
 
@@ -124,6 +186,9 @@ function _chunk(bytes: Uint8Array): Uint8Array {
   if (bytes.length === 0) return bytes;
   return concatBytes([_encoder.encode(`${bytes.length.toString(16)}\r\n`), bytes, _CRLF]);
 }
+
+const _EMPTY = new Uint8Array(0);
+const _LAST_CHUNK = _encoder.encode("0\r\n\r\n");
 
 const _CRLF = _encoder.encode("\r\n");
 

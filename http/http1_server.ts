@@ -11,7 +11,7 @@
  *  ─▶ Request (body: a byte stream read straight into the reader's buffer; no progress for
  *    bodyTimeoutMs: 408 written here, connection closed, the stream fails with
  *    BodyTimeoutError) ─▶ body read whole ─▶ a read stays pending on the socket: the end of the
- *    connection aborts `request.signal` (the client has gone)
+ *    connection aborts `request.signal` (the client has gone) and cancels an answer's stream
  *  ─▶ handler's Response ─▶ written (Content-Length, or chunked) ─▶ keep-alive or close
  *     (a switchProtocols answer to an upgrade: 101 written, the connection handed over)
  *  accept fails (no descriptor left) ─▶ logged once, retried with backoff, logged when it works
@@ -616,7 +616,13 @@ class _Connection {
     const keepAlive = head.keepAlive && bodyDone && !this.#stopping && !head.upgrade;
     let written = false;
     try {
-      written = await writeResponse(this.#conn, head, response, keepAlive && !this.#overflow);
+      written = await writeResponse(
+        this.#conn,
+        head,
+        response,
+        keepAlive && !this.#overflow,
+        gone.signal,
+      );
     } finally {
       watch.stop();
       completed.resolve();

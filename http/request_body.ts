@@ -29,9 +29,13 @@ export class BodyTimeoutError extends BodyReadError {
   /** `"BodyTimeoutError"`. */
   override name = "BodyTimeoutError";
 
+  /** How long the body went without a byte, in ms. */
+  readonly timeoutMs: number;
+
   /** The body made no progress for `timeoutMs`. */
   constructor(timeoutMs: number) {
     super(`request body not received in time: no bytes for ${timeoutMs / 1000} s`);
+    this.timeoutMs = timeoutMs;
   }
 }
 

@@ -1,13 +1,14 @@
 /**
- * Runs an application (a KCoral server, or a Router) over HTTP with `Deno.serve`: starts the workers first, then
- * listens and prints `Application startup complete.`; SIGTERM/SIGINT drain requests in flight
- * (new ones get 503), stop every worker, and end the process with status 0. Repeated signals
- * never cut the drain short (an operator pressing Ctrl+C twice must not lose benchmarks): each
- * one reports how many requests are left, as every request that finishes meanwhile does. A
- * listener that
- * fails (`Deno.serve` stops accepting for good when the process runs out of file descriptors)
- * is opened again on the same address, while connections already accepted go on. With `tls`
- * it serves HTTPS (Deno.serve's own TLS); with `clientTokens`, SIGHUP reads their token file
+ * Runs an application (a KCoral server, or a Router) over HTTP/1.1 on connections of its own
+ * (http/http1_server.ts: header, idle and body timeouts, a bound on connections, malformed
+ * framing answered with an ERROR body, the client's end aborting `request.signal`, protocol
+ * switches for the Router's node links): starts the workers first, then listens and prints
+ * `Application startup complete.`; SIGTERM/SIGINT drain requests in flight (new ones get 503),
+ * stop every worker, and end the process with status 0. Repeated signals never cut the drain
+ * short (an operator pressing Ctrl+C twice must not lose benchmarks): each one reports how many
+ * requests are left, as every request that finishes meanwhile does. A listener that cannot
+ * accept (no file descriptor left) keeps its address, says so in the log and accepts again
+ * once it can. With `tls` it serves HTTPS; with `clientTokens`, SIGHUP reads their token file
  * again (a failed reload keeps the previous set and logs a warning naming the file, never a
  * token).
  *
@@ -38,20 +39,12 @@ export interface HttpApp {
    * `shutdown_started` and `shutdown_waiting` events with the number of requests `remaining`.
    */
   shutdown(): Promise<void>;
-  /** The application's event log (serve reports a restarted listener there). */
+  /** The application's event log (serve reports cut connections and the listener there). */
   readonly events: EventLog;
-  /**
-   * Serves WebSocket upgrades (the Router's node links): served by `Deno.serve`, without the
-   * connection limits. Otherwise connections are served by http/http1_server.ts.
-   */
-  readonly upgrades?: boolean;
 }
 
 /** How long a stop waits for connections to close once the application is down. */
 const _CLOSE_GRACE_MS = 1000;
-/** Waits before listening again after the listener failed: doubling from the first, capped. */
-const _RELISTEN_FIRST_MS = 50;
-const _RELISTEN_MAX_MS = 1000;
 
 /** Where and how to listen. */
 export interface ServeOptions {
@@ -71,10 +64,7 @@ export interface ServeOptions {
   tls?: TlsFiles | null;
   /** Client tokens whose file SIGHUP reads again (with `handleSignals`). */
   clientTokens?: ClientTokens | null;
-  /**
-   * Timeouts and the bound on connections (http/http1_server.ts's defaults for those not
-   * given); not for an application that serves upgrades.
-   */
+  /** Timeouts and the bound on connections (http/http1_server.ts's defaults for those not given). */
   connections?: Partial<ConnectionLimits>;
 }
 
@@ -115,30 +105,15 @@ export interface RunningServer {
 export async function serve(app: HttpApp, options: ServeOptions = {}): Promise<RunningServer> {
   const log = options.log ?? ((line: string) => console.error(line));
   await app.start();
-  let resolveAddr!: (addr: Deno.NetAddr) => void;
-  const listening = new Promise<Deno.NetAddr>((resolve) => (resolveAddr = resolve));
   const tls = options.tls ?? null;
-  const listen = (port: number, onListen: (addr: Deno.NetAddr) => void) =>
-    Deno.serve({
-      hostname: options.host ?? "127.0.0.1",
-      port,
-      onListen,
-      ...(tls ? { cert: tls.cert, key: tls.key } : {}),
-    }, app.fetch);
-  // Deno.serve's `finished` fails when its listener does (relistened below); ours never does.
-  let server: { readonly finished: Promise<void>; shutdown(): Promise<void> };
+  let server: Http1Server;
   try {
-    if (app.upgrades) server = listen(options.port ?? 8000, resolveAddr);
-    else {
-      const own = _serveConnections(app, options, tls, log);
-      resolveAddr(own.addr);
-      server = own;
-    }
+    server = _serveConnections(app, options, tls, log);
   } catch (error) {
     await app.shutdown();
     throw error;
   }
-  const addr = await listening;
+  const addr = server.addr;
   const host = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
   const url = `${tls ? "https" : "http"}://${host}:${addr.port}`;
   options.onListen?.(addr);
@@ -167,7 +142,7 @@ export async function serve(app: HttpApp, options: ServeOptions = {}): Promise<R
       // moment, stopping goes on without it (`closed` still waits for it).
       let grace: ReturnType<typeof setTimeout> | undefined;
       await Promise.race([
-        server.shutdown().catch(() => {}), // a failed listener has nothing left to stop
+        server.shutdown(),
         new Promise((resolve) => grace = setTimeout(resolve, _CLOSE_GRACE_MS)),
       ]);
       clearTimeout(grace);
@@ -207,31 +182,8 @@ export async function serve(app: HttpApp, options: ServeOptions = {}): Promise<R
       signalHandlers.push(["SIGHUP", reload]);
     }
   }
-  const closed = (async () => {
-    for (;;) {
-      try {
-        await server.finished;
-      } catch (error) {
-        const again = stopping ? null : await _listenAgain(
-          error,
-          () => stopping !== null,
-          () => listen(addr.port, () => {}),
-          (fields) => {
-            app.events.emit("WARNING", "listener_restarted", fields);
-            log(`${options.label ?? "KCoral server"}: listening again after: ${fields.error}`);
-          },
-        );
-        if (again) {
-          server = again;
-          // A shutdown that began meanwhile may have stopped the failed listener only.
-          if (stopping) await server.shutdown().catch(() => {});
-          else continue;
-        }
-      }
-      await stopping;
-      return;
-    }
-  })();
+  // The listener's connections end only after a stop began (http1_server.ts never fails).
+  const closed = server.finished.then(() => stopping ?? undefined);
   // The process may end once the stop is done (`kcoral server` exits then), even while a
   // stalled client still holds a connection open.
   const finished = Promise.race([closed, stopped]);
@@ -266,28 +218,4 @@ function _serveConnections(
       }
     },
   });
-}
-
-/**
- * Opens the listener again after it failed with `error`, retrying (doubling waits, capped)
- * while that fails too (no descriptor free yet); `null` once the server is stopping.
- */
-async function _listenAgain(
-  error: unknown,
-  stopping: () => boolean,
-  listen: () => Deno.HttpServer<Deno.NetAddr>,
-  report: (fields: { error: string; attempts: number }) => void,
-): Promise<Deno.HttpServer<Deno.NetAddr> | null> {
-  let delay = _RELISTEN_FIRST_MS;
-  for (let attempts = 1;; attempts++) {
-    await new Promise((resolve) => setTimeout(resolve, delay));
-    if (stopping()) return null;
-    try {
-      const server = listen();
-      report({ error: error instanceof Error ? error.message : String(error), attempts });
-      return server;
-    } catch {
-      delay = Math.min(2 * delay, _RELISTEN_MAX_MS);
-    }
-  }
 }

@@ -190,13 +190,6 @@ export function websocketAccept(request: Request): string {
   if (!_hasToken(headers.get("connection"), "upgrade")) {
     throw new WebSocketHandshakeError("the Connection header does not name upgrade");
   }
-  const version = headers.get("sec-websocket-version");
-  if (version?.trim() !== "13") {
-    throw new WebSocketHandshakeError(
-      `unsupported Sec-WebSocket-Version: ${JSON.stringify(version ?? "")} (13 is)`,
-      426,
-    );
-  }
   const key = headers.get("sec-websocket-key")?.trim() ?? "";
   let decoded = "";
   try {
@@ -206,6 +199,13 @@ export function websocketAccept(request: Request): string {
   }
   if (decoded.length !== 16) {
     throw new WebSocketHandshakeError("Sec-WebSocket-Key is not 16 bytes in base64");
+  }
+  const version = headers.get("sec-websocket-version");
+  if (version?.trim() !== "13") {
+    throw new WebSocketHandshakeError(
+      `unsupported Sec-WebSocket-Version: ${JSON.stringify(version ?? "")} (13 is)`,
+      426,
+    );
   }
   return createHash("sha1").update(key + _GUID).digest("base64");
 }

@@ -3,8 +3,9 @@
  * request. A free one is taken at once (`NodeRegistry.tryAcquire`, no promise); only a request
  * that must wait goes through the queue (router/admission_queue.ts): 503 `router_busy` when it
  * is full or the Router is stopping, 503 `no_node` when the wait ends. A client that leaves while
- * its request waits gives its place up (noticed through its signal or, for a request
- * `Deno.serve` does not signal, its connection: `ClientWatch`).
+ * its request waits gives its place up (noticed through its signal: the connection's end aborts
+ * it once the body has arrived, http/http1_server.ts; a body still arriving is read only once a
+ * slot is taken, and fails then).
  *
  * @module
  */
@@ -32,7 +33,7 @@ import type { RoutedRequest } from "./intake.ts";
  * const events = new EventLog({ logDir: null, console: false, programs: false });
  * const routed = {
  *   request: new Request("http://router/execute", { method: "POST" }),
- *   clientPort: null, preferred: null, length: null, body: new Uint8Array(0),
+ *   preferred: null, length: null, body: new Uint8Array(0), prefix: null,
  * };
  * try {
  *   await admitRequest(routed, new RequestTrace(events), { registry });
@@ -45,7 +46,7 @@ import type { RoutedRequest } from "./intake.ts";
 export function admitRequest(
   routed: RoutedRequest,
   trace: RequestTrace,
-  ctx: Pick<ForwardContext, "registry" | "clientWatch">,
+  ctx: Pick<ForwardContext, "registry">,
 ): SlotLease | Promise<SlotLease> {
   return ctx.registry.tryAcquire(routed.preferred) ?? _waitForSlot(routed, trace, ctx);
 }
@@ -53,21 +54,15 @@ export function admitRequest(
 async function _waitForSlot(
   routed: RoutedRequest,
   trace: RequestTrace,
-  ctx: Pick<ForwardContext, "registry" | "clientWatch">,
+  ctx: Pick<ForwardContext, "registry">,
 ): Promise<SlotLease> {
-  const { request, clientPort } = routed;
+  const { request } = routed;
   const queued = performance.now();
-  const left = new AbortController();
-  const unwatch = ctx.clientWatch?.watch(request, () => left.abort(), clientPort);
   try {
-    return await ctx.registry.acquire(
-      routed.preferred,
-      () => AbortSignal.any([request.signal, left.signal]),
-    );
+    return await ctx.registry.acquire(routed.preferred, () => request.signal);
   } catch (error) {
     throw _rejection(error);
   } finally {
-    unwatch?.();
     trace.queueWaitMs += performance.now() - queued;
   }
 }
@@ -78,5 +73,5 @@ function _rejection(error: unknown): Rejection {
   const kind = (error as { kind?: string } | undefined)?.kind;
   if (kind === "router_busy") return routerRejections.queueFull();
   if (kind === "no_node") return routerRejections.noNode();
-  return routerRejections.clientGone(); // the request's signal or ClientWatch
+  return routerRejections.clientGone(); // the request's signal
 }

@@ -1,7 +1,9 @@
 /**
  * The Router as an HTTP application (seed 003, spec router): clients get the same `GET /health`
  * and `POST /execute` as on a server; nodes connect on the same port over WebSockets
- * (router/hub.ts). Served by http/serve.ts like the server.
+ * (router/hub.ts, on the link's own endpoint). Served by http/serve.ts like the server, on
+ * connections of its own (http/http1_server.ts: timeouts, a bound on connections, the client's
+ * end aborting a request's signal, the node links' protocol switch).
  *
  * ```
  *  GET  /health              registry.health() ─▶ 200 "ok" / 503 "unavailable"
@@ -29,8 +31,8 @@ import { jsonResponse, type Route, route, type RouteGuard } from "../http/routes
 import type { HttpApp } from "../http/serve.ts";
 import { forwardExecute } from "./pipeline.ts";
 import { ClientWatch } from "./client_watch.ts";
-import { StallWatch } from "../http/stall_watch.ts";
 import { acceptNodeLink } from "./hub.ts";
+import type { ServerWebSocket } from "../link/websocket_server.ts";
 import { NodeRegistry } from "./registry.ts";
 import { RouterMetrics } from "./metrics.ts";
 import { RouterStatus } from "./status.ts";
@@ -85,22 +87,18 @@ class _Router implements RouterApp {
   readonly registry: NodeRegistry;
   readonly instanceId: string = crypto.randomUUID();
   readonly events: EventLog;
-  /** Node links are WebSocket upgrades: served by `Deno.serve` (http/serve.ts). */
-  readonly upgrades = true;
   readonly #startedAt = new Date().toISOString().replace(/\.(\d{3})Z$/, ".$1000Z");
   readonly #config: RouterConfig;
   readonly #inFlight: InFlight;
-  readonly #sockets = new Set<WebSocket>();
+  readonly #sockets = new Set<ServerWebSocket>();
   readonly #routes: Route[];
   readonly #guard: RouteGuard;
   readonly #metrics: RouterMetrics;
   readonly #status: RouterStatus;
   readonly #clientWatch = new ClientWatch();
-  readonly #bodyWatch: StallWatch;
 
   constructor(config: RouterConfig, options: RouterAppOptions) {
     this.#config = config;
-    this.#bodyWatch = new StallWatch(config.bodyTimeoutSeconds * 1000);
     this.events = new EventLog({
       logDir: null,
       console: options.logConsole ?? true,
@@ -134,8 +132,7 @@ class _Router implements RouterApp {
         path: "/execute",
         methods: ["POST"],
         access: "client",
-        handler: (request, info) =>
-          this.#execute(request, (info?.remoteAddr as Deno.NetAddr | undefined)?.port ?? null),
+        handler: (request) => this.#execute(request),
       },
       ...operatorRoutes(this.#metrics.registry, () => this.#status.data()),
       { path: CONTROL_PATH, methods: ["GET"], handler: link },
@@ -151,12 +148,10 @@ class _Router implements RouterApp {
   start(): Promise<void> {
     this.registry.start();
     this.#clientWatch.start();
-    this.#bodyWatch.start();
     return Promise.resolve();
   }
 
   listening(addr: Deno.NetAddr): void {
-    this.#clientWatch.listening(addr.port);
     this.events.emit("INFO", "router_started", {
       instance_id: this.instanceId,
       host: this.#config.host,
@@ -173,14 +168,11 @@ class _Router implements RouterApp {
     this.registry.close();
     await drained;
     this.#clientWatch.stop();
-    this.#bodyWatch.close();
-    for (const socket of this.#sockets) {
-      try {
-        socket.close(1001, "router stopping");
-      } catch {
-        // already closed
-      }
-    }
+    // Every node connection closed with 1001, each close written and echoed (or given up
+    // after its wait) before the Router reports its stop.
+    const sockets = [...this.#sockets];
+    for (const socket of sockets) socket.close(1001, "router stopping");
+    await Promise.all(sockets.map((socket) => socket.closed));
     this.events.emit("INFO", "router_stopped", {});
     this.#metrics.close();
     this.#status.close();
@@ -201,7 +193,7 @@ class _Router implements RouterApp {
     return jsonResponse(health.ok ? 200 : 503, JSON.stringify(body));
   }
 
-  async #execute(request: Request, clientPort: number | null): Promise<Response> {
+  async #execute(request: Request): Promise<Response> {
     // Once stopping, the registry refuses every request: a 503 router_busy with its request
     // id and Retry-After, like any other refusal. In flight until the attempt has finished: its answer streamed, abandoned or refused.
     this.#inFlight.enter();
@@ -216,8 +208,7 @@ class _Router implements RouterApp {
         events: this.events,
         onFinished: leave,
         clientWatch: this.#clientWatch,
-        bodyWatch: this.#bodyWatch,
-      }, clientPort);
+      });
     } catch (error) {
       leave();
       throw error;

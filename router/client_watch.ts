@@ -10,29 +10,21 @@
  *  unwatch() (answered, streaming, failed) ─▶ forgotten
  * ```
  *
- * Reading a `Deno.serve` request's `signal` and listening on it costs each request a few
- * microseconds, and a timer of its own would cost more (decisions.md, "The Router finishes an
- * attempt without a timer"); most requests are answered in a millisecond. So a request is
- * watched only once it has waited `afterMs`: a client that goes away is noticed within about
- * twice that, and a request answered sooner costs a `Set` entry.
- *
- * `Deno.serve` aborts the signal only for requests of up to 512 bytes
- * (bench/probes/client_gone_signal.ts). So a watched request whose client port is known is also
- * looked up, once per tick for all of them, among the connections the kernel still has
- * established to the Router's port (http/tcp_peers.ts): one that closed or reset is gone.
+ * The Router's connections are its own (http/http1_server.ts): once a request's body has
+ * arrived a read stays pending on its connection, and the connection's end aborts the request's
+ * `signal`, whatever the body's size; a body still arriving fails instead. Listening on a signal
+ * costs a request about 2 µs, where most requests are answered within a millisecond; so a
+ * request is watched only once it has waited `afterMs`: a client that goes away is noticed
+ * within about twice that, and a request answered sooner costs a `Set` entry.
  *
  * @module
  */
-import { establishedPeerPorts } from "../http/tcp_peers.ts";
-
 /** A request being watched: when it came, and what to call once its client has gone. */
 interface _Watched {
   since: number;
   request: Request;
   onGone: () => void;
   signal: AbortSignal | null;
-  /** The client's port on its connection to the Router (`null`: not known). */
-  clientPort: number | null;
 }
 
 /** Watches requests' clients, one timer for all. */
@@ -41,9 +33,6 @@ export class ClientWatch {
   readonly #now: () => number;
   /** Requests not watched yet, oldest first (a `Set` keeps insertion order). */
   readonly #waiting = new Set<_Watched>();
-  /** Requests watched through the kernel's connections too. */
-  readonly #byPort = new Set<_Watched>();
-  #localPort: number | null = null;
   #timer: ReturnType<typeof setInterval> | null = null;
 
   /**
@@ -120,52 +109,12 @@ export class ClientWatch {
    * unwatch();
    * ```
    */
-  watch(request: Request, onGone: () => void, clientPort: number | null = null): () => void {
-    const watched: _Watched = { since: this.#now(), request, onGone, signal: null, clientPort };
+  watch(request: Request, onGone: () => void): () => void {
+    const watched: _Watched = { since: this.#now(), request, onGone, signal: null };
     this.#waiting.add(watched);
     return () => {
-      this.#byPort.delete(watched);
       if (!this.#waiting.delete(watched)) watched.signal?.removeEventListener("abort", onGone);
     };
-  }
-
-  /**
-   * The port the Router listens on: watched requests with a client port are then looked up
-   * among its established connections.
-   *
-   * @example
-   * ```ts
-   * import { ClientWatch } from "./client_watch.ts";
-   *
-   * let clock = 0;
-   * const watch = new ClientWatch(250, () => clock);
-   * watch.listening(9); // nothing connects to port 9 here: every client there has gone
-   * let gone = false;
-   * watch.watch(new Request("http://router/execute"), () => (gone = true), 40000);
-   * clock = 300;
-   * watch.check();
-   * if (Deno.build.os === "linux" && !gone) throw new Error("not noticed");
-   * ```
-   */
-  listening(port: number): void {
-    this.#localPort = port;
-  }
-
-  /**
-   * Whether the client on `clientPort` still has its connection established, now (one look at
-   * the kernel's table); `null` when that cannot be told (no port, not Linux).
-   *
-   * @example
-   * ```ts
-   * import { ClientWatch } from "./client_watch.ts";
-   *
-   * const watch = new ClientWatch();
-   * if (watch.present(40000) !== null) throw new Error("no port to look at yet");
-   * ```
-   */
-  present(clientPort: number | null): boolean | null {
-    if (clientPort === null || this.#localPort === null) return null;
-    return establishedPeerPorts(this.#localPort)?.has(clientPort) ?? null;
   }
 
   /**
@@ -191,16 +140,6 @@ export class ClientWatch {
       }
       watched.signal = signal;
       signal.addEventListener("abort", watched.onGone, { once: true });
-      if (watched.clientPort !== null && this.#localPort !== null) this.#byPort.add(watched);
-    }
-    if (this.#byPort.size === 0) return;
-    const present = establishedPeerPorts(this.#localPort!);
-    if (present === null) return;
-    for (const watched of this.#byPort) {
-      if (present.has(watched.clientPort!)) continue;
-      this.#byPort.delete(watched);
-      watched.signal?.removeEventListener("abort", watched.onGone);
-      watched.onGone();
     }
   }
 

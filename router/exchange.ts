@@ -20,6 +20,7 @@ import { MAX_DATA_BYTES, NODE_HEADER, type ResponseHead } from "../link/messages
 import { releaseBuffer } from "../protocol/bytes.ts";
 import { isLiveOutput } from "../protocol/live_output.ts";
 import { Rejection } from "../http/rejection.ts";
+import { withFieldLines } from "../http/http1_response.ts";
 import type { SlotLease } from "./connections.ts";
 import { type FinishReason, type RequestTrace, routerRejections } from "./finish.ts";
 import type { ForwardContext } from "./forward_context.ts";
@@ -56,7 +57,7 @@ export async function exchangeOnSlot(
   routed: RoutedRequest,
   lease: SlotLease,
   trace: RequestTrace,
-  ctx: Pick<ForwardContext, "maxRequestBytes" | "bodyWatch" | "clientWatch">,
+  ctx: Pick<ForwardContext, "maxRequestBytes" | "clientWatch">,
 ): Promise<Response | null> {
   // The registry hands out the slots the hub registered, which are RouterSlots.
   const slot = lease.slot as RouterSlot;
@@ -81,11 +82,8 @@ export async function exchangeOnSlot(
   >();
   if (whole) trace.requestBytes = whole.length;
   else uploadBody(routed, exchange, trace, ctx).then((error) => error && interrupt(error), reject);
-  const unwatch = ctx.clientWatch?.watch(
-    request,
-    () => interrupt(routerRejections.clientGone()),
-    routed.clientPort,
-  ) ?? _unwatched;
+  const unwatch = ctx.clientWatch?.watch(request, () => interrupt(routerRejections.clientGone())) ??
+    _unwatched;
   try {
     return await _answer(exchange, interrupted, lease, trace);
   } finally {
@@ -135,15 +133,28 @@ async function _answer(
   // A status that has no body (204, 205, 304) gets none, whatever the node sent: the node's
   // bytes are read to its end all the same (the slot is settled there) and dropped.
   const bodyless = _NULL_BODY_STATUSES.has(head.status);
-  const init = { status: head.status, headers: responseHeaders };
+  // Written one line per entry: a repeated header stays repeated (http/http1_response.ts).
+  const respond = (body: BodyInit | null) =>
+    withFieldLines(new Response(body, { status: head.status, headers: responseHeaders }), [
+      ...responseHeaders,
+    ]);
   if (_declaresOneFrame(head)) {
     const whole = await _wholeAnswer(exchange, interrupted, lease, trace);
-    if (whole) return new Response(bodyless ? null : whole, init);
+    if (whole) {
+      if (bodyless) return respond(null);
+      responseHeaders.push(["content-length", String(whole.length)]);
+      return respond(whole);
+    }
   }
   const body = _responseBody(exchange, interrupted, lease, trace);
-  if (!bodyless) return new Response(body, init);
-  body.pipeTo(new WritableStream()).catch(() => {});
-  return new Response(null, init);
+  if (bodyless) {
+    body.pipeTo(new WritableStream()).catch(() => {});
+    return respond(null);
+  }
+  // Streamed to the node's end, chunked (spec router §2.2 item 8): each chunk written before
+  // the next is read (http/http1_response.ts).
+  responseHeaders.push(["transfer-encoding", "chunked"]);
+  return respond(body);
 }
 
 /** Statuses whose responses have no body (a node's status is 200–599: no 1xx comes). */
@@ -238,10 +249,9 @@ function _cancelReason(reason: string) {
 }
 
 /**
- * What a cut-short answer's stream fails with. `Deno.serve` prints the error of an answer's
- * stream on stderr, whatever it is (a stack trace for an `Error`), among the console's event
- * lines; the attempt's own `request_finished` line already gives the reason, so the value is
- * empty (at most a blank line, which a JSON-lines reader skips).
+ * What a cut-short answer's stream fails with: the connection ends the answer there (the client
+ * sees it cut short), and the attempt's own `request_finished` line gives the reason, so the
+ * value says nothing more.
  */
 const _CUT_SHORT = "";
 
@@ -260,9 +270,10 @@ function _responseBody(
     settled = true;
     _settle(exchange, lease, trace, reason, reusable, cancel);
   };
-  // The chunk last handed to the client's answer: once the answer asks for the next one, the
-  // server has passed it to its write (which holds its own reference), and its memory goes
-  // back at once instead of at a collection (protocol/bytes.ts says why).
+  // The chunk last handed to the client's answer: once the answer asks for the next one, its
+  // connection has written it (a chunked answer's chunks are written one by one, each before
+  // the next is read: http/http1_response.ts), and its memory goes back at once instead of at a
+  // collection (protocol/bytes.ts says why).
   let handed: Uint8Array | null = null;
   const release = () => {
     if (handed) releaseBuffer(handed);

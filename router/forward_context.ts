@@ -4,7 +4,6 @@
  * @module
  */
 import type { EventLog } from "../http/events.ts";
-import type { StallWatch } from "../http/stall_watch.ts";
 import type { ClientWatch } from "./client_watch.ts";
 import type { NodeRegistry } from "./registry.ts";
 
@@ -20,6 +19,4 @@ export interface ForwardContext {
   onFinished?: () => void;
   /** Notices a client that goes away while its request is on a node (default: not noticed). */
   clientWatch?: ClientWatch;
-  /** Cuts a request body that stops arriving (408; default: never cut). */
-  bodyWatch?: StallWatch;
 }

@@ -5,7 +5,7 @@
  * `Authorization`: a client token is the Router's to check, never a node's to see (the node
  * link has its own token). A node's repeated response headers stay separate entries and
  * separate lines to the client. A client's repeated request headers reach the node as one entry
- * joined with ", " (`Deno.serve` gives a request's headers only that way), except `set-cookie`.
+ * joined with ", " (a request's `Headers` give them only that way), except `set-cookie`.
  *
  * @module
  */

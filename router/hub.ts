@@ -1,12 +1,15 @@
 /**
  * Where nodes connect: the WebSocket upgrades on {@linkcode CONTROL_PATH} and
- * {@linkcode SLOT_PATH} (spec router §1.2–§1.5, over link/messages.ts).
+ * {@linkcode SLOT_PATH} (spec router §1.2–§1.5, over link/messages.ts), answered by the
+ * link's own WebSocket endpoint (link/websocket_server.ts): a message over its limit (text
+ * {@linkcode MAX_TEXT_BYTES}, binary `MAX_FRAME_BYTES`) is refused at its frame header.
  *
  * ```
- *  GET upgrade ─▶ token (constant time; 401 before anything is read) ─▶ WebSocket
+ *  GET upgrade ─▶ token (constant time; 401 before anything is read) ─▶ WebSocket (101)
  *  control: first message within 10 s: status ─▶ registry ─▶ ack; later statuses ─▶ registry
  *  slot:    first message within 10 s: hello (version 2) ─▶ registry ─▶ ack ─▶ RouterSlot
  *  a refusal or a malformed message ─▶ closed with its code and reason
+ *  a message over the limit, a frame against RFC 6455 ─▶ closed (1009, 1002, 1007), logged
  * ```
  *
  * @module
@@ -19,11 +22,18 @@ import {
   LINK_CLOSE,
   type LinkCloseName,
   LinkMessageError,
+  MAX_TEXT_BYTES,
   parseControlMessage,
   parseSlotMessage,
   PROTOCOL_VERSION,
   SLOT_PATH,
 } from "../link/messages.ts";
+import { MAX_FRAME_BYTES } from "../link/frames.ts";
+import {
+  type ServerWebSocket,
+  upgradeWebSocket,
+  WebSocketHandshakeError,
+} from "../link/websocket_server.ts";
 import type { EventLog } from "../http/events.ts";
 import { jsonResponse } from "../http/routes.ts";
 import { type ControlHandle, LinkRefusal } from "./connections.ts";
@@ -39,11 +49,18 @@ export interface HubContext {
   /** Where refusals are logged. */
   events: EventLog;
   /** Open node connections, so that a stop can close them. */
-  sockets: Set<WebSocket>;
+  sockets: Set<ServerWebSocket>;
 }
 
-/** How often Deno pings an idle node connection; a peer that stops answering is closed. */
-const _IDLE_TIMEOUT_S = 30;
+/**
+ * A node link's limits: its messages (a text message, a frame of the node link), and a ping
+ * after 30 s of silence (closed when that goes unanswered as long).
+ */
+const _LINK_LIMITS = {
+  maxTextBytes: MAX_TEXT_BYTES,
+  maxBinaryBytes: MAX_FRAME_BYTES,
+  idleTimeoutMs: 30_000,
+};
 
 /**
  * Answers a node's upgrade request on the control or slot path.
@@ -54,10 +71,11 @@ const _IDLE_TIMEOUT_S = 30;
  * import { NodeRegistry } from "./registry.ts";
  * import { defaultRegistryConfig } from "./options.ts";
  * import { EventLog } from "../http/events.ts";
+ * import type { ServerWebSocket } from "../link/websocket_server.ts";
  *
  * const registry = new NodeRegistry(defaultRegistryConfig());
  * const events = new EventLog({ logDir: null, console: false, programs: false });
- * const ctx = { registry, nodeToken: "s3cret", events, sockets: new Set<WebSocket>() };
+ * const ctx = { registry, nodeToken: "s3cret", events, sockets: new Set<ServerWebSocket>() };
  * const refused = acceptNodeLink(new Request("http://router/kcoral/v1/slot"), ctx);
  * if (refused.status !== 401) throw new Error(String(refused.status));
  * registry.close();
@@ -85,27 +103,34 @@ export function acceptNodeLink(request: Request, ctx: HubContext): Response {
       headers: { "content-type": "application/json", upgrade: "websocket" },
     });
   }
-  let upgraded: { socket: WebSocket; response: Response };
+  let upgraded: { socket: ServerWebSocket; response: Response };
   try {
-    upgraded = Deno.upgradeWebSocket(request, { idleTimeout: _IDLE_TIMEOUT_S });
+    upgraded = upgradeWebSocket(request, _LINK_LIMITS);
   } catch (error) {
     // Not a valid WebSocket handshake (no Sec-WebSocket-Key, no "upgrade" in Connection, ...).
-    const message = `invalid WebSocket handshake: ${
-      error instanceof Error ? error.message : String(error)
-    }`;
+    if (!(error instanceof WebSocketHandshakeError)) throw error;
+    const message = `invalid WebSocket handshake: ${error.message}`;
     ctx.events.emit("WARNING", "node_link_refused", {
       link: _linkName(request),
       code: "invalid_request",
       reason: message,
     });
-    return jsonResponse(
-      400,
+    const response = jsonResponse(
+      error.status,
       JSON.stringify({ status: "ERROR", error: { kind: "invalid_request", message } }),
     );
+    if (error.status === 426) response.headers.set("sec-websocket-version", "13");
+    return response;
   }
   const { socket, response } = upgraded;
-  socket.binaryType = "arraybuffer";
   ctx.sockets.add(socket);
+  // A frame against the protocol, or a message over the limit (refused at its header).
+  socket.onerror = (event) =>
+    ctx.events.emit("WARNING", "node_link_refused", {
+      link: _linkName(request),
+      code: event.code === 1009 ? "message_too_big" : "protocol_error",
+      reason: event.message,
+    });
   const path = new URL(request.url).pathname;
   if (path === CONTROL_PATH) _control(socket, ctx);
   else if (path === SLOT_PATH) _slot(socket, ctx);
@@ -118,7 +143,7 @@ function _linkName(request: Request): "control" | "slot" {
   return new URL(request.url).pathname === CONTROL_PATH ? "control" : "slot";
 }
 
-function _close(socket: WebSocket, code: LinkCloseName, reason: string): void {
+function _close(socket: ServerWebSocket, code: LinkCloseName, reason: string): void {
   try {
     socket.close(LINK_CLOSE[code], reason.slice(0, 120));
   } catch {
@@ -126,14 +151,19 @@ function _close(socket: WebSocket, code: LinkCloseName, reason: string): void {
   }
 }
 
-function _firstMessageTimer(socket: WebSocket): ReturnType<typeof setTimeout> {
+function _firstMessageTimer(socket: ServerWebSocket): ReturnType<typeof setTimeout> {
   return setTimeout(
     () => _close(socket, "deadline_exceeded", "no first message in time"),
     FIRST_MESSAGE_TIMEOUT_MS,
   );
 }
 
-function _refused(ctx: HubContext, socket: WebSocket, error: unknown, fields: object): void {
+function _refused(
+  ctx: HubContext,
+  socket: ServerWebSocket,
+  error: unknown,
+  fields: object,
+): void {
   const [code, message]: [LinkCloseName, string] = error instanceof LinkRefusal
     ? [error.code, error.message]
     : ["invalid_argument", (error as Error).message];
@@ -141,7 +171,7 @@ function _refused(ctx: HubContext, socket: WebSocket, error: unknown, fields: ob
   _close(socket, code, message);
 }
 
-function _control(socket: WebSocket, ctx: HubContext): void {
+function _control(socket: ServerWebSocket, ctx: HubContext): void {
   const handle: ControlHandle = {
     connectionId: crypto.randomUUID(),
     close: (code, reason) => _close(socket, code, reason),
@@ -173,10 +203,9 @@ function _control(socket: WebSocket, ctx: HubContext): void {
     ctx.sockets.delete(socket);
     if (registered) ctx.registry.controlClosed(handle);
   };
-  socket.onerror = () => {};
 }
 
-function _slot(socket: WebSocket, ctx: HubContext): void {
+function _slot(socket: ServerWebSocket, ctx: HubContext): void {
   let slot: RouterSlot | null = null;
   const timer = _firstMessageTimer(socket);
   socket.onmessage = (event) => {
@@ -209,5 +238,4 @@ function _slot(socket: WebSocket, ctx: HubContext): void {
     ctx.sockets.delete(socket);
     slot?.closedBySocket(event.reason || "connection closed");
   };
-  socket.onerror = () => {};
 }

@@ -1,16 +1,18 @@
 /**
  * Intake, the first stage of a routed `POST /execute` (spec router §2.2): what the Router takes
  * from a client's request before a slot — the node it asks for (`x-kcoral-node`), its declared
- * length (400 when it is not one, 413 past `--max-request-bytes`) and, when the body fits one
- * frame, the body itself (400 when it fails or is not the declared length, 408 when it stalls),
- * which then goes to the node in one frame with its head and end. A body read here never holds a
- * slot while it arrives, and it can still go to another slot if the one taken goes away before
- * anything was sent on it. A larger body is streamed once a slot is taken (router/upload.ts).
+ * length (400 when it is not one, 413 past `--max-request-bytes`) and the body's first frame:
+ * a body that fits one frame is read whole (400 when it fails or is not the declared length),
+ * goes to the node in one frame with its head and end, and can still go to another slot if the
+ * one taken goes away before anything was sent on it; of a larger one, its first frame's bytes
+ * (router/upload.ts streams the rest once a slot is taken). So a body that stalls before its
+ * first frame has arrived never holds a slot: the connection's body timeout cuts it first (408,
+ * http/http1_server.ts; the read fails with `BodyTimeoutError`).
  *
  * @module
  */
 import { isValidNodeId, MAX_DATA_BYTES, NODE_HEADER } from "../link/messages.ts";
-import { declaredLength } from "../http/request_body.ts";
+import { BodyTimeoutError, declaredLength } from "../http/request_body.ts";
 import type { Rejection } from "../http/rejection.ts";
 import type { ForwardContext } from "./forward_context.ts";
 import { routerRejections } from "./finish.ts";
@@ -19,14 +21,17 @@ import { routerRejections } from "./finish.ts";
 export interface RoutedRequest {
   /** The client's request. */
   readonly request: Request;
-  /** The client connection's port (how `ClientWatch` finds it), `null` when unknown. */
-  readonly clientPort: number | null;
   /** The node asked for (`x-kcoral-node`), `null` when none or not a node id. */
   readonly preferred: string | null;
   /** The declared body length, `null` without a `Content-Length`. */
   readonly length: number | null;
   /** The whole body read here (at most one frame's bytes), `null` when it is streamed later. */
   readonly body: Uint8Array | null;
+  /**
+   * Of a body streamed later, its first frame's bytes, read here (`null`: none read, the body
+   * is streamed from its start).
+   */
+  readonly prefix: Uint8Array | null;
 }
 
 /**
@@ -41,7 +46,6 @@ export interface RoutedRequest {
  *   new Request("http://router/execute", {
  *     method: "POST", body: "{}", headers: { "x-kcoral-node": "gpu-a", "content-length": "2" },
  *   }),
- *   null,
  *   { maxRequestBytes: 1 << 20 },
  * );
  * if (routed.preferred !== "gpu-a" || routed.body?.length !== 2) throw new Error("read whole");
@@ -49,8 +53,7 @@ export interface RoutedRequest {
  */
 export async function receiveRequest(
   request: Request,
-  clientPort: number | null,
-  ctx: Pick<ForwardContext, "maxRequestBytes" | "bodyWatch">,
+  ctx: Pick<ForwardContext, "maxRequestBytes">,
 ): Promise<RoutedRequest> {
   const preferredHeader = request.headers.get(NODE_HEADER);
   const preferred = isValidNodeId(preferredHeader) ? preferredHeader : null;
@@ -58,12 +61,19 @@ export async function receiveRequest(
   if (Number.isNaN(length)) throw routerRejections.invalidLength();
   if (length !== null && length > ctx.maxRequestBytes) throw routerRejections.tooLarge();
   let body: Uint8Array | null = null;
+  let prefix: Uint8Array | null = null;
   if (length !== null ? length <= MAX_DATA_BYTES : !request.body) {
-    const small = await _smallBodyInTime(request, length, ctx.bodyWatch);
+    const small = await _smallBody(request, length);
     if (!(small instanceof Uint8Array)) throw small;
     body = small;
+  } else if (request.body) {
+    const first = await _firstFrame(request.body, length);
+    if (first !== null && !(first instanceof Uint8Array)) throw first;
+    // A body of unknown length that ended within one frame is whole.
+    if (first && length === null && first.length <= MAX_DATA_BYTES) body = first;
+    else prefix = first;
   }
-  return { request, clientPort, preferred, length, body };
+  return { request, preferred, length, body, prefix };
 }
 
 /**
@@ -81,30 +91,71 @@ async function _smallBody(
 }
 
 /**
- * {@linkcode _smallBody} under the body timeout: a body not whole by then is answered 408 (what
- * still arrives is read by `Deno.serve` and dropped).
- */
-async function _smallBodyInTime(
-  request: Request,
-  length: number | null,
-  watch: ForwardContext["bodyWatch"],
-): Promise<Uint8Array | Rejection> {
-  if (!request.body || !watch) return await _smallBody(request, length);
-  const { promise: stalled, resolve } = Promise.withResolvers<Rejection>();
-  const read = watch.watch(() => resolve(routerRejections.bodyTimeout(watch.timeoutMs)));
-  try {
-    return await Promise.race([_smallBody(request, length), stalled]);
-  } finally {
-    read.done();
-  }
-}
-
-/**
  * The client's whole body (empty when it has none), or the rejection its failure is answered
  * with; a promise chain rather than an `async` function, one layer less on every small request.
  */
 function _readBody(request: Request): Promise<Uint8Array | Rejection> {
   return request.body
-    ? request.bytes().catch(routerRejections.bodyFailed)
+    ? request.bytes().catch(bodyReadRejection)
     : Promise.resolve(new Uint8Array(0));
+}
+
+/**
+ * The first frame's bytes of a body larger than one frame (`MAX_DATA_BYTES`), or for a body of
+ * unknown length up to one byte more (fewer: it ended within one frame, and is whole); a BYOB
+ * read straight into them. A stream that is not a byte stream is left unread (`null`).
+ */
+async function _firstFrame(
+  body: ReadableStream<Uint8Array>,
+  length: number | null,
+): Promise<Uint8Array | Rejection | null> {
+  let reader: ReadableStreamBYOBReader;
+  try {
+    reader = body.getReader({ mode: "byob" });
+  } catch {
+    return null;
+  }
+  const capacity = length === null ? MAX_DATA_BYTES + 1 : MAX_DATA_BYTES;
+  let buffer = new Uint8Array(capacity);
+  let filled = 0;
+  try {
+    while (filled < capacity) {
+      const read = await reader.read(buffer.subarray(filled));
+      if (read.value) {
+        buffer = new Uint8Array(read.value.buffer as ArrayBuffer, 0, capacity);
+        filled += read.value.length;
+      }
+      if (read.done) {
+        if (length !== null) return routerRejections.lengthMismatch();
+        break;
+      }
+    }
+  } catch (error) {
+    return bodyReadRejection(error);
+  } finally {
+    reader.releaseLock();
+  }
+  return buffer.subarray(0, filled);
+}
+
+/**
+ * What a client's body that failed while it was read is answered with: 408 when it stopped
+ * arriving (the connection's body timeout), else 400.
+ *
+ * @example
+ * ```ts
+ * import { BodyTimeoutError } from "../http/request_body.ts";
+ * import { bodyReadRejection } from "./intake.ts";
+ *
+ * if (bodyReadRejection(new BodyTimeoutError(30_000)).status !== 408) throw new Error();
+ * if (bodyReadRejection(new Error("reset")).status !== 400) throw new Error();
+ * ```
+ */
+export function bodyReadRejection(error: unknown): Rejection {
+  const timeout = error instanceof BodyTimeoutError
+    ? error
+    : (error as { cause?: unknown } | null)?.cause;
+  return timeout instanceof BodyTimeoutError
+    ? routerRejections.bodyTimeout(timeout.timeoutMs)
+    : routerRejections.bodyFailed();
 }

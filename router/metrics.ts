@@ -7,6 +7,7 @@
  *  request_finished ─▶ kcoral_router_requests_total{code,outcome,error_kind}
  *                      kcoral_router_queue_wait_seconds, kcoral_router_request_duration_seconds
  *                      kcoral_router_request_bytes_total / response_bytes_total
+ *  connection_cut   ─▶ kcoral_router_connections_cut_total{reason} (timeouts, malformed, bound)
  *  scrape           ─▶ kcoral_router_nodes{state}, kcoral_router_node_capacity{node},
  *                      kcoral_router_node_busy{node}, kcoral_router_node_available{node},
  *                      kcoral_router_queue_length, kcoral_router_requests_in_flight,
@@ -70,6 +71,7 @@ export class RouterMetrics {
   readonly #duration: Histogram;
   readonly #requestBytes: Counter;
   readonly #responseBytes: Counter;
+  readonly #connectionsCut: Counter;
 
   /** Observes `events`; reads `registry` when scraped. */
   constructor(events: EventLog, registry: NodeRegistry) {
@@ -123,6 +125,13 @@ export class RouterMetrics {
     this.#responseBytes = new Counter({
       name: "kcoral_router_response_bytes_total",
       help: "Response body bytes streamed back to clients.",
+      registers,
+    });
+    this.#connectionsCut = new Counter({
+      name: "kcoral_router_connections_cut_total",
+      help: "Client connections cut or refused: header_timeout, body_timeout (408), " +
+        "malformed_request (400), too_many_connections (503).",
+      labelNames: ["reason"],
       registers,
     });
     new Gauge({
@@ -184,6 +193,12 @@ export class RouterMetrics {
   }
 
   #observe(record: Record<string, unknown>): void {
+    if (record.event === "connection_cut") {
+      this.#connectionsCut.inc({
+        reason: typeof record.reason === "string" ? record.reason : "unknown",
+      });
+      return;
+    }
     if (record.event !== "request_finished") return;
     const key = `${record.http_status ?? 0}\0${
       typeof record.finish_reason === "string" ? record.finish_reason : "unknown"

@@ -31,8 +31,7 @@ export type { ForwardContext } from "./forward_context.ts";
 const _UNSENT_ATTEMPTS = 3;
 
 /**
- * Forwards one `POST /execute` from a client at `clientPort` through a node's slot and returns
- * the answer to stream back.
+ * Forwards one `POST /execute` through a node's slot and returns the answer to stream back.
  *
  * @example
  * ```ts
@@ -51,15 +50,11 @@ const _UNSENT_ATTEMPTS = 3;
  * await response.body?.cancel();
  * ```
  */
-export async function forwardExecute(
-  request: Request,
-  ctx: ForwardContext,
-  clientPort: number | null = null,
-): Promise<Response> {
+export async function forwardExecute(request: Request, ctx: ForwardContext): Promise<Response> {
   const trace = new RequestTrace(ctx.events, ctx.onFinished);
   let lease: SlotLease | null = null;
   try {
-    const routed = await receiveRequest(request, clientPort, ctx);
+    const routed = await receiveRequest(request, ctx);
     for (let attempt = 1;; attempt++) {
       lease = await admitRequest(routed, trace, ctx);
       trace.node = lease.nodeId;

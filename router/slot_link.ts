@@ -30,6 +30,7 @@ import {
 import { type BodyFrame, decodeResponseFrame } from "../link/frames.ts";
 import { BodyReceiver } from "../link/body_receiver.ts";
 import { BodySender } from "../link/body_sender.ts";
+import type { MessageSocket } from "../link/websocket_server.ts";
 import { releaseBuffer } from "../protocol/bytes.ts";
 import type { SlotHandle } from "./connections.ts";
 
@@ -112,7 +113,7 @@ class _Exchange implements TunnelExchange {
     this.upload = new BodySender(
       requestId,
       { headers, content_length: contentLength },
-      // Each frame is a new buffer that the socket's send has taken: its memory goes back
+      // Each frame is a new buffer that the socket's send has copied: its memory goes back
       // now rather than at a collection (protocol/bytes.ts says why). Once the upload's end
       // went, the exchange may be over.
       (frame) => {
@@ -198,7 +199,7 @@ export class RouterSlot implements SlotHandle {
   readonly nodeId: string;
   /** The node's server instance the slot belongs to. */
   readonly serverInstanceId: string;
-  readonly #socket: WebSocket;
+  readonly #socket: MessageSocket;
   readonly #onClosed: (slot: RouterSlot, reason: string) => void;
   #exchange: _Exchange | null = null;
   #closed = false;
@@ -209,15 +210,16 @@ export class RouterSlot implements SlotHandle {
    * @example
    * ```ts
    * import { RouterSlot } from "./slot_link.ts";
+   * import type { MessageSocket } from "../link/websocket_server.ts";
    *
-   * const make = (socket: WebSocket) =>
+   * const make = (socket: MessageSocket) =>
    *   new RouterSlot(socket, {
    *     t: "hello", node_id: "gpu-a", server_instance_id: "i1", slot_id: "s1", protocol_version: 2,
    *   }, () => {});
    * ```
    */
   constructor(
-    socket: WebSocket,
+    socket: MessageSocket,
     hello: SlotHello,
     onClosed: (slot: RouterSlot, reason: string) => void,
   ) {
@@ -281,8 +283,9 @@ export class RouterSlot implements SlotHandle {
    * @example
    * ```ts
    * import type { RouterSlot } from "./slot_link.ts";
+   * import type { ServerWebSocket } from "../link/websocket_server.ts";
    *
-   * function attach(socket: WebSocket, slot: RouterSlot) {
+   * function attach(socket: ServerWebSocket, slot: RouterSlot) {
    *   socket.onmessage = (event) => slot.receive(event.data);
    * }
    * ```
@@ -364,8 +367,9 @@ export class RouterSlot implements SlotHandle {
    * @example
    * ```ts
    * import type { RouterSlot } from "./slot_link.ts";
+   * import type { ServerWebSocket } from "../link/websocket_server.ts";
    *
-   * function watch(socket: WebSocket, slot: RouterSlot) {
+   * function watch(socket: ServerWebSocket, slot: RouterSlot) {
    *   socket.onclose = (event) => slot.closedBySocket(event.reason || "connection closed");
    * }
    * ```
@@ -386,7 +390,7 @@ export class RouterSlot implements SlotHandle {
   #send(data: string | Uint8Array): void {
     if (this.#closed) return;
     try {
-      this.#socket.send(data as string);
+      this.#socket.send(data);
     } catch (error) {
       this.closedBySocket(`send failed: ${error instanceof Error ? error.message : error}`);
     }

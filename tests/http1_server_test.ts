@@ -2,12 +2,15 @@
  * http/http1_head.ts and http/http1_server.ts in one process: strict heads, bodies framed by
  * Content-Length and chunked (also arriving in pieces), keep-alive and pipelined requests,
  * `Expect: 100-continue` answered only when the body is read, answers with and without a
- * length (a stream goes chunked), HEAD, the client's end aborting `request.signal`, and a
+ * length (a stream goes chunked; one that says so chunk by chunk, its field lines as given),
+ * HEAD, the client's end aborting `request.signal` and cancelling an answer's stream, and a
  * protocol switch (`switchProtocols`) handing the connection over.
  */
 import assert from "node:assert/strict";
 import { HeadError, parseRequestHead } from "../http/http1_head.ts";
 import { serveHttp1, switchProtocols } from "../http/http1_server.ts";
+import { withFieldLines } from "../http/http1_response.ts";
+import { releaseBuffer } from "../protocol/bytes.ts";
 
 const _encoder = new TextEncoder();
 const _decoder = new TextDecoder("latin1");
@@ -283,6 +286,76 @@ Deno.test("http1 server: a switchProtocols answer to a request that is no upgrad
     assert.match(text, /^HTTP\/1\.1 500 /);
     assert.match(text, /connection: close/);
     assert.equal(takes, 0);
+  } finally {
+    await server.shutdown();
+  }
+});
+
+Deno.test("http1 server: a chunked answer goes chunk by chunk, each written before the next is read, its field lines as given", async () => {
+  const small = _encoder.encode("first chunk");
+  const large = new Uint8Array(100_000).fill(7);
+  let cancelled: unknown = null;
+  const server = serveHttp1({
+    hostname: "127.0.0.1",
+    port: 0,
+    handler: (request) => {
+      const path = new URL(request.url).pathname;
+      const chunks = path === "/stream" ? [small, large, small] : [small];
+      let handed: Uint8Array | null = null;
+      const stream = new ReadableStream<Uint8Array>({
+        // The chunk given before is detached as the next is asked for (as the Router does).
+        pull(controller) {
+          if (handed) releaseBuffer(handed);
+          const next = chunks.shift();
+          if (next) controller.enqueue(handed = next.slice());
+          else if (path === "/stream") controller.close();
+          else return new Promise(() => {}); // never more: the client leaves
+        },
+        cancel(reason) {
+          cancelled = reason ?? "cancelled";
+        },
+      }, { highWaterMark: 0 });
+      const fields: [string, string][] = [
+        ["x-a", "1"],
+        ["x-a", "2"],
+        ["transfer-encoding", "chunked"],
+      ];
+      return Promise.resolve(withFieldLines(new Response(stream, { headers: fields }), fields));
+    },
+  });
+  try {
+    const text = await exchange(server.addr.port, [
+      "GET /stream HTTP/1.1\r\nhost: h\r\nconnection: close\r\n\r\n",
+    ]);
+    const [head, body] = [
+      text.slice(0, text.indexOf("\r\n\r\n")),
+      text.slice(text.indexOf("\r\n\r\n") + 4),
+    ];
+    assert.match(head, /\r\nx-a: 1\r\nx-a: 2\r\n/);
+    assert.match(head, /\r\ntransfer-encoding: chunked/);
+    let decoded = "";
+    for (let rest = body;;) {
+      const line = rest.indexOf("\r\n");
+      const size = parseInt(rest.slice(0, line), 16);
+      if (size === 0) break;
+      decoded += rest.slice(line + 2, line + 2 + size);
+      assert.equal(rest.slice(line + 2 + size, line + 4 + size), "\r\n");
+      rest = rest.slice(line + 4 + size);
+    }
+    assert.equal(decoded, "first chunk" + "\x07".repeat(100_000) + "first chunk");
+    // The client's end while the answer streams cancels its stream.
+    const conn = await Deno.connect({ hostname: "127.0.0.1", port: server.addr.port });
+    await conn.write(_encoder.encode("GET /leave HTTP/1.1\r\nhost: h\r\n\r\n"));
+    const buffer = new Uint8Array(4096);
+    let seen = "";
+    while (!seen.includes("first chunk")) {
+      seen += _decoder.decode(buffer.subarray(0, (await conn.read(buffer))!));
+    }
+    conn.close();
+    for (let i = 0; i < 200 && cancelled === null; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    assert.ok(cancelled !== null, "the stream was not cancelled");
   } finally {
     await server.shutdown();
   }

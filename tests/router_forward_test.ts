@@ -321,7 +321,8 @@ Deno.test("router: an early answer is delivered whole; the slot is discarded (re
     await waitFor("capacity", async () => (await capacity(r.url)) === 1);
     const upload = new ReadableStream<Uint8Array>({
       start(controller) {
-        controller.enqueue(new Uint8Array(64 * 1024));
+        // More than a frame (a body that stalls within its first frame never reaches a node)...
+        controller.enqueue(new Uint8Array(300 * 1024));
         // ...and never more: the client is still "uploading" when the answer ends.
       },
     });

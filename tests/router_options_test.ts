@@ -34,8 +34,12 @@ Deno.test("router options: the seed's flags and defaults, nothing more", () => {
     "--max-queued-requests",
     "--node-retention-seconds",
     "--max-request-bytes",
-    // Ours, not the seed's: a body that stops arriving is cut (issue 44).
+    // Ours, not the seed's: stalled heads, idle connections and bodies that stop arriving are
+    // cut, and connections are bounded (issue 44).
+    "--header-timeout-seconds",
+    "--keep-alive-timeout-seconds",
     "--body-timeout-seconds",
+    "--max-connections",
     // Ours, not the seed's: JSON console lines for log shippers.
     "--log-format",
     "--node-token",
@@ -51,7 +55,10 @@ Deno.test("router options: the seed's flags and defaults, nothing more", () => {
     maxQueuedRequests: 1024,
     nodeRetentionSeconds: 600,
     maxRequestBytes: 268435456,
+    headerTimeoutSeconds: 10,
+    keepAliveTimeoutSeconds: 30,
     bodyTimeoutSeconds: 30,
+    maxConnections: 1024,
     logFormat: "text",
     nodeToken: null,
   });

@@ -6,7 +6,8 @@
 import assert from "node:assert/strict";
 import { EventLog } from "../http/events.ts";
 import { Rejection } from "../http/rejection.ts";
-import { StallWatch } from "../http/stall_watch.ts";
+import { BodyTimeoutError } from "../http/request_body.ts";
+import { MAX_DATA_BYTES } from "../link/messages.ts";
 import { RequestTrace, routerRejections } from "../router/finish.ts";
 import { receiveRequest } from "../router/intake.ts";
 import { defaultRegistryConfig } from "../router/options.ts";
@@ -72,6 +73,16 @@ async function forwardWithoutNodes(
 const post = (body: BodyInit | null, headers: Record<string, string> = {}, signal?: AbortSignal) =>
   new Request("http://router/execute", { method: "POST", body, headers, signal });
 
+/** `bytes` as a byte stream, as the Router's connections give a body (BYOB reads). */
+const byteStream = (bytes: Uint8Array) =>
+  new ReadableStream<Uint8Array>({
+    type: "bytes",
+    start(controller) {
+      controller.enqueue(bytes);
+      controller.close();
+    },
+  });
+
 Deno.test("router intake: a Content-Length that is no length is a 400 invalid_request, length declared", async () => {
   const { response, body, line } = await forwardWithoutNodes(
     post("abc", { "content-length": "3, 4" }),
@@ -87,47 +98,61 @@ Deno.test("router intake: a Content-Length that is no length is a 400 invalid_re
 
 Deno.test("router intake: a declared length past the limit is 413; a small body of another length is 400", async () => {
   const limits = { maxRequestBytes: 1024 };
-  const tooLarge = await receiveRequest(post("x", { "content-length": "2048" }), null, limits)
+  const tooLarge = await receiveRequest(post("x", { "content-length": "2048" }), limits)
     .then(() => null, (error) => error);
   assert.ok(tooLarge instanceof Rejection);
   assert.equal(tooLarge.status, 413);
   assert.equal(tooLarge.kind, "request_too_large");
-  const short = await receiveRequest(post("abc", { "content-length": "5" }), null, limits)
+  const short = await receiveRequest(post("abc", { "content-length": "5" }), limits)
     .then(() => null, (error) => error);
   assert.ok(short instanceof Rejection);
   assert.equal(short.status, 400);
   assert.equal(short.message, "Content-Length does not match request body");
-  // A body of one frame is read whole before a slot; a larger or undeclared one is not.
-  const whole = await receiveRequest(post("abc", { "content-length": "3" }), 4242, limits);
-  assert.deepEqual([whole.body?.length, whole.length, whole.clientPort], [3, 3, 4242]);
-  const streamed = await receiveRequest(post("abc"), null, limits);
-  assert.equal(streamed.body, null);
-  const empty = await receiveRequest(post(null), null, limits);
-  assert.equal(empty.body?.length, 0);
+  // A body of one frame is read whole before a slot; of a larger one (a byte stream), its first
+  // frame.
+  const whole = await receiveRequest(post("abc", { "content-length": "3" }), limits);
+  assert.deepEqual([whole.body?.length, whole.length, whole.prefix], [3, 3, null]);
+  const empty = await receiveRequest(post(null), limits);
+  assert.deepEqual([empty.body?.length, empty.prefix], [0, null]);
+  const large = { maxRequestBytes: 1 << 20 };
+  const declared = await receiveRequest(
+    post(byteStream(new Uint8Array(300_000)), { "content-length": "300000" }),
+    large,
+  );
+  assert.deepEqual([declared.body, declared.prefix?.length], [null, MAX_DATA_BYTES]);
+  // Without a length: whole when it ends within a frame, else a frame and one byte more.
+  const undeclaredSmall = await receiveRequest(post(byteStream(new Uint8Array(3))), large);
+  assert.deepEqual([undeclaredSmall.body?.length, undeclaredSmall.prefix], [3, null]);
+  const undeclared = await receiveRequest(post(byteStream(new Uint8Array(300_000))), large);
+  assert.deepEqual([undeclared.body, undeclared.prefix?.length], [null, MAX_DATA_BYTES + 1]);
+  // A larger body that ends within its first frame is not its declared length.
+  const shortLarge = await receiveRequest(
+    post(byteStream(new Uint8Array(100_000)), { "content-length": "300000" }),
+    large,
+  ).then(() => null, (error) => error);
+  assert.ok(shortLarge instanceof Rejection);
+  assert.equal(shortLarge.status, 400);
+  assert.equal(shortLarge.message, "Content-Length does not match request body");
 });
 
-Deno.test("router intake: a small body that stops arriving is a 408 timeout", async () => {
-  let clock = 0;
-  const watch = new StallWatch(1000, 1, () => clock);
-  const stalled = new ReadableStream<Uint8Array>({
-    start(controller) {
-      controller.enqueue(new Uint8Array(1)); // one byte of the two declared, then nothing
-    },
-  });
-  const received = receiveRequest(
-    post(stalled, { "content-length": "2" }),
-    null,
-    { maxRequestBytes: 1024, bodyWatch: watch },
-  ).then(() => null, (error) => error);
-  assert.equal(watch.watching, 1);
-  clock = 5000;
-  watch.check();
-  const rejection = await received;
-  assert.ok(rejection instanceof Rejection);
-  assert.equal(rejection.status, 408);
-  assert.equal(rejection.kind, "timeout");
-  assert.equal(rejection.message, "request body not received in time: no bytes for 1 s");
-  assert.equal(watch.watching, 0);
+Deno.test("router intake: a body that stopped arriving (the connection's body timeout) is a 408 timeout", async () => {
+  for (const length of ["2", "300000"]) {
+    const stalled = new ReadableStream<Uint8Array>({
+      type: "bytes",
+      start(controller) {
+        controller.enqueue(new Uint8Array(1)); // one byte, then the connection cut it
+        controller.error(new BodyTimeoutError(1000));
+      },
+    });
+    const rejection = await receiveRequest(
+      post(stalled, { "content-length": length }),
+      { maxRequestBytes: 1 << 20 },
+    ).then(() => null, (error) => error);
+    assert.ok(rejection instanceof Rejection, length);
+    assert.equal(rejection.status, 408);
+    assert.equal(rejection.kind, "timeout");
+    assert.equal(rejection.message, "request body not received in time: no bytes for 1 s");
+  }
 });
 
 Deno.test("router admission: a full queue, an ended wait and a stop are 503s with Retry-After", async () => {
