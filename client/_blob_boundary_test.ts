@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { blobBoundary, noteBlobs } from "./_blob_boundary.ts";
+import { blobBoundary, noteBlobs, unscannedBlobs } from "./_blob_boundary.ts";
 import { boundaryOccursIn } from "../protocol/multipart_encode.ts";
 import { Program } from "../mod.ts";
 
@@ -31,4 +31,19 @@ Deno.test("blob boundary: a program's uploads keep its boundary out of every blo
   const next = blobBoundary(program)!;
   assert.notEqual(next, boundary);
   for (const blob of program.blobs.values()) assert.ok(!boundaryOccursIn(blob, next));
+});
+
+Deno.test("blob boundary: adopted blobs join unscanned, other blobs still set the boundary", async () => {
+  const { adoptBytes } = await import("./_known_digests.ts");
+  const { sha256Hex } = await import("../protocol/hash.ts");
+  const program = new Program();
+  const adopted = new TextEncoder().encode("a result passed on");
+  adoptBytes(adopted, sha256Hex(adopted));
+  program.upload({ kind: "bytes", value: adopted });
+  assert.equal(blobBoundary(program), undefined); // nothing scanned
+  assert.deepEqual([...unscannedBlobs(program)], [adopted]);
+  program.upload({ kind: "bytes", value: new Uint8Array(64) });
+  assert.ok(blobBoundary(program));
+  assert.equal(unscannedBlobs(program).size, 1);
+  assert.equal(unscannedBlobs(new Program()).size, 0);
 });

@@ -27,7 +27,8 @@ import {
   type MultipartChunks,
   type MultipartInput,
 } from "../protocol/multipart_encode.ts";
-import { blobBoundary } from "./_blob_boundary.ts";
+import { blobBoundary, unscannedBlobs } from "./_blob_boundary.ts";
+import { MultipartError } from "../protocol/multipart_parse.ts";
 import {
   decodeJsonObject,
   decodeMissingBlobs,
@@ -513,15 +514,22 @@ export class Client implements AsyncDisposable {
 
 /**
  * The request body's pieces: with the program's boundary when it is absent from the program
- * JSON (its blobs were checked as they were added), else a boundary drawn and checked now.
+ * JSON (its blobs were checked as they were added; an adopted one is checked now, if sent), else
+ * a boundary drawn and checked now.
  */
 function _encodeBody(parts: MultipartInput[], program: Program): MultipartChunks {
   const boundary = blobBoundary(program);
   if (boundary === undefined || boundaryOccursIn(parts[0].body, boundary)) {
     return encodeMultipartChunks(parts);
   }
-  const scanned = new Set(program.blobs.values());
-  return encodeMultipartChunks(parts, boundary, { scanned });
+  const unscanned = unscannedBlobs(program);
+  const scanned = new Set([...program.blobs.values()].filter((bytes) => !unscanned.has(bytes)));
+  try {
+    return encodeMultipartChunks(parts, boundary, { scanned });
+  } catch (error) {
+    if (!(error instanceof MultipartError)) throw error;
+    return encodeMultipartChunks(parts); // an adopted blob holds the boundary: draw another
+  }
 }
 
 function _protocol<T>(fn: () => T): T {

@@ -11,7 +11,8 @@
 
 import { fileURLToPath } from "node:url";
 import { sha256Hex } from "../protocol/hash.ts";
-import { noteBlobs } from "./_blob_boundary.ts";
+import { noteBlobs, noteUnscanned, unscannedBlobs } from "./_blob_boundary.ts";
+import { adoptedDigest } from "./_known_digests.ts";
 import { stringifyJson } from "../protocol/json_stringify.ts";
 import { checkPathConflicts, PathError } from "../protocol/paths.ts";
 import { pyRepr, pyStrRepr } from "../protocol/python_repr.ts";
@@ -142,9 +143,14 @@ export class Program {
     for (const [hash, bytes] of blobs) {
       if (this.#blobs.has(hash)) continue;
       this.#blobs.set(hash, bytes);
-      added.push(bytes);
+      // Adopted bytes are scanned for the boundary only if a request carries them.
+      if (adoptedDigest(bytes) === hash) noteUnscanned(this, bytes);
+      else added.push(bytes);
     }
-    if (added.length > 0) noteBlobs(this, this.#blobs.values(), added);
+    if (added.length === 0) return;
+    const unscanned = unscannedBlobs(this);
+    const all = this.#blobs.values(); // read only if the boundary must be drawn again
+    noteBlobs(this, all.filter((bytes) => !unscanned.has(bytes)), added);
   }
 
   /**

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { blobBoundary } from "../client/_blob_boundary.ts";
+import { adoptBytes } from "../client/_known_digests.ts";
 import {
   Client,
   KCoralError,
@@ -138,6 +139,30 @@ Deno.test("client: attempt 2 sends exactly the missing blobs, in program order",
     await client.execute(bytesProgram("alpha", "beta", "gamma"));
     assert.deepEqual([...server.received[1].execute!.blobs.keys()], [a, c]);
     assert.equal(server.received[1].headers.get("x-kcoral-node"), null); // 513 chars: not echoed
+  } finally {
+    await server.close();
+  }
+});
+
+Deno.test("client: an adopted blob that holds the program's boundary is sent under another", async () => {
+  const program = bytesProgram("alpha");
+  const boundary = blobBoundary(program)!;
+  const adopted = new TextEncoder().encode(`x\r\n--${boundary}\r\n`);
+  adoptBytes(adopted, sha256Hex(adopted));
+  const mod = program.upload({ kind: "module", source: "def g(b):\n    return len(b)\n" });
+  const fn = program.getFunction({ module: mod, name: "g" });
+  const arg = program.upload({ kind: "bytes", value: adopted });
+  program.return_({ key: "m", value: program.run({ fn, args: [arg] }) });
+  assert.equal(blobBoundary(program), boundary); // not scanned when added
+  const server = fakeServer((_request, index) =>
+    index === 0 ? json(cacheMiss("r1", [sha256Hex(adopted)])) : json(completed("r2"))
+  );
+  try {
+    await using client = new Client(server.url);
+    await client.execute(program);
+    const sent = server.received[1];
+    assert.notEqual(sent.headers.get("content-type"), `multipart/form-data; boundary=${boundary}`);
+    assert.deepEqual(sent.execute!.blobs.get(sha256Hex(adopted)), adopted);
   } finally {
     await server.close();
   }
