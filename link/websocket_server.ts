@@ -23,7 +23,8 @@
  *  ping ─▶ pong · pong ─▶ nothing · close ─▶ close echoed, the connection closed (the server's
  *    end first, RFC 6455 §7.1.1) ─▶ onclose
  *  nothing received for idleTimeoutMs ─▶ ping; still nothing that long after it ─▶ closed (1001);
- *    one timer (a look a second) for every socket
+ *    one timer (a look a second) for every socket, which also gives back the spare frame
+ *    buffers of a socket that sent nothing for a second
  *  send(data) ─▶ one unmasked frame, copied and written in order (bufferedAmount until written)
  *  close(code, reason) ─▶ close frame; the peer's close awaited at most 2 s, then the connection
  * ```
@@ -104,8 +105,14 @@ export class WebSocketHandshakeError extends Error {
 const _GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 const _DEFAULT_IDLE_MS = 30_000;
 const _CLOSE_WAIT_MS = 2000;
-/** The read buffer's size; a payload that does not fit what is buffered gets its own buffer. */
-const _READ_BUFFER = 64 * 1024;
+/**
+ * The read buffer's first size: enough for a frame header and the small messages (hello,
+ * credit, status); grown while reads fill it, up to {@linkcode _READ_BUFFER_MAX}. A payload
+ * larger than what is buffered gets its own buffer. A Router holds one per node connection
+ * (hundreds): their memory counts against the collector's budget.
+ */
+const _READ_BUFFER = 4 * 1024;
+const _READ_BUFFER_MAX = 64 * 1024;
 /** Frames whose buffers are kept for the next ones of their size (a body goes as many). */
 const _REUSE_BYTES = 64 * 1024;
 const _SPARES = 4;
@@ -266,6 +273,8 @@ export class ServerWebSocket implements MessageSocket {
   #lastReceived = 0;
   /** When the ping now unanswered went out (0: none). */
   #pingSentAt = 0;
+  /** When a frame was last queued (`performance.now()`). */
+  #lastWritten = 0;
   readonly #resolveClosed: () => void;
 
   /**
@@ -302,7 +311,7 @@ export class ServerWebSocket implements MessageSocket {
     this.#conn = conn;
     this.#state = ServerWebSocket.OPEN;
     this.#lastReceived = performance.now();
-    if (this.#limits.idleTimeoutMs > 0) _idleSweep.add(this);
+    _idleSweep.add(this);
     this.onopen?.();
     void this.#read(new _FrameReader(conn, buffered, () => this.#lastReceived = performance.now()));
   }
@@ -326,10 +335,17 @@ export class ServerWebSocket implements MessageSocket {
     this.#closeTimer = setTimeout(() => this.#end(), _CLOSE_WAIT_MS);
   }
 
-  /** The idle sweep's look at this socket at `now`. */
+  /**
+   * The sweep's look at this socket at `now`, once a second: spare buffers of a body sent a
+   * while ago given back, a silent peer pinged, then closed.
+   */
   idleCheck(now: number): void {
+    if (this.#spares.length > 0 && this.#buffered === 0 && now - this.#lastWritten >= _SWEEP_MS) {
+      for (const spare of this.#spares.splice(0)) releaseBuffer(new Uint8Array(spare));
+    }
     if (this.#state !== ServerWebSocket.OPEN) return;
     const idle = this.#limits.idleTimeoutMs;
+    if (idle <= 0) return;
     if (now - this.#lastReceived < idle) {
       this.#pingSentAt = 0;
       return;
@@ -459,6 +475,7 @@ export class ServerWebSocket implements MessageSocket {
     if (!conn) return;
     const frame = _frame(opcode, payload, this.#spares);
     this.#buffered += frame.length;
+    this.#lastWritten = performance.now();
     this.#writing = this.#writing.then(async () => {
       try {
         for (let at = 0; at < frame.length;) at += await conn.write(frame.subarray(at));
@@ -471,7 +488,11 @@ export class ServerWebSocket implements MessageSocket {
     });
   }
 
-  /** A written frame's buffer, kept for the next frame of its size (a few of them at most). */
+  /**
+   * A written frame's buffer, kept for the next frame of its size (a body goes as many frames
+   * of one size; a new buffer lands on fresh pages); a few at most, and none once the socket has
+   * sent nothing for a second (the sweep gives them back: a Router has hundreds of sockets).
+   */
   #recycle(frame: Uint8Array): void {
     if (frame.buffer.byteLength < _REUSE_BYTES) return;
     if (this.#state === ServerWebSocket.CLOSED) return releaseBuffer(frame);
@@ -619,6 +640,12 @@ class _FrameReader {
       if (read === null) return false;
       this.#received();
       this.#end += read;
+      // A read that filled the buffer: messages come faster than one read a buffer.
+      if (this.#end === this.#buffer.length && this.#buffer.length < _READ_BUFFER_MAX) {
+        const grown = new Uint8Array(this.#buffer.length * 4);
+        grown.set(this.#buffer.subarray(0, this.#end));
+        this.#buffer = grown;
+      }
     }
     return true;
   }
