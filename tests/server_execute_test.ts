@@ -518,10 +518,11 @@ Deno.test("server: a timeout kills the whole process tree (504) and the next req
   const pidFile = await Deno.makeTempFile();
   try {
     // The program and its grandchild each leave a file once their sleep is over: a kill before
-    // that leaves neither.
+    // that leaves neither (`&&`: a killed sleep never lets its shell write the file, whichever of
+    // the two the kill reaches first).
     const source = "import subprocess, time\n" +
       "def f(path):\n" +
-      "    p = subprocess.Popen(['sh', '-c', f'sleep 60; echo done > {path}.grandchild'],\n" +
+      "    p = subprocess.Popen(['sh', '-c', f'sleep 60 && echo done > {path}.grandchild'],\n" +
       "                         start_new_session=True)\n" +
       "    open(path, 'w').write(str(p.pid))\n" +
       "    time.sleep(60)\n" +
