@@ -5,6 +5,7 @@
  *   deno run -A tests/gpu/zoo_gpu.ts --prebuild              # compile every load_inline candidate once
  *   deno run -A tests/gpu/zoo_gpu.ts [--shard 1/3] [--match gemm] [--json $OUT/zoo_1.json]
  *   deno run -A tests/gpu/zoo_gpu.ts --summarize $OUT/zoo_*.json
+ *   deno run -A tests/gpu/zoo_gpu.ts --json /tmp/zoo.json --resume  # skip entries already there
  *   deno run -A tests/gpu/zoo_gpu.ts --simulate              # a simulated-GPU server, CPU torch
  *
  * ```text
@@ -209,6 +210,14 @@ function summarize(outcomes: Outcome[]): number {
   return failed;
 }
 
+function exists(path: string): boolean {
+  try {
+    return Deno.statSync(path).isFile;
+  } catch {
+    return false;
+  }
+}
+
 const zoo = JSON.parse(read("evals/zoo.json")) as ZooEntry[];
 let failed = 0;
 const summaries = args.indexOf("--summarize");
@@ -231,15 +240,20 @@ if (summaries >= 0) {
     maxRequestBytes: 4 * 2 ** 30,
     maxResponseBytes: 4 * 2 ** 30,
   });
-  const outcomes: Outcome[] = [];
+  const json = arg("--json");
+  // --resume: the entries already in --json's file (from an earlier, interrupted run) stay.
+  const outcomes: Outcome[] = args.includes("--resume") && json && exists(json)
+    ? JSON.parse(Deno.readTextFileSync(json)) as Outcome[]
+    : [];
+  const done = new Set(outcomes.map((o) => o.entry.candidate));
   try {
     await using client = new Client(server.url);
-    console.log(`zoo: ${entries.length} of ${zoo.length} entries`);
-    for (const entry of entries) {
+    const todo = entries.filter((entry) => !done.has(entry.candidate));
+    console.log(`zoo: ${todo.length} of ${zoo.length} entries (${done.size} done before)`);
+    for (const entry of todo) {
       const outcome = await evaluate(client, entry);
       outcomes.push(outcome);
       console.log(line(outcome));
-      const json = arg("--json");
       if (json) Deno.writeTextFileSync(json, JSON.stringify(outcomes, null, 1));
     }
   } finally {
