@@ -1,5 +1,5 @@
 /**
- * The connection handling's cost (docs/decisions/0001-own-http1-connections.md): the server
+ * The connection handling's cost (docs/decisions/own-http1-connections.md): the server
  * bench's rows that a change of HTTP layer could move — a trivial program on a reused worker,
  * a 64 MiB `c = a + b` with cached inputs (a 64 MiB answer), and a cache-miss resend (a 128 MiB
  * request) — on two `kcoral server` processes in the same session, one from this tree and one

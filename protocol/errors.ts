@@ -1,5 +1,6 @@
 /**
- * ERROR bodies and fixed messages of non-200 responses (spec protocol §3.5).
+ * ERROR bodies and fixed messages of non-200 responses (spec protocol §3.5), and an error said
+ * as text.
  *
  * @module
  */
@@ -69,4 +70,18 @@ export function errorBody(requestId: string, kind: string, message: string): str
   return `{"status":"ERROR","request_id":${JSON.stringify(requestId)},"error":{"kind":${
     JSON.stringify(kind)
   },"message":${JSON.stringify(message)}}}`;
+}
+
+/**
+ * What `error` says: an `Error`'s message, anything else as a string.
+ *
+ * @example
+ * ```ts
+ * import { errorMessage } from "./errors.ts";
+ *
+ * if (errorMessage(new Error("gone")) !== "gone" || errorMessage(7) !== "7") throw new Error();
+ * ```
+ */
+export function errorMessage(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
 }
