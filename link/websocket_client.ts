@@ -18,12 +18,27 @@
  *  frames in   ─▶ text/binary messages (fragments joined) · ping ─▶ pong · close ─▶ close back
  * ```
  *
+ * Frames are read and written by websocket_frames.ts, as the Router's end (websocket_server.ts)
+ * does.
+ *
  * @module
  */
 import { describeTlsFailure } from "../protocol/tls_failure.ts";
-import { releaseBuffer } from "../protocol/bytes.ts";
-import { maskInto } from "./websocket_mask.ts";
+import { concatBytes } from "../protocol/bytes.ts";
+import { errorMessage } from "../protocol/errors.ts";
 import { decodeUtf8 } from "../protocol/utf8.ts";
+import {
+  closePayload,
+  closeQuietly,
+  frameProblem,
+  FrameReader,
+  FrameWriter,
+  messageData,
+  type WebSocketCloseInfo,
+} from "./websocket_frames.ts";
+import { acceptKey } from "./websocket_handshake.ts";
+
+export type { WebSocketCloseInfo } from "./websocket_frames.ts";
 
 /** What {@linkcode WebSocketClient} accepts besides the URL. */
 export interface WebSocketClientOptions {
@@ -35,23 +50,8 @@ export interface WebSocketClientOptions {
   caCerts?: readonly string[];
 }
 
-/** The close event's fields, as the platform's `CloseEvent` has them. */
-export interface WebSocketCloseInfo {
-  /** The close code (1006 when the connection ended without a closing handshake). */
-  code: number;
-  /** The close reason. */
-  reason: string;
-  /** Whether the closing handshake completed. */
-  wasClean: boolean;
-}
-
-const _GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 const _CLOSE_WAIT_MS = 2000;
 const _HEAD_LIMIT = 16 * 1024;
-/** Frames of at least this many bytes reuse the buffers of written ones. */
-const _REUSE_BYTES = 64 * 1024;
-/** Written frames' buffers kept per connection for reuse (4 × 256 KiB data frames). */
-const _SPARES = 4;
 const _encoder = new TextEncoder();
 
 /**
@@ -98,9 +98,8 @@ export class WebSocketClient {
 
   #state = WebSocketClient.CONNECTING;
   #conn: Deno.Conn | null = null;
-  #writing: Promise<void> = Promise.resolve();
-  #buffered = 0;
-  readonly #spares: ArrayBuffer[] = [];
+  /** The connection's frames out, once it is connected. */
+  #writer: FrameWriter | null = null;
   #closeSent = false;
   #closeTimer: ReturnType<typeof setTimeout> | undefined;
   #closeInfo: WebSocketCloseInfo | null = null;
@@ -121,7 +120,7 @@ export class WebSocketClient {
 
   /** Bytes handed to `send` and not yet written to the connection. */
   get bufferedAmount(): number {
-    return this.#buffered;
+    return this.#writer?.buffered ?? 0;
   }
 
   /** Sends one message: a `string` as text, bytes as binary. Ignored unless open. */
@@ -159,6 +158,7 @@ export class WebSocketClient {
         return;
       }
       this.#conn = conn;
+      this.#writer = new FrameWriter(conn, true);
       const rest = await this.#handshake(conn, url, headers);
       if (this.#state !== WebSocketClient.CONNECTING) return;
       this.#state = WebSocketClient.OPEN;
@@ -168,9 +168,7 @@ export class WebSocketClient {
       if (this.#state === WebSocketClient.CLOSED) return;
       // Our own close of the connection (after the closing handshake) ends the read too.
       if (this.#closeInfo) return this.#finish(this.#closeInfo);
-      const message = describeTlsFailure(error) ??
-        (error instanceof Error ? error.message : String(error));
-      this.onerror?.({ message });
+      this.onerror?.({ message: describeTlsFailure(error) ?? errorMessage(error) });
       this.#finish({ code: 1006, reason: "", wasClean: false });
     }
   }
@@ -218,7 +216,7 @@ export class WebSocketClient {
       const chunk = new Uint8Array(4096);
       const n = await conn.read(chunk);
       if (n === null) throw new Error("the connection closed during the handshake");
-      buffer = _concat(buffer, chunk.subarray(0, n));
+      buffer = concatBytes([buffer, chunk.subarray(0, n)]);
       end = _indexOfHeadEnd(buffer);
       if (end < 0 && buffer.length > _HEAD_LIMIT) throw new Error("handshake answer too long");
     }
@@ -232,8 +230,7 @@ export class WebSocketClient {
         fields.set(line.slice(0, colon).trim().toLowerCase(), line.slice(colon + 1).trim());
       }
     }
-    const digest = await crypto.subtle.digest("SHA-1", _encoder.encode(key + _GUID));
-    const accept = btoa(String.fromCharCode(...new Uint8Array(digest)));
+    const accept = acceptKey(key);
     if (
       fields.get("upgrade")?.toLowerCase() !== "websocket" ||
       !/\bupgrade\b/i.test(fields.get("connection") ?? "") ||
@@ -245,59 +242,44 @@ export class WebSocketClient {
   }
 
   async #readFrames(conn: Deno.Conn, initial: Uint8Array): Promise<void> {
-    const reader = new _FrameReader(conn, initial);
+    const reader = new FrameReader(conn, initial);
     let parts: Uint8Array[] = [];
     let partsBytes = 0;
     let partsOpcode = 0;
     for (;;) {
-      const frame = await reader.next(this.#maxMessage);
-      if (frame === null) {
-        this.#finish(this.#closeInfo ?? { code: 1006, reason: "", wasClean: false });
-        return;
+      const header = await reader.header();
+      const problem = header && frameProblem(header, partsOpcode, false);
+      if (problem) return this.#protocolError(1002, problem);
+      if (header && header.opcode < 8 && partsBytes + header.length > this.#maxMessage) {
+        return this.#protocolError(1009, "message too big");
       }
-      if (typeof frame === "number") {
-        this.#protocolError(frame, frame === 1009 ? "message too big" : "invalid frame");
-        return;
+      const payload = header && await reader.payload(header.length, header.key);
+      if (!header || !payload) {
+        // A failed read goes to #run's catch, as the connection's failure.
+        if (reader.readError !== null) throw reader.readError;
+        return this.#finish(this.#closeInfo ?? { code: 1006, reason: "", wasClean: false });
       }
-      const { fin, opcode, payload } = frame;
+      const { fin, opcode } = header;
       if (opcode >= 8) {
-        if (opcode === 8) {
-          this.#onCloseFrame(payload);
-          continue;
-        }
-        if (opcode === 9 && this.#state === WebSocketClient.OPEN) this.#write(10, payload);
+        if (opcode === 8) this.#onCloseFrame(payload);
+        else if (opcode === 9 && this.#state === WebSocketClient.OPEN) this.#write(10, payload);
         continue;
-      }
-      if (opcode === 0 ? partsOpcode === 0 : partsOpcode !== 0) {
-        this.#protocolError(1002, "unexpected continuation");
-        return;
       }
       if (opcode !== 0) partsOpcode = opcode;
       parts.push(payload);
       partsBytes += payload.length;
-      if (partsBytes > this.#maxMessage) {
-        this.#protocolError(1009, "message too big");
-        return;
-      }
       if (!fin) continue;
-      const whole = parts.length === 1 ? parts[0] : _concat(...parts);
+      const whole = parts.length === 1 ? parts[0] : concatBytes(parts);
       const type = partsOpcode;
       parts = [];
       partsBytes = 0;
       partsOpcode = 0;
       if (this.#state !== WebSocketClient.OPEN) continue;
       let data: string | ArrayBuffer;
-      if (type === 1) {
-        try {
-          data = decodeUtf8(whole);
-        } catch {
-          this.#protocolError(1007, "invalid UTF-8");
-          return;
-        }
-      } else {
-        data = whole.byteOffset === 0 && whole.byteLength === whole.buffer.byteLength
-          ? whole.buffer as ArrayBuffer
-          : whole.slice().buffer;
+      try {
+        data = messageData(whole, type);
+      } catch {
+        return this.#protocolError(1007, "invalid UTF-8");
       }
       this.onmessage?.({ data });
     }
@@ -314,7 +296,7 @@ export class WebSocketClient {
     this.#closeInfo = { code, reason, wasClean: true };
     if (!this.#closeSent) this.#sendClose(code === 1005 ? 1000 : code, "");
     // The server closes the TCP connection after its close frame; ours follows the write.
-    this.#writing.finally(() => this.#conn?.close()).catch(() => {});
+    this.#afterWrites(() => this.#conn?.close());
   }
 
   #protocolError(code: number, reason: string): void {
@@ -322,214 +304,39 @@ export class WebSocketClient {
     if (!this.#closeSent && this.#state === WebSocketClient.OPEN) this.#sendClose(code, reason);
     const info = { code: 1006, reason, wasClean: false };
     this.#closeInfo = info;
-    this.#writing.finally(() => this.#finish(info)).catch(() => {});
+    this.#afterWrites(() => this.#finish(info));
   }
 
   #sendClose(code: number, reason: string): void {
-    const reasonBytes = _encoder.encode(reason).subarray(0, 123);
-    const payload = new Uint8Array(2 + reasonBytes.length);
-    payload[0] = code >> 8;
-    payload[1] = code & 0xff;
-    payload.set(reasonBytes, 2);
-    this.#write(8, payload);
+    this.#write(8, closePayload(code, reason));
     this.#closeSent = true;
     this.#state = WebSocketClient.CLOSING;
     // A server that never answers the close is not waited for.
-    this.#closeTimer = setTimeout(() => {
-      try {
-        this.#conn?.close();
-      } catch {
-        // already closed
-      }
-    }, _CLOSE_WAIT_MS);
+    this.#closeTimer = setTimeout(() => closeQuietly(this.#conn), _CLOSE_WAIT_MS);
   }
 
   /** Queues one frame (masked, as RFC 6455 requires of clients); frames go out in order. */
   #write(opcode: number, payload: Uint8Array | readonly Uint8Array[]): void {
-    const conn = this.#conn;
-    if (!conn) return;
-    const frame = _maskedFrame(opcode, payload, this.#spares);
-    this.#buffered += frame.length;
-    this.#writing = this.#writing.then(async () => {
-      try {
-        await _writeAll(conn, frame);
-      } catch {
-        // The connection failed: the read loop sees it end.
-      } finally {
-        this.#buffered -= frame.length;
-        this.#recycle(frame);
-      }
-    });
+    this.#writer?.write(opcode, payload);
   }
 
-  /**
-   * A written frame's buffer: a large one is kept for the next frames of its size (a body goes
-   * out as many frames of one size); beyond {@linkcode _SPARES} of them, the oldest is given back
-   * at once (protocol/bytes.ts).
-   * Left to the collector, each new 256 KiB frame lands on freshly mapped pages: page faults on
-   * every byte the mask writes (docs/decisions/router-large-bodies.md).
-   */
-  #recycle(frame: Uint8Array): void {
-    if (frame.buffer.byteLength < _REUSE_BYTES) return;
-    if (this.#state === WebSocketClient.CLOSED) return releaseBuffer(frame);
-    this.#spares.push(frame.buffer as ArrayBuffer);
-    // The oldest goes first: the spares follow the size of the frames sent lately.
-    if (this.#spares.length > _SPARES) releaseBuffer(new Uint8Array(this.#spares.shift()!));
+  /** Runs `then` once the frames queued so far are written. */
+  #afterWrites(then: () => void): void {
+    (this.#writer?.written ?? Promise.resolve()).finally(then).catch(() => {});
   }
 
   #finish(info: WebSocketCloseInfo): void {
     if (this.#state === WebSocketClient.CLOSED) return;
     this.#state = WebSocketClient.CLOSED;
     clearTimeout(this.#closeTimer);
-    for (const spare of this.#spares.splice(0)) releaseBuffer(new Uint8Array(spare));
-    try {
-      this.#conn?.close();
-    } catch {
-      // already closed
-    }
+    this.#writer?.close();
+    closeQuietly(this.#conn);
     this.onclose?.(info);
   }
 }
 
-/** A frame read from the connection. */
-interface _Frame {
-  fin: boolean;
-  opcode: number;
-  payload: Uint8Array;
-}
-
-/** Reads frames; a large payload is read straight into its own buffer. */
-class _FrameReader {
-  readonly #conn: Deno.Conn;
-  #buffer: Uint8Array;
-  #start = 0;
-  #end: number;
-
-  constructor(conn: Deno.Conn, initial: Uint8Array) {
-    this.#conn = conn;
-    this.#buffer = new Uint8Array(Math.max(65536, initial.length));
-    this.#buffer.set(initial);
-    this.#end = initial.length;
-  }
-
-  /** The next frame; `null` at the end of the connection; a close code for a bad frame. */
-  async next(maxMessage: number): Promise<_Frame | number | null> {
-    if (!(await this.#fill(2))) return null;
-    const b0 = this.#buffer[this.#start];
-    const b1 = this.#buffer[this.#start + 1];
-    const opcode = b0 & 0x0f;
-    const fin = (b0 & 0x80) !== 0;
-    if ((b0 & 0x70) !== 0 || (b1 & 0x80) !== 0) return 1002; // RSV bits, or a masked server frame
-    if ((opcode > 2 && opcode < 8) || opcode > 10) return 1002;
-    let length = b1 & 0x7f;
-    let header = 2;
-    if (opcode >= 8 && (length > 125 || !fin)) return 1002;
-    if (length === 126) {
-      if (!(await this.#fill(4))) return null;
-      length = (this.#buffer[this.#start + 2] << 8) | this.#buffer[this.#start + 3];
-      header = 4;
-    } else if (length === 127) {
-      if (!(await this.#fill(10))) return null;
-      const view = new DataView(this.#buffer.buffer, this.#start + 2, 8);
-      const big = view.getBigUint64(0);
-      if (big > BigInt(maxMessage)) return 1009;
-      length = Number(big);
-      header = 10;
-    }
-    if (length > maxMessage) return 1009;
-    this.#start += header;
-    const payload = await this.#take(length);
-    if (payload === null) return null;
-    return { fin, opcode, payload };
-  }
-
-  /** Ensures `n` bytes are buffered from `#start`; false at the end of the connection. */
-  async #fill(n: number): Promise<boolean> {
-    while (this.#end - this.#start < n) {
-      if (this.#start > 0 && this.#buffer.length - this.#start < n) {
-        this.#buffer.copyWithin(0, this.#start, this.#end);
-        this.#end -= this.#start;
-        this.#start = 0;
-      }
-      if (this.#end === this.#buffer.length) {
-        const grown = new Uint8Array(this.#buffer.length * 2);
-        grown.set(this.#buffer.subarray(0, this.#end));
-        this.#buffer = grown;
-      }
-      const read = await this.#conn.read(this.#buffer.subarray(this.#end));
-      if (read === null) return false;
-      this.#end += read;
-    }
-    return true;
-  }
-
-  /** `length` bytes as their own buffer. */
-  async #take(length: number): Promise<Uint8Array | null> {
-    const have = this.#end - this.#start;
-    if (have >= length) {
-      const out = this.#buffer.slice(this.#start, this.#start + length);
-      this.#start += length;
-      return out;
-    }
-    const out = new Uint8Array(length);
-    out.set(this.#buffer.subarray(this.#start, this.#end));
-    this.#start = this.#end = 0;
-    let filled = have;
-    while (filled < length) {
-      const read = await this.#conn.read(out.subarray(filled));
-      if (read === null) return null;
-      filled += read;
-    }
-    return out;
-  }
-}
-
-/**
- * A client frame: header, masking key, the payload (one array, or parts in order) masked
- * (link/websocket_mask.ts), in a spare buffer of the same size when `spares` has one (taken from
- * it), a new one otherwise.
- */
-function _maskedFrame(
-  opcode: number,
-  payload: Uint8Array | readonly Uint8Array[],
-  spares: ArrayBuffer[],
-): Uint8Array {
-  const parts = payload instanceof Uint8Array ? [payload] : payload;
-  let length = 0;
-  for (const part of parts) length += part.length;
-  const header = length < 126 ? 2 : length < 65536 ? 4 : 10;
-  const size = header + 4 + length;
-  const spare = spares.findLastIndex((b) => b.byteLength === size);
-  const frame = spare >= 0 ? new Uint8Array(spares.splice(spare, 1)[0]) : new Uint8Array(size);
-  frame[0] = 0x80 | opcode;
-  if (header === 2) frame[1] = 0x80 | length;
-  else if (header === 4) {
-    frame[1] = 0x80 | 126;
-    frame[2] = length >> 8;
-    frame[3] = length & 0xff;
-  } else {
-    frame[1] = 0x80 | 127;
-    new DataView(frame.buffer, 2, 8).setBigUint64(0, BigInt(length));
-  }
-  const key = frame.subarray(header, header + 4);
-  crypto.getRandomValues(key);
-  let at = 0;
-  for (const part of parts) {
-    maskInto(part, key, frame.subarray(header + 4 + at), at);
-    at += part.length;
-  }
-  return frame;
-}
-
 async function _writeAll(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
   for (let at = 0; at < bytes.length;) at += await conn.write(bytes.subarray(at));
-}
-
-function _concat(...parts: Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
-  let at = 0;
-  for (const part of parts) (out.set(part, at), at += part.length);
-  return out;
 }
 
 function _indexOfHeadEnd(bytes: Uint8Array): number {
