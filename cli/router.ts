@@ -10,12 +10,8 @@
  */
 import { CommandLineError } from "../options/command.ts";
 import { pinMallocThresholds } from "./malloc_thresholds.ts";
-import {
-  parseRouterCommandLine,
-  routerConnectionLimits,
-  RouterHelp,
-  routerUsage,
-} from "../router/options.ts";
+import { connectionLimits } from "../http/connection_options.ts";
+import { parseRouterCommandLine, RouterHelp, routerUsage } from "../router/options.ts";
 
 /**
  * Runs `kcoral router ARGS`; resolves with the process exit status (0 after a clean stop, 1 for
@@ -75,7 +71,7 @@ export async function routerMain(
       port: config.port,
       tls: access.tls,
       clientTokens: access.tokens,
-      connections: routerConnectionLimits(config),
+      connections: connectionLimits(config),
       label: "KCoral router",
       onListen: (addr) => router.listening(addr),
       log: (line) => console.error(consoleMessage(config.logFormat, line, "router_console")),

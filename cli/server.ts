@@ -30,7 +30,8 @@ import { optionTableSchema } from "../options/schema.ts";
 import { versionLine } from "../options/version.ts";
 import { serverConfigOptions, serverListenOptions } from "../server/config_options.ts";
 import { type AccessConfig, accessOptions, checkAccessConfig } from "../http/access_options.ts";
-import { connectionLimits, type ServerConfig, serverConfigSchema } from "../server/config.ts";
+import { type ServerConfig, serverConfigSchema } from "../server/config.ts";
+import { connectionLimits } from "../http/connection_options.ts";
 import { pinMallocThresholds } from "./malloc_thresholds.ts";
 import { selfCommand } from "./self_command.ts";
 import {

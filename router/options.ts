@@ -33,7 +33,7 @@ import type { OptionTable } from "../options/spec.ts";
 import { versionLine } from "../options/version.ts";
 import { type AccessConfig, accessOptions, checkAccessConfig } from "../http/access_options.ts";
 import type { RegistryConfig } from "./registry.ts";
-import type { ConnectionLimits } from "../http/http1_server.ts";
+import { connectionOptions } from "../http/connection_options.ts";
 import { EMPTY_NODE_TOKEN_VARIABLE } from "../link/messages.ts";
 
 /**
@@ -140,45 +140,7 @@ export const routerOptions = {
     placeholder: "bytes",
     help: "maximum accepted request body size, in bytes",
   },
-  /** A request head must arrive whole within this many seconds of its first byte (then 408). */
-  headerTimeoutSeconds: {
-    flag: "--header-timeout-seconds",
-    type: "number",
-    above: 0,
-    default: 10,
-    placeholder: "s",
-    help: "a request head must arrive within this (408)",
-  },
-  /** A connection with no request begun is closed after this many seconds. */
-  keepAliveTimeoutSeconds: {
-    flag: "--keep-alive-timeout-seconds",
-    type: "number",
-    above: 0,
-    default: 30,
-    placeholder: "s",
-    help: "close a connection idle this long",
-  },
-  /** A request body that makes no progress for this many seconds is cut (408). */
-  bodyTimeoutSeconds: {
-    flag: "--body-timeout-seconds",
-    type: "number",
-    above: 0,
-    default: 30,
-    placeholder: "s",
-    help: "cut a request body without progress this long (408)",
-  },
-  /**
-   * Client connections served at once; beyond, only `GET /health` is answered (others 503).
-   * Node links, once open, are not counted.
-   */
-  maxConnections: {
-    flag: "--max-connections",
-    type: "int",
-    min: 1,
-    default: 1024,
-    placeholder: "n",
-    help: "open connections; beyond, only /health is answered",
-  },
+  ...connectionOptions,
   /** Console lines as text, or one JSON object per line. */
   logFormat: {
     flag: "--log-format",
@@ -239,7 +201,7 @@ export interface RouterConfig {
   keepAliveTimeoutSeconds: number;
   /** How long a request body may make no progress before it is cut, in seconds. */
   bodyTimeoutSeconds: number;
-  /** Client connections served at once. */
+  /** Client connections served at once (node links, once open, are not counted). */
   maxConnections: number;
   /** Console lines as text or JSON. */
   logFormat: "text" | "json";
@@ -443,30 +405,6 @@ export function registryConfig(config: RouterConfig): RegistryConfig {
     statusCheckIntervalMs: config.statusCheckIntervalSeconds * 1000,
     maxQueuedRequests: config.maxQueuedRequests,
     queueWaitTimeoutMs: config.queueWaitTimeoutSeconds * 1000,
-  };
-}
-
-/**
- * The limits the Router's connections are served under (http/http1_server.ts), from its
- * options; `serve`'s `connections`.
- *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * import { parseRouterArgs, routerConnectionLimits } from "./options.ts";
- *
- * const limits = routerConnectionLimits(parseRouterArgs(["--body-timeout-seconds", "2"], {}));
- * assert.deepEqual(limits, {
- *   headerTimeoutMs: 10_000, keepAliveTimeoutMs: 30_000, bodyTimeoutMs: 2000, maxConnections: 1024,
- * });
- * ```
- */
-export function routerConnectionLimits(config: RouterConfig): ConnectionLimits {
-  return {
-    headerTimeoutMs: config.headerTimeoutSeconds * 1000,
-    keepAliveTimeoutMs: config.keepAliveTimeoutSeconds * 1000,
-    bodyTimeoutMs: config.bodyTimeoutSeconds * 1000,
-    maxConnections: config.maxConnections,
   };
 }
 

@@ -17,7 +17,6 @@
 import { serverConfigOptions, serverConfigRules } from "./config_options.ts";
 import { type OptionTableSchema, optionTableSchema } from "../options/schema.ts";
 import type { OptionTableValues } from "../options/spec.ts";
-import type { ConnectionLimits } from "../http/http1_server.ts";
 
 export { defaultDiskCacheDir } from "./config_options.ts";
 
@@ -93,26 +92,4 @@ export function resolveServerConfig(input: Partial<ServerConfig> = {}): ServerCo
  */
 export function distinctGpuCount(config: ServerConfig): number {
   return config.device === "gpu" ? new Set(config.gpus).size : 0;
-}
-
-/**
- * The limits a server's connections are served under (http/http1_server.ts), from its options.
- *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * import { connectionLimits, resolveServerConfig } from "./config.ts";
- *
- * const limits = connectionLimits(resolveServerConfig({ device: "cpu", bodyTimeoutSeconds: 2 }));
- * assert.equal(limits.bodyTimeoutMs, 2000);
- * assert.equal(limits.maxConnections, 1024);
- * ```
- */
-export function connectionLimits(config: ServerConfig): ConnectionLimits {
-  return {
-    headerTimeoutMs: config.headerTimeoutSeconds * 1000,
-    keepAliveTimeoutMs: config.keepAliveTimeoutSeconds * 1000,
-    bodyTimeoutMs: config.bodyTimeoutSeconds * 1000,
-    maxConnections: config.maxConnections,
-  };
 }

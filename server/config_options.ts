@@ -21,6 +21,7 @@
 import { processEnv } from "../options/defaults.ts";
 import type { OptionRule } from "../options/schema.ts";
 import type { Env, OptionTable, OptionTableValues } from "../options/spec.ts";
+import { connectionOptions } from "../http/connection_options.ts";
 
 /**
  * Where upstream puts the disk file cache: `$XDG_CACHE_HOME/kcoral/files` when that variable is
@@ -213,42 +214,7 @@ export const serverConfigOptions = {
     placeholder: "n",
     help: "largest response",
   },
-  /** A request head must arrive whole within this many seconds of its first byte (then 408). */
-  headerTimeoutSeconds: {
-    flag: "--header-timeout-seconds",
-    type: "number",
-    above: 0,
-    default: 10,
-    placeholder: "s",
-    help: "a request head must arrive within this (408)",
-  },
-  /** A connection with no request begun is closed after this many seconds. */
-  keepAliveTimeoutSeconds: {
-    flag: "--keep-alive-timeout-seconds",
-    type: "number",
-    above: 0,
-    default: 30,
-    placeholder: "s",
-    help: "close a connection idle this long",
-  },
-  /** A request body that makes no progress for this many seconds is cut (408). */
-  bodyTimeoutSeconds: {
-    flag: "--body-timeout-seconds",
-    type: "number",
-    above: 0,
-    default: 30,
-    placeholder: "s",
-    help: "cut a request body without progress this long (408)",
-  },
-  /** Connections served at once; beyond, only `GET /health` is answered (others 503). */
-  maxConnections: {
-    flag: "--max-connections",
-    type: "int",
-    min: 1,
-    default: 1024,
-    placeholder: "n",
-    help: "open connections; beyond, only /health is answered",
-  },
+  ...connectionOptions,
   /** Captured stdout/stderr per stream when a request gives no limit, in bytes. */
   outputLimitBytes: {
     flag: "--output-limit-bytes",
