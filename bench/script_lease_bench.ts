@@ -8,7 +8,7 @@
  * context (initialized while requests waited: a script's request then creates and tears down no
  * context of the worker's under the lease) or created it (`kcoral_workers_ready_total`); on a
  * GPU also the kernel times measured inside the scripts against the same script run as a local
- * process (fidelity).
+ * process (fidelity), half of those local runs before the served ones and half after.
  *
  *   deno run -A bench/script_lease_bench.ts --mode gpu              # GPU 0, bubblewrap
  *   deno run -A bench/script_lease_bench.ts --mode gpu --gate on    # only the gated server
@@ -258,6 +258,11 @@ export async function scriptLeaseBench(
   const all: Record<string, unknown> = {};
   const kernels: Record<string, number[]> = {};
   const count = options.clients * options.scripts;
+  // The local control brackets the served runs (half before, half after), so that a GPU whose
+  // clocks drift over the run (warming up, power capping) moves both sides alike; the drift
+  // between the two halves is printed as the control's own noise.
+  const fidelity = options.mode === "gpu" && options.localRuns > 0;
+  const localBefore = fidelity ? await _local(options, Math.ceil(options.localRuns / 2)) : [];
   for (const gate of options.gates) {
     const server = await _startServer(options, gate);
     try {
@@ -306,9 +311,14 @@ export async function scriptLeaseBench(
       await server.stop();
     }
   }
-  if (options.mode === "gpu" && options.localRuns > 0) {
-    const local = await _local(options, options.localRuns);
-    all.local = local;
+  if (fidelity) {
+    const localAfter = await _local(options, Math.floor(options.localRuns / 2));
+    const local = [...localBefore, ...localAfter];
+    all.local = { before: localBefore, after: localAfter };
+    if (localAfter.length) {
+      const drift = 100 * (_quantile(localAfter, 0.5) / _quantile(localBefore, 0.5) - 1);
+      rows.push(row("local control: median after vs before", "%", [drift], undefined, "(noise)"));
+    }
     for (const [gate, times] of Object.entries(kernels)) {
       const ratio = (q: number) => 100 * (_quantile(times, q) / _quantile(local, q) - 1);
       rows.push(
