@@ -57,6 +57,8 @@ export const RUNTIME_FILE_LIST: Readonly<
     import("./kcoral_runtime/gate.py", { with: { type: "text" } }),
   "gate_shim.py": () =>
     import("./kcoral_runtime/gate_shim.py", { with: { type: "text" } }),
+  "gpu_receipt.py": () =>
+    import("./kcoral_runtime/gpu_receipt.py", { with: { type: "text" } }),
   "gpu_state.py": () =>
     import("./kcoral_runtime/gpu_state.py", { with: { type: "text" } }),
   "ipc.py": () =>

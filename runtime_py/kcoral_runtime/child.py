@@ -30,6 +30,7 @@ from . import devices, gate, procs, progress
 from .devices import CpuBackend, make_backend
 from .engine import Engine
 from .frames import Clean, InitFailed, Outcome, Ready
+from .gpu_receipt import RequestReceipt
 from .ipc import FrameSocket
 from .lease import Lease, NoLease
 from .log import log, use_private_fd
@@ -94,6 +95,7 @@ class Child:
         self.engine: Optional[Engine] = None
         self.backend: Optional[CpuBackend] = None
         self.prepare_error: Optional[Tuple[BaseException, str]] = None
+        self.receipt: Optional[RequestReceipt] = None
 
     # ------------------------------------------------------------------ frames
 
@@ -111,6 +113,12 @@ class Child:
             self.prepare_error = (exc, traceback.format_exc())
             return
         self.backend = backend
+        if backend.uses_lease and self.receipt is None:
+            # NVML opened and the GPUs' identity read once, lease-free, before any request.
+            try:
+                self.receipt = RequestReceipt.for_worker()
+            except Exception as exc:  # noqa: BLE001 - requests go on without receipts
+                log(f"no GPU-state receipts: {type(exc).__name__}: {exc}")
 
     def serve(self) -> None:
         self.prepare()
@@ -152,7 +160,8 @@ class Child:
                 assert backend is not None
                 target, device_uuids = backend.init(context)
                 install_cpu_only_guard(backend.mode)
-                lease: Any = Lease(self.channel, backend) if backend.uses_lease else NoLease()
+                lease: Any = (Lease(self.channel, backend, self.receipt) if backend.uses_lease
+                              else NoLease())
                 # After cuInit (the driver read its injection variable already; a deferred
                 # context needs a successful cuInit too): the processes of our requests take
                 # the lease at their first CUDA call, this one never.

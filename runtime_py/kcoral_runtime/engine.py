@@ -158,6 +158,7 @@ class Engine:
                 sandbox_state = SandboxState()
         self._sandbox_next = None
         request = _Request(req, results, cpu_only)
+        self.lease.begin_request()
         if req.get("lease_held") and self.backend.uses_lease:
             self.lease.held = True  # the server granted the lease together with the program
         limit = int(req.get("output_limit_bytes", DEFAULT_OUTPUT_LIMIT_BYTES))
@@ -219,6 +220,9 @@ class Engine:
             "gpu_access": gpu_access,
             "boundary": results.store.final_boundary(),
         }
+        receipt = self.lease.take_receipt()  # the GPU state as the lease came and went
+        if receipt is not None:
+            outcome["gpu_receipt"] = receipt
         # Large results go beside the parts as a file (encoded once, here): inside the frame, a
         # JSON text is escaped once more (a quote becomes three bytes).
         encoded = _utf8(results_text) if len(results_text) > RESULTS_INLINE_CHARS else None

@@ -179,6 +179,7 @@ class _WorkerOutcomeRequired(TypedDict):
 class WorkerOutcome(_WorkerOutcomeRequired, total=False):
     results_file: OutcomeFile
     too_large: int
+    gpu_receipt: Dict[str, Any]  # the request held the lease (gpu_receipt.py)
 
 
 class _OutcomeRequired(TypedDict):

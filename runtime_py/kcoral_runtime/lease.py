@@ -12,13 +12,17 @@ gate (``gate.py``) at their first CUDA call (``process_started``/``process_ended
 is asked for when the first of them needs it and given back when none needs it any more; the
 gate's thread and the engine's take turns reading the channel (only the one that sent
 ``acquire`` reads, until ``granted``), so neither waits behind the other's work.
+
+The request's GPU-state receipt (``gpu_receipt.py``, when the child has one) takes its readings
+here: as the lease is first held (granted, or with the program) and before each release;
+``take_receipt`` adds the last one if the lease is still held as the outcome is built.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import Any, Dict, Optional
 
 from .errors import ExecutionError
 from .ipc import FrameSocket, frame
@@ -42,11 +46,18 @@ class NoLease:
     def request_done(self) -> None:
         pass
 
+    def begin_request(self) -> None:
+        pass
+
+    def take_receipt(self) -> Optional[Dict[str, Any]]:
+        return None
+
 
 class Lease:
-    def __init__(self, channel: FrameSocket, backend: Any) -> None:
+    def __init__(self, channel: FrameSocket, backend: Any, receipt: Any = None) -> None:
         self.channel = channel
         self.backend = backend
+        self.receipt = receipt  # gpu_receipt.RequestReceipt, or None
         self._cond = threading.Condition()
         self._state = _FREE
         self._engine = False  # the engine's instructions want the lease
@@ -72,6 +83,8 @@ class Lease:
                 self._engine = False
                 self._processes = 0
             self._cond.notify_all()
+        if value and self.receipt is not None:
+            self.receipt.acquired()
 
     @property
     def processes(self) -> int:
@@ -106,6 +119,21 @@ class Lease:
         """The ``outcome`` frame hands the lease back: the server releases it on ``outcome``
         (worker kept) or after ``exited`` (worker retiring). The next request starts without it."""
         self.held = False
+
+    def begin_request(self) -> None:
+        """A request starts: its receipt has no reading yet."""
+        if self.receipt is not None:
+            self.receipt.begin()
+
+    def take_receipt(self) -> Optional[Dict[str, Any]]:
+        """The request's GPU-state receipt as its outcome is built (a release reading first if
+        the lease is still held); ``None`` without one or when the request never held the
+        lease."""
+        if self.receipt is None:
+            return None
+        if self._state == _HELD:
+            self.receipt.releasing()
+        return self.receipt.take()
 
     # ------------------------------------------------------------------ gate
 
@@ -149,9 +177,13 @@ class Lease:
             with self._cond:
                 self._state = _HELD if granted else _FREE
                 self._cond.notify_all()
+        if self.receipt is not None:
+            self.receipt.acquired()
 
     def _give_back_if_unused(self) -> None:
         """With the condition held: release when neither the engine nor a process needs it."""
         if self._state == _HELD and not self._engine and self._processes == 0:
+            if self.receipt is not None:
+                self.receipt.releasing()  # still held: the GPU as this request leaves it
             self.channel.sock.sendall(RELEASE)
             self._state = _FREE

@@ -33,6 +33,12 @@ class RecordingLease:
     def request_done(self) -> None:
         self.held = False
 
+    def begin_request(self) -> None:
+        pass
+
+    def take_receipt(self) -> None:
+        return None
+
 
 def c_compiler() -> str:
     for candidate in (os.environ.get("CC"), "cc", "gcc", "clang"):
