@@ -38,6 +38,11 @@ import {
   ResponseError,
 } from "../protocol/response_decode.ts";
 import { decodeServerError } from "../protocol/server_error_decode.ts";
+import {
+  decodeGpuReceiptHeader,
+  GPU_RECEIPT_HEADER,
+  type GpuReceipt,
+} from "../protocol/gpu_receipt.ts";
 import type { HealthBody } from "../protocol/health.ts";
 import type { TypedJsonObject, TypedJsonValue } from "../protocol/json.ts";
 import { JsonFloat } from "../protocol/json_float.ts";
@@ -422,6 +427,7 @@ export class Client implements AsyncDisposable {
     const parts = attempt.parts;
     return new ProgramResult(
       _protocol(() => decodeProgramResult(body, parts, RESULT_FACTORIES, attempt.knownDigest)),
+      _gpuReceipt(attempt.gpuReceipt),
     );
   }
 
@@ -433,7 +439,9 @@ export class Client implements AsyncDisposable {
     signal: AbortSignal | undefined,
     onProgress?: (progress: TransferProgress) => void,
     onOutput?: (chunk: OutputChunk) => void,
-  ): Promise<ResponseBody & { route: string | null; knownDigest: KnownDigest }> {
+  ): Promise<
+    ResponseBody & { route: string | null; knownDigest: KnownDigest; gpuReceipt: string | null }
+  > {
     const parts: MultipartInput[] = [
       { name: "program", contentType: "application/json", body: programBytes },
     ];
@@ -490,7 +498,12 @@ export class Client implements AsyncDisposable {
         marks: digests?.marksFor(response.body),
       })
     );
-    return { ...decoded, route: nextRoute, knownDigest: (part) => digests?.lookup(part) };
+    return {
+      ...decoded,
+      route: nextRoute,
+      knownDigest: (part) => digests?.lookup(part),
+      gpuReceipt: response.headers.get(GPU_RECEIPT_HEADER),
+    };
   }
 
   /**
@@ -568,6 +581,19 @@ function _liveFinal(
     if (node !== null && !headers.has("x-kcoral-node")) headers.set("x-kcoral-node", node);
     return { status: final.status, headers, body: final.body };
   });
+}
+
+/**
+ * The receipt in an answer's `X-KCoral-GPU-Receipt` value; `null` without one, and for one that
+ * is malformed: the receipt is a report on the result, whose own checks already passed, so a bad
+ * one is dropped rather than failing the result.
+ */
+function _gpuReceipt(value: string | null): GpuReceipt | null {
+  try {
+    return decodeGpuReceiptHeader(value);
+  } catch {
+    return null;
+  }
 }
 
 function _serverError(response: TransportResponse): KCoralError {

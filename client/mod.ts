@@ -35,3 +35,4 @@ export * from "./evaluate.ts";
 export * from "./verdict.ts";
 export * from "./remote_function.ts";
 export type { OutputChunk } from "../protocol/live_output.ts";
+export type { GpuReading, GpuReceipt, GpuReceiptDevice } from "../protocol/gpu_receipt.ts";

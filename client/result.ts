@@ -5,6 +5,7 @@
  */
 
 import type { DecodedResult, ExecutionErrorInfo } from "../protocol/result_fields.ts";
+import type { GpuReceipt } from "../protocol/gpu_receipt.ts";
 import type { ValueFactories } from "../protocol/values.ts";
 import { ReturnedFile, ReturnedFolder } from "./artifacts.ts";
 import { Tensor } from "./tensor.ts";
@@ -104,9 +105,40 @@ export class ProgramResult {
   readonly error: ExecutionErrorInfo | null;
   /** Physical GPU ids used; empty unless `gpuCount` was requested. */
   readonly gpuIds: readonly number[];
+  /**
+   * The GPU-state receipt (the `X-KCoral-GPU-Receipt` header): which GPU(s) the request's lease
+   * covered and one NVML reading of each (clocks, temperature, power, clock-event reasons,
+   * `throttled`) when it first held the lease and one when it gave it back. `null` when the
+   * request never held a GPU lease (a CPU server, a program that never needed the GPU), from a
+   * server without receipts (upstream), or when the header was malformed (the result stands).
+   *
+   * @example
+   * ```ts
+   * import { ProgramResult } from "./mod.ts";
+   *
+   * const result = new ProgramResult({
+   *   status: "COMPLETED", requestId: "r", queueMs: 0, elapsedMs: 2, leaseWaitMs: 0,
+   *   leaseHeldMs: 1.5, results: new Map(), stdout: "", stderr: "",
+   *   stdoutTruncated: false, stderrTruncated: false, error: null, gpuIds: [],
+   * }, {
+   *   gpus: [{ index: 0, name: "NVIDIA H100 80GB HBM3", uuid: "GPU-5f2e", driver_version: "580.95.05",
+   *     cuda_driver_version: "13.0", throttled: false, released: null,
+   *     acquired: { sm_clock_mhz: 1980, mem_clock_mhz: 2619, temperature_c: 35, power_w: 72.5,
+   *       reasons: ["gpu_idle"], throttled: false } }],
+   *   throttled: false, nvml_error: null,
+   * });
+   * const gpu = result.gpuReceipt?.gpus[0];
+   * if (result.gpuReceipt?.throttled || gpu?.acquired?.sm_clock_mhz !== 1980) throw new Error();
+   * console.log(`${gpu.name} (${gpu.uuid}) at ${gpu.acquired.sm_clock_mhz} MHz`);
+   * ```
+   */
+  readonly gpuReceipt: GpuReceipt | null;
 
-  /** Wrap decoded fields (the client does this). */
-  constructor(fields: DecodedResult<ResultValue>) {
+  /**
+   * Wrap decoded fields and the answer's GPU-state receipt, if it had one (the client does
+   * this).
+   */
+  constructor(fields: DecodedResult<ResultValue>, gpuReceipt: GpuReceipt | null = null) {
     this.status = fields.status;
     this.requestId = fields.requestId;
     this.queueMs = fields.queueMs;
@@ -120,6 +152,7 @@ export class ProgramResult {
     this.stderrTruncated = fields.stderrTruncated;
     this.error = fields.error;
     this.gpuIds = Object.freeze([...fields.gpuIds]);
+    this.gpuReceipt = gpuReceipt;
   }
 
   /** Whether every instruction completed. */

@@ -21,6 +21,7 @@ import type { WorkerLaunch } from "../workers/launch.ts";
 import type { GpuLeases, LeaseHolder } from "../workers/lease.ts";
 import type { LiveOutput } from "./live_output.ts";
 import { outputTail } from "./output_tail.ts";
+import { gpuReceiptFromWorker } from "./gpu_receipt.ts";
 import { PoolBusy, type Retiring, type Seat, type WorkerPool } from "../workers/pool.ts";
 import { buildResultBody, crashError, crashResultBody, type ResponseMeta } from "./result_body.ts";
 import type { SeatChild } from "../workers/worker_handles.ts";
@@ -367,6 +368,7 @@ class _SeatRun {
       contentType: body.contentType,
       bytes: body.bytes,
       record: this.#record(meta, run, reason, outcome.error, null, null),
+      gpuReceipt: gpuReceiptFromWorker(answer.gpu_receipt, this.#s.launch.devices(gpus)),
     };
   }
 

@@ -8,6 +8,11 @@
  */
 import { cacheMissJson } from "../../protocol/response_encode.ts";
 import { ERROR_MESSAGES } from "../../protocol/errors.ts";
+import {
+  encodeGpuReceiptHeader,
+  GPU_RECEIPT_HEADER,
+  type GpuReceipt,
+} from "../../protocol/gpu_receipt.ts";
 import type { EventLevel, EventLog } from "../../http/events.ts";
 import { Rejection, unhandledFields } from "../../http/rejection.ts";
 import { jsonResponse } from "../../http/routes.ts";
@@ -27,6 +32,8 @@ export interface ProgramOutcome {
   bytes: number;
   /** What the log record says beyond the status: the worker, timings, the error, a crash. */
   record: ProgramRecord;
+  /** The request held a GPU lease: its GPU-state receipt, sent as `X-KCoral-GPU-Receipt`. */
+  gpuReceipt?: GpuReceipt | null;
 }
 
 /** The `request_finished` fields of a program that ran (upstream's, in upstream's order). */
@@ -149,14 +156,23 @@ function _program(events: EventLog, requestId: string, outcome: ProgramOutcome):
     lease_held_ms: r.leaseHeldMs,
     response_bytes: outcome.bytes,
   });
-  return new Response(outcome.body, {
-    status: 200,
-    headers: {
-      "content-type": outcome.contentType,
-      "content-length": String(outcome.bytes),
-      "x-request-id": requestId,
-    },
-  });
+  const headers: Record<string, string> = {
+    "content-type": outcome.contentType,
+    "content-length": String(outcome.bytes),
+    "x-request-id": requestId,
+  };
+  const receipt = outcome.gpuReceipt ? _receiptHeader(outcome.gpuReceipt) : null;
+  if (receipt !== null) headers[GPU_RECEIPT_HEADER] = receipt;
+  return new Response(outcome.body, { status: 200, headers });
+}
+
+/** The header value of a receipt; `null` (no header) should it not be one. */
+function _receiptHeader(receipt: GpuReceipt): string | null {
+  try {
+    return encodeGpuReceiptHeader(receipt);
+  } catch {
+    return null; // gpu_receipt.ts made it from a checked report: not expected
+  }
 }
 
 function _isOutcome(value: unknown): value is Outcome {

@@ -125,6 +125,11 @@ export class WorkerLaunch {
     return workerPaths({ ...this.#base, resultsDir: seat.resultsDir });
   }
 
+  /** The GPUs with these indices, in their order (those the server does not own left out). */
+  devices(gpus: readonly number[]): GpuDevice[] {
+    return gpus.map((g) => this.#devices.get(g)).filter((d): d is GpuDevice => d !== undefined);
+  }
+
   /** The environment a new child for `gpus` gets (nothing changes on a CPU server). */
   childEnv(gpus: readonly number[]): { env: Record<string, string>; unset: string[] } {
     if (this.#config.device !== "gpu") return { env: {}, unset: [] };

@@ -143,6 +143,11 @@ export interface WorkerOutcome {
   gpu_access?: { cuda_call: string; location: string; detected_at_ns: number } | null;
   /** The answer's JSON was this many bytes, over the response limit: it was not sent. */
   too_large?: number;
+  /**
+   * The request held the lease: the GPU-state receipt (`gpu_receipt.py`), unchecked here
+   * (server/execute/gpu_receipt.ts reads it).
+   */
+  gpu_receipt?: unknown;
 }
 
 /** Every frame type, by who sends it (the tables of docs/architecture.md §3.1). */

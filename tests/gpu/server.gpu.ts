@@ -1,11 +1,22 @@
 /**
  * End-to-end tests on a real GPU (run on the GPU machine: `deno task test:gpu`): CUDA tensor
  * round trip, an illegal memory access failing one request without harming the next, device
- * `printf` captured in stdout, `/health` target, GPU-mode lease accounting.
+ * `printf` captured in stdout, `/health` target, GPU-mode lease accounting, the GPU-state receipt
+ * header with real NVML clocks.
  */
 import assert from "node:assert/strict";
 import { Client, Program, type Tensor } from "../../mod.ts";
 import { callProgram, postProgram, startServer } from "../_server.ts";
+import { decodeGpuReceiptHeader, GPU_RECEIPT_HEADER } from "../../protocol/gpu_receipt.ts";
+
+/** A program that runs `f` of `source` and returns its value under `out`. */
+function callProgramAsProgram(source: string): Program {
+  const program = new Program();
+  const mod = program.upload({ kind: "module", source });
+  const fn = program.getFunction({ module: mod, name: "f" });
+  program.return_({ key: "out", value: program.run({ fn }) });
+  return program;
+}
 
 const SANDBOX = (Deno.env.get("KCORAL_TEST_SANDBOX") ?? "none") as "none" | "bubblewrap";
 
@@ -51,6 +62,44 @@ for (const max of [1, 0]) {
         assert.equal(y.length, values.length);
         for (let i = 0; i < y.length; i += 4099) assert.equal(y[i], values[i] + 1);
         assert.ok(result.leaseHeldMs > 0);
+      });
+
+      await t.step("the answer carries a GPU-state receipt with real clocks", async () => {
+        const raw = await postProgram(
+          server.url,
+          callProgram(
+            "import torch\ndef f():\n    return float(torch.ones(1 << 20, device='cuda').sum())\n",
+            "f",
+          ),
+        );
+        assert.equal(raw.json.status, "COMPLETED", JSON.stringify(raw.json.error));
+        const header = raw.headers.get(GPU_RECEIPT_HEADER);
+        assert.ok(header !== null, "a request that held the lease has X-KCoral-GPU-Receipt");
+        console.log(`receipt (${header.length} bytes): ${header}`);
+        const receipt = decodeGpuReceiptHeader(header)!;
+        assert.equal(receipt.nvml_error, null, "NVML works in the worker");
+        assert.equal(receipt.gpus.length, 1);
+        const gpu = receipt.gpus[0];
+        assert.equal(gpu.index, 0);
+        assert.match(gpu.uuid ?? "", /^(GPU|MIG)-[0-9a-f-]+$/);
+        assert.ok(gpu.name && gpu.driver_version && gpu.cuda_driver_version, JSON.stringify(gpu));
+        for (const reading of [gpu.acquired, gpu.released]) {
+          assert.ok(reading !== null, "both readings taken");
+          assert.ok((reading.sm_clock_mhz ?? 0) > 100, `SM clock ${reading.sm_clock_mhz}`);
+          assert.ok((reading.mem_clock_mhz ?? 0) > 100, `memory clock ${reading.mem_clock_mhz}`);
+          assert.ok((reading.temperature_c ?? 0) > 0, `temperature ${reading.temperature_c}`);
+          assert.ok((reading.power_w ?? 0) > 0, `power ${reading.power_w}`);
+          assert.ok(Array.isArray(reading.reasons));
+        }
+        assert.equal(
+          gpu.throttled,
+          gpu.acquired!.throttled || gpu.released!.throttled,
+        );
+        // The typed form the client gives.
+        const result = await client.execute(
+          callProgramAsProgram("import torch\ndef f():\n    return torch.cuda.device_count()\n"),
+        );
+        assert.equal(result.gpuReceipt?.gpus[0].uuid, gpu.uuid);
       });
 
       await t.step(

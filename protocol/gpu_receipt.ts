@@ -1,0 +1,221 @@
+/**
+ * The GPU-state receipt of a request, an extension of `POST /execute` answers (docs/timing.md,
+ * "The receipt of every request"). A 200 COMPLETED/FAILED answer whose request held a GPU lease
+ * carries the header `X-KCoral-GPU-Receipt`: compact JSON (non-ASCII escaped) of which GPU(s) the
+ * lease covered and one NVML reading of each when the request first held it and one when it
+ * last gave it back.
+ *
+ * ```
+ * X-KCoral-GPU-Receipt: {"gpus":[{"index":0,"name":"NVIDIA H100 80GB HBM3","uuid":"GPU-…",
+ *   "driver_version":"580.95.05","cuda_driver_version":"13.0",
+ *   "acquired":{"sm_clock_mhz":1980,"mem_clock_mhz":2619,"temperature_c":35,"power_w":72.5,
+ *               "reasons":["gpu_idle"],"throttled":false},
+ *   "released":{...},"throttled":false}],"throttled":false,"nvml_error":null}
+ * ```
+ *
+ * The body stays upstream's, key for key; a client that does not know the header ignores it, and
+ * a Router passes it on like any other response header. One reader ({@linkcode readGpuReceipt})
+ * serves the server (the worker's report, before it becomes the header) and the client (the
+ * header), so both accept the same shapes.
+ *
+ * @module
+ */
+
+/** The response header that carries the receipt (lower case, as `Headers` gives names). */
+export const GPU_RECEIPT_HEADER = "x-kcoral-gpu-receipt";
+
+/** One NVML reading of a GPU. A quantity NVML could not give is `null`. */
+export interface GpuReading {
+  /** SM clock, MHz. */
+  sm_clock_mhz: number | null;
+  /** Memory clock, MHz. */
+  mem_clock_mhz: number | null;
+  /** GPU temperature, °C. */
+  temperature_c: number | null;
+  /** Board power, W (a one-second average on H100/H200). */
+  power_w: number | null;
+  /** Clock-event reasons at the reading, by name (`gpu_idle`, `sw_power_cap`, ...). */
+  reasons: string[];
+  /** A power or thermal reason was lowering the clocks. */
+  throttled: boolean;
+}
+
+/** One GPU the request's lease covered. */
+export interface GpuReceiptDevice {
+  /** The server's index of the GPU (NVML numbering, as in `--gpus` and `gpu_ids`). */
+  index: number;
+  /** NVML's name of the GPU (`null` without NVML). */
+  name: string | null;
+  /** Its UUID, `GPU-…` (`null` when neither NVML nor the server knows it). */
+  uuid: string | null;
+  /** The driver version (`null` without NVML). */
+  driver_version: string | null;
+  /** The CUDA version the driver supports, e.g. `"13.0"` (`null` without NVML). */
+  cuda_driver_version: string | null;
+  /** The reading when the request first held the lease (`null` without NVML). */
+  acquired: GpuReading | null;
+  /** The reading when it last gave the lease back or answered (`null` without one). */
+  released: GpuReading | null;
+  /** Either reading was throttled. */
+  throttled: boolean;
+}
+
+/** The GPU-state receipt of one request. */
+export interface GpuReceipt {
+  /** The GPUs the lease covered, in the order of `gpu_ids`. */
+  gpus: GpuReceiptDevice[];
+  /** A reading of any of them was throttled. */
+  throttled: boolean;
+  /** Why NVML gave nothing (or not everything), when it did not. */
+  nvml_error: string | null;
+}
+
+/** Bounds on what a receipt may hold (a worker's report is untrusted). */
+const _MAX_GPUS = 64;
+const _MAX_STRING = 256;
+const _MAX_ERROR = 1024;
+const _MAX_REASONS = 64;
+
+/**
+ * A receipt read from a parsed JSON value: the known fields only, checked (unknown keys are
+ * left out); throws a `TypeError` that names the first field in the wrong shape.
+ *
+ * @example
+ * ```ts
+ * import { readGpuReceipt } from "./gpu_receipt.ts";
+ *
+ * const receipt = readGpuReceipt({
+ *   gpus: [{ index: 0, name: null, uuid: "GPU-1", driver_version: null,
+ *     cuda_driver_version: null, acquired: null, released: null, throttled: false, extra: 1 }],
+ *   throttled: false, nvml_error: "cannot load NVML",
+ * });
+ * if (receipt.gpus[0].uuid !== "GPU-1" || "extra" in receipt.gpus[0]) throw new Error();
+ * ```
+ */
+export function readGpuReceipt(value: unknown): GpuReceipt {
+  const top = _object(value, "receipt");
+  const gpus = top.gpus;
+  if (!Array.isArray(gpus) || gpus.length > _MAX_GPUS) {
+    throw new TypeError(`receipt.gpus is not an array of at most ${_MAX_GPUS}`);
+  }
+  return {
+    gpus: gpus.map((gpu, k) => _device(gpu, `receipt.gpus[${k}]`)),
+    throttled: _boolean(top.throttled, "receipt.throttled"),
+    nvml_error: _string(top.nvml_error, "receipt.nvml_error", _MAX_ERROR),
+  };
+}
+
+/**
+ * The header value of a receipt: compact JSON, every character beyond ASCII escaped (`\uXXXX`),
+ * so the value is plain ASCII without control characters.
+ *
+ * @example
+ * ```ts
+ * import { encodeGpuReceiptHeader } from "./gpu_receipt.ts";
+ *
+ * const value = encodeGpuReceiptHeader({ gpus: [], throttled: false, nvml_error: "é" });
+ * if (value !== '{"gpus":[],"throttled":false,"nvml_error":"\\u00e9"}') throw new Error(value);
+ * ```
+ */
+export function encodeGpuReceiptHeader(receipt: GpuReceipt): string {
+  return JSON.stringify(readGpuReceipt(receipt)).replace(
+    /[\u007f-\uffff]/g,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
+  );
+}
+
+/**
+ * The receipt in a header value (`null` for `null`: no header); throws a `TypeError` for a value
+ * that is not JSON or not a receipt.
+ *
+ * @example
+ * ```ts
+ * import { decodeGpuReceiptHeader, GPU_RECEIPT_HEADER } from "./gpu_receipt.ts";
+ *
+ * const headers = new Headers({
+ *   [GPU_RECEIPT_HEADER]: '{"gpus":[],"throttled":false,"nvml_error":null}',
+ * });
+ * const receipt = decodeGpuReceiptHeader(headers.get(GPU_RECEIPT_HEADER));
+ * if (receipt?.throttled !== false || decodeGpuReceiptHeader(null) !== null) throw new Error();
+ * ```
+ */
+export function decodeGpuReceiptHeader(value: string | null): GpuReceipt | null {
+  if (value === null) return null;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(value);
+  } catch (error) {
+    throw new TypeError(`receipt header is not JSON: ${(error as Error).message}`);
+  }
+  return readGpuReceipt(parsed);
+}
+
+function _device(value: unknown, where: string): GpuReceiptDevice {
+  const gpu = _object(value, where);
+  const index = gpu.index;
+  if (typeof index !== "number" || !Number.isInteger(index) || index < 0) {
+    throw new TypeError(`${where}.index is not a non-negative integer`);
+  }
+  return {
+    index,
+    name: _string(gpu.name, `${where}.name`, _MAX_STRING),
+    uuid: _string(gpu.uuid, `${where}.uuid`, _MAX_STRING),
+    driver_version: _string(gpu.driver_version, `${where}.driver_version`, _MAX_STRING),
+    cuda_driver_version: _string(
+      gpu.cuda_driver_version,
+      `${where}.cuda_driver_version`,
+      _MAX_STRING,
+    ),
+    acquired: _reading(gpu.acquired, `${where}.acquired`),
+    released: _reading(gpu.released, `${where}.released`),
+    throttled: _boolean(gpu.throttled, `${where}.throttled`),
+  };
+}
+
+function _reading(value: unknown, where: string): GpuReading | null {
+  if (value === null) return null;
+  const reading = _object(value, where);
+  const reasons = reading.reasons;
+  if (
+    !Array.isArray(reasons) || reasons.length > _MAX_REASONS ||
+    !reasons.every((r) => typeof r === "string" && r.length <= _MAX_STRING)
+  ) {
+    throw new TypeError(`${where}.reasons is not a list of names`);
+  }
+  return {
+    sm_clock_mhz: _number(reading.sm_clock_mhz, `${where}.sm_clock_mhz`),
+    mem_clock_mhz: _number(reading.mem_clock_mhz, `${where}.mem_clock_mhz`),
+    temperature_c: _number(reading.temperature_c, `${where}.temperature_c`),
+    power_w: _number(reading.power_w, `${where}.power_w`),
+    reasons: [...reasons],
+    throttled: _boolean(reading.throttled, `${where}.throttled`),
+  };
+}
+
+function _object(value: unknown, where: string): Record<string, unknown> {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new TypeError(`${where} is not an object`);
+  }
+  return value as Record<string, unknown>;
+}
+
+function _string(value: unknown, where: string, max: number): string | null {
+  if (value === null) return null;
+  if (typeof value !== "string" || value.length > max) {
+    throw new TypeError(`${where} is not a string of at most ${max} characters or null`);
+  }
+  return value;
+}
+
+function _number(value: unknown, where: string): number | null {
+  if (value === null) return null;
+  if (typeof value !== "number" || !Number.isFinite(value)) {
+    throw new TypeError(`${where} is not a number or null`);
+  }
+  return value;
+}
+
+function _boolean(value: unknown, where: string): boolean {
+  if (typeof value !== "boolean") throw new TypeError(`${where} is not a boolean`);
+  return value;
+}
