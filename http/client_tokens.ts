@@ -18,7 +18,7 @@
  *
  * @module
  */
-import { errorBody } from "../protocol/errors.ts";
+import { errorBody, errorMessage } from "../protocol/errors.ts";
 
 /** Why a request was refused (the `reason` of a `client_unauthorized` event). */
 export type RefusalReason = "missing" | "malformed" | "invalid";
@@ -96,7 +96,7 @@ export function readTokenFile(path: string): string[] {
   try {
     text = Deno.readTextFileSync(path);
   } catch (error) {
-    throw new Error(`cannot read the client token file ${path}: ${_why(error)}`);
+    throw new Error(`cannot read the client token file ${path}: ${errorMessage(error)}`);
   }
   const tokens: string[] = [];
   const lines = text.split(/\r?\n/);
@@ -217,7 +217,7 @@ export class ClientTokens {
       this.#accepted = this.#collect();
       return { ok: true, count: this.#accepted.length };
     } catch (error) {
-      return { ok: false, error: _why(error) };
+      return { ok: false, error: errorMessage(error) };
     }
   }
 
@@ -277,8 +277,4 @@ export function unauthorizedResponse(reason: RefusalReason, requestId: string): 
       "www-authenticate": challenge,
     },
   });
-}
-
-function _why(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

@@ -42,6 +42,7 @@
  * @module
  */
 import { sleepUnlessAborted } from "../../link/backoff.ts";
+import { errorMessage } from "../../protocol/errors.ts";
 
 /** The server command a supervisor runs. */
 export interface ChildCommand {
@@ -166,7 +167,7 @@ export function enableChildSubreaper(): SubreaperState {
   try {
     libc = Deno.dlopen("libc.so.6", LIBC_SYMBOLS);
   } catch (error) {
-    return subreaper = { enabled: false, reason: `no FFI: ${message(error)}` };
+    return subreaper = { enabled: false, reason: `no FFI: ${errorMessage(error)}` };
   }
   const result = libc.symbols.prctl(PR_SET_CHILD_SUBREAPER, 1n, 0n, 0n, 0n);
   subreaper = result === 0
@@ -214,7 +215,7 @@ function detectScanMode(): "children" | "stat" | { none: string } {
     Deno.readDirSync("/proc");
     return "stat";
   } catch (error) {
-    return { none: message(error) };
+    return { none: errorMessage(error) };
   }
 }
 
@@ -520,8 +521,4 @@ export class ProcessTree {
     }
     return found;
   }
-}
-
-function message(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

@@ -24,6 +24,7 @@ import {
   type OutputChunk,
 } from "../../protocol/live_output.ts";
 import { concatBytes } from "../../protocol/bytes.ts";
+import { readFully } from "../workers/worker_files.ts";
 
 /** How often a running program's capture files are read. */
 export const LIVE_OUTPUT_INTERVAL_MS = 50;
@@ -247,12 +248,7 @@ export class OutputTail {
     if (end <= stream.offset) return;
     const buffer = new Uint8Array(end - stream.offset);
     await file.seek(stream.offset, Deno.SeekMode.Start);
-    let got = 0;
-    while (got < buffer.length) {
-      const n = await file.read(buffer.subarray(got));
-      if (n === null) break;
-      got += n;
-    }
+    const got = await readFully(file, buffer);
     stream.offset += got;
     const text = stream.decoder.decode(buffer.subarray(0, got), { stream: true });
     if (text) this.#send({ stream: stream.name, data: text });

@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { openWorkerFile } from "../workers/worker_files.ts";
+import { openWorkerFile, readFully } from "../workers/worker_files.ts";
 
 /** How much of the end of each stream goes into `output_tail` (as upstream). */
 export const OUTPUT_TAIL_BYTES = 4096;
@@ -51,12 +51,7 @@ async function _tail(path: string): Promise<string> {
     const start = Math.max(0, size - OUTPUT_TAIL_BYTES);
     await file.seek(start, Deno.SeekMode.Start);
     const buffer = new Uint8Array(size - start);
-    let got = 0;
-    while (got < buffer.length) {
-      const n = await file.read(buffer.subarray(got));
-      if (n === null) break;
-      got += n;
-    }
+    const got = await readFully(file, buffer);
     return new TextDecoder().decode(buffer.subarray(0, got)).replaceAll("\0", "");
   } catch {
     return "";

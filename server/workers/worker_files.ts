@@ -21,7 +21,7 @@ export async function readCaptured(
     const size = (await handle.stat()).size;
     const want = Math.min(size, limit);
     const buffer = new Uint8Array(want);
-    const got = await _readFully(handle, buffer);
+    const got = await readFully(handle, buffer);
     return {
       text: new TextDecoder("utf-8").decode(buffer.subarray(0, got)),
       truncated: size > limit,
@@ -72,7 +72,7 @@ export async function readWorkerFile(path: string, expectedSize: number): Promis
   const file = await openWorkerFile(path, expectedSize);
   try {
     const data = new Uint8Array(expectedSize);
-    const got = await _readFully(file, data);
+    const got = await readFully(file, data);
     if (got !== expectedSize) throw new WorkerFileError(`worker result ${path} changed size`);
     return data;
   } finally {
@@ -81,7 +81,7 @@ export async function readWorkerFile(path: string, expectedSize: number): Promis
 }
 
 /** Reads into `buffer` until it is full or the file ends; returns the bytes read. */
-async function _readFully(file: Deno.FsFile, buffer: Uint8Array): Promise<number> {
+export async function readFully(file: Deno.FsFile, buffer: Uint8Array): Promise<number> {
   let got = 0;
   while (got < buffer.length) {
     const n = await file.read(buffer.subarray(got));
