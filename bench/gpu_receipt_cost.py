@@ -5,11 +5,13 @@ two readings of five NVML calls per GPU), and what each worker pays once (NVML o
 GPUs' identity read), for 1 and 8 GPUs.
 
     python3 bench/gpu_receipt_cost.py [--rounds 9] [--requests 2000]
+    python3 bench/gpu_receipt_cost.py --real   # on a GPU machine: the driver's NVML, GPU 0
 
 Each round is a fresh process (the per-worker cost is a process's first); the table gives the
 median, min and max over the rounds. The stand-in answers from memory: this is the Python and
-ctypes side of the cost. The real NVML's calls are ioctls into the driver, dearer; on a GPU,
-tests/gpu/server.gpu.ts prints a real receipt (its cost there is not measured by this script).
+ctypes side of the cost. The real NVML's calls are ioctls into the driver, dearer: ``--real``
+measures them against the machine's own NVML on GPU 0 (one GPU; "8 GPUs" names GPU 0 eight
+times, each reading a separate set of calls).
 """
 
 from __future__ import annotations
@@ -53,15 +55,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--real", action="store_true", help="the driver's NVML, GPU 0")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        lib = Path(tmp) / "libbench_fake_nvml.so"
-        subprocess.run(["cc", "-shared", "-fPIC", "-O2", str(FAKE), "-o", str(lib), "-lpthread"],
-                       check=True)
-        env = {**os.environ, "KCORAL_NVML_LIBRARY": str(lib),
-               "PYTHONPATH": str(ROOT / "runtime_py")}
-        # The stand-in has two GPUs: 8 GPUs are its two, each named four times.
-        configs = {"1 GPU": ["sim-0"], "8 GPUs": ["sim-0", "sim-1"] * 4}
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "runtime_py")}
+        if args.real:
+            # "sim-<k>" names NVML index k, whichever library answers.
+            configs = {"1 GPU": ["sim-0"], "8 GPUs": ["sim-0"] * 8}
+        else:
+            lib = Path(tmp) / "libbench_fake_nvml.so"
+            subprocess.run(["cc", "-shared", "-fPIC", "-O2", str(FAKE), "-o", str(lib),
+                            "-lpthread"], check=True)
+            env["KCORAL_NVML_LIBRARY"] = str(lib)
+            # The stand-in has two GPUs: 8 GPUs are its two, each named four times.
+            configs = {"1 GPU": ["sim-0"], "8 GPUs": ["sim-0", "sim-1"] * 4}
         rows = {name: [] for name in configs}
         for _ in range(args.rounds):
             for name, ids in configs.items():  # alternating, process by process
@@ -69,7 +76,8 @@ def main() -> int:
                                       str(args.requests)], env=env, cwd=tmp, check=True,
                                      capture_output=True, text=True).stdout
                 rows[name].append(json.loads(out))
-    print(f"GPU-state receipt in the worker, stand-in NVML, {args.rounds} processes x "
+    nvml = "the driver's NVML" if args.real else "stand-in NVML"
+    print(f"GPU-state receipt in the worker, {nvml}, {args.rounds} processes x "
           f"{args.requests} requests (median [min-max])")
     print(f"{'GPUs':<8} {'per request, us':<28} {'per worker (open), ms':<28} receipt bytes")
     for name, samples in rows.items():
