@@ -11,6 +11,8 @@ import type { BodyFraming } from "./http1_head.ts";
 
 const _FIRST_BUFFER = 4 * 1024;
 const _BODY_CHUNK = 64 * 1024;
+/** A default reader's first read buffer (it doubles while reads fill it, up to _BODY_CHUNK). */
+const _FIRST_CHUNK = 4 * 1024;
 
 /** The client's connection ended while its request was in progress. */
 export class ClientGoneError extends Error {
@@ -96,7 +98,12 @@ export interface RequestBodyEvents {
   stalled(): void;
 }
 
-/** A request body as a byte stream read straight into its reader's buffers. */
+/**
+ * A request body as a byte stream: a BYOB reader's reads go straight into its buffers; a default
+ * reader's into a buffer of the body's own, given out whole when a read half-fills it (it
+ * doubles, up to 64 KiB, while reads fill it) and else kept for the next read, the bytes given
+ * as a copy: a body that trickles costs no fresh buffer per read.
+ */
 export class RequestBody {
   readonly stream: ReadableStream<Uint8Array>;
   /** Read to its end. */
@@ -115,6 +122,10 @@ export class RequestBody {
   #waitingSince = 0;
   #lastProgress = 0;
   #watchdog: ReturnType<typeof setTimeout> | undefined;
+  /** A default reader's read buffer, kept from a read that returned little. */
+  #spare: Uint8Array | null = null;
+  /** The size of a default reader's next fresh read buffer. */
+  #chunkSize = _FIRST_CHUNK;
 
   constructor(
     input: ConnectionInput,
@@ -129,9 +140,9 @@ export class RequestBody {
     this.#remaining = framing.kind === "length" ? framing.length : 0;
     this.stream = new ReadableStream({
       type: "bytes",
-      autoAllocateChunkSize: _BODY_CHUNK,
       pull: (controller) => this.#pull(controller),
       cancel: () => {
+        this.#spare = null;
         clearTimeout(this.#watchdog);
       },
     });
@@ -148,9 +159,15 @@ export class RequestBody {
   }
 
   async #pull(controller: ReadableByteStreamController): Promise<void> {
-    const request = controller.byobRequest!;
-    const view = request.view!;
-    const target = new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
+    const request = controller.byobRequest;
+    const view = request?.view;
+    const target = view
+      ? new Uint8Array(view.buffer, view.byteOffset, view.byteLength)
+      : this.#spare ?? new Uint8Array(
+        this.#framing.kind === "length"
+          ? Math.max(1, Math.min(this.#chunkSize, this.#remaining))
+          : this.#chunkSize,
+      );
     if (!this.#started) {
       this.#started = true;
       await this.#events.started();
@@ -175,14 +192,26 @@ export class RequestBody {
     if (n === 0) {
       this.#end();
       controller.close();
-      request.respond(0);
+      request?.respond(0);
       return;
     }
-    request.respond(n);
+    if (request) request.respond(n);
+    else controller.enqueue(this.#chunk(target, n));
     if (this.#framing.kind === "length" && this.#remaining === 0) {
       this.#end();
       controller.close();
     }
+  }
+
+  /** The `n` bytes a default reader's read put into `target`, as the chunk to give out. */
+  #chunk(target: Uint8Array, n: number): Uint8Array {
+    if (n === target.length) this.#chunkSize = Math.min(2 * this.#chunkSize, _BODY_CHUNK);
+    if (2 * n >= target.length) {
+      this.#spare = null;
+      return target.subarray(0, n);
+    }
+    this.#spare = target;
+    return target.slice(0, n);
   }
 
   #end(): void {

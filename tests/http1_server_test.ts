@@ -1,6 +1,7 @@
 /**
  * http/http1_head.ts and http/http1_server.ts in one process: strict heads, bodies framed by
- * Content-Length and chunked (also arriving in pieces), keep-alive and pipelined requests,
+ * Content-Length and chunked (also arriving in pieces, read by a default reader from 1 byte to
+ * 70 KB at a time), keep-alive and pipelined requests,
  * `Expect: 100-continue` answered only when the body is read, answers with and without a
  * length (a stream goes chunked; one that says so chunk by chunk, its field lines as given),
  * HEAD, the client's end aborting `request.signal` and cancelling an answer's stream, and a
@@ -107,6 +108,49 @@ Deno.test("http1 server: bodies by length and chunked, pipelined on one connecti
     assert.equal(answers.length, 3);
     assert.match(answers[2], /connection: close/);
     assert.match(answers[1], /got 5$/);
+  } finally {
+    await server.shutdown();
+  }
+});
+
+Deno.test("http1 server: a body read by a default reader in pieces of 1 byte to 70 KB arrives whole, each chunk given out intact", async () => {
+  const bytes = new Uint8Array(200_000).map((_, i) => (i * 7 + (i >> 11)) & 255);
+  const cuts = [1, 3, 8, 4096, 4100, 70_000, 70_010, 140_000, 200_000];
+  const pieces = cuts.map((end, i) => bytes.subarray(cuts[i - 1] ?? 0, end));
+  const received: { length: Uint8Array; chunked: Uint8Array }[] = [];
+  const bodies: Uint8Array[] = [];
+  const server = serveHttp1({
+    hostname: "127.0.0.1",
+    port: 0,
+    handler: async (request) => {
+      // Every chunk kept as given until the end: a buffer reused under one would show.
+      const chunks: Uint8Array[] = [];
+      for await (const chunk of request.body!) chunks.push(chunk);
+      const whole = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0));
+      let at = 0;
+      for (const chunk of chunks) whole.set(chunk, (at += chunk.length) - chunk.length);
+      bodies.push(whole);
+      return new Response("ok", { headers: { "content-length": "2" } });
+    },
+  });
+  try {
+    await exchange(server.addr.port, [
+      `POST /a HTTP/1.1\r\nhost: h\r\ncontent-length: ${bytes.length}\r\nconnection: close\r\n\r\n`,
+      ...pieces,
+    ], 15);
+    const chunked = pieces.flatMap((piece) => [
+      `${piece.length.toString(16)}\r\n`,
+      piece,
+      "\r\n",
+    ]);
+    await exchange(server.addr.port, [
+      "POST /b HTTP/1.1\r\nhost: h\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n",
+      ...chunked,
+      "0\r\n\r\n",
+    ], 5);
+    received.push({ length: bodies[0], chunked: bodies[1] });
+    assert.deepEqual(received[0].length, bytes);
+    assert.deepEqual(received[0].chunked, bytes);
   } finally {
     await server.shutdown();
   }
