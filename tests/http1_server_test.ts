@@ -1,8 +1,8 @@
 /**
  * http/http1_head.ts and http/http1_server.ts in one process: strict heads, bodies framed by
  * Content-Length and chunked (also arriving in pieces, read by a default reader from 1 byte to
- * 70 KB at a time), keep-alive and pipelined requests,
- * `Expect: 100-continue` answered only when the body is read, answers with and without a
+ * 70 KB at a time), a body cut only after the body timeout without a byte, keep-alive and
+ * pipelined requests, `Expect: 100-continue` answered only when the body is read, answers with and without a
  * length (a stream goes chunked; one that says so chunk by chunk, its field lines as given),
  * HEAD, the client's end aborting `request.signal` and cancelling an answer's stream, and a
  * protocol switch (`switchProtocols`) handing the connection over.
@@ -12,6 +12,7 @@ import { HeadError, parseRequestHead } from "../http/http1_head.ts";
 import { serveHttp1, switchProtocols } from "../http/http1_server.ts";
 import { withFieldLines } from "../http/http1_response.ts";
 import { releaseBuffer } from "../protocol/bytes.ts";
+import { BodyTimeoutError } from "../http/request_body.ts";
 
 const _encoder = new TextEncoder();
 const _decoder = new TextDecoder("latin1");
@@ -151,6 +152,41 @@ Deno.test("http1 server: a body read by a default reader in pieces of 1 byte to 
     received.push({ length: bodies[0], chunked: bodies[1] });
     assert.deepEqual(received[0].length, bytes);
     assert.deepEqual(received[0].chunked, bytes);
+  } finally {
+    await server.shutdown();
+  }
+});
+
+Deno.test("http1 server: a body is cut (408) after bodyTimeoutMs without a byte, not while bytes keep coming", async () => {
+  const outcomes: string[] = [];
+  const server = serveHttp1({
+    hostname: "127.0.0.1",
+    port: 0,
+    limits: { bodyTimeoutMs: 2000 },
+    handler: async (request) => {
+      try {
+        outcomes.push(`read ${(await request.text()).length}`);
+      } catch (error) {
+        outcomes.push(error instanceof BodyTimeoutError ? "timeout" : String(error));
+      }
+      return new Response("ok", { headers: { "content-length": "2" } });
+    },
+  });
+  try {
+    // 12 bytes, one every 200 ms: longer than the timeout in all, never that long without one.
+    const kept = await exchange(server.addr.port, [
+      "POST /a HTTP/1.1\r\nhost: h\r\ncontent-length: 12\r\nconnection: close\r\n\r\n",
+      ..."abcdefghijkl",
+    ], 200);
+    assert.match(kept, /^HTTP\/1\.1 200 /);
+    // 2 bytes of 8, then nothing: cut once the timeout passed without one.
+    const cut = await exchange(server.addr.port, [
+      "POST /b HTTP/1.1\r\nhost: h\r\ncontent-length: 8\r\n\r\n",
+      "ab",
+    ]);
+    assert.match(cut, /^HTTP\/1\.1 408 /);
+    assert.match(cut, /"kind":"timeout","message":"request body not received in time/);
+    assert.deepEqual(outcomes, ["read 12", "timeout"]);
   } finally {
     await server.shutdown();
   }
