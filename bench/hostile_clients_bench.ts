@@ -22,6 +22,7 @@
  */
 import { callProgram, multipartBody } from "../tests/_server.ts";
 import { freePort, startNodeProcess, waitForCapacity } from "./_routed.ts";
+import { ownCpuMs } from "./_proc.ts";
 
 const _encoder = new TextEncoder();
 const _CLI = new URL("../cli.ts", import.meta.url).pathname;
@@ -158,13 +159,16 @@ async function _spawnMeasured(
   return child;
 }
 
-/** The target (a server, or a Router with a node) on `port`; resolves with its stop. */
+/**
+ * The target (a server, or a Router with a node) on `port`; resolves with its process id (the
+ * server's, the Router's) and its stop.
+ */
 async function _startTarget(
   target: string,
   port: number,
   delayFile: string,
   tree?: string,
-): Promise<() => Promise<void>> {
+): Promise<{ pid: number; stop: () => Promise<void> }> {
   const limits = [
     "--header-timeout-seconds",
     String(headerTimeout),
@@ -202,7 +206,7 @@ async function _startTarget(
       delayFile,
       tree,
     );
-    return () => stop(server);
+    return { pid: server.pid, stop: () => stop(server) };
   }
   const router = await _spawnMeasured(
     ["router", "--port", String(port), "--recovery-threshold", "1", ...limits],
@@ -213,9 +217,12 @@ async function _startTarget(
   const url = `http://127.0.0.1:${port}`;
   const node = await startNodeProcess("cpu", url, 1, tree);
   await waitForCapacity(url, 1);
-  return async () => {
-    await node.stop();
-    await stop(router);
+  return {
+    pid: router.pid,
+    stop: async () => {
+      await node.stop();
+      await stop(router);
+    },
   };
 }
 
@@ -228,6 +235,11 @@ interface Round {
   delays: [number, number][];
   /** Of each tick's lateness, the part its main thread ran (its own work, not a CPU wait). */
   own: [number, number][];
+  /**
+   * CPU samples every 100 ms: wall time, then CPU ms so far of the target process (all its
+   * threads), of the load generator, and of the whole machine (busy, of all cores).
+   */
+  cpu: [number, number, number, number][];
   programOk: boolean;
   attack: AttackReport;
 }
@@ -235,7 +247,7 @@ interface Round {
 async function _round(target: string, label: string, tree?: string): Promise<Round> {
   const port = freePort();
   const delayFile = await Deno.makeTempFile({ prefix: "kcoral-loop-delay-" });
-  const stopTarget = await _startTarget(target, port, delayFile, tree);
+  const { pid, stop: stopTarget } = await _startTarget(target, port, delayFile, tree);
   const url = `http://127.0.0.1:${port}`;
   const probes: [number, number][] = [];
   let probing = true;
@@ -263,6 +275,14 @@ async function _round(target: string, label: string, tree?: string): Promise<Rou
     stdout: "piped",
     stderr: "inherit",
   }).spawn();
+  const cpu: Round["cpu"] = [];
+  let loadCpu = 0;
+  const sampler = setInterval(() => {
+    try {
+      loadCpu = ownCpuMs(attacker.pid);
+    } catch { /* the load generator has exited: its last figure stands */ }
+    cpu.push([Date.now(), ownCpuMs(pid), loadCpu, _machineBusyMs()]);
+  }, 100);
   const lines = attacker.stdout.pipeThrough(new TextDecoderStream()).getReader();
   let out = "";
   let opened = 0;
@@ -296,6 +316,7 @@ async function _round(target: string, label: string, tree?: string): Promise<Rou
   await new Promise((resolve) => setTimeout(resolve, 1000));
   probing = false;
   await prober;
+  clearInterval(sampler);
   await stopTarget();
   const ticks = (await Deno.readTextFile(delayFile)).split("\n").filter((l) => l !== "")
     .map((l) => l.split(" ").map(Number)).filter(([at]) => at >= attack.started);
@@ -307,9 +328,27 @@ async function _round(target: string, label: string, tree?: string): Promise<Rou
     probes: probes.filter(([at]) => at >= attack.started),
     delays,
     own,
+    cpu,
     programOk,
     attack,
   };
+}
+
+/** CPU ms all cores of the machine have been busy (`/proc/stat`, USER_HZ 100). */
+function _machineBusyMs(): number {
+  const fields = Deno.readTextFileSync("/proc/stat").split("\n")[0].trim().split(/\s+/).slice(1)
+    .map(Number);
+  const total = fields.slice(0, 8).reduce((a, b) => a + b, 0);
+  return (total - fields[3] - fields[4]) * 10;
+}
+
+/** CPU used within [from, to) as % of one core: the target, the load generator, the machine. */
+function _cpuShare(round: Round, from: number, to: number): [number, number, number] {
+  const inside = round.cpu.filter(([at]) => at >= from && at < to);
+  if (inside.length < 2) return [NaN, NaN, NaN];
+  const [first, last] = [inside[0], inside.at(-1)!];
+  const wall = last[0] - first[0];
+  return [1, 2, 3].map((i) => 100 * (last[i] - first[i]) / wall) as [number, number, number];
 }
 
 function _quantile(sorted: number[], q: number): number {
@@ -350,17 +389,20 @@ function _report(target: string, round: Round): void {
   console.log(`\n${target}, ${round.tree}:\n`);
   console.log(
     "| phase | `/health` answers | `/health` ms p50 / p99 / max | target's loop delay ms " +
-      "p99 / max | of it, the target running ms p99 / max |",
+      "p99 / max | of it, the target running ms p99 / max | CPU % of a core: target / load " +
+      `generator / machine (of ${100 * navigator.hardwareConcurrency}) |`,
   );
-  console.log("|---|---|---|---|---|");
+  console.log("|---|---|---|---|---|---|");
   for (const [name, from, to] of _phases(round)) {
     const { health: h, delay: d, own: o } = _figures(round, from, to);
+    const [cpuTarget, cpuLoad, cpuMachine] = _cpuShare(round, from, to);
     const span = Number.isFinite(from) && Number.isFinite(to)
       ? ` (${((to - from) / 1000).toFixed(1)} s)`
       : "";
     console.log(
       `| ${name}${span} | ${h.n} | ${_f(h.p50)} / ${_f(h.p99)} / ${_f(h.max)} | ` +
-        `${_f(d.p99)} / ${_f(d.max)} | ${_f(o.p99)} / ${_f(o.max)} |`,
+        `${_f(d.p99)} / ${_f(d.max)} | ${_f(o.p99)} / ${_f(o.max)} | ` +
+        `${cpuTarget.toFixed(0)} / ${cpuLoad.toFixed(0)} / ${cpuMachine.toFixed(0)} |`,
     );
   }
   console.log(`\nnormal program completed: ${round.programOk}`);
