@@ -18,24 +18,17 @@
  *  frames in   ─▶ text/binary messages (fragments joined) · ping ─▶ pong · close ─▶ close back
  * ```
  *
- * Frames are read and written by websocket_frames.ts, as the Router's end (websocket_server.ts)
- * does.
+ * What it does as the Router's end (websocket_server.ts) does, frames, messages and the closing
+ * handshake, is websocket_connection.ts's.
  *
  * @module
  */
 import { describeTlsFailure } from "../protocol/tls_failure.ts";
 import { concatBytes } from "../protocol/bytes.ts";
 import { errorMessage } from "../protocol/errors.ts";
-import { decodeUtf8 } from "../protocol/utf8.ts";
-import {
-  closePayload,
-  closeQuietly,
-  frameProblem,
-  FrameReader,
-  FrameWriter,
-  messageData,
-  type WebSocketCloseInfo,
-} from "./websocket_frames.ts";
+import { writeAll } from "../http/http1_response.ts";
+import { FrameReader } from "./websocket_frames.ts";
+import { WebSocketConnection } from "./websocket_connection.ts";
 import { acceptKey } from "./websocket_handshake.ts";
 
 export type { WebSocketCloseInfo } from "./websocket_frames.ts";
@@ -50,7 +43,6 @@ export interface WebSocketClientOptions {
   caCerts?: readonly string[];
 }
 
-const _CLOSE_WAIT_MS = 2000;
 const _HEAD_LIMIT = 16 * 1024;
 const _encoder = new TextEncoder();
 
@@ -77,57 +69,20 @@ const _encoder = new TextEncoder();
  * await server.shutdown();
  * ```
  */
-export class WebSocketClient {
-  /** `readyState` while connecting. */
-  static readonly CONNECTING = 0;
-  /** `readyState` while open. */
-  static readonly OPEN = 1;
-  /** `readyState` after a close frame went out, before the connection ended. */
-  static readonly CLOSING = 2;
-  /** `readyState` once the connection ended. */
-  static readonly CLOSED = 3;
-
-  /** Called once the handshake completed. */
-  onopen: (() => void) | null = null;
-  /** Called for each message: text as `string`, binary as `ArrayBuffer`. */
-  onmessage: ((event: { data: string | ArrayBuffer }) => void) | null = null;
+export class WebSocketClient extends WebSocketConnection {
   /** Called when the connection fails (before `onclose`). */
   onerror: ((event: { message: string }) => void) | null = null;
-  /** Called once when the connection has ended. */
-  onclose: ((event: WebSocketCloseInfo) => void) | null = null;
 
-  #state = WebSocketClient.CONNECTING;
-  #conn: Deno.Conn | null = null;
-  /** The connection's frames out, once it is connected. */
-  #writer: FrameWriter | null = null;
-  #closeSent = false;
-  #closeTimer: ReturnType<typeof setTimeout> | undefined;
-  #closeInfo: WebSocketCloseInfo | null = null;
+  protected readonly notUtf8Reason = "invalid UTF-8";
   readonly #maxMessage: number;
   readonly #caCerts: string[];
 
   /** Opens a connection to `url` (`ws:` or `wss:`). */
   constructor(url: string | URL, options: WebSocketClientOptions = {}) {
+    super(true);
     this.#maxMessage = options.maxMessageBytes ?? 16 * 1024 * 1024;
     this.#caCerts = [...(options.caCerts ?? [])];
     this.#run(new URL(url), options.headers ?? {});
-  }
-
-  /** The connection's state (`CONNECTING`, `OPEN`, `CLOSING`, `CLOSED`). */
-  get readyState(): number {
-    return this.#state;
-  }
-
-  /** Bytes handed to `send` and not yet written to the connection. */
-  get bufferedAmount(): number {
-    return this.#writer?.buffered ?? 0;
-  }
-
-  /** Sends one message: a `string` as text, bytes as binary. Ignored unless open. */
-  send(data: string | Uint8Array | ArrayBuffer): void {
-    if (this.#state !== WebSocketClient.OPEN) return;
-    if (typeof data === "string") this.#write(1, _encoder.encode(data));
-    else this.#write(2, data instanceof Uint8Array ? data : new Uint8Array(data));
   }
 
   /**
@@ -136,41 +91,46 @@ export class WebSocketClient {
    * Ignored unless open. The parts are copied before this returns.
    */
   sendParts(parts: readonly Uint8Array[]): void {
-    if (this.#state !== WebSocketClient.OPEN) return;
-    this.#write(2, parts);
+    if (this.readyState === WebSocketClient.OPEN) this.write(2, parts);
   }
 
-  /** Starts the closing handshake (or gives up connecting). */
-  close(code = 1000, reason = ""): void {
-    if (this.#state === WebSocketClient.CONNECTING) {
-      this.#finish({ code: 1006, reason: "closed before the connection opened", wasClean: false });
-      return;
-    }
-    if (this.#state !== WebSocketClient.OPEN) return;
-    this.#sendClose(code, reason);
-  }
-
+  /** The connection is dialed, handshaken, then read until it ends; any failure is reported. */
   async #run(url: URL, headers: Record<string, string>): Promise<void> {
     try {
       const conn = await this.#open(url);
-      if (this.#state !== WebSocketClient.CONNECTING) {
-        conn.close();
-        return;
-      }
-      this.#conn = conn;
-      this.#writer = new FrameWriter(conn, true);
+      if (this.readyState !== WebSocketClient.CONNECTING) return conn.close();
+      this.attach(conn);
       const rest = await this.#handshake(conn, url, headers);
-      if (this.#state !== WebSocketClient.CONNECTING) return;
-      this.#state = WebSocketClient.OPEN;
-      this.onopen?.();
-      await this.#readFrames(conn, rest);
+      if (this.readyState !== WebSocketClient.CONNECTING) return;
+      this.opened();
+      await this.readFrames(new FrameReader(conn, rest));
     } catch (error) {
-      if (this.#state === WebSocketClient.CLOSED) return;
-      // Our own close of the connection (after the closing handshake) ends the read too.
-      if (this.#closeInfo) return this.#finish(this.#closeInfo);
-      this.onerror?.({ message: describeTlsFailure(error) ?? errorMessage(error) });
-      this.#finish({ code: 1006, reason: "", wasClean: false });
+      this.#failedConnection(error);
     }
+  }
+
+  /** The connection failed (`onerror`), unless it ended already or after its closing handshake. */
+  #failedConnection(error: unknown): void {
+    if (this.readyState === WebSocketClient.CLOSED) return;
+    // Our own close of the connection (after the closing handshake) ends the read too.
+    if (!this.closeInfo) {
+      this.onerror?.({ message: describeTlsFailure(error) ?? errorMessage(error) });
+    }
+    this.end();
+  }
+
+  protected override ended(readError: unknown): void {
+    if (readError === null) this.end();
+    else this.#failedConnection(readError);
+  }
+
+  protected oversize(_kind: number, bytes: number): string | null {
+    return bytes > this.#maxMessage ? "message too big" : null;
+  }
+
+  protected failed(_code: number, reason: string): void {
+    this.onerror?.({ message: reason });
+    this.closeInfo = { code: 1006, reason, wasClean: false };
   }
 
   async #open(url: URL): Promise<Deno.Conn> {
@@ -209,7 +169,7 @@ export class WebSocketClient {
       if (/[\r\n]/.test(name + value)) throw new Error(`invalid header ${name}`);
       lines.push(`${name}: ${value}`);
     }
-    await _writeAll(conn, _encoder.encode(lines.join("\r\n") + "\r\n\r\n"));
+    await writeAll(conn, _encoder.encode(lines.join("\r\n") + "\r\n\r\n"));
     let buffer: Uint8Array = new Uint8Array(0);
     let end = -1;
     while (end < 0) {
@@ -240,103 +200,6 @@ export class WebSocketClient {
     }
     return buffer.subarray(end + 4);
   }
-
-  async #readFrames(conn: Deno.Conn, initial: Uint8Array): Promise<void> {
-    const reader = new FrameReader(conn, initial);
-    let parts: Uint8Array[] = [];
-    let partsBytes = 0;
-    let partsOpcode = 0;
-    for (;;) {
-      const header = await reader.header();
-      const problem = header && frameProblem(header, partsOpcode, false);
-      if (problem) return this.#protocolError(1002, problem);
-      if (header && header.opcode < 8 && partsBytes + header.length > this.#maxMessage) {
-        return this.#protocolError(1009, "message too big");
-      }
-      const payload = header && await reader.payload(header.length, header.key);
-      if (!header || !payload) {
-        // A failed read goes to #run's catch, as the connection's failure.
-        if (reader.readError !== null) throw reader.readError;
-        return this.#finish(this.#closeInfo ?? { code: 1006, reason: "", wasClean: false });
-      }
-      const { fin, opcode } = header;
-      if (opcode >= 8) {
-        if (opcode === 8) this.#onCloseFrame(payload);
-        else if (opcode === 9 && this.#state === WebSocketClient.OPEN) this.#write(10, payload);
-        continue;
-      }
-      if (opcode !== 0) partsOpcode = opcode;
-      parts.push(payload);
-      partsBytes += payload.length;
-      if (!fin) continue;
-      const whole = parts.length === 1 ? parts[0] : concatBytes(parts);
-      const type = partsOpcode;
-      parts = [];
-      partsBytes = 0;
-      partsOpcode = 0;
-      if (this.#state !== WebSocketClient.OPEN) continue;
-      let data: string | ArrayBuffer;
-      try {
-        data = messageData(whole, type);
-      } catch {
-        return this.#protocolError(1007, "invalid UTF-8");
-      }
-      this.onmessage?.({ data });
-    }
-  }
-
-  #onCloseFrame(payload: Uint8Array): void {
-    const code = payload.length >= 2 ? (payload[0] << 8) | payload[1] : 1005;
-    let reason = "";
-    try {
-      reason = decodeUtf8(payload.subarray(2));
-    } catch {
-      // an invalid reason is dropped
-    }
-    this.#closeInfo = { code, reason, wasClean: true };
-    if (!this.#closeSent) this.#sendClose(code === 1005 ? 1000 : code, "");
-    // The server closes the TCP connection after its close frame; ours follows the write.
-    this.#afterWrites(() => this.#conn?.close());
-  }
-
-  #protocolError(code: number, reason: string): void {
-    this.onerror?.({ message: reason });
-    if (!this.#closeSent && this.#state === WebSocketClient.OPEN) this.#sendClose(code, reason);
-    const info = { code: 1006, reason, wasClean: false };
-    this.#closeInfo = info;
-    this.#afterWrites(() => this.#finish(info));
-  }
-
-  #sendClose(code: number, reason: string): void {
-    this.#write(8, closePayload(code, reason));
-    this.#closeSent = true;
-    this.#state = WebSocketClient.CLOSING;
-    // A server that never answers the close is not waited for.
-    this.#closeTimer = setTimeout(() => closeQuietly(this.#conn), _CLOSE_WAIT_MS);
-  }
-
-  /** Queues one frame (masked, as RFC 6455 requires of clients); frames go out in order. */
-  #write(opcode: number, payload: Uint8Array | readonly Uint8Array[]): void {
-    this.#writer?.write(opcode, payload);
-  }
-
-  /** Runs `then` once the frames queued so far are written. */
-  #afterWrites(then: () => void): void {
-    (this.#writer?.written ?? Promise.resolve()).finally(then).catch(() => {});
-  }
-
-  #finish(info: WebSocketCloseInfo): void {
-    if (this.#state === WebSocketClient.CLOSED) return;
-    this.#state = WebSocketClient.CLOSED;
-    clearTimeout(this.#closeTimer);
-    this.#writer?.close();
-    closeQuietly(this.#conn);
-    this.onclose?.(info);
-  }
-}
-
-async function _writeAll(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
-  for (let at = 0; at < bytes.length;) at += await conn.write(bytes.subarray(at));
 }
 
 function _indexOfHeadEnd(bytes: Uint8Array): number {
