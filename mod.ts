@@ -48,32 +48,9 @@ export type {
 } from "./protocol/result_fields.ts";
 export type { DecodedValue } from "./protocol/values.ts";
 
-export { type App, type AppOptions, createApp } from "./server/app.ts";
-export type { HealthBody, HealthLoad } from "./protocol/health.ts";
-export { ConfigError, resolveServerConfig, type ServerConfig } from "./server/config.ts";
-export {
-  defaultDiskCacheDir,
-  serverConfigOptions,
-  serverConfigRules,
-  serverListenOptions,
-} from "./server/config_options.ts";
+export * from "./server/mod.ts";
 export type * from "./options/spec.ts";
 export type { OptionRule } from "./options/schema.ts";
-export {
-  type ConnectionLimits,
-  type HttpApp,
-  type RunningServer,
-  serve,
-  type ServeOptions,
-  type TlsFiles,
-} from "./http/serve.ts";
-export {
-  ClientTokens,
-  type ClientTokensOptions,
-  type RefusalReason,
-  type ReloadResult,
-} from "./http/client_tokens.ts";
-export type { EventLevel, EventLog, EventLogOptions, LogFormat } from "./http/events.ts";
 
 // `deno run -A --unstable-no-legacy-abort jsr:@kcoral/cli …` runs the command line; importing
 // stays side-effect free.

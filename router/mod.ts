@@ -26,21 +26,8 @@ export {
   routerHelpText,
   routerOptions,
 } from "./options.ts";
-export type { HealthLoad, RouterHealthBody } from "../protocol/health.ts";
-export {
-  type ConnectionLimits,
-  type HttpApp,
-  type RunningServer,
-  serve,
-  type ServeOptions,
-  type TlsFiles,
-} from "../http/serve.ts";
-export {
-  ClientTokens,
-  type ClientTokensOptions,
-  type RefusalReason,
-  type ReloadResult,
-} from "../http/client_tokens.ts";
+export type { RouterHealthBody } from "../protocol/health.ts";
+export * from "../http/app_exports.ts";
 export {
   NodeRegistry,
   type RegistryConfig,
@@ -56,5 +43,3 @@ export {
   type NodeStatus,
   type SlotHello,
 } from "../link/messages.ts";
-export type { HealthBody } from "../protocol/health.ts";
-export type { EventLevel, EventLog, EventLogOptions, LogFormat } from "../http/events.ts";

@@ -25,19 +25,4 @@ export {
   serverConfigRules,
   serverListenOptions,
 } from "./config_options.ts";
-export type { HealthBody, HealthLoad } from "../protocol/health.ts";
-export {
-  type ConnectionLimits,
-  type HttpApp,
-  type RunningServer,
-  serve,
-  type ServeOptions,
-  type TlsFiles,
-} from "../http/serve.ts";
-export {
-  ClientTokens,
-  type ClientTokensOptions,
-  type RefusalReason,
-  type ReloadResult,
-} from "../http/client_tokens.ts";
-export type { EventLevel, EventLog, EventLogOptions, LogFormat } from "../http/events.ts";
+export * from "../http/app_exports.ts";
