@@ -138,17 +138,12 @@ async function _build(
     ? await _readResultsFile(await staging.claim(outcome.results_file, "results.json"))
     : outcome.results ?? "{}";
   const json = resultJson({
+    ...meta, // the timings, the request id and the GPU ids
     status: outcome.status,
-    requestId: meta.requestId,
-    queueMs: meta.queueMs,
-    elapsedMs: meta.elapsedMs,
-    leaseWaitMs: meta.leaseWaitMs,
-    leaseHeldMs: meta.leaseHeldMs,
     stdout: stdout.text,
     stderr: stderr.text,
     stdoutTruncated: stdout.truncated,
     stderrTruncated: stderr.truncated,
-    gpuIds: meta.gpuIds,
     resultsJson: results,
     errorJson: outcome.status === "FAILED" ? errorJson(outcome, meta) : undefined,
   });
@@ -267,17 +262,12 @@ export function crashError(
  */
 export function crashResultBody(meta: ResponseMeta, error: Record<string, unknown>): string {
   return resultJson({
+    ...meta, // the timings, the request id and the GPU ids
     status: "FAILED",
-    requestId: meta.requestId,
-    queueMs: meta.queueMs,
-    elapsedMs: meta.elapsedMs,
-    leaseWaitMs: meta.leaseWaitMs,
-    leaseHeldMs: meta.leaseHeldMs,
     stdout: "",
     stderr: "",
     stdoutTruncated: false,
     stderrTruncated: false,
-    gpuIds: meta.gpuIds,
     resultsJson: "{}",
     errorJson: JSON.stringify(error),
   });
