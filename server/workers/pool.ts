@@ -285,18 +285,14 @@ export class WorkerPool {
     const child = seat.child;
     seat.child = null;
     this.#options.events.emit(_retireLevel(retiring?.reason), "worker_retired", {
-      worker_id: seat.label,
-      gpu_id: seat.gpus[0] ?? null,
-      generation: seat.generation,
+      ..._seatFields(seat),
       pid: child?.pid ?? null,
       reason: retiring?.reason ?? "crashed",
     });
     const retiredAt = retiring?.since ?? performance.now();
     const oldExit = (retiring?.oldExit ?? Promise.resolve()).then(() => {
       this.#options.events.emit("INFO", "worker_exited", {
-        worker_id: seat.label,
-        gpu_id: seat.gpus[0] ?? null,
-        generation: seat.generation,
+        ..._seatFields(seat),
         pid: child?.pid ?? null,
         teardown_ms: performance.now() - retiredAt,
       });
@@ -398,9 +394,7 @@ export class WorkerPool {
   #readied(seat: Seat): Promise<boolean> {
     const ready = this.#refresh(seat).then(() => true, (error) => {
       this.#options.events.emit("ERROR", "worker_failed", {
-        worker_id: seat.label,
-        gpu_id: seat.gpus[0] ?? null,
-        generation: seat.generation,
+        ..._seatFields(seat),
         phase: "sandbox_cleanup",
         error: _errorText(error),
       });
@@ -451,9 +445,7 @@ export class WorkerPool {
     // Nothing becomes ready once shutdown has begun (the slot's stop takes this child too).
     if (this.#closing && !startup) return ready;
     this.#options.events.emit("INFO", "worker_ready", {
-      worker_id: seat.label,
-      gpu_id: seat.gpus[0] ?? null,
-      generation: seat.generation,
+      ..._seatFields(seat),
       pid: child.pid,
       device: seat.gpus.length ? seat.gpus.join(",") : "cpu",
       arch: ready.target.arch ?? null,
@@ -547,9 +539,7 @@ export class WorkerPool {
         return;
       } catch (error) {
         this.#options.events.emit("ERROR", "worker_failed", {
-          worker_id: seat.label,
-          gpu_id: seat.gpus[0] ?? null,
-          generation: seat.generation,
+          ..._seatFields(seat),
           phase: "respawn",
           error: _errorText(error),
         });
@@ -584,6 +574,11 @@ export interface Retiring {
 /** `"Type: message"`, as upstream's events name an error. */
 function _errorText(error: unknown): string {
   return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+}
+
+/** The fields that name a seat's worker in its events: `worker_id`, `gpu_id`, `generation`. */
+function _seatFields(seat: Seat): { worker_id: string; gpu_id: number | null; generation: number } {
+  return { worker_id: seat.label, gpu_id: seat.gpus[0] ?? null, generation: seat.generation };
 }
 
 function _key(seat: Seat): string {
