@@ -135,8 +135,8 @@ Deno.test("websocket client: closing while connecting closes at once", async () 
 });
 
 /** A raw peer: completes the handshake, then writes `frames` byte by byte, and records what
- * the client sent (unmasked). */
-function _rawPeer(frames: Uint8Array) {
+ * the client sent (unmasked); it answers the client's close unless `answersClose` is false. */
+function _rawPeer(frames: Uint8Array, answersClose = true) {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = (listener.addr as Deno.NetAddr).port;
   const fromClient: { opcode: number; payload: Uint8Array }[] = [];
@@ -176,7 +176,7 @@ function _rawPeer(frames: Uint8Array) {
         assert.equal(pending[1] & 0x80, 0x80, "client frames are masked");
         fromClient.push({ opcode: pending[0] & 0x0f, payload });
         pending = pending.slice(6 + length);
-        if ((pending.length === 0) && fromClient.at(-1)!.opcode === 8) {
+        if (answersClose && pending.length === 0 && fromClient.at(-1)!.opcode === 8) {
           await conn.write(new Uint8Array([0x88, 0])).catch(() => {});
           conn.close();
           return;
@@ -220,6 +220,19 @@ Deno.test("websocket client: fragments are joined, pings answered, frames split 
   await peer.done;
   assert.deepEqual(peer.fromClient[0], { opcode: 10, payload: new Uint8Array([7, 8]) });
   assert.equal(peer.fromClient.at(-1)!.opcode, 8);
+});
+
+Deno.test("websocket client: a close the server never answers is given up: an error, then 1006", async () => {
+  const peer = await _rawPeer(new Uint8Array(0), false);
+  const socket = new WebSocketClient(peer.url);
+  const seen = _watch(socket);
+  await _until(() => seen.open);
+  socket.close(1000, "done");
+  assert.equal(socket.readyState, WebSocketClient.CLOSING);
+  assert.deepEqual(await seen.closed, { code: 1006, reason: "", wasClean: false });
+  await peer.done;
+  assert.equal(seen.errors.length, 1);
+  assert.deepEqual(peer.fromClient.map((f) => f.opcode), [8]);
 });
 
 for (

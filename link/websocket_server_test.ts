@@ -319,6 +319,20 @@ Deno.test("websocket server: the server's close is sent, echoed and reported", a
   await server.shutdown();
 });
 
+Deno.test("websocket server: a close the peer never answers is given up (1006)", async () => {
+  const { server, port, sockets } = _server(_LIMITS, (socket) => {
+    socket.onopen = () => socket.close(1000, "done");
+  });
+  const peer = await _RawPeer.open(port);
+  assert.equal((await peer.frame())?.opcode, 8);
+  // No answer: the server stops waiting and closes the connection.
+  assert.ok(await peer.ended());
+  peer.close();
+  assert.deepEqual(await sockets[0].seen.closed, { code: 1006, reason: "", wasClean: false });
+  assert.deepEqual(sockets[0].seen.errors, []);
+  await server.shutdown();
+});
+
 Deno.test("websocket server: a silent peer is pinged, then closed with 1001", async () => {
   const { server, port, sockets } = _server({ ..._LIMITS, idleTimeoutMs: 100 });
   const peer = await _RawPeer.open(port);
