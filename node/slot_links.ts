@@ -34,6 +34,7 @@ import {
 import { WebSocketClient } from "../link/websocket_client.ts";
 import type { WholeBodyRequest } from "../server/execute/intake.ts";
 import { TunnelledRequest } from "./tunnelled_request.ts";
+import { errorMessage } from "../protocol/errors.ts";
 
 /** Where a node's server links to: the routing settings its supervisor hands it. */
 export interface NodeLinkTarget {
@@ -298,7 +299,7 @@ class _Slot {
       } catch (error) {
         this.#o.events.emit("ERROR", "tunnel_request_failed", {
           request_id: request.id,
-          error: error instanceof Error ? error.message : String(error),
+          error: errorMessage(error),
         });
         this.#close(1011, "request failed");
         return;

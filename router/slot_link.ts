@@ -32,6 +32,7 @@ import { BodyReceiver } from "../link/body_receiver.ts";
 import { BodySender } from "../link/body_sender.ts";
 import type { MessageSocket } from "../link/websocket_server.ts";
 import { releaseBuffer } from "../protocol/bytes.ts";
+import { errorMessage } from "../protocol/errors.ts";
 import type { SlotHandle } from "./connections.ts";
 
 /** Why an exchange failed: the node's answer was out of turn, or the connection went away. */
@@ -392,7 +393,7 @@ export class RouterSlot implements SlotHandle {
     try {
       this.#socket.send(data);
     } catch (error) {
-      this.closedBySocket(`send failed: ${error instanceof Error ? error.message : error}`);
+      this.closedBySocket(`send failed: ${errorMessage(error)}`);
     }
   }
 }

@@ -47,6 +47,7 @@ import {
 import { WebSocketClient } from "../../link/websocket_client.ts";
 import { Backoff, sleepUnlessAborted } from "../../link/backoff.ts";
 import type { ServerHealth } from "./probe.ts";
+import { errorMessage } from "../../protocol/errors.ts";
 
 export type { NodeStatus } from "../../link/messages.ts";
 export type { ServerHealth } from "./probe.ts";
@@ -379,7 +380,7 @@ export class ControlLink {
     try {
       socket.send(encodeMessage(this.#options.snapshot()));
     } catch (error) {
-      this.#log(`cannot send a status: ${error instanceof Error ? error.message : error}`);
+      this.#log(`cannot send a status: ${errorMessage(error)}`);
     }
   }
 
@@ -427,7 +428,7 @@ export class ControlLink {
         // Our own client, as the slot links: the platform's WebSocket cannot be given a CA.
         socket = new WebSocketClient(this.#url, { headers, caCerts: options.caCerts ?? [] });
       } catch (error) {
-        resolve(`cannot connect: ${error instanceof Error ? error.message : error}`);
+        resolve(`cannot connect: ${errorMessage(error)}`);
         return;
       }
       this.#socket = socket;
@@ -483,10 +484,7 @@ export class ControlLink {
           const message = parseControlMessage(event.data);
           if (message.t !== "ack") throw new LinkMessageError("unexpected status from the Router");
         } catch (error) {
-          close(
-            error instanceof Error ? error.message : String(error),
-            LINK_CLOSE.invalid_argument,
-          );
+          close(errorMessage(error), LINK_CLOSE.invalid_argument);
           return;
         }
         if (this.#acknowledged) return;

@@ -8,7 +8,7 @@
  *
  * @module
  */
-import { ERROR_MESSAGES } from "../../protocol/errors.ts";
+import { ERROR_MESSAGES, errorMessage } from "../../protocol/errors.ts";
 import type { HashThreads } from "../../protocol/hash_threads.ts";
 import { PartDigests } from "../../protocol/part_digests.ts";
 import type { BodyBuffers } from "../../http/body_buffers.ts";
@@ -230,8 +230,7 @@ export class Intake {
         request.discard();
         throw new Rejection(503, "busy", ERROR_MESSAGES.busy, "no_worker", { queue_ms: 0 });
       }
-      const message = error instanceof Error ? error.message : String(error);
-      throw invalidRequest(`the request body could not be read: ${message}`);
+      throw invalidRequest(`the request body could not be read: ${errorMessage(error)}`);
     } finally {
       this.#receiving.delete(receiving);
     }

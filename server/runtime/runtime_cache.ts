@@ -12,6 +12,7 @@
  * @module
  */
 
+import { errorMessage } from "../../protocol/errors.ts";
 import { sha256Hex } from "../../protocol/hash.ts";
 import { processEnv } from "../../options/defaults.ts";
 import type { Env } from "../../options/spec.ts";
@@ -163,7 +164,7 @@ async function _check(pkg: string, manifest: RuntimeManifest): Promise<string | 
     try {
       bytes = await Deno.readFile(`${pkg}/${path}`);
     } catch (error) {
-      return `file ${path}: ${error instanceof Error ? error.message : error}`;
+      return `file ${path}: ${errorMessage(error)}`;
     }
     if (sha256Hex(bytes) !== sha) return `file ${path} has another SHA-256`;
   }

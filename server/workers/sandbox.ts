@@ -16,6 +16,7 @@
  * @module
  */
 import { resolve } from "node:path";
+import { errorMessage } from "../../protocol/errors.ts";
 import type { GpuDevice } from "./devices.ts";
 import type { PythonInfo } from "./python_info.ts";
 import type { SlotCommand } from "./slot.ts";
@@ -338,7 +339,7 @@ export async function probeSandbox(launch: SlotLaunch, timeoutMs = 10_000): Prom
     args = bwrapArgs(launch);
   } catch (error) {
     if (error instanceof SandboxConfigError) throw error;
-    return error instanceof Error ? error.message : String(error);
+    return errorMessage(error);
   }
   // As the zygote will (workspace.py): a mount namespace of its own, the workspace bound at /work.
   const code = "import ctypes,os\n" +
@@ -367,7 +368,7 @@ export async function probeSandbox(launch: SlotLaunch, timeoutMs = 10_000): Prom
     if (error instanceof Deno.errors.NotFound) {
       return "bubblewrap isolation requires bwrap on PATH; install bubblewrap";
     }
-    return `cannot start bwrap: ${error instanceof Error ? error.message : error}`;
+    return `cannot start bwrap: ${errorMessage(error)}`;
   }
   let timer: ReturnType<typeof setTimeout> | undefined;
   const timedOut = new Promise<"timeout">((resolve) => {
