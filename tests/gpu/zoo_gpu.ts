@@ -6,6 +6,8 @@
  *   deno run -A tests/gpu/zoo_gpu.ts [--shard 1/3] [--match gemm] [--json $OUT/zoo_1.json]
  *   deno run -A tests/gpu/zoo_gpu.ts --summarize $OUT/zoo_*.json
  *   deno run -A tests/gpu/zoo_gpu.ts --json /tmp/zoo.json --resume  # skip entries already there
+ *   deno run -A tests/gpu/zoo_gpu.ts --inline-last    # load_inline candidates last (a --prebuild
+ *                                                     # beside it builds them meanwhile)
  *   deno run -A tests/gpu/zoo_gpu.ts --simulate              # a simulated-GPU server, CPU torch
  *
  * ```text
@@ -67,6 +69,12 @@ function selected(zoo: ZooEntry[]): ZooEntry[] {
     const [i, n] = shard.split("/").map(Number);
     if (!(n >= 1 && i >= 1 && i <= n)) throw new Error(`--shard ${shard}: want i/n, 1 <= i <= n`);
     entries = entries.filter((_, k) => k % n === i - 1);
+  }
+  // --inline-last: the load_inline candidates after the others, so that a --prebuild running
+  // beside this run has built their extensions by the time they come.
+  if (args.includes("--inline-last")) {
+    const inline = (e: ZooEntry) => read(e.candidate).includes("load_inline") ? 1 : 0;
+    entries = [...entries].sort((a, b) => inline(a) - inline(b));
   }
   return entries;
 }
