@@ -7,19 +7,17 @@
  * turn it back on. A tunnelled answer is several small messages in a row (response head, data,
  * end); with Nagle on, the second waits for the Router's delayed ACK, up to 40 ms, whenever the
  * first is still unacknowledged — measured as p75 54 ms instead of 10 ms for a trivial request
- * with 4 clients through a Router (docs/decisions/node-link-websocket-client.md). This client sets `TCP_NODELAY` and keeps
- * the subset of the `WebSocket` interface the node link uses: `onopen`, `onmessage` (text as
- * `string`, binary as `ArrayBuffer`), `onerror`, `onclose`, `send`, `close`, `readyState`.
+ * with 4 clients through a Router (docs/decisions/node-link-websocket-client.md). This client
+ * sets `TCP_NODELAY`; what it does as the Router's end (websocket_server.ts) does, the
+ * `WebSocket` interface's subset, messages and the closing handshake, is websocket_connection.ts's.
  *
  * ```
  *  connect ─▶ GET + Upgrade (request headers, Sec-WebSocket-Key) ─▶ 101 + Sec-WebSocket-Accept
  *  send(data)  ─▶ one masked frame, written in order, one write each
  *  sendParts(parts) ─▶ the same for one binary message given in pieces (masked piece by piece)
- *  frames in   ─▶ text/binary messages (fragments joined) · ping ─▶ pong · close ─▶ close back
+ *  a masked frame from the server: 1002 · a message over maxMessageBytes: 1009 · a failure:
+ *    onerror, then onclose with 1006
  * ```
- *
- * What it does as the Router's end (websocket_server.ts) does, frames, messages and the closing
- * handshake, is websocket_connection.ts's.
  *
  * @module
  */
@@ -73,13 +71,12 @@ export class WebSocketClient extends WebSocketConnection {
   /** Called when the connection fails (before `onclose`). */
   onerror: ((event: { message: string }) => void) | null = null;
 
-  protected readonly notUtf8Reason = "invalid UTF-8";
   readonly #maxMessage: number;
   readonly #caCerts: string[];
 
   /** Opens a connection to `url` (`ws:` or `wss:`). */
   constructor(url: string | URL, options: WebSocketClientOptions = {}) {
-    super(true);
+    super(true, "invalid UTF-8");
     this.#maxMessage = options.maxMessageBytes ?? 16 * 1024 * 1024;
     this.#caCerts = [...(options.caCerts ?? [])];
     this.#run(new URL(url), options.headers ?? {});

@@ -69,9 +69,9 @@ export abstract class WebSocketConnection {
 
   /** How the connection ends: the peer's close frame or why this end failed it, the later. */
   protected closeInfo: WebSocketCloseInfo | null = null;
-  /** The reason a text message that is not UTF-8 fails the connection with (1007). */
-  protected abstract readonly notUtf8Reason: string;
   readonly #client: boolean;
+  /** The reason a text message that is not UTF-8 fails the connection with (1007). */
+  readonly #notUtf8Reason: string;
   #state: number = WebSocketConnection.CONNECTING;
   #conn: Deno.Conn | null = null;
   /** The connection's frames out, once it is attached. */
@@ -79,9 +79,13 @@ export abstract class WebSocketConnection {
   #closeSent = false;
   #closeTimer: ReturnType<typeof setTimeout> | undefined;
 
-  /** An end not connected yet; `client`: the node's (masks its frames, takes unmasked ones). */
-  constructor(client: boolean) {
+  /**
+   * An end not connected yet; `client`: the node's (masks its frames, takes unmasked ones);
+   * `notUtf8Reason`: the reason a text message that is not UTF-8 fails the connection with.
+   */
+  constructor(client: boolean, notUtf8Reason: string) {
     this.#client = client;
+    this.#notUtf8Reason = notUtf8Reason;
   }
 
   /** The connection's state (`CONNECTING`, `OPEN`, `CLOSING`, `CLOSED`). */
@@ -146,9 +150,9 @@ export abstract class WebSocketConnection {
       const payload = await reader.payload(length, header.key);
       if (payload === null) return this.ended(reader.readError);
       if (opcode === 8) {
-        const problem = this.closeFrameProblem(payload);
-        if (problem) return this.#fail(1002, problem);
         const code = payload.length >= 2 ? (payload[0] << 8) | payload[1] : 1005;
+        const problem = this.closeFrameProblem(payload, code);
+        if (problem) return this.#fail(1002, problem);
         this.closeInfo = { code, reason: _closeReason(payload), wasClean: true };
         if (!this.#closeSent) this.#sendClose(code === 1005 ? 1000 : code, "", this.#client);
         // The server's end closes first (RFC 6455 §7.1.1), once the echo is written; the
@@ -176,7 +180,7 @@ export abstract class WebSocketConnection {
       try {
         data = messageData(whole, type);
       } catch {
-        return this.#fail(1007, this.notUtf8Reason);
+        return this.#fail(1007, this.#notUtf8Reason);
       }
       this.onmessage?.({ data });
     }
@@ -188,8 +192,8 @@ export abstract class WebSocketConnection {
   /** This end failed the connection with `code` and `reason`: `closeInfo` and `onerror` set. */
   protected abstract failed(code: number, reason: string): void;
 
-  /** What is wrong with the peer's close frame (1002); null: nothing (the default). */
-  protected closeFrameProblem(_payload: Uint8Array): string | null {
+  /** What is wrong with the peer's close frame, of `code` (1002); null: nothing (the default). */
+  protected closeFrameProblem(_payload: Uint8Array, _code: number): string | null {
     return null;
   }
 

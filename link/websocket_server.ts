@@ -130,7 +130,6 @@ export class ServerWebSocket extends WebSocketConnection implements MessageSocke
   /** Resolves once the connection has ended (after `onclose`). */
   readonly closed: Promise<void>;
 
-  protected readonly notUtf8Reason = "a text message that is not UTF-8";
   readonly #limits: Required<WebSocketLimits>;
   /** When the last bytes came (`performance.now()`). */
   #lastReceived = 0;
@@ -143,7 +142,7 @@ export class ServerWebSocket extends WebSocketConnection implements MessageSocke
    * it).
    */
   constructor(limits: WebSocketLimits) {
-    super(false);
+    super(false, "a text message that is not UTF-8");
     this.#limits = { idleTimeoutMs: _DEFAULT_IDLE_MS, ...limits };
     const { promise, resolve } = Promise.withResolvers<void>();
     this.closed = promise;
@@ -154,8 +153,7 @@ export class ServerWebSocket extends WebSocketConnection implements MessageSocke
    * The connection after its `101` (what `switchProtocols` hands over): the socket opens and
    * reads its frames. A socket closed meanwhile closes the connection at once.
    */
-  open(switched: SwitchedConnection): void {
-    const { conn, buffered } = switched;
+  open({ conn, buffered }: SwitchedConnection): void {
     if (this.readyState !== ServerWebSocket.CONNECTING) return closeQuietly(conn);
     this.attach(conn);
     this.#lastReceived = performance.now();
@@ -211,9 +209,8 @@ export class ServerWebSocket extends WebSocketConnection implements MessageSocke
     this.onerror?.({ message: reason, code });
   }
 
-  protected override closeFrameProblem(payload: Uint8Array): string | null {
+  protected override closeFrameProblem(payload: Uint8Array, code: number): string | null {
     if (payload.length === 1) return "a close frame of one byte";
-    const code = payload.length >= 2 ? (payload[0] << 8) | payload[1] : 1005;
     if (payload.length >= 2 && !_validCloseCode(code)) return `close code ${code} is not allowed`;
     try {
       decodeUtf8(payload.subarray(2));
