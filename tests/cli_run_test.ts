@@ -360,6 +360,19 @@ Deno.test("progress texts: sizes, elapsed time, queued vs running", () => {
   assertEquals(parseLoad("ok"), null);
 });
 
+Deno.test("progress: after end() (the remote output has begun) nothing is drawn again", async () => {
+  let written = "";
+  const progress = new Progress({ write: (text) => written += text, isTerminal: true });
+  const watch = watchWaiting({ progress, health: () => Promise.resolve({}), intervalMs: 1 });
+  progress.end();
+  const ended = written;
+  assert.ok(ended.endsWith("\r\x1b[K"), JSON.stringify(ended));
+  await new Promise((resolve) => setTimeout(resolve, 20)); // the watcher keeps rendering
+  await watch.stop();
+  progress.update("kcoral: hashing inputs", { force: true });
+  assertEquals(written, ended);
+});
+
 Deno.test("progress while waiting: polls the load, shows running/queued, stops cleanly", async () => {
   const lines: string[] = [];
   const progress = new Progress({ write: (text) => lines.push(text), isTerminal: true });

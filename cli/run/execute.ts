@@ -84,7 +84,7 @@ export async function runTool(args: RunArgs, io: RunIO): Promise<number> {
     // replay then writes only the rest. Against one that does not, nothing is printed early.
     const printed = { stdout: "", stderr: "" };
     const onOutput = (chunk: OutputChunk) => {
-      progress.clear();
+      progress.end(); // no status line over the program's output from here on
       printed[chunk.stream] += chunk.data;
       writeText(chunk.stream === "stdout" ? io.stdout : io.stderr, chunk.data);
     };

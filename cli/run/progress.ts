@@ -48,6 +48,7 @@ export class Progress {
   readonly #intervalMs: number;
   readonly #visibleAt: number;
   #shown = false;
+  #ended = false;
   #last = -Infinity;
   #text = "";
 
@@ -71,7 +72,7 @@ export class Progress {
    * less than `intervalMs` after the previous render; an identical line is not rewritten.
    */
   update(text: string, options: { force?: boolean } = {}): void {
-    if (!this.#enabled) return;
+    if (!this.#enabled || this.#ended) return;
     const now = this.#now();
     if (now < this.#visibleAt) return;
     if (!options.force && now - this.#last < this.#intervalMs) return;
@@ -91,6 +92,27 @@ export class Progress {
     this.#shown = false;
     this.#text = "";
     this.#write("\r\x1b[K");
+  }
+
+  /**
+   * Erase the line and show none again: the remote output has begun, and a status line drawn
+   * over its last, unfinished line would garble it.
+   *
+   * @example
+   * ```ts
+   * import { Progress } from "./progress.ts";
+   *
+   * let shown = "";
+   * const progress = new Progress({ write: (text) => shown += text, isTerminal: true });
+   * progress.update("kcoral: running, 1 s", { force: true });
+   * progress.end();
+   * progress.update("kcoral: running, 2 s", { force: true });
+   * shown; // "\rkcoral: running, 1 s\x1b[K\r\x1b[K"
+   * ```
+   */
+  end(): void {
+    this.clear();
+    this.#ended = true;
   }
 }
 
