@@ -112,7 +112,7 @@ export abstract class WebSocketConnection {
       return;
     }
     if (this.#state !== WebSocketConnection.OPEN) return;
-    this.#sendClose(code, reason, true);
+    this.#sendClose(code, reason);
   }
 
   /** The connection's frames out, once attached. */
@@ -154,7 +154,7 @@ export abstract class WebSocketConnection {
         const problem = this.closeFrameProblem(payload, code);
         if (problem) return this.#fail(1002, problem);
         this.closeInfo = { code, reason: _closeReason(payload), wasClean: true };
-        if (!this.#closeSent) this.#sendClose(code === 1005 ? 1000 : code, "", this.#client);
+        if (!this.#closeSent) this.#sendClose(code === 1005 ? 1000 : code, "");
         // The server's end closes first (RFC 6455 §7.1.1), once the echo is written; the
         // client's ends then too, or when the server's end does, what comes first.
         this.afterWrites(() => this.end());
@@ -214,20 +214,21 @@ export abstract class WebSocketConnection {
    */
   protected closeFailed(code: number, reason: string): void {
     if (!this.#closeSent && this.#state === WebSocketConnection.OPEN) {
-      this.#sendClose(code, reason, this.#client);
+      this.#sendClose(code, reason);
     }
     this.afterWrites(() => this.end());
   }
 
   /**
-   * A close frame out; `waitForPeer`: the connection is closed if the peer has not ended it
-   * 2 s later (the client's after any close, the server's after its own `close`).
+   * A close frame out; the connection is closed if it has not ended 2 s later, whichever end
+   * this is: a peer that never answers, or never reads what is queued before the close frame,
+   * holds nothing beyond that.
    */
-  #sendClose(code: number, reason: string, waitForPeer: boolean): void {
+  #sendClose(code: number, reason: string): void {
     this.write(8, closePayload(code, reason));
     this.#closeSent = true;
     this.#state = WebSocketConnection.CLOSING;
-    if (waitForPeer) this.#closeTimer = setTimeout(() => closeQuietly(this.#conn), _CLOSE_WAIT_MS);
+    this.#closeTimer = setTimeout(() => closeQuietly(this.#conn), _CLOSE_WAIT_MS);
   }
 
   /** Queues one frame (a copy of `payload` after its header); frames go out in order. */

@@ -333,6 +333,27 @@ Deno.test("websocket server: a close the peer never answers is given up (1006)",
   await server.shutdown();
 });
 
+Deno.test("websocket server: a failed connection whose peer reads nothing is closed all the same", async () => {
+  const { server, port, sockets } = _server(_LIMITS, (socket) => {
+    socket.onmessage = (event) => socket.send(event.data as ArrayBuffer); // echoes, unread
+  });
+  const peer = await _RawPeer.open(port);
+  const chunk = new Uint8Array(512 * 1024);
+  for (let i = 0; i < 32; i++) await peer.write(_clientFrame(2, chunk));
+  // An unmasked frame fails the connection (1002); the close frame queues behind 16 MiB of
+  // echoes the peer never reads, so only the close wait can end the connection.
+  await peer.write(_clientFrame(2, new Uint8Array(1), { masked: false }));
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const outcome = await Promise.race([
+    sockets[0].seen.closed.then((info) => info.code),
+    new Promise<string>((resolve) => timer = setTimeout(() => resolve("still open"), 10_000)),
+  ]);
+  clearTimeout(timer);
+  peer.close();
+  assert.equal(outcome, 1002);
+  await server.shutdown();
+});
+
 Deno.test("websocket server: a silent peer is pinged, then closed with 1001", async () => {
   const { server, port, sockets } = _server({ ..._LIMITS, idleTimeoutMs: 100 });
   const peer = await _RawPeer.open(port);
