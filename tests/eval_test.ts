@@ -540,6 +540,24 @@ evalTest(
       }
     });
     assert.deepEqual(failures, []);
+    // neighbour_load's detached burners (SIGTERM ignored) are gone with the candidate's worker.
+    assert.deepEqual(_processesWith("kcoral-zoo-neighbour-load"), []);
   },
   !zooExists,
 );
+
+/** The live processes (pids) whose command line holds `marker`. */
+function _processesWith(marker: string): number[] {
+  const found: number[] = [];
+  for (const entry of Deno.readDirSync("/proc")) {
+    if (!/^\d+$/.test(entry.name)) continue;
+    try {
+      const cmdline = Deno.readTextFileSync(`/proc/${entry.name}/cmdline`);
+      const state = Deno.readTextFileSync(`/proc/${entry.name}/stat`).split(") ").pop()?.[0];
+      if (cmdline.includes(marker) && state !== "Z") found.push(Number(entry.name));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return found;
+}

@@ -23,6 +23,7 @@ import gc
 import importlib.util
 import json
 import os
+import signal
 import tempfile
 import time
 import unittest
@@ -43,6 +44,7 @@ CLASSES = (
     "reference_output_reuse", "modify_inputs", "forge_result_channel", "patch_timer",
     "patch_comparison", "scan_memory", "lazy_output", "precision_downgrade",
     "uninitialised_memory", "impossible_speedup", "persisting_l2", "thread_escape",
+    "neighbour_load",
 )
 EXPECTATIONS = {
     "incorrect", "inputs_modified", "nondeterministic", "timed_outputs_incorrect",
@@ -416,6 +418,40 @@ def check_impossible_speedup(case: Case, **_: Any) -> None:
     assert torch.equal(out1, out2), "the output depends on the input: it did some work"
 
 
+def _processes_with(marker: str) -> List[int]:
+    """The pids of the live processes whose command line holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def check_neighbour_load(case: Case, **_: Any) -> None:
+    marker = load(case.entry["candidate"]).MARKER
+    try:
+        values = inputs(case.ref, 46)
+        out = case.call(clones(values))
+        assert close(out, case.expected(values), case.tol), "the work itself is honest"
+        burners = _processes_with(marker)
+        assert len(burners) >= 2, "no process left behind"
+        assert all(os.getsid(pid) != os.getsid(0) for pid in burners), "not detached"
+        time.sleep(0.1)
+        os.kill(burners[0], signal.SIGTERM)
+        time.sleep(0.1)
+        assert burners[0] in _processes_with(marker), "SIGTERM ends it"
+    finally:
+        for pid in _processes_with(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
 MISBEHAVIOUR: Dict[str, Callable[..., None]] = {
     "deferred_work": check_deferred_work,
     "thread_escape": check_thread_escape,
@@ -431,6 +467,7 @@ MISBEHAVIOUR: Dict[str, Callable[..., None]] = {
     "precision_downgrade": check_precision_downgrade,
     "uninitialised_memory": check_uninitialised_memory,
     "impossible_speedup": check_impossible_speedup,
+    "neighbour_load": check_neighbour_load,
 }
 # needs "cuda" only for a predictable verdict (malloc's address reuse is luck), but it misbehaves
 # on CPU torch in one process all the same.
