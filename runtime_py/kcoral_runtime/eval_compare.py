@@ -131,7 +131,7 @@ def _compare(expected: Any, desc: Dict[str, Any], actual: Any,
         if kind != "tensor":
             if kind == "other":
                 report["not_plain"] = True
-            _fail(report, f"{where}: expected a tensor, got {desc.get('type') or kind}")
+            _fail(report, f"{where}: expected a tensor, got {_described(desc)}")
             return
         if not desc.get("plain", True) and type(expected) is torch.Tensor:
             report["not_plain"] = True
@@ -162,14 +162,13 @@ def _compare(expected: Any, desc: Dict[str, Any], actual: Any,
     if isinstance(expected, (list, tuple)):
         if kind not in ("list", "tuple") or len(desc["items"]) != len(expected):
             _fail(report, f"{where}: expected a sequence of {len(expected)}, got "
-                          f"{desc.get('type') or kind}")
+                          f"{_described(desc)}")
             return
         for k, (e, d, a) in enumerate(zip(expected, desc["items"], actual)):
             _compare(e, d, a, tolerance, report, f"{where}[{k}]")
         return
     if kind != "scalar":
-        _fail(report, f"{where}: expected {type(expected).__name__}, got "
-                      f"{desc.get('type') or kind}")
+        _fail(report, f"{where}: expected {type(expected).__name__}, got {_described(desc)}")
         return
     if isinstance(expected, float) and isinstance(actual, (int, float)) \
             and not isinstance(actual, bool):
@@ -180,6 +179,23 @@ def _compare(expected: Any, desc: Dict[str, Any], actual: Any,
         return
     if actual != expected or type(actual) is not type(expected):
         _fail(report, f"{where}: {actual!r}, expected {expected!r}")
+
+
+def _described(desc: Dict[str, Any]) -> str:
+    """What a candidate's output is, in words, from its bundle description: ``None``, ``int
+    3``, ``a list of 2``, ``a tensor of shape [4] (float32)``, ``dict``..."""
+    kind = desc.get("t")
+    if kind == "tensor":
+        return f"a {desc.get('type') or 'tensor'} of shape {desc.get('shape')} " \
+               f"({desc.get('dtype')})"
+    if kind in ("list", "tuple"):
+        return f"a {kind} of {len(desc.get('items') or [])}"
+    if kind == "scalar":
+        if "float" in desc:
+            return f"float {desc['float']}"
+        value = desc.get("v")
+        return "None" if value is None else f"{type(value).__name__} {value!r:.40}"
+    return str(desc.get("type") or kind)
 
 
 def summarize(reports: List[Dict[str, Any]]) -> Dict[str, Any]:

@@ -65,7 +65,7 @@ def clone_value(value: Any) -> Any:
 
 def same_value(a: Any, b: Any, tolerance: Optional[Dict[str, float]] = None,
                exact: bool = True) -> bool:
-    """Whether two values (tensors, nested sequences, scalars) are equal: bit for bit (NaN
+    """Whether two values (tensors, nested sequences and dicts, scalars) are equal: bit for bit (NaN
     equal to NaN) with ``exact``, else floating tensors within the dtype's tolerance
     (``eval_compare.tolerance_for`` with ``tolerance`` as the override)."""
     import torch
@@ -89,6 +89,9 @@ def same_value(a: Any, b: Any, tolerance: Optional[Dict[str, float]] = None,
         return isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) \
             and len(a) == len(b) and all(same_value(x, y, tolerance, exact)
                                          for x, y in zip(a, b))
+    if isinstance(a, dict) or isinstance(b, dict):
+        return isinstance(a, dict) and isinstance(b, dict) and list(a) == list(b) \
+            and all(same_value(a[k], b[k], tolerance, exact) for k in a)
     try:
         return bool(a == b) or bool(a != a and b != b)
     except Exception:  # an object whose == is not a truth value

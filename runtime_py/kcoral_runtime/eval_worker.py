@@ -143,6 +143,15 @@ def _tolerance(problem: Optional[Dict[str, float]], override: Optional[Dict[str,
 # --------------------------------------------------------------------------- 1. inputs
 
 
+def _listed(values: Any, name: str) -> List[Any]:
+    """What ``get_inputs()``/``get_init_inputs()`` returned, as the list of arguments it must
+    be (a list or tuple)."""
+    if not isinstance(values, (list, tuple)):
+        raise ExecutionError("runtime", f"{name}() must return a list or tuple of arguments, "
+                                        f"not {type(values).__name__}")
+    return list(values)
+
+
 def generate_inputs(reference_source: str, request_json: str) -> bytearray:
     """Step 1 (module docstring): the inputs bundle for the secret seeds of ``request_json``
     (``correctness_seeds``, ``timing_seeds``: decimal strings; ``init_seed``)."""
@@ -163,11 +172,11 @@ def generate_inputs(reference_source: str, request_json: str) -> bytearray:
     # The CPU generator only: torch.manual_seed also seeds every CUDA device (a CUDA call at
     # once where the worker's context exists), which this cpu_only step must not make.
     torch.default_generator.manual_seed(init_seed)
-    init_inputs = list(module.get_init_inputs())
+    init_inputs = _listed(module.get_init_inputs(), "get_init_inputs")
 
     def one(seed: int) -> Dict[str, Any]:
         torch.default_generator.manual_seed(seed)
-        values = list(module.get_inputs())
+        values = _listed(module.get_inputs(), "get_inputs")
         for v in values:
             if isinstance(v, torch.Tensor) and v.device.type != "cpu":
                 raise ExecutionError(
@@ -212,7 +221,10 @@ def _input_bytes(values: List[Any]) -> int:
 
 
 def _error(phase: str, exc: BaseException) -> Dict[str, Any]:
-    return {"phase": phase, "type": type(exc).__name__, "message": str(exc)[:4000],
+    message = str(exc)[:4000]
+    if isinstance(exc, SystemExit):
+        message = f"the candidate called sys.exit({exc.code!r})"
+    return {"phase": phase, "type": type(exc).__name__, "message": message,
             "traceback": traceback.format_exc()[-8000:]}
 
 
@@ -295,7 +307,7 @@ def run_candidate(candidate_source: str, inputs: bytes, request_json: str) -> by
                     result["timed"].append({"set": k,
                                             "output": writer.describe_value(rotation.latest[k])})
             phases["candidate_timing"] = _ms(started)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() in the candidate's code: its failure
         result["error"] = _error(phase, exc)
     result["patched"] = changed(watched)
     # Assembling the bundle is the step's last work: its time cannot be in the bundle's own

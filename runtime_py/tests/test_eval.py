@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 
 from kcoral_runtime import eval_worker  # noqa: E402
 from kcoral_runtime import eval_compare  # noqa: E402
+from kcoral_runtime.errors import ExecutionError  # noqa: E402
 from kcoral_runtime.eval_bundle import (  # noqa: E402
     Bundle,
     BundleError,
@@ -260,7 +261,13 @@ def test_compare_values_structure_dtype_shape_device() -> None:
     assert check(e, torch.ones(2, 3))["match"]
     assert "dtype float64" in check(e, torch.ones(2, 3, dtype=torch.float64))["reason"]
     assert "shape [3, 2]" in check(e, torch.ones(3, 2))["reason"]
-    assert "expected a tensor" in check(e, [torch.ones(2, 3)])["reason"]
+    assert "expected a tensor, got a list of 1" in check(e, [torch.ones(2, 3)])["reason"]
+    # What came instead of a tensor, in words.
+    assert check(e, None)["reason"] == "output: expected a tensor, got None"
+    assert check(e, 2.5)["reason"] == "output: expected a tensor, got float 2.5"
+    assert check(e, {"y": e})["reason"] == "output: expected a tensor, got dict"
+    assert check((e, e), e)["reason"] == \
+        "output: expected a sequence of 2, got a Tensor of shape [2, 3] (float32)"
     assert "sequence of 2" in check((e, e), (e,))["reason"]
     assert check((e, 3), (torch.ones(2, 3), 3))["match"]
     lazy = check(e, object())
@@ -413,6 +420,11 @@ def test_same_value_tolerance_and_nan() -> None:
     assert not same_value(a, a + 1e-3, None, exact=False)
     assert same_value(a, a + 1e-3, {"atol": 1e-2}, exact=False)
     assert not same_value(torch.ones(2), [torch.ones(2)])
+    # Dicts of tensors compare by key and value (a deterministic dict output is not
+    # "nondeterministic").
+    assert same_value({"y": torch.ones(2)}, {"y": torch.ones(2)})
+    assert not same_value({"y": torch.ones(2)}, {"y": torch.zeros(2)})
+    assert not same_value({"y": torch.ones(2)}, {"z": torch.ones(2)})
 
 
 # --------------------------------------------------------------------------- verdict
@@ -592,6 +604,18 @@ def test_judge_refuses_swapped_inputs(monkeypatch: Any, tmp_path: Path) -> None:
         assert verdict["correct"] is False and verdict["error"]["message"] == "died"
 
 
+@pytest.mark.parametrize("returns", ["None", "torch.randn(4)", "3"])
+def test_inputs_step_refuses_get_inputs_that_is_no_list(monkeypatch: Any, tmp_path: Path,
+                                                          returns: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    ref = (FIXTURES / "scale_add_reference.py").read_text().replace(
+        "    return [torch.randn(64, 128), torch.randn(64, 128)]", f"    return {returns}")
+    seeds = {"correctness_seeds": ["1", "2", "3"], "timing_seeds": ["4"], "init_seed": 42}
+    with pytest.raises(ExecutionError, match=r"get_inputs\(\) must return a list or tuple of "
+                                             r"arguments, not (NoneType|Tensor|int)$"):
+        eval_worker.generate_inputs(ref, json.dumps(seeds))
+
+
 def test_candidate_errors_become_incorrect_verdicts(monkeypatch: Any, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
     ref = (FIXTURES / "scale_add_reference.py").read_text()
@@ -601,11 +625,17 @@ def test_candidate_errors_become_incorrect_verdicts(monkeypatch: Any, tmp_path: 
     for source, phase in [("raise RuntimeError('boom')\n", "load"),
                           ("class ModelNew:\n    def __init__(self, a): pass\n"
                            "    def __call__(self, x, y): raise ValueError('no')\n", "correctness"),
-                          ("x = 1\n", "load")]:
+                          ("x = 1\n", "load"),
+                          ("import sys\nsys.exit(0)\n", "load"),
+                          ("class ModelNew:\n    def __init__(self, a): pass\n"
+                           "    def __call__(self, x, y): raise SystemExit(3)\n", "correctness")]:
         outputs = eval_worker.run_candidate(source, inputs, "{}")
         verdict = json.loads(eval_worker.judge(ref, inputs, outputs,
                                                json.dumps({"inputs_sha256": sha})))
         assert verdict["correct"] is False and verdict["error"]["phase"] == phase
+        if "exit" in source or "SystemExit" in source:
+            assert verdict["error"]["type"] == "SystemExit"
+            assert verdict["error"]["message"].startswith("the candidate called sys.exit(")
         assert verdict["candidate"] is None and verdict["reference"] is None
     crashed = json.loads(eval_worker.judge(ref, inputs, b"", json.dumps({
         "inputs_sha256": sha,
