@@ -205,7 +205,9 @@ export function formatVerdict(verdict: Verdict): string {
   const correctness = verdict.checks.correctness as
     | { sets: number; matched: number; reasons: string[]; max_abs_diff?: number | null }
     | undefined;
-  if (correctness) {
+  if (correctness && correctness.sets === 0) {
+    lines.push("  outputs    none compared (the candidate gave no output)");
+  } else if (correctness) {
     const diff = correctness.max_abs_diff == null
       ? ""
       : `, max abs diff ${correctness.max_abs_diff.toPrecision(3)}`;
@@ -245,11 +247,28 @@ export function formatVerdict(verdict: Verdict): string {
   return lines.join("\n");
 }
 
+/** A reference or candidate file that cannot be read (printed as its message alone). */
+class _FileError extends Error {}
+
+/**
+ * The text of a reference or candidate file, or an `Error` whose message says which file and
+ * what is wrong with it in words (missing, a directory, unreadable, not UTF-8 text).
+ */
 async function _readSource(path: string, what: string): Promise<string> {
+  const refuse = (why: string) => new _FileError(`cannot read the ${what} file ${path}: ${why}`);
+  let bytes: Uint8Array;
   try {
-    return await Deno.readTextFile(path);
+    bytes = await Deno.readFile(path);
   } catch (error) {
-    throw new Error(`cannot read the ${what} file ${path}: ${(error as Error).message}`);
+    if (error instanceof Deno.errors.NotFound) throw refuse("no such file");
+    if (error instanceof Deno.errors.IsADirectory) throw refuse("it is a directory");
+    if (error instanceof Deno.errors.PermissionDenied) throw refuse("permission denied");
+    throw refuse((error as Error).message);
+  }
+  try {
+    return new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    throw refuse("not UTF-8 text (a binary file?)");
   }
 }
 
@@ -328,14 +347,17 @@ export async function evalMain(
   }
   const access = { ...(token === null ? {} : { token }), caCerts };
   try {
+    // The files first: a file that cannot be read is reported before any server is contacted.
+    const reference = await _readSource(values.reference!, "reference");
+    const candidate = await _readSource(values.candidate!, "candidate");
     await using client = new Client(url, access);
     await using inputsClient = inputsUrl === null ? null : new Client(inputsUrl, access);
     const tolerance: EvaluateOptions["tolerance"] = {};
     if (numbers.atol !== undefined) tolerance.atol = numbers.atol;
     if (numbers.rtol !== undefined) tolerance.rtol = numbers.rtol;
     const verdict = await client.evaluate({
-      reference: await _readSource(values.reference!, "reference"),
-      candidate: await _readSource(values.candidate!, "candidate"),
+      reference,
+      candidate,
       seeds: values.seeds ?? 3,
       timingSets: values.timingSets ?? DEFAULT_TIMING_SETS,
       tolerance,
@@ -353,7 +375,9 @@ export async function evalMain(
     console.log(values.json ? JSON.stringify(verdict, null, 2) : formatVerdict(verdict));
     return isAccepted(verdict) ? 0 : 1;
   } catch (error) {
-    console.error(`kcoral eval: ${describeError(error)}`);
+    console.error(
+      `kcoral eval: ${error instanceof _FileError ? error.message : describeError(error)}`,
+    );
     if (error instanceof Error && "traceback" in error && error.traceback) {
       console.error(String(error.traceback).trimEnd());
     }

@@ -285,6 +285,9 @@ function _failure(step: string, result: ProgramResult): EvaluationError {
   );
 }
 
+/** The server's message for an instruction whose worker process died (spec protocol §5). */
+const _WORKER_DIED = "worker exited while executing the instruction";
+
 function _noGuard(result: ProgramResult): boolean {
   return !result.completed && result.error?.kind === "unavailable" &&
     result.error.message.includes("cpu_only requires the CUPTI guard");
@@ -432,14 +435,27 @@ export async function evaluateKernel(
       ((error.statusCode === 500 && error.kind === "engine") ||
         (error.statusCode === 504 && error.kind === "timeout"));
     if (!candidateFault) throw error;
-    crash = { phase: "candidate", type: error.kind!, message: error.message, traceback: "" };
+    const deadline = options.timeoutSeconds === undefined
+      ? "the server's default deadline"
+      : `its deadline of ${options.timeoutSeconds} s`;
+    crash = {
+      phase: "candidate",
+      type: error.kind!,
+      message: error.kind === "timeout"
+        ? `the candidate did not finish within ${deadline} (${error.message})`
+        : error.message,
+      traceback: "",
+    };
   }
   if (candidate !== null && !candidate.result.completed) {
     const e = candidate.result.error;
     crash = {
       phase: "candidate",
       type: e?.kind ?? "failed",
-      message: e?.message ?? "the candidate's worker failed",
+      message: e?.message === _WORKER_DIED
+        ? "the candidate's worker process died while running it (it exited, e.g. os._exit(), " +
+          "was killed by a signal such as a segfault, or was killed for using too much memory)"
+        : e?.message ?? "the candidate's worker failed",
       traceback: e?.traceback ?? "",
     };
   }

@@ -218,7 +218,8 @@ evalTest(
       for (
         const [candidate, phase, pattern] of [
           ["import no_such_module_anywhere\n", "load", /No module named/],
-          [source("scale_add_exits.py"), "candidate", /exited|crash/],
+          ["import sys\nsys.exit(0)\n", "load", /^the candidate called sys\.exit\(0\)$/],
+          [source("scale_add_exits.py"), "candidate", /worker process died while running it/],
         ] as const
       ) {
         const verdict = await client.evaluate({ reference, candidate, timing: QUICK });
@@ -226,6 +227,26 @@ evalTest(
         assert.equal(verdict.error?.phase, phase);
         assert.match(verdict.error!.message, pattern);
         assert.equal(verdict.device, "cpu");
+      }
+      // Outputs of the wrong kind: incorrect, and the reason says what came instead.
+      const header = "import torch.nn as nn\nclass ModelNew(nn.Module):\n" +
+        "    def __init__(self, alpha):\n        super().__init__()\n" +
+        "    def forward(self, x, y):\n        return ";
+      for (
+        const [output, reason] of [
+          ["None", "output: expected a tensor, got None"],
+          ["{'out': x + y}", "output: expected a tensor, got dict"],
+        ] as const
+      ) {
+        const verdict = await client.evaluate({
+          reference,
+          candidate: `${header}${output}\n`,
+          timing: QUICK,
+        });
+        assert.equal(verdict.correct, false, output);
+        assert.ok(!verdict.flags.includes("nondeterministic"), `${output}: ${verdict.flags}`);
+        const checks = verdict.checks as { correctness: { reasons: string[] } };
+        assert.deepEqual(checks.correctness.reasons, [reason, reason, reason]);
       }
       // A candidate that never returns: the step's deadline, then an incorrect verdict.
       const hung = await client.evaluate({
@@ -237,6 +258,10 @@ evalTest(
       assert.equal(hung.correct, false);
       assert.equal(hung.error?.phase, "candidate");
       assert.equal(hung.error?.type, "timeout");
+      assert.match(
+        hung.error!.message,
+        /^the candidate did not finish within its deadline of 10 s/,
+      );
       // A broken reference is no verdict: an EvaluationError names the step.
       await assert.rejects(
         client.evaluate({ reference: "x = 1\n", candidate: source("scale_add_honest.py") }),
@@ -406,6 +431,24 @@ evalTest(
       assert.match(wrong.stdout, /^INCORRECT, flagged: timed_outputs_incorrect\n/);
       assert.match(wrong.stdout, /0 of 5 input sets match/);
 
+      // A candidate that gave no output: the error, and no "0 of 0 input sets".
+      const failed = await kcoral([
+        "eval",
+        "--url",
+        server.url,
+        "--reference",
+        "scale_add_reference.py",
+        "--candidate",
+        "linear_reference.py",
+        ...quick,
+      ]);
+      assert.equal(failed.code, 1, failed.stderr);
+      assert.match(failed.stdout, /^INCORRECT\n {2}error {6}load: /);
+      assert.match(
+        failed.stdout,
+        /\n {2}outputs {4}none compared \(the candidate gave no output\)\n/,
+      );
+
       // Without the file it reads, the candidate cannot load: incorrect, exit 1.
       const unsent = await kcoralEval(
         server.url,
@@ -434,9 +477,29 @@ evalTest(
         assert.match(bad.stderr, pattern);
         assert.equal(bad.stdout, "");
       }
-      const missing = await kcoralEval(server.url, "nowhere.py", "c.py");
-      assert.equal(missing.code, 1);
-      assert.match(missing.stderr, /cannot read the reference file nowhere\.py/);
+      // A file that cannot be read: exit 1, which file and why, before any server is contacted.
+      const garbage = await Deno.makeTempFile({ suffix: ".py" });
+      await Deno.writeFile(garbage, new Uint8Array([0x80, 0xff, 0, 1, 0xfe]));
+      for (
+        const [reference, candidate, message] of [
+          ["nowhere.py", "c.py", "cannot read the reference file nowhere.py: no such file"],
+          [
+            "scale_add_reference.py",
+            "eval_params",
+            "cannot read the candidate file eval_params: it is a directory",
+          ],
+          [
+            garbage,
+            "c.py",
+            `cannot read the reference file ${garbage}: not UTF-8 text (a binary file?)`,
+          ],
+        ]
+      ) {
+        const unread = await kcoralEval("http://127.0.0.1:1", reference, candidate);
+        assert.equal(unread.code, 1, unread.stderr);
+        assert.equal(unread.stderr, `kcoral eval: ${message}\n`);
+      }
+      await Deno.remove(garbage);
       const unreachable = await kcoralEval(
         "http://127.0.0.1:1",
         "scale_add_reference.py",
