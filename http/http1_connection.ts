@@ -1,7 +1,7 @@
 /**
  * One client connection of http/http1_server.ts: request heads in turn, each under its deadline
  * (the listener's sweep calls {@linkcode Http1Connection.expire}: an idle connection closed
- * quietly, a stalled head or a body without progress answered 408), the request handed to the handler with its body as a
+ * quietly, a stalled head answered 408), the request handed to the handler with its body as a
  * byte stream (http1_input.ts), the answer written (http1_response.ts), keep-alive or close;
  * malformed framing answered with an ERROR body and a short drain; a read left pending once the
  * body has arrived, so that the client's end aborts `request.signal`; a protocol switch's `101`
@@ -93,8 +93,6 @@ export class Http1Connection {
   #expiring: Promise<void> | null = null;
   /** Handed over after a 101 (switchProtocols): this server no longer closes it. */
   #switched = false;
-  /** The current request's streamed body, whose progress the listener's sweep checks. */
-  #body: RequestBody | null = null;
 
   /** `conn` served with `settings`; `overflow`: beyond `maxConnections` (one overflow path). */
   constructor(conn: Deno.Conn, settings: ConnectionSettings, overflow: boolean) {
@@ -105,21 +103,13 @@ export class Http1Connection {
     this.#overflow = overflow;
   }
 
-  /** Whether this connection's deadline, or its request body's, has passed at `now`. */
+  /** Whether this connection's deadline has passed at `now`. */
   due(now: number): boolean {
-    return (this.#deadline !== 0 && now >= this.#deadline && !this.#expired) ||
-      (this.#body?.due(now) ?? false);
+    return this.#deadline !== 0 && now >= this.#deadline && !this.#expired;
   }
 
-  /**
-   * Its deadline passed at `now`: closed (idle), or answered 408 and closed (a head that
-   * stalled, or a body that made no progress for the body timeout).
-   */
-  expire(now: number): void {
-    if (this.#body?.due(now)) {
-      this.#body.stall();
-      return;
-    }
+  /** Its deadline passed: closed (idle), or answered 408 and closed (a head that stalled). */
+  expire(): void {
     if (this.#expired) return;
     this.#expired = true;
     this.#deadline = 0;
@@ -149,8 +139,7 @@ export class Http1Connection {
         const head = await this.#readHead();
         if (head === null) return;
         this.#idle = false;
-        const again = await this.#exchange(head).finally(() => (this.#body = null));
-        if (!again || this.#stopping || this.#overflow) return;
+        if (!await this.#exchange(head) || this.#stopping || this.#overflow) return;
       }
     } catch {
       // a write to a connection its client closed: nothing to answer
@@ -284,7 +273,7 @@ export class Http1Connection {
         head.framing.length <= _BODY_CHUNK && head.framing.length <= this.#input.buffered
       ? this.#input.takeBytes(head.framing.length)
       : null;
-    const body = this.#body = noBody || whole ? null : new RequestBody(
+    const body = noBody || whole ? null : new RequestBody(
       this.#input,
       head.framing,
       this.#limits.bodyTimeoutMs,

@@ -2,7 +2,7 @@
  * What an HTTP/1.1 connection of http/http1_server.ts reads: the bytes received and not yet
  * consumed (at most one read pending, so a read left waiting for the client's end can become the
  * next head's), and a request body as a byte stream read straight into its reader's buffers
- * (`Content-Length` or chunked), whose progress the listener's sweep checks (no timer per body).
+ * (`Content-Length` or chunked), under a progress watchdog (one timer per body).
  *
  * @module
  */
@@ -94,7 +94,7 @@ export interface RequestBodyEvents {
   ended(): void;
   /** The body failed (cut short, framed wrongly, the client gone). */
   failed(error: Error): void;
-  /** No byte came for the body timeout while a read waited ({@linkcode RequestBody.stall}). */
+  /** No byte came for the body timeout while a read waited. */
   stalled(): void;
 }
 
@@ -110,8 +110,6 @@ export class RequestBody {
   ended = false;
   /** Cut for making no progress (answered 408 by the connection). */
   cut = false;
-  /** Its reader cancelled it: no longer cut for a read left waiting. */
-  #cancelled = false;
   readonly #input: ConnectionInput;
   readonly #framing: BodyFraming;
   readonly #timeoutMs: number;
@@ -123,6 +121,7 @@ export class RequestBody {
   /** When a read began waiting on the connection (0: none waits). */
   #waitingSince = 0;
   #lastProgress = 0;
+  #watchdog: ReturnType<typeof setTimeout> | undefined;
   /** A default reader's read buffer, kept from a read that returned little. */
   #spare: Uint8Array | null = null;
   /** The size of a default reader's next fresh read buffer. */
@@ -143,8 +142,8 @@ export class RequestBody {
       type: "bytes",
       pull: (controller) => this.#pull(controller),
       cancel: () => {
-        this.#cancelled = true;
         this.#spare = null;
+        clearTimeout(this.#watchdog);
       },
     });
   }
@@ -179,6 +178,7 @@ export class RequestBody {
         ? await this.#readChunked(target)
         : await this.#readLength(target);
     } catch (error) {
+      clearTimeout(this.#watchdog);
       const failure = this.cut ? new BodyTimeoutError(this.#timeoutMs) : error as Error;
       this.#events.failed(failure);
       controller.error(failure);
@@ -217,6 +217,7 @@ export class RequestBody {
   #end(): void {
     if (this.ended) return;
     this.ended = true;
+    clearTimeout(this.#watchdog);
     this.#events.ended();
   }
 
@@ -297,33 +298,31 @@ export class RequestBody {
     }
   }
 
-  /**
-   * Whether a read has waited on the connection for the body timeout with no byte since the
-   * last progress, at `now` (`performance.now()`): the listener's sweep asks, then calls
-   * {@linkcode RequestBody.stall}.
-   */
-  due(now: number): boolean {
-    return !this.ended && !this.cut && !this.#cancelled && this.#waitingSince !== 0 &&
-      now - this.#lastProgress >= this.#timeoutMs;
-  }
-
-  /** Cuts the body for making no progress: the connection answers 408 and closes. */
-  stall(): void {
-    if (this.ended || this.cut) return;
-    this.cut = true;
-    this.#events.stalled();
-  }
-
-  /** A read of the connection, its progress noted for {@linkcode RequestBody.due}. */
+  /** A read of the connection under the progress watchdog. */
   async #wait<T>(read: Promise<T>): Promise<T> {
     const now = performance.now();
     this.#waitingSince = now;
     if (this.#lastProgress === 0) this.#lastProgress = now;
+    if (this.#watchdog === undefined) this.#arm(this.#timeoutMs);
     try {
       return await read;
     } finally {
       this.#waitingSince = 0;
       this.#lastProgress = performance.now();
     }
+  }
+
+  /** One timer per body: it looks at the last progress when it fires, and re-arms. */
+  #arm(ms: number): void {
+    this.#watchdog = setTimeout(() => {
+      if (this.ended) return;
+      const since = this.#waitingSince === 0 ? 0 : performance.now() - this.#lastProgress;
+      if (this.#waitingSince !== 0 && since >= this.#timeoutMs) {
+        this.cut = true;
+        this.#events.stalled();
+        return;
+      }
+      this.#arm(this.#waitingSince === 0 ? this.#timeoutMs : this.#timeoutMs - since);
+    }, Math.max(1, ms));
   }
 }

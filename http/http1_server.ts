@@ -113,7 +113,7 @@ class _Server implements Http1Server {
   readonly #overflow = new Set<Http1Connection>();
   #closing = false;
   readonly #allClosed = Promise.withResolvers<void>();
-  /** One timer for every connection's head, idle and body deadlines (none per request). */
+  /** One timer for every connection's head and idle deadlines (none per request). */
   readonly #sweep: ReturnType<typeof setInterval>;
   /** A sweep is closing connections (the next waits for it). */
   #expiring = false;
@@ -133,9 +133,8 @@ class _Server implements Http1Server {
       ? Deno.listenTls({ ...where, ...options.tls, alpnProtocols: ["http/1.1"] })
       : Deno.listen(where);
     this.addr = this.#listener.addr as Deno.NetAddr;
-    const { headerTimeoutMs, keepAliveTimeoutMs, bodyTimeoutMs } = this.#limits;
-    const shortest = Math.min(headerTimeoutMs, keepAliveTimeoutMs, bodyTimeoutMs);
-    const tick = Math.min(Math.max(shortest / 4, 10), 250);
+    const { headerTimeoutMs, keepAliveTimeoutMs } = this.#limits;
+    const tick = Math.min(Math.max(Math.min(headerTimeoutMs, keepAliveTimeoutMs) / 4, 10), 250);
     this.#sweep = setInterval(() => void this.#expireDue(), tick);
     Deno.unrefTimer(this.#sweep);
     const accepting = this.#accept();
@@ -149,9 +148,9 @@ class _Server implements Http1Server {
   }
 
   /**
-   * Closes the connections whose deadline passed (answering stalled heads and bodies 408), a
-   * batch at a time with the event loop let go between batches: thousands timing out together
-   * must not hold `/health` for the length of the burst.
+   * Closes the connections whose deadline passed (answering stalled heads 408), a batch at a
+   * time with the event loop let go between batches: thousands timing out together must not
+   * hold `/health` for the length of the burst.
    */
   async #expireDue(): Promise<void> {
     if (this.#expiring) return;
@@ -160,7 +159,7 @@ class _Server implements Http1Server {
       const now = performance.now();
       const due = [...this.#open, ...this.#overflow].filter((c) => c.due(now));
       for (const [index, connection] of due.entries()) {
-        connection.expire(now);
+        connection.expire();
         if (index % _EXPIRE_BATCH === _EXPIRE_BATCH - 1) {
           await new Promise((resolve) => setTimeout(resolve, 0));
         }
