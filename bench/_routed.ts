@@ -6,7 +6,14 @@
 import { Client, type Program } from "../mod.ts";
 import { lengthProgram, randomBytes } from "./_programs.ts";
 import { rssMiB } from "./_proc.ts";
-import { CONTROL_PATH, encodeMessage, type NodeStatus } from "../link/messages.ts";
+import {
+  CONTROL_PATH,
+  encodeMessage,
+  type NodeStatus,
+  PROTOCOL_VERSION,
+  SLOT_PATH,
+} from "../link/messages.ts";
+import { decodeRequestFrame, encodeFrame } from "../link/frames.ts";
 import { WebSocketClient } from "../link/websocket_client.ts";
 
 const _CLI = new URL("../cli.ts", import.meta.url).pathname;
@@ -130,6 +137,43 @@ export async function standInControl(
   control.send(status);
   setInterval(() => control.send(status), options.everyMs ?? 2000);
   return control;
+}
+
+const _ANSWER = new TextEncoder().encode('{"status":"COMPLETED"}');
+const _ANSWER_HEADERS: [string, string][] = [
+  ["content-type", "application/json"],
+  ["content-length", String(_ANSWER.length)],
+];
+
+/**
+ * A stand-in node's slot link to the Router at `routerUrl`: it says hello for `nodeId` and
+ * `serverInstanceId`, and answers every request once its end arrives as a node's server answers
+ * a small one (head, body and end in one frame, `{"status":"COMPLETED"}`).
+ */
+export async function standInSlot(
+  routerUrl: string,
+  nodeId: string,
+  serverInstanceId: string,
+): Promise<WebSocketClient> {
+  const slot = new WebSocketClient(routerUrl.replace(/^http/, "ws") + SLOT_PATH);
+  await new Promise<void>((resolve) => (slot.onopen = resolve));
+  slot.send(encodeMessage({
+    t: "hello",
+    node_id: nodeId,
+    server_instance_id: serverInstanceId,
+    slot_id: crypto.randomUUID(),
+    protocol_version: PROTOCOL_VERSION,
+  }));
+  slot.onmessage = (event) => {
+    if (typeof event.data === "string") return;
+    const frame = decodeRequestFrame(new Uint8Array(event.data));
+    if (frame.end) {
+      slot.send(
+        encodeFrame(frame.requestId, { status: 200, headers: _ANSWER_HEADERS }, _ANSWER, true),
+      );
+    }
+  };
+  return slot;
 }
 
 /**

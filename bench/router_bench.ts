@@ -29,6 +29,7 @@ import { WebSocketClient } from "../link/websocket_client.ts";
 import { ownCpuMs } from "./_proc.ts";
 import {
   type NodeMode,
+  standInSlot,
   standInStatus,
   startNodeProcess,
   startRouterProcess,
@@ -36,8 +37,7 @@ import {
   uploadBurstRss,
   waitForCapacity,
 } from "./_routed.ts";
-import { CONTROL_PATH, encodeMessage, PROTOCOL_VERSION, SLOT_PATH } from "../link/messages.ts";
-import { decodeRequestFrame, encodeFrame } from "../link/frames.ts";
+import { CONTROL_PATH, encodeMessage } from "../link/messages.ts";
 
 /** What to measure. */
 export interface RouterBenchOptions {
@@ -56,7 +56,6 @@ async function _fakeNodes(routerUrl: string, count: number, versions: Record<str
   // Our client, as real nodes use (the platform's keeps Nagle on: answers would wait for ACKs).
   const sockets: WebSocketClient[] = [];
   const ws = routerUrl.replace(/^http/, "ws");
-  const answer = new TextEncoder().encode('{"status":"COMPLETED"}');
   const statuses: (() => void)[] = [];
   for (let i = 0; i < count; i++) {
     const nodeId = `load-${i}`;
@@ -66,27 +65,7 @@ async function _fakeNodes(routerUrl: string, count: number, versions: Record<str
     const status = standInStatus(nodeId, instance, versions);
     control.send(encodeMessage(status));
     statuses.push(() => control.send(encodeMessage(status)));
-    const slot = new WebSocketClient(ws + SLOT_PATH);
-    await new Promise<void>((resolve) => (slot.onopen = resolve));
-    slot.send(encodeMessage({
-      t: "hello",
-      node_id: nodeId,
-      server_instance_id: instance,
-      slot_id: crypto.randomUUID(),
-      protocol_version: PROTOCOL_VERSION,
-    }));
-    // Answered as a node's server answers a small request: head, body and end in one frame.
-    const headers: [string, string][] = [
-      ["content-type", "application/json"],
-      ["content-length", String(answer.length)],
-    ];
-    slot.onmessage = (event) => {
-      if (typeof event.data === "string") return;
-      const frame = decodeRequestFrame(new Uint8Array(event.data));
-      if (frame.end) {
-        slot.send(encodeFrame(frame.requestId, { status: 200, headers }, answer, true));
-      }
-    };
+    const slot = await standInSlot(routerUrl, nodeId, instance);
     sockets.push(control, slot);
   }
   // Heartbeats as supervisors send them (every 2 s).

@@ -12,11 +12,9 @@
  *
  * @module
  */
-import { WebSocketClient } from "../../link/websocket_client.ts";
-import { encodeMessage, PROTOCOL_VERSION, SLOT_PATH } from "../../link/messages.ts";
-import { decodeRequestFrame, encodeFrame } from "../../link/frames.ts";
+import type { WebSocketClient } from "../../link/websocket_client.ts";
 import { ownCpuMs } from "../_proc.ts";
-import { standInControl, startRouterProcess, waitForCapacity } from "../_routed.ts";
+import { standInControl, standInSlot, startRouterProcess, waitForCapacity } from "../_routed.ts";
 import { median, numberArg, positionalArgs } from "./_probe.ts";
 
 const trees = positionalArgs().slice(0, 2);
@@ -25,38 +23,18 @@ const links = numberArg("--links", 500);
 const rounds = numberArg("--rounds", 4);
 const requests = numberArg("--requests", 1000);
 const heartbeats = !Deno.args.includes("--no-heartbeats");
-const answer = new TextEncoder().encode('{"status":"COMPLETED"}');
 const body = new TextEncoder().encode("x");
 
 /** `count` stand-in nodes linked to `url`: a control link and one slot each; closes them all. */
 async function standInNodes(url: string, count: number): Promise<() => void> {
   const sockets: WebSocketClient[] = [];
-  const headers: [string, string][] = [
-    ["content-type", "application/json"],
-    ["content-length", String(answer.length)],
-  ];
   for (let i = 0; i < count; i++) {
     const nodeId = `load-${i}`;
     const instance = crypto.randomUUID();
     const control = await standInControl(url, nodeId, instance, {
       everyMs: heartbeats ? 2000 : 1e9,
     });
-    const slot = new WebSocketClient(url.replace(/^http/, "ws") + SLOT_PATH);
-    await new Promise<void>((resolve) => (slot.onopen = resolve));
-    slot.send(encodeMessage({
-      t: "hello",
-      node_id: nodeId,
-      server_instance_id: instance,
-      slot_id: crypto.randomUUID(),
-      protocol_version: PROTOCOL_VERSION,
-    }));
-    slot.onmessage = (event) => {
-      if (typeof event.data === "string") return;
-      const frame = decodeRequestFrame(new Uint8Array(event.data));
-      if (frame.end) {
-        slot.send(encodeFrame(frame.requestId, { status: 200, headers }, answer, true));
-      }
-    };
+    const slot = await standInSlot(url, nodeId, instance);
     sockets.push(control, slot);
   }
   return () => sockets.forEach((socket) => socket.close());
