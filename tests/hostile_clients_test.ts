@@ -114,6 +114,36 @@ async function _readAll(conn: Deno.Conn): Promise<string> {
   }
 }
 
+/**
+ * A request on `conn`, beyond the connection bound: a 503 ERROR `busy`, then closed; returns
+ * the ERROR body.
+ */
+async function _assertRefusedSaturated(
+  conn: Deno.Conn,
+): Promise<{ request_id: string; [key: string]: unknown }> {
+  await conn.write(_markingRequest("/nonexistent", "x").bytes);
+  const refused = await _closedByServer(conn);
+  assert.match(refused, /^HTTP\/1\.1 503 /);
+  const json = JSON.parse(refused.slice(refused.indexOf("\r\n\r\n") + 4));
+  assert.deepEqual([json.status, json.error.kind, json.error.message], [
+    "ERROR",
+    "busy",
+    "server saturated",
+  ]);
+  return json;
+}
+
+/** `count` connections from `connect`, each holding half a `/health` head. */
+async function _halfHeads(connect: () => Promise<Deno.Conn>, count: number): Promise<Deno.Conn[]> {
+  const held: Deno.Conn[] = [];
+  for (let i = 0; i < count; i++) {
+    const conn = await connect();
+    await conn.write(_encoder.encode("GET /health HTTP/1.1\r\nhost: x\r\n"));
+    held.push(conn);
+  }
+  return held;
+}
+
 /** Whether the server has closed `conn` (reads until the end, discarding). */
 async function _closedByServer(conn: Deno.Conn): Promise<string> {
   const text = await _readAll(conn);
@@ -424,12 +454,7 @@ Deno.test("hostile: beyond --max-connections only /health is answered; others ge
   try {
     const { hostname, port } = new URL(server.url);
     const connect = () => Deno.connect({ hostname, port: Number(port) });
-    const held: Deno.Conn[] = [];
-    for (let i = 0; i < 8; i++) {
-      const conn = await connect();
-      await conn.write(_encoder.encode("GET /health HTTP/1.1\r\nhost: x\r\n"));
-      held.push(conn);
-    }
+    const held = await _halfHeads(connect, 8);
     await waitUntil("8 connections held", async () => {
       // A probe beyond the bound tells: it is answered with connection: close.
       const conn = await connect();
@@ -437,16 +462,7 @@ Deno.test("hostile: beyond --max-connections only /health is answered; others ge
       const text = await _closedByServer(conn);
       return /^HTTP\/1\.1 200 /.test(text) && /connection: close/i.test(text);
     });
-    const conn = await connect();
-    await conn.write(_markingRequest("/nonexistent", "x").bytes);
-    const refused = await _closedByServer(conn);
-    assert.match(refused, /^HTTP\/1\.1 503 /);
-    const json = JSON.parse(refused.slice(refused.indexOf("\r\n\r\n") + 4));
-    assert.deepEqual([json.status, json.error.kind, json.error.message], [
-      "ERROR",
-      "busy",
-      "server saturated",
-    ]);
+    const json = await _assertRefusedSaturated(await connect());
     for (const c of held) c.close();
     // Below the bound again: requests are served as before.
     await waitUntil("served again", async () => {
@@ -903,12 +919,7 @@ Deno.test("hostile: a Router beyond --max-connections answers only /health; malf
       assert.deepEqual([json.status, json.error.kind], ["ERROR", "parse"]);
       assert.match(json.error.message, message);
     }
-    const held: Deno.Conn[] = [];
-    for (let i = 0; i < 8; i++) {
-      const conn = await connect();
-      await conn.write(_encoder.encode("GET /health HTTP/1.1\r\nhost: x\r\n"));
-      held.push(conn);
-    }
+    const held = await _halfHeads(connect, 8);
     await waitUntil("8 connections held", async () => {
       const conn = await connect();
       await conn.write(_encoder.encode("GET /health HTTP/1.1\r\nhost: x\r\n\r\n"));
@@ -917,16 +928,7 @@ Deno.test("hostile: a Router beyond --max-connections answers only /health; malf
       return /^HTTP\/1\.1 503 /.test(text) && /connection: close/i.test(text) &&
         /"status":"unavailable"/.test(text);
     });
-    const conn = await connect();
-    await conn.write(_markingRequest("/nonexistent", "x").bytes);
-    const refused = await _closedByServer(conn);
-    assert.match(refused, /^HTTP\/1\.1 503 /);
-    const json = JSON.parse(refused.slice(refused.indexOf("\r\n\r\n") + 4));
-    assert.deepEqual([json.status, json.error.kind, json.error.message], [
-      "ERROR",
-      "busy",
-      "server saturated",
-    ]);
+    await _assertRefusedSaturated(await connect());
     for (const c of held) c.close();
     const lines = router.process.lines.filter((l) => / connection_cut /.test(l));
     assert.equal(lines.filter((l) => /reason=malformed_request/.test(l)).length, cases.length);
