@@ -59,6 +59,16 @@ def cuda_include() -> Path:
     raise AssertionError("cupti_callbacks.h not found (install the CUDA toolkit's CUPTI headers)")
 
 
+def build_fake_nvml(out: Path) -> str:
+    """Compiles the stand-in NVML (``fixtures/nvml/fake_nvml.c``) to ``out``; returns its path."""
+    source = Path(__file__).resolve().parent / "fixtures" / "nvml" / "fake_nvml.c"
+    cmd = [c_compiler(), "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", str(source),
+           "-o", str(out), "-lpthread"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return str(out)
+
+
 def build_fake_cupti(out: Path) -> str:
     """Compiles the stand-in libcupti to ``out`` (name it other than ``libcupti.so*``: the real
     CUPTI search prefers copies already mapped into the process)."""

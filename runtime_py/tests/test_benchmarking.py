@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _doubles import build_fake_cupti, c_compiler  # noqa: E402
+from _doubles import build_fake_cupti, build_fake_nvml, c_compiler  # noqa: E402
 from kcoral_runtime import benchmarking, cupti_activity, gpu_state  # noqa: E402
 from kcoral_runtime.benchmarking import Settings, measure  # noqa: E402
 from kcoral_runtime.cupti_activity import KIND  # noqa: E402
@@ -29,7 +29,6 @@ from kcoral_runtime.errors import ExecutionError  # noqa: E402
 RUNTIME = KIND["RUNTIME"]
 KERNEL = KIND["CONCURRENT_KERNEL"]
 MEMSET = KIND["MEMSET"]
-NVML_SOURCE = Path(__file__).resolve().parent / "fixtures" / "nvml" / "fake_nvml.c"
 DRIVER_SOURCE = Path(__file__).resolve().parent / "fixtures" / "driver" / "fake_persisting_l2.c"
 UUID0 = "GPU-11111111-2222-3333-4444-555555555555"
 SW_POWER_CAP = 0x4
@@ -49,12 +48,7 @@ def cupti(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
 
 @pytest.fixture(scope="module")
 def nvml_path(tmp_path_factory: pytest.TempPathFactory) -> str:
-    out = tmp_path_factory.mktemp("benchnvml") / "libbench_fake_nvml.so"
-    cmd = [c_compiler(), "-shared", "-fPIC", "-Wall", "-Werror", str(NVML_SOURCE), "-o", str(out),
-           "-lpthread"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return str(out)
+    return build_fake_nvml(tmp_path_factory.mktemp("benchnvml") / "libbench_fake_nvml.so")
 
 
 @pytest.fixture()

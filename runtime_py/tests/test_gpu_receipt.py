@@ -6,7 +6,6 @@ the lease."""
 from __future__ import annotations
 
 import ctypes
-import subprocess
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -20,9 +19,8 @@ if str(RUNTIME_DIR) not in sys.path:
 from kcoral_runtime import gpu_state  # noqa: E402
 from kcoral_runtime.gpu_receipt import RequestReceipt, visible_device_ids  # noqa: E402
 
-from _doubles import c_compiler  # noqa: E402
+from _doubles import build_fake_nvml  # noqa: E402
 
-FAKE_SOURCE = Path(__file__).resolve().parent / "fixtures" / "nvml" / "fake_nvml.c"
 UUID0 = "GPU-11111111-2222-3333-4444-555555555555"
 UUID1 = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
 SW_POWER_CAP = 0x4
@@ -31,12 +29,7 @@ GPU_IDLE = 0x1
 
 @pytest.fixture(scope="module")
 def nvml_path(tmp_path_factory: pytest.TempPathFactory) -> str:
-    out = tmp_path_factory.mktemp("receiptnvml") / "libreceipt_fake_nvml.so"
-    cmd = [c_compiler(), "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", str(FAKE_SOURCE),
-           "-o", str(out), "-lpthread"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return str(out)
+    return build_fake_nvml(tmp_path_factory.mktemp("receiptnvml") / "libreceipt_fake_nvml.so")
 
 
 @pytest.fixture

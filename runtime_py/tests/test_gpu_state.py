@@ -40,9 +40,8 @@ from kcoral_runtime.gpu_state import (  # noqa: E402
     throttled_windows,
 )
 
-from _doubles import c_compiler  # noqa: E402
+from _doubles import build_fake_nvml  # noqa: E402
 
-FAKE_SOURCE = Path(__file__).resolve().parent / "fixtures" / "nvml" / "fake_nvml.c"
 UUID0 = "GPU-11111111-2222-3333-4444-555555555555"
 UUID1 = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
 NOT_SUPPORTED = 3
@@ -51,12 +50,7 @@ WAIT = 30.0  # how long a condition may take to come about before the test gives
 
 @pytest.fixture(scope="module")
 def fake_path(tmp_path_factory: pytest.TempPathFactory) -> str:
-    out = tmp_path_factory.mktemp("fakenvml") / "libfake_nvml.so"
-    cmd = [c_compiler(), "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", str(FAKE_SOURCE),
-           "-o", str(out), "-lpthread"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return str(out)
+    return build_fake_nvml(tmp_path_factory.mktemp("fakenvml") / "libfake_nvml.so")
 
 
 class FakeNvml:
