@@ -95,33 +95,12 @@ export function isBlobHash(value: unknown): value is string {
  * ```
  */
 export function parseProgram(text: string | Uint8Array): ParsedProgram {
-  let body: TypedJsonValue;
   try {
-    body = parseJsonTyped(text, { maxIntDigits: PYTHON_INT_DIGITS });
+    return _validate(parseJsonTyped(text, { maxIntDigits: PYTHON_INT_DIGITS }));
   } catch (error) {
-    if (error instanceof JsonParseError) throw new ProgramError(error.message, { cause: error });
-    throw error;
-  }
-  return validateProgram(body);
-}
-
-/**
- * Validate an already parsed program (from {@linkcode parseJsonTyped}); see
- * {@linkcode parseProgram}.
- *
- * @example
- * ```ts
- * import { parseJsonTyped, validateProgram } from "./mod.ts";
- *
- * const parsed = validateProgram(parseJsonTyped('{"instructions":[{"op":"upload","kind":"module","source":"","id":"m"}],"options":{"gpu_count":2}}'));
- * if (parsed.options.gpuCount !== 2) throw new Error();
- * ```
- */
-export function validateProgram(body: TypedJsonValue): ParsedProgram {
-  try {
-    return _validate(body);
-  } catch (error) {
-    if (error instanceof PathError) throw new ProgramError(error.message, { cause: error });
+    if (error instanceof JsonParseError || error instanceof PathError) {
+      throw new ProgramError(error.message, { cause: error });
+    }
     throw error;
   }
 }
