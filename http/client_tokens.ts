@@ -36,16 +36,8 @@ const _TOKEN = /^[A-Za-z0-9\-._~+/]+=*$/;
 /**
  * Why `token` cannot be a client token (`null` when it can): RFC 6750's token characters only
  * (letters, digits, `-._~+/`, trailing `=`). The message never quotes the token.
- *
- * @example
- * ```ts
- * import { tokenProblem } from "./client_tokens.ts";
- *
- * if (tokenProblem("s3cret-Token_1") !== null) throw new Error();
- * if (tokenProblem("has space") === null || tokenProblem("") === null) throw new Error();
- * ```
  */
-export function tokenProblem(token: string): string | null {
+function _tokenProblem(token: string): string | null {
   if (token === "") return "must not be empty";
   if (!_TOKEN.test(token)) {
     return "must be letters, digits and '-._~+/' (optionally ending in '='), with no spaces or commas";
@@ -79,19 +71,8 @@ const _encoder = new TextEncoder();
  * The tokens of a token file: one per line, blank lines and `#` comments skipped, surrounding
  * whitespace trimmed. Throws an `Error` naming the file and the line (never the token) when it
  * cannot be read or a line is not a token.
- *
- * @example
- * ```ts
- * import { readTokenFile } from "./client_tokens.ts";
- *
- * const path = await Deno.makeTempFile();
- * await Deno.writeTextFile(path, "# operators\nalpha-1\n\n  beta/2==  # ci\n");
- * const tokens = readTokenFile(path);
- * if (tokens.join(" ") !== "alpha-1 beta/2==") throw new Error(tokens.join(" "));
- * await Deno.remove(path);
- * ```
  */
-export function readTokenFile(path: string): string[] {
+function _readTokenFile(path: string): string[] {
   let text: string;
   try {
     text = Deno.readTextFileSync(path);
@@ -104,7 +85,7 @@ export function readTokenFile(path: string): string[] {
     const hash = lines[i].indexOf("#");
     const token = (hash >= 0 ? lines[i].slice(0, hash) : lines[i]).trim();
     if (token === "") continue;
-    const problem = tokenProblem(token);
+    const problem = _tokenProblem(token);
     if (problem !== null) {
       throw new Error(`client token file ${path}, line ${i + 1}: a token ${problem}`);
     }
@@ -129,7 +110,7 @@ export function splitTokens(values: readonly string[], flag: string): string[] {
   for (const value of values) {
     for (const part of value.split(",")) {
       const token = part.trim();
-      const problem = tokenProblem(token);
+      const problem = _tokenProblem(token);
       if (problem !== null) throw new TypeError(`${flag}: a token ${problem}`);
       tokens.push(token);
     }
@@ -182,7 +163,7 @@ export class ClientTokens {
     this.file = options.file ?? null;
     this.protectHealth = options.protectHealth ?? false;
     for (const token of this.#given) {
-      const problem = tokenProblem(token);
+      const problem = _tokenProblem(token);
       if (problem !== null) throw new TypeError(`a client token ${problem}`);
     }
     this.#accepted = this.#collect();
@@ -238,7 +219,7 @@ export class ClientTokens {
 
   #collect(): string[] {
     const tokens = new Set(this.#given);
-    if (this.file !== null) { for (const token of readTokenFile(this.file)) tokens.add(token); }
+    if (this.file !== null) { for (const token of _readTokenFile(this.file)) tokens.add(token); }
     if (tokens.size === 0) {
       throw new TypeError(
         this.file === null

@@ -19,7 +19,7 @@ import { collectDefaultMetrics, Gauge, type Metric, Registry } from "prom-client
 import { KCORAL_VERSION } from "../options/version.ts";
 
 /** The `Content-Type` of the Prometheus text exposition format. */
-export const METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8";
+const _METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8";
 
 /** Buckets for waits and holds, in seconds: sub-millisecond up to the longest timeout. */
 export const DURATION_BUCKETS: readonly number[] = [
@@ -47,7 +47,7 @@ export const DURATION_BUCKETS: readonly number[] = [
 /** `registry` in the exposition format, as a `200` response. */
 export async function metricsResponse(registry: Registry): Promise<Response> {
   const text = await registry.metrics();
-  return new Response(text, { headers: { "content-type": METRICS_CONTENT_TYPE } });
+  return new Response(text, { headers: { "content-type": _METRICS_CONTENT_TYPE } });
 }
 
 /**

@@ -66,7 +66,7 @@ export async function route(
   guard?: RouteGuard,
 ): Promise<Response> {
   const path = new URL(request.url).pathname;
-  const match = routes.find((r) => r.path === path && (!r.loopbackOnly || isLoopback(info)));
+  const match = routes.find((r) => r.path === path && (!r.loopbackOnly || _isLoopback(info)));
   if (!match) return jsonResponse(404, '{"detail":"Not Found"}');
   const tokens = guard?.tokens;
   if (
@@ -109,18 +109,8 @@ export function jsonResponse(status: number, body: string, requestId?: string): 
   return new Response(body, { status, headers });
 }
 
-/**
- * Whether the client is on this machine (`127.0.0.0/8`, `::1`, `::ffff:127.0.0.1`).
- *
- * @example
- * ```ts
- * import { isLoopback } from "./routes.ts";
- *
- * const info = { remoteAddr: { transport: "tcp", hostname: "127.0.0.1", port: 5 } };
- * if (!isLoopback(info as Deno.ServeHandlerInfo)) throw new Error();
- * ```
- */
-export function isLoopback(info: Deno.ServeHandlerInfo | undefined): boolean {
+/** Whether the client is on this machine (`127.0.0.0/8`, `::1`, `::ffff:127.0.0.1`). */
+function _isLoopback(info: Deno.ServeHandlerInfo | undefined): boolean {
   const addr = info?.remoteAddr as Deno.NetAddr | undefined;
   if (!addr || !("hostname" in addr)) return false;
   return addr.hostname === "::1" || addr.hostname.startsWith("127.") ||

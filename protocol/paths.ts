@@ -74,7 +74,7 @@ export function normalizeFilePath(path: unknown): string {
 }
 
 /** Order two paths by their component lists, comparing components by code point. */
-export function comparePathComponents(a: string, b: string): number {
+function _comparePathComponents(a: string, b: string): number {
   const x = a.split("/");
   const y = b.split("/");
   const n = Math.min(x.length, y.length);
@@ -107,7 +107,7 @@ export function comparePathComponents(a: string, b: string): number {
  * ```
  */
 export function checkPathConflicts(paths: readonly string[]): void {
-  const ordered = [...paths].sort(comparePathComponents);
+  const ordered = [...paths].sort(_comparePathComponents);
   for (let i = 1; i < ordered.length; i++) {
     const previous = ordered[i - 1];
     const current = ordered[i];
