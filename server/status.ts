@@ -17,7 +17,7 @@ import type { WorkerPool } from "./workers/pool.ts";
 import { KCORAL_VERSION } from "../options/version.ts";
 
 /** How far back lease holds are shown, in ms. */
-export const TIMELINE_MS = 5 * 60_000;
+const _TIMELINE_MS = 5 * 60_000;
 
 /** One recent request on the status page. */
 export interface RecentRequest {
@@ -123,7 +123,7 @@ export class ServerStatus {
         id,
         holder: timeline.holder && holding(timeline.holder),
         holders: timeline.holders.map(holding),
-        holds: timeline.holds.filter((h) => now - h.to <= TIMELINE_MS).map((h) => ({
+        holds: timeline.holds.filter((h) => now - h.to <= _TIMELINE_MS).map((h) => ({
           id: h.holderId,
           initialization: h.initialization,
           teardown: h.teardown,
@@ -210,7 +210,7 @@ export interface ServerStatusData {
   /**
    * Per GPU: the holder now (a request if one holds it), every holder now (a new worker's
    * context may be created beside a retiring worker's teardown) and the holds of the last
-   * {@linkcode TIMELINE_MS}.
+   * {@linkcode _TIMELINE_MS}.
    */
   gpus: {
     id: number;

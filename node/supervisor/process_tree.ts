@@ -79,21 +79,12 @@ export interface ProcessTreeOptions {
  */
 export const TREE_MARKER_VARIABLE = "KCORAL_SUPERVISOR_TREE";
 
-/**
- * How long {@linkcode ProcessTree.cleanup} keeps killing descendants before giving up.
- *
- * @example
- * ```ts
- * import { CLEANUP_LIMIT_MS } from "./process_tree.ts";
- *
- * if (CLEANUP_LIMIT_MS !== 5000) throw new Error();
- * ```
- */
-export const CLEANUP_LIMIT_MS = 5000;
+/** How long {@linkcode ProcessTree.cleanup} keeps killing descendants before giving up. */
+const _CLEANUP_LIMIT_MS = 5000;
 
 /**
- * Descendants of the server survived {@linkcode CLEANUP_LIMIT_MS} of SIGKILLs: the supervisor
- * exits with an error rather than start a second tree alongside them.
+ * Descendants of the server survived 5 s of SIGKILLs: the supervisor exits with an error rather
+ * than start a second tree alongside them.
  *
  * @example
  * ```ts
@@ -423,8 +414,8 @@ export class ProcessTree {
   /**
    * After the child has exited: sends SIGKILL to every remaining descendant (and the process
    * group) every 10 ms, reaping orphans re-parented to this process, until none is left;
-   * throws {@linkcode DescendantsSurvivedError} if some are still alive after
-   * {@linkcode CLEANUP_LIMIT_MS}. Waits for the child's exit first.
+   * throws {@linkcode DescendantsSurvivedError} if some are still alive after 5 s.
+   * Waits for the child's exit first.
    *
    * @example
    * ```ts
@@ -438,7 +429,7 @@ export class ProcessTree {
    */
   async cleanup(): Promise<void> {
     await this.exited;
-    const deadline = Date.now() + CLEANUP_LIMIT_MS;
+    const deadline = Date.now() + _CLEANUP_LIMIT_MS;
     for (let round = 0;; round++) {
       // Without the subreaper or /proc, descendants may be out of sight: the group gets SIGKILL.
       if (round === 0 && (subreaper?.enabled !== true || typeof scanMode === "object")) {

@@ -78,7 +78,7 @@ export async function dispatchRequest(
     }
     if (clientGone?.aborted && error === clientGone.reason) {
       admitted.releaseBlobs();
-      throw clientDisconnected(performance.now() - queueStart);
+      throw _clientDisconnected(performance.now() - queueStart);
     }
     throw error;
   }
@@ -94,16 +94,8 @@ export async function dispatchRequest(
  * The record of a request whose client went away before its program started: it never runs
  * (`finish_reason` `client_disconnected`; 499, as nginx logs a client that closed first; nobody
  * reads the answer).
- *
- * @example
- * ```ts
- * import { clientDisconnected } from "./dispatch.ts";
- *
- * const rejection = clientDisconnected(12);
- * if (rejection.status !== 499 || rejection.reason !== "client_disconnected") throw new Error();
- * ```
  */
-export function clientDisconnected(queueMs: number): Rejection {
+function _clientDisconnected(queueMs: number): Rejection {
   return new Rejection(
     499,
     "client_disconnected",
@@ -180,7 +172,7 @@ class _SeatRun {
     let timeoutMs = this.#a.timeoutSeconds * 1000;
     // A client that left while its request waited (or while the seat was readied): the seat
     // goes back unused.
-    if (this.#clientGone?.aborted) throw clientDisconnected(this.#queueMs);
+    if (this.#clientGone?.aborted) throw _clientDisconnected(this.#queueMs);
     events.emit("INFO", "request_routed", {
       request_id: requestId,
       ...this.#worker,
@@ -208,7 +200,7 @@ class _SeatRun {
         // Gone while the set's lease was awaited: its program is not started.
         leases.release(this.#holder);
         await set.dispose();
-        throw clientDisconnected(this.#queueMs);
+        throw _clientDisconnected(this.#queueMs);
       }
       if (timeoutMs <= 0) {
         leases.release(this.#holder);

@@ -4,9 +4,9 @@
  *
  * The worker already captures fds 1 and 2 into `stdout` and `stderr` in its results directory
  * (runtime_py/kcoral_runtime/capture.py). {@linkcode LiveOutput.tail} reads what they gain every
- * {@linkcode LIVE_OUTPUT_INTERVAL_MS}, never past the output limit, decoding as the final result
- * does (UTF-8 with replacement, here incrementally), so the chunks of a stream are a prefix of
- * that stream in the final result (all of it once the tail stops after the program ends).
+ * 50 ms, never past the output limit, decoding as the final result does (UTF-8 with
+ * replacement, here incrementally), so the chunks of a stream are a prefix of that stream in
+ * the final result (all of it once the tail stops after the program ends).
  *
  * A capture file is the worker's: before opening one, the tail hard-links it into a private
  * directory, checks that link is a regular file and opens the link, never the worker's path (a
@@ -27,7 +27,7 @@ import { concatBytes } from "../../protocol/bytes.ts";
 import { readFully } from "../workers/worker_files.ts";
 
 /** How often a running program's capture files are read. */
-export const LIVE_OUTPUT_INTERVAL_MS = 50;
+const _LIVE_OUTPUT_INTERVAL_MS = 50;
 
 /**
  * One live-output answer: chunks are queued with `send` (or by a `tail`), and `response` is
@@ -182,7 +182,7 @@ export class OutputTail {
       await this.#poll();
       if (this.#stopped) break;
       await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, LIVE_OUTPUT_INTERVAL_MS);
+        const timer = setTimeout(resolve, _LIVE_OUTPUT_INTERVAL_MS);
         this.#wake = () => {
           clearTimeout(timer);
           resolve();

@@ -8,7 +8,7 @@
 import { openWorkerFile, readFully } from "../workers/worker_files.ts";
 
 /** How much of the end of each stream goes into `output_tail` (as upstream). */
-export const OUTPUT_TAIL_BYTES = 4096;
+const _OUTPUT_TAIL_BYTES = 4096;
 
 /**
  * `"[out] <tail of stdout>\n[err] <tail of stderr>"` (a stream that holds nothing is left out),
@@ -33,7 +33,7 @@ export async function outputTail(resultsDir: string, slotStderr = ""): Promise<s
   const chunks: string[] = [];
   for (const [name, tag] of [["stdout", "out"], ["stderr", "err"]]) {
     let text = await _tail(`${resultsDir}/${name}`);
-    if (!text && tag === "err") text = slotStderr.slice(-OUTPUT_TAIL_BYTES);
+    if (!text && tag === "err") text = slotStderr.slice(-_OUTPUT_TAIL_BYTES);
     if (text) chunks.push(`[${tag}] ${text}`);
   }
   return chunks.join("\n");
@@ -48,7 +48,7 @@ async function _tail(path: string): Promise<string> {
   }
   try {
     const size = (await file.stat()).size;
-    const start = Math.max(0, size - OUTPUT_TAIL_BYTES);
+    const start = Math.max(0, size - _OUTPUT_TAIL_BYTES);
     await file.seek(start, Deno.SeekMode.Start);
     const buffer = new Uint8Array(size - start);
     const got = await readFully(file, buffer);

@@ -237,7 +237,7 @@ export function crashError(
 ): Record<string, unknown> {
   return {
     kind: "runtime",
-    message: CRASH_MESSAGE,
+    message: _CRASH_MESSAGE,
     instruction_index: index,
     instruction_op: instruction.op,
     instruction_id: instruction.id,
@@ -274,7 +274,7 @@ export function crashResultBody(meta: ResponseMeta, error: Record<string, unknow
 }
 
 /** The message of a FAILED instruction whose worker died (upstream's). */
-export const CRASH_MESSAGE = "worker exited while executing the instruction";
+const _CRASH_MESSAGE = "worker exited while executing the instruction";
 
 /** The wire `error` object of a FAILED outcome, with internal fields removed. */
 export function errorJson(outcome: WorkerOutcome, meta: ResponseMeta): string {

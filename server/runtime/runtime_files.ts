@@ -27,18 +27,8 @@ export interface RuntimeLocation {
 /**
  * Whether Python can read the package at `location` in place: a `file:` directory of a process
  * that is not a compiled binary.
- *
- * @example
- * ```ts
- * import { runtimeInPlace } from "./runtime_files.ts";
- *
- * const local = new URL("file:///srv/kcoral/runtime_py/kcoral_runtime/");
- * if (!runtimeInPlace({ packageUrl: local, standalone: false })) throw new Error();
- * if (runtimeInPlace({ packageUrl: local, standalone: true })) throw new Error();
- * if (runtimeInPlace({ packageUrl: new URL("https://jsr.example/rt/") })) throw new Error();
- * ```
  */
-export function runtimeInPlace(location: RuntimeLocation = {}): boolean {
+function _runtimeInPlace(location: RuntimeLocation = {}): boolean {
   const url = location.packageUrl ?? RUNTIME_PACKAGE_URL;
   return url.protocol === "file:" && !(location.standalone ?? Deno.build.standalone === true);
 }
@@ -62,7 +52,7 @@ export function runtimeInPlace(location: RuntimeLocation = {}): boolean {
  * ```
  */
 export async function runtimePythonPath(location: RuntimeLocation = {}): Promise<string> {
-  if (runtimeInPlace(location)) {
+  if (_runtimeInPlace(location)) {
     const url = location.packageUrl ?? RUNTIME_PACKAGE_URL;
     return decodeURIComponent(new URL("..", url).pathname).replace(/\/$/, "");
   }

@@ -38,22 +38,11 @@ export function runtimeManifest(texts: ReadonlyMap<string, string>): RuntimeMani
   for (const path of [...texts.keys()].sort(_byteOrder)) {
     files[path] = sha256Hex(encoder.encode(texts.get(path)!));
   }
-  return { hash: packageHash(files), files };
+  return { hash: _packageHash(files), files };
 }
 
-/**
- * The package hash of `files` (path → SHA-256): the SHA-256 of their `sha256sum` listing.
- *
- * @example
- * ```ts
- * import { packageHash } from "./runtime_manifest.ts";
- *
- * // `printf 'x = 1\n' > a.py; sha256sum a.py | sha256sum`
- * const hash = packageHash({ "a.py": "0".repeat(64) });
- * if (hash.length !== 64) throw new Error();
- * ```
- */
-export function packageHash(files: Readonly<Record<string, string>>): string {
+/** The package hash of `files` (path → SHA-256): the SHA-256 of their `sha256sum` listing. */
+function _packageHash(files: Readonly<Record<string, string>>): string {
   const listing = Object.keys(files).sort(_byteOrder).map((path) => `${files[path]}  ${path}\n`)
     .join("");
   return sha256Hex(new TextEncoder().encode(listing));

@@ -24,17 +24,8 @@
  */
 export type GateLibrary = { path: string; error: null } | { path: null; error: string };
 
-/**
- * The file name the build writes in its directory.
- *
- * @example
- * ```ts
- * import { GATE_LIBRARY_NAME } from "./gate_library.ts";
- *
- * if (!GATE_LIBRARY_NAME.endsWith(".so")) throw new Error();
- * ```
- */
-export const GATE_LIBRARY_NAME = "libkcoral_gate.so";
+/** The file name the build writes in its directory. */
+const _GATE_LIBRARY_NAME = "libkcoral_gate.so";
 
 /**
  * Builds the shim into `dir` with the worker interpreter `python`, whose module path must reach
@@ -75,7 +66,7 @@ export async function buildGateLibrary(
     return { path: null, error: text(output.stderr) || `exit status ${output.code}` };
   }
   const path = text(output.stdout);
-  if (!path.endsWith(`/${GATE_LIBRARY_NAME}`)) {
+  if (!path.endsWith(`/${_GATE_LIBRARY_NAME}`)) {
     return { path: null, error: `the build printed no library path: ${path.slice(0, 200)}` };
   }
   return { path, error: null };

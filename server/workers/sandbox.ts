@@ -124,7 +124,7 @@ export function workerPaths(
 
 /**
  * The command that starts a slot's zygote. Throws {@linkcode SandboxConfigError} for a refused
- * read-only path (see {@linkcode checkReadonlyPaths}).
+ * read-only path (see `_checkReadonlyPaths`).
  */
 export function slotCommand(launch: SlotLaunch): SlotCommand {
   const zygote = [launch.python.executable, "-m", "kcoral_runtime.zygote", ...launch.zygoteArgs];
@@ -147,7 +147,7 @@ export function slotCommand(launch: SlotLaunch): SlotCommand {
   const args = bwrapArgs(launch);
   const pythonPath = [
     _SANDBOX_RUNTIME,
-    ...checkReadonlyPaths(launch.readonlyPaths, launch.workspacesDir).filter(_isDir),
+    ..._checkReadonlyPaths(launch.readonlyPaths, launch.workspacesDir).filter(_isDir),
   ];
   return {
     command: "bwrap",
@@ -163,7 +163,7 @@ export function slotCommand(launch: SlotLaunch): SlotCommand {
  * worker interpreter lies where the sandbox puts its own directories (it could not start).
  */
 export function bwrapArgs(launch: SlotLaunch): string[] {
-  const readonlyPaths = checkReadonlyPaths(launch.readonlyPaths, launch.workspacesDir);
+  const readonlyPaths = _checkReadonlyPaths(launch.readonlyPaths, launch.workspacesDir);
   const root = _realpath(launch.workspacesDir);
   const args = [
     "--unshare-all",
@@ -301,7 +301,7 @@ export function bwrapArgs(launch: SlotLaunch): string[] {
  * a directory the sandbox builds itself (`/work`, `/kcoral`, `/tmp`, `/var/tmp`, `/dev`,
  * `/proc`): the sandbox would hide it or could not start. Existence is not checked here.
  */
-export function checkReadonlyPaths(paths: readonly string[], sandboxRoot: string): string[] {
+function _checkReadonlyPaths(paths: readonly string[], sandboxRoot: string): string[] {
   const root = _realpath(sandboxRoot);
   return paths.map((path) => {
     const absolute = resolve(path);
@@ -330,7 +330,7 @@ export function checkReadonlyPaths(paths: readonly string[], sandboxRoot: string
  * it throws {@linkcode SandboxConfigError} so the server refuses to start.
  */
 export async function probeSandbox(launch: SlotLaunch, timeoutMs = 10_000): Promise<string | null> {
-  checkReadonlyPaths(launch.readonlyPaths, launch.workspacesDir);
+  _checkReadonlyPaths(launch.readonlyPaths, launch.workspacesDir);
   if (Deno.build.os !== "linux") return "bubblewrap isolation requires Linux";
   const missing = launch.readonlyPaths.find((path) => !_exists(path));
   if (missing !== undefined) return `--sandbox-readonly-path does not exist: ${missing}`;

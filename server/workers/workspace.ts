@@ -136,7 +136,7 @@ export class SeatWorkspaces {
     } catch (error) {
       if (error instanceof Deno.errors.NotFound) return Promise.resolve();
       // A program made it unmovable: it is removed in place (its path goes all the same).
-      return removeTree(from);
+      return _removeTree(from);
     }
     this.#emptying = this.#emptying.then(async () => {
       try {
@@ -148,7 +148,7 @@ export class SeatWorkspaces {
       } catch {
         // not reusable: removed below
       }
-      await removeTree(to).catch(() => {});
+      await _removeTree(to).catch(() => {});
     });
     return this.#emptying;
   }
@@ -175,7 +175,7 @@ async function _emptyForReuse(dir: string, sandboxed: boolean): Promise<void> {
   let hasReserved = false;
   for (const entry of [...Deno.readDirSync(dir)]) {
     if (entry.name === RESERVED_DIR && entry.isDirectory) hasReserved = true;
-    else await removeTree(`${dir}/${entry.name}`);
+    else await _removeTree(`${dir}/${entry.name}`);
   }
   const reserved = `${dir}/${RESERVED_DIR}`;
   // Made only when missing: a failed mkdir costs an exception (~0.26 ms on the 2-core VM).
@@ -185,7 +185,7 @@ async function _emptyForReuse(dir: string, sandboxed: boolean): Promise<void> {
   for (const entry of [...Deno.readDirSync(reserved)]) {
     // Only real directories are kept: a symlink or file in their place is removed.
     if (entry.isDirectory && RESERVED_SUBDIRS.includes(entry.name)) kept.add(entry.name);
-    else await removeTree(`${reserved}/${entry.name}`);
+    else await _removeTree(`${reserved}/${entry.name}`);
   }
   for (const sub of RESERVED_SUBDIRS) {
     const path = `${reserved}/${sub}`;
@@ -247,26 +247,15 @@ async function _empty(dir: string): Promise<void> {
         // removed below
       }
     }
-    await removeTree(path);
+    await _removeTree(path);
   }
 }
 
 /**
  * Removes a file or directory tree without following symbolic links; directories a program
  * made read-only are opened up first. A path that does not exist is not an error.
- *
- * @example
- * ```ts
- * import { removeTree } from "./workspace.ts";
- *
- * const dir = await Deno.makeTempDir();
- * await Deno.mkdir(`${dir}/locked/inner`, { recursive: true });
- * await Deno.chmod(`${dir}/locked`, 0o500);
- * await removeTree(dir);
- * await removeTree(dir); // gone already: not an error
- * ```
  */
-export async function removeTree(path: string): Promise<void> {
+async function _removeTree(path: string): Promise<void> {
   await Deno.remove(path, { recursive: true }).catch(async (error) => {
     if (error instanceof Deno.errors.NotFound) return;
     await _makeWritable(path);
