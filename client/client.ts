@@ -53,7 +53,8 @@ import { Program } from "./program.ts";
 import { evaluateKernel, type EvaluateOptions } from "./evaluate.ts";
 import type { Verdict } from "./verdict.ts";
 import type { ExecuteOptions, TransferProgress } from "./program_options.ts";
-import { ProgramResult, RESULT_FACTORIES } from "./result.ts";
+import { KEPT_RESULT_FACTORIES, ProgramResult, RESULT_FACTORIES } from "./result.ts";
+import { KEEP_RETURNS_HEADER } from "../protocol/kept_returns.ts";
 import { RemoteFunction, type RemoteFunctionOptions } from "./remote_function.ts";
 import { hashesOnThread, SharedHashThread } from "./_shared_hash_thread.ts";
 import {
@@ -400,9 +401,10 @@ export class Client implements AsyncDisposable {
     const { signal } = options;
 
     const { onProgress, onOutput } = options;
+    const keep = _keepHeader(options.keepReturns);
     const post = (include: ReadonlySet<string>, route: string | null) =>
-      this.#post(program, programBytes, include, route, signal, onProgress, onOutput);
-    let attempt = await post(new Set(), null);
+      this.#post(program, programBytes, include, route, signal, onProgress, onOutput, keep);
+    let attempt = await post(new Set(), _node(options.node));
     if (attempt.body.get("status") === "CACHE_MISS") {
       if (attempt.parts.size > 0) {
         throw new ProtocolError("CACHE_MISS response must not contain binary parts");
@@ -425,9 +427,11 @@ export class Client implements AsyncDisposable {
     }
     const body = attempt.body;
     const parts = attempt.parts;
+    const factories = keep === null ? RESULT_FACTORIES : KEPT_RESULT_FACTORIES;
     return new ProgramResult(
-      _protocol(() => decodeProgramResult(body, parts, RESULT_FACTORIES, attempt.knownDigest)),
+      _protocol(() => decodeProgramResult(body, parts, factories, attempt.knownDigest)),
       _gpuReceipt(attempt.gpuReceipt),
+      attempt.route,
     );
   }
 
@@ -439,6 +443,7 @@ export class Client implements AsyncDisposable {
     signal: AbortSignal | undefined,
     onProgress?: (progress: TransferProgress) => void,
     onOutput?: (chunk: OutputChunk) => void,
+    keep: string | null = null,
   ): Promise<
     ResponseBody & { route: string | null; knownDigest: KnownDigest; gpuReceipt: string | null }
   > {
@@ -454,6 +459,7 @@ export class Client implements AsyncDisposable {
     const headers: Record<string, string> = { "content-type": encoded.contentType };
     if (route !== null) headers["x-kcoral-node"] = route;
     if (onOutput) headers[LIVE_OUTPUT_HEADER] = LIVE_OUTPUT_VALUE;
+    if (keep !== null) headers[KEEP_RETURNS_HEADER] = keep;
     let live: LiveOutputReader | null = null;
     let digests: PartDigests | undefined;
     let threaded = false;
@@ -545,6 +551,24 @@ function _encodeBody(parts: MultipartInput[], program: Program): MultipartChunks
   }
 }
 
+/** `X-KCoral-Keep-Returns`'s value for `keepReturns` (a byte count), `null` without one. */
+function _keepHeader(keepReturns: number | undefined): string | null {
+  if (keepReturns === undefined) return null;
+  if (!Number.isSafeInteger(keepReturns) || keepReturns < 0) {
+    throw new ValidationError("keepReturns must be a non-negative integer (bytes)");
+  }
+  return String(keepReturns);
+}
+
+/** A node preference as sent (1–512 characters), else `null`. */
+function _node(node: string | undefined): string | null {
+  if (node === undefined) return null;
+  if (typeof node !== "string" || node.length === 0 || node.length > 512) {
+    throw new ValidationError("node must be a Router node id of 1 to 512 characters");
+  }
+  return node;
+}
+
 function _protocol<T>(fn: () => T): T {
   try {
     return fn();
@@ -601,6 +625,7 @@ function _serverError(response: TransportResponse): KCoralError {
   return new KCoralError(response.status, info.message, {
     kind: info.kind,
     requestId: info.requestId,
+    gpuReceipt: _gpuReceipt(response.headers.get(GPU_RECEIPT_HEADER)),
   });
 }
 

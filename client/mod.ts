@@ -29,6 +29,7 @@ export * from "./program_options.ts";
 export * from "./program.ts";
 export { ReturnedFile, ReturnedFolder } from "./artifacts.ts";
 export { ProgramResult, type ResultValue } from "./result.ts";
+export * from "./kept_return.ts";
 export * from "./benchmark_result.ts";
 export * from "./client.ts";
 export * from "./evaluate.ts";

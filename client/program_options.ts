@@ -5,6 +5,8 @@
  * @module
  */
 
+import type { KeptReturn } from "./kept_return.ts";
+import type { ProgramResult } from "./result.ts";
 import type { OutputChunk } from "../protocol/live_output.ts";
 import type { Register } from "./register.ts";
 
@@ -90,6 +92,9 @@ export interface UploadOptions {
    *
    * For `bytes`/`library`: `Uint8Array`, any `ArrayBufferView` or an
    * `ArrayBuffer`. Values are copied now: later changes do not affect the program.
+   *
+   * For `tensor`, `bytes` and `library`: a {@linkcode KeptReturn}, a value the server kept from
+   * an earlier program, named by its digest and sent as no bytes.
    */
   value?: unknown;
   /** Tensor element type (required for raw bytes; must match otherwise). */
@@ -258,6 +263,27 @@ export interface ExecuteOptions {
    * ```
    */
   onOutput?: (chunk: OutputChunk) => void;
+  /**
+   * Asks the server to keep returned `bytes` and tensors of at least this many bytes in its blob
+   * cache instead of sending them (`X-KCoral-Keep-Returns`, docs/kept-returns.md): they come
+   * back as {@linkcode KeptReturn}s, which a later program uploads by reference without sending
+   * bytes. A server that does not keep returns (upstream) sends them as usual. Not in the
+   * program.
+   *
+   * @example
+   * ```ts
+   * import type { ExecuteOptions } from "./mod.ts";
+   *
+   * const options: ExecuteOptions = { keepReturns: 1 << 20 }; // keep returns of 1 MiB and more
+   * if (options.keepReturns !== 1048576) throw new Error();
+   * ```
+   */
+  keepReturns?: number;
+  /**
+   * Through a Router: the node to run on when it can (`X-KCoral-Node`), e.g. the
+   * {@linkcode ProgramResult.node} that kept a program's returns. Not in the program.
+   */
+  node?: string;
 }
 
 /**

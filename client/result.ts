@@ -10,12 +10,14 @@ import type { ValueFactories } from "../protocol/values.ts";
 import { ReturnedFile, ReturnedFolder } from "./artifacts.ts";
 import { Tensor } from "./tensor.ts";
 import { noteReturned } from "./_known_digests.ts";
+import { KeptReturn } from "./kept_return.ts";
 
 /**
  * A decoded returned value: `null`, `boolean`, integers (`number`, or
  * `bigint` beyond ±(2^53-1)), `number`, `string`, arrays, objects as `Map`s
  * (key order as sent), `Uint8Array` (bytes), {@linkcode Tensor},
- * {@linkcode ReturnedFile} or {@linkcode ReturnedFolder}.
+ * {@linkcode ReturnedFile}, {@linkcode ReturnedFolder}, or a {@linkcode KeptReturn} (a value the
+ * server kept, when the request asked it to).
  *
  * @example
  * ```ts
@@ -37,7 +39,8 @@ export type ResultValue =
   | Uint8Array
   | Tensor
   | ReturnedFile
-  | ReturnedFolder;
+  | ReturnedFolder
+  | KeptReturn;
 
 /**
  * How response values become client objects (for `decodeProgramResult`).
@@ -59,6 +62,24 @@ export const RESULT_FACTORIES: ValueFactories<ResultValue> = {
   file: (data) => new ReturnedFile(data),
   folder: (files, directories) =>
     new ReturnedFolder(files as Map<string, ReturnedFile>, directories),
+};
+
+/**
+ * {@linkcode RESULT_FACTORIES} and `kept` nodes as {@linkcode KeptReturn}s: the answer to a
+ * request that asked for kept returns (any other answer refuses them).
+ *
+ * @example
+ * ```ts
+ * import { KEPT_RESULT_FACTORIES } from "./result.ts";
+ * import { KeptReturn } from "./kept_return.ts";
+ *
+ * const kept = KEPT_RESULT_FACTORIES.kept?.({ kind: "bytes", sha256: "ab".repeat(32), size: 9 });
+ * if (!(kept instanceof KeptReturn) || kept.size !== 9) throw new Error();
+ * ```
+ */
+export const KEPT_RESULT_FACTORIES: ValueFactories<ResultValue> = {
+  ...RESULT_FACTORIES,
+  kept: (node) => new KeptReturn(node),
 };
 
 /**
@@ -135,10 +156,21 @@ export class ProgramResult {
   readonly gpuReceipt: GpuReceipt | null;
 
   /**
-   * Wrap decoded fields and the answer's GPU-state receipt, if it had one (the client does
-   * this).
+   * The node that ran the program, when a Router answered (its `X-KCoral-Node`); `null` from a
+   * server. Send it as `ExecuteOptions.node` to run a later program there (e.g. one that names
+   * this program's {@linkcode KeptReturn}s).
    */
-  constructor(fields: DecodedResult<ResultValue>, gpuReceipt: GpuReceipt | null = null) {
+  readonly node: string | null;
+
+  /**
+   * Wrap decoded fields, the answer's GPU-state receipt, if it had one, and the node that
+   * answered through a Router (the client does this).
+   */
+  constructor(
+    fields: DecodedResult<ResultValue>,
+    gpuReceipt: GpuReceipt | null = null,
+    node: string | null = null,
+  ) {
     this.status = fields.status;
     this.requestId = fields.requestId;
     this.queueMs = fields.queueMs;
@@ -153,6 +185,7 @@ export class ProgramResult {
     this.error = fields.error;
     this.gpuIds = Object.freeze([...fields.gpuIds]);
     this.gpuReceipt = gpuReceipt;
+    this.node = node;
   }
 
   /** Whether every instruction completed. */

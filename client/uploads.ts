@@ -15,6 +15,8 @@ import { ValidationError } from "./errors.ts";
 import type { UploadOptions } from "./program_options.ts";
 import { tensorFields } from "./tensor.ts";
 import { adoptedDigest } from "./_known_digests.ts";
+import { KeptReturn } from "./kept_return.ts";
+import { isDType, tensorByteLength } from "../protocol/dtypes.ts";
 
 /**
  * A private copy of a bytes-like value (`ArrayBuffer`, `SharedArrayBuffer` or any
@@ -96,6 +98,10 @@ export function encodeUpload(options: UploadOptions): EncodedUpload {
     }
     return { instruction: { op: "upload", kind: "module", source } };
   }
+  if (value instanceof KeptReturn) {
+    if (source !== undefined) throw new TypeError(`${kind} upload does not accept 'source'`);
+    return { instruction: _keptUpload(kind, value, dtype, shape) };
+  }
   if (kind === "tensor") {
     if (source !== undefined) throw new TypeError("tensor upload does not accept 'source'");
     const fields = tensorFields(value, dtype, shape);
@@ -125,4 +131,49 @@ export function encodeUpload(options: UploadOptions): EncodedUpload {
     return { instruction: { op: "upload", kind, blob: hash }, blob: [hash, bytes] };
   }
   throw new ValidationError("upload kind must be 'module', 'tensor', 'bytes', or 'library'");
+}
+
+/**
+ * The upload of a value the server kept (client/kept_return.ts): its blob named, no bytes. A
+ * tensor takes a kept tensor's dtype and shape (given ones must match), or, for kept bytes, a
+ * dtype and shape of exactly its size.
+ */
+function _keptUpload(
+  kind: string,
+  kept: KeptReturn,
+  dtype: string | undefined,
+  shape: readonly number[] | undefined,
+): Record<string, unknown> {
+  if (kind === "bytes" || kind === "library") {
+    if (dtype !== undefined || shape !== undefined) {
+      throw new TypeError(`${kind} upload does not accept tensor fields`);
+    }
+    return { op: "upload", kind, blob: kept.sha256 };
+  }
+  if (kind !== "tensor") {
+    throw new ValidationError("upload kind must be 'module', 'tensor', 'bytes', or 'library'");
+  }
+  const wireDType = dtype ?? kept.dtype ?? undefined;
+  const wireShape = shape ?? kept.shape ?? undefined;
+  if (!isDType(wireDType) || wireShape === undefined) {
+    throw new ValidationError("a tensor upload of kept bytes needs its dtype and shape");
+  }
+  const dims = [...wireShape];
+  if (
+    !dims.every((d) => Number.isSafeInteger(d) && d >= 0) ||
+    tensorByteLength(wireDType, dims) !== kept.size ||
+    (kept.dtype !== null && kept.dtype !== wireDType)
+  ) {
+    throw new ValidationError(
+      `kept value of ${kept.size} bytes${kept.dtype ? ` (${kept.dtype})` : ""} is not a ` +
+        `${wireDType} tensor of shape [${dims.join(", ")}]`,
+    );
+  }
+  return {
+    op: "upload",
+    kind: "tensor",
+    blob: kept.sha256,
+    dtype: wireDType,
+    shape: Object.freeze(dims),
+  };
 }

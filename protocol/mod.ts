@@ -41,6 +41,7 @@ export * from "./program_types.ts";
 export * from "./request.ts";
 export * from "./errors.ts";
 export * from "./values.ts";
+export * from "./kept_returns.ts";
 export * from "./result_fields.ts";
 export * from "./response_encode.ts";
 export * from "./response_decode.ts";

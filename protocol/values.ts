@@ -14,6 +14,7 @@ import { normalizeFilePath, PathError } from "./paths.ts";
 import { sha256Hex } from "./hash.ts";
 import { pyListRepr, pyRepr, pyStrRepr } from "./python_repr.ts";
 import { comparePy, pySorted } from "./python_str.ts";
+import type { KeptNode } from "./kept_returns.ts";
 
 /** A malformed encoded value; `message` is upstream's text (without the response prefix). */
 export class ResultValueError extends Error {
@@ -34,6 +35,11 @@ export interface ValueFactories<T> {
   file(data: Uint8Array): T;
   /** A `folder` node: files in (sorted) manifest order, sorted directories. */
   folder(files: Map<string, T>, directories: string[]): T;
+  /**
+   * A `kept` node (protocol/kept_returns.ts), valid only in the answer to a request that asked
+   * for kept returns: without this factory the node is refused as an unknown type.
+   */
+  kept?(node: KeptNode): T;
 }
 
 /**
@@ -154,6 +160,9 @@ export class ValueDecoder<T> {
       case "bytes":
         _expectFields(encoded, ["type", "part", "sha256"]);
         return this.#factories.bytes(this.#binaryPart(encoded), encoded.get("sha256") as string);
+      case "kept":
+        if (this.#factories.kept === undefined) _fail(`unknown encoded value type: 'kept'`);
+        return this.#factories.kept(_kept(encoded));
       case "file":
         return this.#factories.file(this.#file(encoded));
       case "folder":
@@ -230,6 +239,38 @@ export class ValueDecoder<T> {
     this.#used.add(name);
     return data;
   }
+}
+
+/** A `kept` node's fields, checked: a known kind, a digest, a size (a tensor's matching it). */
+function _kept(encoded: TypedJsonObject): KeptNode {
+  const kind = encoded.get("kind");
+  const tensor = kind === "tensor";
+  if (kind !== "bytes" && !tensor) _fail("kept value has an invalid kind");
+  _expectFields(
+    encoded,
+    tensor
+      ? ["type", "kind", "sha256", "size", "dtype", "shape"]
+      : ["type", "kind", "sha256", "size"],
+  );
+  const sha256 = encoded.get("sha256");
+  const size = encoded.get("size");
+  if (!isBlobHash(sha256)) _fail("kept value has an invalid SHA-256 digest");
+  if (typeof size !== "number" || !Number.isSafeInteger(size) || size < 0) {
+    _fail("kept value size must be a non-negative integer");
+  }
+  if (!tensor) return { kind: "bytes", sha256, size };
+  const dtype = encoded.get("dtype");
+  const shape = encoded.get("shape");
+  if (
+    !isDType(dtype) || !Array.isArray(shape) ||
+    !shape.every((d) => typeof d === "number" && Number.isSafeInteger(d) && d >= 0)
+  ) {
+    _fail("kept tensor metadata is invalid");
+  }
+  if (tensorByteLength(dtype, shape as number[]) !== size) {
+    _fail("kept tensor size does not match dtype and shape");
+  }
+  return { kind: "tensor", sha256, size, dtype, shape: shape as number[] };
 }
 
 function _finiteNumber(value: TypedJsonValue | undefined): number | undefined {

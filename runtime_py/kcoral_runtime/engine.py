@@ -25,7 +25,7 @@ from .leak_checks import (
 from .log import log
 from .modules import ModuleLoader
 from .state_restore import ProcessState, StateNotRestored
-from .values import Results
+from .values import KeepPolicy, Results
 
 TRACEBACK_LIMIT = 8192
 DEFAULT_OUTPUT_LIMIT_BYTES = 1 << 20
@@ -140,7 +140,12 @@ class Engine:
         instructions: List[Dict[str, Any]] = json.loads(req["program"])["instructions"]
         sandbox = bool(req.get("sandbox", False))
         self.requests += 1
-        results = Results(req["results"], self.backend.tensor_type)
+        keep = (
+            KeepPolicy(int(req["keep_min_bytes"]), int(req.get("keep_max_bytes", 0)))
+            if req.get("keep_min_bytes") is not None
+            else None
+        )
+        results = Results(req["results"], self.backend.tensor_type, keep)
         cpu_only = {
             ins["id"]
             for ins in instructions
@@ -220,6 +225,8 @@ class Engine:
             "gpu_access": gpu_access,
             "boundary": results.store.final_boundary(),
         }
+        if results.store.kept:
+            outcome["kept"] = [part.wire() for part in results.store.kept]
         receipt = self.lease.take_receipt()  # the GPU state as the lease came and went
         if receipt is not None:
             outcome["gpu_receipt"] = receipt
@@ -231,7 +238,7 @@ class Engine:
         # response_too_large): it would only cost a frame as large as it is.
         json_bytes = text_bytes + (len(dumps(error)) if error is not None else 0)
         if json_bytes > max_return_bytes:
-            outcome.update(results="{}", error=None, parts=[], too_large=json_bytes)
+            outcome.update(results="{}", error=None, parts=[], kept=[], too_large=json_bytes)
         elif encoded is not None:
             written = _write_results(results_dir, encoded)
             if written is not None:

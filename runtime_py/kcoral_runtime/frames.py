@@ -72,6 +72,8 @@ class _RunRequired(TypedDict):
 class RunRequest(_RunRequired, total=False):
     lease_held: bool
     reply_before_reset: bool
+    keep_min_bytes: int  # X-KCoral-Keep-Returns: binary returns of this size or more are kept
+    keep_max_bytes: int  # ... while the kept ones total at most this (the cache's share)
 
 
 class Run(TypedDict):

@@ -213,13 +213,28 @@ class Staged:
     collides: bool
 
 
-class PartStore:
-    """The binary parts of one response, numbered ``return:0..n-1`` in encoding order."""
+@dataclass
+class KeepPolicy:
+    """Which binary returns the server keeps in its blob cache instead of sending them
+    (``X-KCoral-Keep-Returns``, docs/kept-returns.md): ``bytes`` and tensor values of at least
+    ``min_bytes``, while the kept ones of the response total at most ``max_bytes``. A value
+    past the total is sent as usual."""
 
-    def __init__(self, results_dir: str) -> None:
+    min_bytes: int
+    max_bytes: int
+
+
+class PartStore:
+    """The binary parts of one response, numbered ``return:0..n-1`` in encoding order, and the
+    parts the server is to keep (``kept``, not numbered: they are not sent)."""
+
+    def __init__(self, results_dir: str, keep: Optional[KeepPolicy] = None) -> None:
         self.dir = results_dir
         self.parts: List[Part] = []
         self.binary_bytes = 0
+        self.kept: List[Part] = []
+        self.kept_bytes = 0
+        self.keep = keep
         self.boundary = new_boundary()
         self._needle = delimiter(self.boundary)
         self._tmp_counter = 0
@@ -235,9 +250,29 @@ class PartStore:
 
     def add_buffer(self, data: memoryview) -> Tuple[int, Part]:
         path = self._path(len(self.parts))
+        return self._register(path, *self._write(path, data))
+
+    def keeps(self, size: int) -> bool:
+        """Whether a binary value of ``size`` bytes is to be kept by the server."""
+        keep = self.keep
+        return (
+            keep is not None
+            and size >= keep.min_bytes
+            and self.kept_bytes + size <= keep.max_bytes
+        )
+
+    def add_kept(self, data: memoryview) -> Part:
+        """Write a value the server keeps (``kept-<i>``; checked and cached by the server)."""
+        path = os.path.join(self.dir, f"kept-{len(self.kept)}")
+        part = Part(path, *self._write(path, data))
+        self.kept.append(part)
+        self.kept_bytes += part.size
+        return part
+
+    def _write(self, path: str, data: memoryview) -> Tuple[int, str, bool]:
         if len(data) >= PARALLEL_MIN_BYTES:
             try:
-                return self._register(path, *write_part_parallel(path, data, self._needle))
+                return write_part_parallel(path, data, self._needle)
             except BaseException:
                 _unlink(path)
                 raise
@@ -248,7 +283,7 @@ class PartStore:
             writer.abort()
             _unlink(path)
             raise
-        return self._register(path, *writer.close())
+        return writer.close()
 
     def stage_from_fd(self, fd: int, nbytes: int) -> Tuple[Staged, int]:
         """Copy ``nbytes`` from ``fd`` into a temporary part; returns it and the bytes copied."""
@@ -273,14 +308,19 @@ class PartStore:
     def discard(staged: Staged) -> None:
         _unlink(staged.tmp_path)
 
-    def mark(self) -> int:
-        return len(self.parts)
+    def mark(self) -> Tuple[int, int]:
+        return len(self.parts), len(self.kept)
 
-    def rollback(self, mark: int) -> None:
-        """Drop parts added since ``mark``: numbering stays contiguous."""
-        while len(self.parts) > mark:
+    def rollback(self, mark: Tuple[int, int]) -> None:
+        """Drop parts (sent and kept) added since ``mark``: numbering stays contiguous."""
+        parts, kept = mark
+        while len(self.parts) > parts:
             part = self.parts.pop()
             self.binary_bytes -= part.size
+            _unlink(part.path)
+        while len(self.kept) > kept:
+            part = self.kept.pop()
+            self.kept_bytes -= part.size
             _unlink(part.path)
 
     def final_boundary(self) -> str:
@@ -363,6 +403,9 @@ class ValueEncoder:
         )
 
     def _binary(self, kind: str, data: memoryview) -> Dict[str, Any]:
+        if self.store.keeps(len(data)):
+            kept = self.store.add_kept(data)
+            return {"type": "kept", "kind": kind, "sha256": kept.sha256, "size": kept.size}
         index, part = self.store.add_buffer(data)
         return {"type": kind, "part": f"return:{index}", "sha256": part.sha256}
 
@@ -418,8 +461,10 @@ def _byte_view(value: Any) -> memoryview:
 class Results:
     """The ``results`` object of one response: returns in execution order."""
 
-    def __init__(self, results_dir: str, tensor_type: Optional[type]) -> None:
-        self.store = PartStore(results_dir)
+    def __init__(
+        self, results_dir: str, tensor_type: Optional[type], keep: Optional[KeepPolicy] = None
+    ) -> None:
+        self.store = PartStore(results_dir, keep)
         self.encoder = ValueEncoder(self.store, tensor_type)
         self.nodes: Dict[str, Dict[str, Any]] = {}
 

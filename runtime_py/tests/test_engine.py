@@ -696,3 +696,23 @@ def test_sandbox_descriptor_check_reads_targets_only_for_descriptors_it_does_not
         os.close(r)
         os.close(w)
         outside.close()
+
+
+def test_kept_returns_are_reported_apart_from_the_parts(setup) -> None:
+    _, execute = setup
+    source = "def f():\n    return b'x' * 64, b'y'\n"
+    program = [
+        {"op": "upload", "kind": "module", "id": "m", "source": source},
+        {"op": "get_function", "id": "g", "module": {"$ref": "m"}, "name": "f"},
+        {"op": "run", "id": "r", "fn": {"$ref": "g"}},
+        {"op": "return", "key": "r", "value": {"$ref": "r"}},
+    ]
+    outcome, _, _ = execute(program, keep_min_bytes=16, keep_max_bytes=1 << 20)
+    node = json.loads(outcome["results"])["r"]["value"]
+    assert node[0]["type"] == "kept" and node[0]["size"] == 64
+    assert node[1]["type"] == "bytes" and node[1]["part"] == "return:0"
+    assert [k["size"] for k in outcome["kept"]] == [64] and len(outcome["parts"]) == 1
+    assert Path(outcome["kept"][0]["path"]).read_bytes() == b"x" * 64
+    # Without the request's keep_min_bytes nothing is kept.
+    outcome, _, _ = execute(program)
+    assert "kept" not in outcome and len(outcome["parts"]) == 2

@@ -274,3 +274,39 @@ def test_values_that_fail_while_encoded_are_serialization_errors(results: Result
         assert info.value.kind == "serialization"
         assert info.value.message.startswith(f"cannot return value: {name}: ")
     assert results.text() == "{}"
+
+
+def test_kept_returns_are_written_apart_and_not_numbered(tmp_path: Path) -> None:
+    res = Results(str(tmp_path), torch.Tensor, values.KeepPolicy(min_bytes=4, max_bytes=12))
+    tensor = torch.arange(3, dtype=torch.int32)
+    res.return_value("small", b"abc")  # under min_bytes: sent
+    res.return_value("big", b"abcdefgh")  # kept
+    res.return_value("tensor", tensor)  # kept: 12 bytes, but only 4 left of max_bytes -> sent
+    res.return_value("last", b"wxyz")  # kept: fills max_bytes exactly
+    nodes = json.loads(res.text())
+    assert nodes["small"] == {"type": "bytes", "part": "return:0", "sha256": sha(b"abc")}
+    assert nodes["big"] == {"type": "kept", "kind": "bytes", "sha256": sha(b"abcdefgh"), "size": 8}
+    assert nodes["tensor"]["type"] == "tensor" and nodes["tensor"]["part"] == "return:1"
+    assert nodes["last"] == {"type": "kept", "kind": "bytes", "sha256": sha(b"wxyz"), "size": 4}
+    assert [Path(p.path).read_bytes() for p in res.store.kept] == [b"abcdefgh", b"wxyz"]
+    assert [Path(p.path).name for p in res.store.kept] == ["kept-0", "kept-1"]
+    assert res.store.binary_bytes == 3 + 12 and res.store.kept_bytes == 12
+
+
+def test_kept_tensor_node_carries_dtype_and_shape(tmp_path: Path) -> None:
+    res = Results(str(tmp_path), torch.Tensor, values.KeepPolicy(min_bytes=0, max_bytes=1 << 20))
+    res.return_value("t", torch.ones(2, 3, dtype=torch.float16))
+    data = torch.ones(2, 3, dtype=torch.float16).numpy().tobytes()
+    assert json.loads(res.text())["t"] == {
+        "type": "kept", "kind": "tensor", "sha256": sha(data), "size": 12,
+        "dtype": "float16", "shape": [2, 3],
+    }
+
+
+def test_failed_return_rolls_back_its_kept_parts(tmp_path: Path) -> None:
+    res = Results(str(tmp_path), None, values.KeepPolicy(min_bytes=0, max_bytes=100))
+    with pytest.raises(ExecutionError):
+        res.return_value("bad", [b"kept then dropped", float("inf")])
+    res.return_value("ok", b"kept")
+    assert json.loads(res.text())["ok"]["type"] == "kept"
+    assert sorted(os.listdir(tmp_path)) == ["kept-0"] and res.store.kept_bytes == 4

@@ -37,6 +37,8 @@ export interface Admitted {
   leaseFirst: boolean;
   /** Unpins the blobs (once, when the request is done with them). */
   releaseBlobs: () => void;
+  /** `X-KCoral-Keep-Returns`: binary returns of at least this many bytes go to the cache. */
+  keepMinBytes?: number;
 }
 
 /** Some blobs are neither in the request nor in a cache: the client resends them. */

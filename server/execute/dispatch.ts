@@ -25,6 +25,7 @@ import { gpuReceiptFromWorker } from "./gpu_receipt.ts";
 import { PoolBusy, type Retiring, type Seat, type WorkerPool } from "../workers/pool.ts";
 import { buildResultBody, crashError, crashResultBody, type ResponseMeta } from "./result_body.ts";
 import type { SeatChild } from "../workers/worker_handles.ts";
+import type { BlobCaches } from "../cache/blobs.ts";
 import { hostPaths, WorkerFileError } from "../workers/worker_files.ts";
 import type { WorkerOutcome } from "../workers/worker_protocol.ts";
 
@@ -44,6 +45,8 @@ export interface DispatchServices {
   stagingDir: (requestId: string) => string;
   /** Work left running after the answer (awaited when the server stops). */
   track: (task: Promise<void>) => void;
+  /** The caches (kept returns go to the memory cache). */
+  caches: BlobCaches;
 }
 
 /**
@@ -242,6 +245,7 @@ class _SeatRun {
         // A kept worker answers before its reuse hygiene (sandboxed, the checks that decide
         // whether the workspace is clean still come before the answer, their verdict with it).
         reply_before_reset: true,
+        ...this.#keepRequest(),
       },
     });
     // The tail's last read comes before anything takes the capture files.
@@ -350,6 +354,9 @@ class _SeatRun {
       this.#a.outputLimit,
       config.maxResponseBytes,
       this.#s.stagingDir(this.#a.requestId),
+      this.#a.keepMinBytes === undefined
+        ? null
+        : { store: this.#s.caches.store, maxBytes: this.#keepMaxBytes() },
     );
     if (body.kind === "too_large") throw this.#tooLarge(meta, body.bytes);
     const reason = outcome.status === "COMPLETED" ? "completed" : "program_failed";
@@ -362,6 +369,17 @@ class _SeatRun {
       record: this.#record(meta, run, reason, outcome.error, null, null),
       gpuReceipt: gpuReceiptFromWorker(answer.gpu_receipt, this.#s.launch.devices(gpus)),
     };
+  }
+
+  /** The run request's kept-returns fields (protocol/kept_returns.ts), when the client asked. */
+  #keepRequest(): { keep_min_bytes?: number; keep_max_bytes?: number } {
+    const min = this.#a.keepMinBytes;
+    return min === undefined ? {} : { keep_min_bytes: min, keep_max_bytes: this.#keepMaxBytes() };
+  }
+
+  /** A request's kept returns may take a quarter of the cache (what it retains at most). */
+  #keepMaxBytes(): number {
+    return Math.floor(this.#s.caches.store.capacityBytes / 4);
   }
 
   #record(

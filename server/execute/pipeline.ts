@@ -14,18 +14,21 @@
  *
  * A request with `X-KCoral-Stream: output` that is admitted as a program is answered at once
  * with a live-output stream (server/execute/live_output.ts): dispatch and finish then run behind
- * it, and the answer finish makes becomes the stream's final part.
+ * it, and the answer finish makes becomes the stream's final part. One with
+ * `X-KCoral-Keep-Returns: <n>` has its large returns kept in the blob cache rather than sent
+ * (protocol/kept_returns.ts; dispatch passes the request on, result_body caches them).
  *
  * @module
  */
 import { ERROR_MESSAGES } from "../../protocol/errors.ts";
 import { wantsLiveOutput } from "../../protocol/live_output.ts";
+import { keptReturnsMinBytes } from "../../protocol/kept_returns.ts";
 import { Rejection } from "../../http/rejection.ts";
 import { requestId } from "../../http/request_id.ts";
 import { admitRequest } from "./admission.ts";
 import { dispatchRequest } from "./dispatch.ts";
 import { finishRequest } from "./finish.ts";
-import { discardBody, type ReceivedBody, type WholeBodyRequest } from "./intake.ts";
+import { discardBody, invalidRequest, type ReceivedBody, type WholeBodyRequest } from "./intake.ts";
 import { LiveOutput } from "./live_output.ts";
 import type { Services } from "../services.ts";
 
@@ -54,6 +57,7 @@ export async function executeRequest(
       await discardBody(request);
       throw new Rejection(503, "busy", ERROR_MESSAGES.busy, "no_worker", { queue_ms: 0 });
     }
+    const keepMinBytes = await _keepMinBytes(request);
     received = await services.intake.receive(request);
     const admitted = await admitRequest(
       services,
@@ -61,6 +65,9 @@ export async function executeRequest(
       request.headers.get("content-type"),
       id,
     );
+    if (admitted.kind !== "cache_miss" && keepMinBytes !== null) {
+      admitted.keepMinBytes = keepMinBytes;
+    }
     if (admitted.kind !== "cache_miss" && wantsLiveOutput(request.headers)) {
       const live = new LiveOutput();
       const body = received;
@@ -85,5 +92,19 @@ export async function executeRequest(
       received?.release();
       services.inFlight.leave();
     }
+  }
+}
+
+/**
+ * The request's `X-KCoral-Keep-Returns` (protocol/kept_returns.ts); a malformed one is a 400
+ * (its body read and dropped first, so the connection stays usable).
+ */
+async function _keepMinBytes(request: Request | WholeBodyRequest): Promise<number | null> {
+  try {
+    return keptReturnsMinBytes(request.headers);
+  } catch (error) {
+    if (!(error instanceof RangeError)) throw error;
+    await discardBody(request);
+    throw invalidRequest(error.message);
   }
 }

@@ -19,6 +19,7 @@ import { resultJson } from "../../protocol/response_encode.ts";
 import { ERROR_FIELDS, GPU_ACCESS_FIELDS } from "../../protocol/result_fields.ts";
 import type { ResultMeta } from "../../protocol/result_fields.ts";
 import type { OutcomeFile, OutcomePart, WorkerOutcome } from "../workers/worker_protocol.ts";
+import { keepReturns, type KeepTarget } from "./kept_returns.ts";
 import {
   openWorkerFile,
   readCaptured,
@@ -50,7 +51,8 @@ const _IN_MEMORY_LIMIT = 1 << 20;
  * Assembles the result body of `outcome`. Every file of it (captured output, parts) is first
  * moved into `stagingDir` (created here), out of the worker's reach: there the worker can no
  * longer swap a file for a FIFO between the check and the open (an open that would block for
- * good). The directory is deleted once the body has been sent or cancelled.
+ * good). The directory is deleted once the body has been sent or cancelled. Kept returns go to
+ * `keep`'s cache first (server/execute/kept_returns.ts).
  */
 export async function buildResultBody(
   outcome: WorkerOutcome,
@@ -58,11 +60,18 @@ export async function buildResultBody(
   outputLimitBytes: number,
   maxResponseBytes: number,
   stagingDir: string,
+  keep: KeepTarget | null = null,
 ): Promise<ResultBody> {
   // Created on the first file to take: most answers have none (a trivial one pays nothing).
   const staging = new _Staging(stagingDir);
   let built: ResultBody | undefined;
   try {
+    const kept: OutcomePart[] = [];
+    for (const [i, part] of (outcome.kept ?? []).entries()) {
+      kept.push(await staging.claim(part, `kept-${i}`));
+    }
+    // In the cache before the answer goes: a program sent right after it finds them.
+    await keepReturns(kept, keep);
     built = await _build(outcome, meta, outputLimitBytes, maxResponseBytes, staging);
     return built;
   } finally {

@@ -120,6 +120,7 @@ export function hostPaths(
   return {
     ...outcome,
     parts: (outcome.parts ?? []).map(map),
+    ...(outcome.kept ? { kept: outcome.kept.map(map) } : {}),
     stdout: outcome.stdout ? map(outcome.stdout) : null,
     stderr: outcome.stderr ? map(outcome.stderr) : null,
     ...(outcome.results_file ? { results_file: map(outcome.results_file) } : {}),

@@ -58,6 +58,10 @@ export interface RunRequest {
   lease_held?: boolean;
   /** A kept child answers before its reuse hygiene and reports it with `clean`. */
   reply_before_reset?: boolean;
+  /** `X-KCoral-Keep-Returns`: binary returns of at least this many bytes are kept. */
+  keep_min_bytes?: number;
+  /** ... while the kept ones total at most this many (the share of the blob cache). */
+  keep_max_bytes?: number;
 }
 
 /** Zygote → server (never tagged `"child": true`). */
@@ -133,6 +137,8 @@ export interface WorkerOutcome {
   error: Record<string, unknown> | null;
   /** Binary result parts, in `return:<k>` order. */
   parts: OutcomePart[];
+  /** Returns for the blob cache (`kept` nodes, protocol/kept_returns.ts): not sent. */
+  kept?: OutcomePart[];
   /** Captured stdout (`null`: capture off). */
   stdout: OutcomeFile | null;
   /** Captured stderr (`null`: capture off). */

@@ -1,0 +1,101 @@
+/**
+ * Kept returns (protocol/kept_returns.ts, docs/kept-returns.md): the values a worker wrote for
+ * the blob cache instead of the answer are copied into the memory cache under the SHA-256 the
+ * server computes while it copies, and kept there (LRU) for later programs to name.
+ *
+ * The copy is what was hashed: the worker may still hold its file open, so the file itself is
+ * never what the cache serves. A file whose bytes do not hash to what the worker said, more
+ * kept bytes than the request allowed, or kept values a request did not ask for are the
+ * worker's fault ({@linkcode WorkerFileError}).
+ *
+ * @module
+ */
+import { createHash } from "node:crypto";
+import type { BlobStore } from "../cache/cache_memory.ts";
+import type { OutcomePart } from "../workers/worker_protocol.ts";
+import { openWorkerFile, WorkerFileError } from "../workers/worker_files.ts";
+
+/** What a request allows to be kept: the cache, and the most bytes its kept values may total. */
+export interface KeepTarget {
+  /** The memory cache the values go to. */
+  store: BlobStore;
+  /** The most bytes the request's kept values may total. */
+  maxBytes: number;
+}
+
+/** Copies are made in pieces of this size: each hashed while the next is read. */
+const _CHUNK = 4 << 20;
+
+/**
+ * Puts every kept value of an answer into `target`'s cache (its files already taken out of the
+ * worker's reach), each checked against its stated SHA-256 and retained, not pinned. Resolves
+ * once all are in the cache, so that a program sent after the answer finds them.
+ *
+ * @example
+ * ```ts
+ * import { BlobStore } from "../cache/cache_memory.ts";
+ * import { sha256Hex } from "../../protocol/hash.ts";
+ * import { keepReturns } from "./kept_returns.ts";
+ *
+ * const dir = await Deno.makeTempDir();
+ * const store = new BlobStore(`${dir}/blobs`, 1 << 20);
+ * const bytes = new TextEncoder().encode("kept");
+ * await Deno.writeFile(`${dir}/kept-0`, bytes);
+ * const sha256 = sha256Hex(bytes);
+ * await keepReturns([{ path: `${dir}/kept-0`, size: 4, sha256 }], { store, maxBytes: 1024 });
+ * if (!store.has(sha256)) throw new Error();
+ * store.close();
+ * await Deno.remove(dir, { recursive: true });
+ * ```
+ */
+export async function keepReturns(
+  kept: readonly OutcomePart[],
+  target: KeepTarget | null,
+): Promise<void> {
+  if (kept.length === 0) return;
+  if (target === null) throw new WorkerFileError("worker kept returns the request did not ask for");
+  const total = kept.reduce((sum, part) => sum + part.size, 0);
+  if (total > target.maxBytes) {
+    throw new WorkerFileError(
+      `worker kept ${total} bytes of returns, over the request's ${target.maxBytes}`,
+    );
+  }
+  for (const part of kept) await _keep(part, target.store);
+}
+
+async function _keep(part: OutcomePart, store: BlobStore): Promise<void> {
+  const tmp = `${store.dir}/.kept-${crypto.randomUUID()}`;
+  const source = await openWorkerFile(part.path, part.size);
+  let copied = false;
+  try {
+    const hash = createHash("sha256");
+    let bytes = 0;
+    using target = await Deno.open(tmp, { write: true, createNew: true, mode: 0o644 });
+    const chunk = new Uint8Array(Math.min(_CHUNK, Math.max(part.size, 1)));
+    for (;;) {
+      const n = await source.read(chunk);
+      if (n === null) break;
+      const piece = chunk.subarray(0, n);
+      bytes += n;
+      if (bytes > part.size) break;
+      hash.update(piece);
+      let written = 0;
+      while (written < n) written += await target.write(piece.subarray(written));
+    }
+    const digest = hash.digest("hex");
+    if (bytes !== part.size) {
+      throw new WorkerFileError(`worker kept return ${part.path} changed size`);
+    }
+    if (digest !== part.sha256) {
+      throw new WorkerFileError(
+        `worker kept return ${part.path} has SHA-256 ${digest}, not the ${part.sha256} it stated`,
+      );
+    }
+    await store.adoptPinned(digest, tmp, part.size, true);
+    copied = true;
+    store.unpin([digest]);
+  } finally {
+    source.close();
+    if (!copied) await Deno.remove(tmp).catch(() => {});
+  }
+}

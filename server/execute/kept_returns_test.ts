@@ -1,0 +1,56 @@
+import assert from "node:assert/strict";
+import { BlobStore } from "../cache/cache_memory.ts";
+import { sha256Hex } from "../../protocol/hash.ts";
+import { WorkerFileError } from "../workers/worker_files.ts";
+import { keepReturns } from "./kept_returns.ts";
+
+async function setup() {
+  const dir = await Deno.makeTempDir();
+  const store = new BlobStore(`${dir}/blobs`, 64 << 20);
+  const write = async (name: string, bytes: Uint8Array) => {
+    await Deno.writeFile(`${dir}/${name}`, bytes);
+    return { path: `${dir}/${name}`, size: bytes.length, sha256: sha256Hex(bytes) };
+  };
+  const blobFiles = () => [...Deno.readDirSync(`${dir}/blobs`)].map((e) => e.name).sort();
+  return {
+    store,
+    write,
+    blobFiles,
+    async [Symbol.asyncDispose]() {
+      store.close();
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
+}
+
+Deno.test("keepReturns: copies each value into the cache under the digest it computed", async () => {
+  await using t = await setup();
+  const big = new Uint8Array(9 << 20).map((_, i) => i * 7);
+  const parts = [await t.write("kept-0", big), await t.write("kept-1", new Uint8Array(0))];
+  await keepReturns(parts, { store: t.store, maxBytes: 10 << 20 });
+  for (const part of parts) assert.ok(t.store.has(part.sha256));
+  assert.deepEqual(await Deno.readFile(t.store.path(parts[0].sha256)), big);
+  assert.equal(t.store.retainedBytes, big.length); // retained (LRU), not pinned
+  assert.deepEqual(t.blobFiles(), parts.map((p) => p.sha256).sort());
+});
+
+Deno.test("keepReturns: a worker's wrong digest, size or total is refused and nothing is cached", async () => {
+  await using t = await setup();
+  const part = await t.write("kept-0", new TextEncoder().encode("honest bytes"));
+  const target = { store: t.store, maxBytes: 1024 };
+  const refused = async (
+    parts: typeof part[],
+    message: RegExp,
+    keep: typeof target | null = target,
+  ) =>
+    await assert.rejects(
+      () => keepReturns(parts, keep),
+      (e: unknown) => e instanceof WorkerFileError && message.test(e.message),
+    );
+  await refused([{ ...part, sha256: "00".repeat(32) }], /has SHA-256 .* not the 0+ it stated/);
+  await refused([{ ...part, size: part.size - 1 }], /has 12 bytes, not 11/);
+  await refused([part, part], /over the request's/, { store: t.store, maxBytes: part.size });
+  await refused([part], /did not ask for/, null);
+  assert.deepEqual(t.blobFiles(), []); // no copy left behind
+  assert.ok(!t.store.has(part.sha256));
+});
