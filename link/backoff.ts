@@ -5,17 +5,6 @@
  * shutdown interrupts. The supervisor's restarts use backoff with jitter, its control
  * connection's reconnects backoff without (spec router §7 item 21).
  *
- * @example
- * ```ts
- * import { Backoff, withJitter } from "./backoff.ts";
- *
- * const backoff = new Backoff(1, 5);
- * const delays = [1, 2, 3, 4, 5].map(() => backoff.next());
- * if (delays.join() !== "1,2,4,5,5") throw new Error(delays.join());
- * const jittered = withJitter(backoff.next(), 0.2);
- * if (jittered < 4 || jittered > 6) throw new Error(String(jittered));
- * ```
- *
  * @module
  */
 
@@ -41,22 +30,7 @@ export class Backoff {
   readonly max: number;
   #current: number;
 
-  /**
-   * A backoff from `min` to `max`; both positive and finite, `min ≤ max` (else `RangeError`).
-   *
-   * @example
-   * ```ts
-   * import { Backoff } from "./backoff.ts";
-   *
-   * let refused = false;
-   * try {
-   *   new Backoff(2, 1);
-   * } catch (error) {
-   *   refused = error instanceof RangeError;
-   * }
-   * if (!refused) throw new Error();
-   * ```
-   */
+  /** A backoff from `min` to `max`; both positive and finite, `min ≤ max` (else `RangeError`). */
   constructor(min: number, max: number) {
     if (!(min > 0 && Number.isFinite(min) && max >= min && Number.isFinite(max))) {
       throw new RangeError(`invalid backoff bounds ${min}..${max}`);
@@ -66,36 +40,14 @@ export class Backoff {
     this.#current = min;
   }
 
-  /**
-   * The delay to use now; the next call gives twice as much, up to the maximum.
-   *
-   * @example
-   * ```ts
-   * import { Backoff } from "./backoff.ts";
-   *
-   * const backoff = new Backoff(0.5, 30);
-   * if (backoff.next() !== 0.5 || backoff.next() !== 1) throw new Error();
-   * ```
-   */
+  /** The delay to use now; the next call gives twice as much, up to the maximum. */
   next(): number {
     const delay = this.#current;
     this.#current = Math.min(this.#current * 2, this.max);
     return delay;
   }
 
-  /**
-   * Back to the minimum (after a stable run, or an acknowledged connection).
-   *
-   * @example
-   * ```ts
-   * import { Backoff } from "./backoff.ts";
-   *
-   * const backoff = new Backoff(1, 30);
-   * backoff.next();
-   * backoff.reset();
-   * if (backoff.next() !== 1) throw new Error();
-   * ```
-   */
+  /** Back to the minimum (after a stable run, or an acknowledged connection). */
   reset(): void {
     this.#current = this.min;
   }

@@ -55,34 +55,12 @@ export class BodyReceiver {
   /** Called once when the reader cancels the stream (e.g. the HTTP client went away). */
   onCancel: ((reason: unknown) => void) | null = null;
 
-  /**
-   * `grant` sends a `credit` message for that many frames.
-   *
-   * @example
-   * ```ts
-   * import { BodyReceiver } from "./body_receiver.ts";
-   *
-   * const receiver = new BodyReceiver(() => {});
-   * if (receiver.receivedBytes !== 0) throw new Error();
-   * ```
-   */
+  /** `grant` sends a `credit` message for that many frames. */
   constructor(grant: (frames: number) => void) {
     this.#grant = grant;
   }
 
-  /**
-   * The body, for its reader (made on first use; not with {@linkcode BodyReceiver.whole}).
-   *
-   * @example
-   * ```ts
-   * import { BodyReceiver } from "./body_receiver.ts";
-   *
-   * const receiver = new BodyReceiver(() => {});
-   * receiver.push(new Uint8Array([1, 2]));
-   * receiver.end();
-   * if ((await new Response(receiver.stream).bytes()).length !== 2) throw new Error();
-   * ```
-   */
+  /** The body, for its reader (made on first use; not with {@linkcode BodyReceiver.whole}). */
   get stream(): ReadableStream<Uint8Array> {
     if (this.#whole) throw new Error("the body is being taken whole");
     return this.#stream ??= new ReadableStream<Uint8Array>({
@@ -98,17 +76,6 @@ export class BodyReceiver {
    * resolves at once with them, and the rest of the body is dropped, as a stream's reader that
    * stops there would leave it. Rejects when the slot fails before the end. One reader per body:
    * this or {@linkcode BodyReceiver.stream}.
-   *
-   * @example
-   * ```ts
-   * import { BodyReceiver } from "./body_receiver.ts";
-   *
-   * const receiver = new BodyReceiver(() => {});
-   * receiver.push(new Uint8Array([1, 2, 3]));
-   * const body = receiver.whole(3);
-   * receiver.end();
-   * if ((await body).length !== 3) throw new Error();
-   * ```
    */
   whole(limit: number): Promise<Uint8Array> {
     if (this.#stream || this.#whole || this.#within) {
@@ -128,24 +95,6 @@ export class BodyReceiver {
    * sender has used up its credit (the body is then for {@linkcode BodyReceiver.stream}, which
    * delivers every frame in order). Rejects when the slot fails before either. For an answer
    * that is usually small and must stay whole whatever size it declared.
-   *
-   * @example
-   * ```ts
-   * import { BodyReceiver } from "./body_receiver.ts";
-   *
-   * const small = new BodyReceiver(() => {});
-   * const whole = small.wholeIfWithin(4);
-   * small.push(new Uint8Array([1, 2, 3]));
-   * small.end();
-   * if ((await whole)?.length !== 3) throw new Error();
-   *
-   * const large = new BodyReceiver(() => {});
-   * const none = large.wholeIfWithin(4);
-   * large.push(new Uint8Array(5));
-   * large.end();
-   * if ((await none) !== null) throw new Error();
-   * if ((await new Response(large.stream).bytes()).length !== 5) throw new Error();
-   * ```
    */
   wholeIfWithin(limit: number): Promise<Uint8Array | null> {
     if (this.#stream || this.#whole || this.#within) {
@@ -160,16 +109,6 @@ export class BodyReceiver {
   /**
    * The reader gives the body up (as cancelling its stream does): later frames are dropped
    * and no more credit goes back. A pending {@linkcode BodyReceiver.whole} is left unsettled.
-   *
-   * @example
-   * ```ts
-   * import { BodyReceiver } from "./body_receiver.ts";
-   *
-   * const receiver = new BodyReceiver(() => {});
-   * receiver.discard();
-   * receiver.push(new Uint8Array(1));
-   * if (!receiver.cancelled || receiver.receivedBytes !== 1) throw new Error();
-   * ```
    */
   discard(reason?: unknown): void {
     if (this.#whole) this.#whole.settled = true;
@@ -186,20 +125,6 @@ export class BodyReceiver {
    * One frame's body bytes (at least one). A frame beyond the credit given, or after `end`, is a
    * violation
    * ({@linkcode LinkMessageError}).
-   *
-   * @example
-   * ```ts
-   * import { BodyReceiver } from "./body_receiver.ts";
-   *
-   * const receiver = new BodyReceiver(() => {});
-   * receiver.end();
-   * try {
-   *   receiver.push(new Uint8Array(1));
-   *   throw new Error("accepted");
-   * } catch (error) {
-   *   if (!(error instanceof Error) || error.name !== "LinkMessageError") throw error;
-   * }
-   * ```
    */
   push(bytes: Uint8Array): void {
     if (this.#ended) throw new LinkMessageError("data after the end of the body");
@@ -221,16 +146,6 @@ export class BodyReceiver {
   /**
    * One frame's body bytes (there may be none) and whether it ends the body: what
    * {@linkcode BodyReceiver.push} and {@linkcode BodyReceiver.end} do, for a frame as it comes.
-   *
-   * @example
-   * ```ts
-   * import { BodyReceiver } from "./body_receiver.ts";
-   *
-   * const receiver = new BodyReceiver(() => {});
-   * receiver.receive(new Uint8Array([1, 2]), false);
-   * receiver.receive(new Uint8Array(0), true);
-   * if ((await new Response(receiver.stream).bytes()).length !== 2) throw new Error();
-   * ```
    */
   receive(bytes: Uint8Array, end: boolean): void {
     if (bytes.length > 0) this.push(bytes);
@@ -238,18 +153,7 @@ export class BodyReceiver {
     if (end) this.end();
   }
 
-  /**
-   * The body is complete: the stream closes once its reader has read the rest.
-   *
-   * @example
-   * ```ts
-   * import { BodyReceiver } from "./body_receiver.ts";
-   *
-   * const receiver = new BodyReceiver(() => {});
-   * receiver.end();
-   * if ((await new Response(receiver.stream).arrayBuffer()).byteLength !== 0) throw new Error();
-   * ```
-   */
+  /** The body is complete: the stream closes once its reader has read the rest. */
   end(): void {
     if (this.#ended) throw new LinkMessageError("a second end of the body");
     this.#ended = true;
@@ -263,19 +167,7 @@ export class BodyReceiver {
     return this.#ended;
   }
 
-  /**
-   * The slot failed before the end: the reader gets `error`.
-   *
-   * @example
-   * ```ts
-   * import { BodyReceiver } from "./body_receiver.ts";
-   *
-   * const receiver = new BodyReceiver(() => {});
-   * receiver.fail(new Error("gone"));
-   * const failed = await new Response(receiver.stream).arrayBuffer().then(() => false, () => true);
-   * if (!failed) throw new Error();
-   * ```
-   */
+  /** The slot failed before the end: the reader gets `error`. */
   fail(error: Error): void {
     if (this.#ended) return;
     this.#failure ??= error;

@@ -76,15 +76,6 @@ export class BodySender {
    * keep the buffer: each frame is a new one). `sendParts`, if given, sends one frame given as
    * parts (its header, then a slice of a written chunk) and copies them before it returns: full
    * frames of a large chunk then go out without being copied into a frame of their own first.
-   *
-   * @example
-   * ```ts
-   * import { BodySender } from "./body_sender.ts";
-   *
-   * const id = "0f6c2b4e-1111-4222-8333-444455556666";
-   * const sender = new BodySender(id, { headers: [], content_length: 0 }, () => {});
-   * if (sender.sentBytes !== 0 || sender.ended) throw new Error();
-   * ```
    */
   constructor(
     requestId: string,
@@ -109,18 +100,6 @@ export class BodySender {
    * Sends the head now, alone, unless a frame has taken it: for a body that streams from
    * elsewhere, or an answer whose pieces must not wait for a first frame of bytes. Throws the
    * slot's failure.
-   *
-   * @example
-   * ```ts
-   * import { BodySender } from "./body_sender.ts";
-   *
-   * let frames = 0;
-   * const id = "0f6c2b4e-1111-4222-8333-444455556666";
-   * const sender = new BodySender(id, { status: 200, headers: [] }, () => frames++);
-   * sender.sendHead();
-   * sender.sendHead();
-   * if (frames !== 1) throw new Error();
-   * ```
    */
   sendHead(): void {
     if (this.#failure) throw this.#failure;
@@ -133,22 +112,6 @@ export class BodySender {
    * frame, sent before this returns: a small exchange is one frame each way. Only before any of
    * the body went. Throws the slot's failure, also one that the send itself met (nothing reached
    * the peer then).
-   *
-   * @example
-   * ```ts
-   * import { BodySender } from "./body_sender.ts";
-   * import { decodeRequestFrame } from "./frames.ts";
-   *
-   * let sent: Uint8Array | null = null;
-   * const id = "0f6c2b4e-1111-4222-8333-444455556666";
-   * const sender = new BodySender(id, { headers: [], content_length: 2 }, (f) => (sent = f));
-   * sender.sendComplete(new Uint8Array([7, 8]));
-   * const frame = decodeRequestFrame(sent!);
-   * if (frame.head?.content_length !== 2 || frame.bytes.length !== 2 || !frame.end) {
-   *   throw new Error();
-   * }
-   * if (!sender.ended || sender.sentBytes !== 2) throw new Error();
-   * ```
    */
   sendComplete(body: Uint8Array): void {
     if (this.#failure) throw this.#failure;
@@ -174,16 +137,6 @@ export class BodySender {
    * range of the memory the read gave back) and pass what was filled to
    * {@linkcode BodySender.sendPayload}. Size it to the bytes expected: a new buffer is zeroed,
    * which costs more than the bytes it will carry. A head still pending goes out first, alone.
-   *
-   * @example
-   * ```ts
-   * import { BodySender } from "./body_sender.ts";
-   *
-   * const id = "0f6c2b4e-1111-4222-8333-444455556666";
-   * const sender = new BodySender(id, { headers: [], content_length: null }, () => {});
-   * if (sender.payloadBuffer().length !== 262144) throw new Error();
-   * if (sender.payloadBuffer(100).length !== 100) throw new Error();
-   * ```
    */
   payloadBuffer(capacity: number = MAX_DATA_BYTES): Uint8Array<ArrayBuffer> {
     this.sendHead();
@@ -195,24 +148,6 @@ export class BodySender {
   /**
    * Sends bytes filled into a buffer from {@linkcode BodySender.payloadBuffer}: `payload` is a
    * view of it from its first byte (the frame's header lies before), once there is credit.
-   *
-   * @example
-   * ```ts
-   * import { BodySender } from "./body_sender.ts";
-   *
-   * import { decodeRequestFrame } from "./frames.ts";
-   *
-   * const shapes: string[] = [];
-   * const id = "0f6c2b4e-1111-4222-8333-444455556666";
-   * const sender = new BodySender(id, { headers: [], content_length: null }, (frame) => {
-   *   const { head, bytes } = decodeRequestFrame(frame);
-   *   shapes.push(`${head ? "head+" : ""}${bytes.length}`);
-   * });
-   * const payload = sender.payloadBuffer(); // the head goes first, alone
-   * payload.fill(7, 0, 10);
-   * await sender.sendPayload(payload.subarray(0, 10));
-   * if (shapes.join() !== "head+0,10" || sender.sentBytes !== 10) throw new Error(shapes.join());
-   * ```
    */
   async sendPayload(payload: Uint8Array): Promise<void> {
     await this.#flush(false);
@@ -223,20 +158,6 @@ export class BodySender {
   /**
    * The receiver's `credit` message. More than it has been sent in all is a violation
    * ({@linkcode LinkMessageError}).
-   *
-   * @example
-   * ```ts
-   * import { BodySender } from "./body_sender.ts";
-   *
-   * const id = "0f6c2b4e-1111-4222-8333-444455556666";
-   * const sender = new BodySender(id, { status: 200, headers: [] }, () => {});
-   * try {
-   *   sender.credit(1); // nothing was sent yet
-   *   throw new Error("accepted");
-   * } catch (error) {
-   *   if (!(error instanceof Error) || error.name !== "LinkMessageError") throw error;
-   * }
-   * ```
    */
   credit(frames: number): void {
     this.#granted += frames;
@@ -251,18 +172,6 @@ export class BodySender {
    * Sends `chunk`, copied into frames of at most 256 KiB (small chunks are gathered into one;
    * the first frame carries the head). Resolves once it is handed to the connection; rejects
    * once the slot failed.
-   *
-   * @example
-   * ```ts
-   * import { BodySender } from "./body_sender.ts";
-   *
-   * let frames = 0;
-   * const id = "0f6c2b4e-1111-4222-8333-444455556666";
-   * const sender = new BodySender(id, { status: 200, headers: [] }, () => frames++);
-   * for (let i = 0; i < 4; i++) await sender.write(new Uint8Array(1000));
-   * await sender.end();
-   * if (frames !== 1 || sender.sentBytes !== 4000) throw new Error();
-   * ```
    */
   async write(chunk: Uint8Array): Promise<void> {
     let rest = chunk;
@@ -310,22 +219,7 @@ export class BodySender {
     }
   }
 
-  /**
-   * Sends what is gathered (and the head, if it is still pending) with the end, in one frame.
-   *
-   * @example
-   * ```ts
-   * import { BodySender } from "./body_sender.ts";
-   * import { decodeResponseFrame } from "./frames.ts";
-   *
-   * let last: Uint8Array | null = null;
-   * const id = "0f6c2b4e-1111-4222-8333-444455556666";
-   * const sender = new BodySender(id, { status: 204, headers: [] }, (f) => (last = f));
-   * await sender.end();
-   * const frame = decodeResponseFrame(last!);
-   * if (frame.head?.status !== 204 || !frame.end || !sender.ended) throw new Error();
-   * ```
-   */
+  /** Sends what is gathered (and the head, if it is still pending) with the end, in one frame. */
   async end(): Promise<void> {
     if (this.#ended) return;
     if (this.#failure) throw this.#failure;
@@ -335,18 +229,6 @@ export class BodySender {
   /**
    * Sends what is gathered now (and the head, if it is still pending), without waiting for a
    * full frame: a live-output answer's chunks must not wait for 256 KiB of them.
-   *
-   * @example
-   * ```ts
-   * import { BodySender } from "./body_sender.ts";
-   *
-   * let frames = 0;
-   * const id = "0f6c2b4e-1111-4222-8333-444455556666";
-   * const sender = new BodySender(id, { status: 200, headers: [] }, () => frames++);
-   * await sender.write(new Uint8Array(10));
-   * await sender.flush();
-   * if (frames !== 1) throw new Error();
-   * ```
    */
   async flush(): Promise<void> {
     await this.#flush(false);
@@ -358,20 +240,7 @@ export class BodySender {
     return this.#ended;
   }
 
-  /**
-   * The slot failed: pending and later writes reject with `error`.
-   *
-   * @example
-   * ```ts
-   * import { BodySender } from "./body_sender.ts";
-   *
-   * const id = "0f6c2b4e-1111-4222-8333-444455556666";
-   * const sender = new BodySender(id, { status: 200, headers: [] }, () => {});
-   * sender.fail(new Error("gone"));
-   * const failed = await sender.write(new Uint8Array(1)).then(() => false, () => true);
-   * if (!failed) throw new Error();
-   * ```
-   */
+  /** The slot failed: pending and later writes reject with `error`. */
   fail(error: Error): void {
     this.#failure ??= error;
     this.#wake();
