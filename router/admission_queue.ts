@@ -157,19 +157,6 @@ export class AdmissionQueue {
    * {@linkcode RouterStopping} once the queue is closed, or the signal's reason when it is aborted
    * (before or while waiting; a function giving the signal is called only when the request has to
    * wait). `take` is called synchronously and must not block.
-   *
-   * @example
-   * ```ts
-   * import { AdmissionQueue, NoNode } from "./admission_queue.ts";
-   *
-   * const queue = new AdmissionQueue({ maxWaiting: 4, waitTimeoutMs: 10 });
-   * if (await queue.admit(() => "slot") !== "slot") throw new Error();
-   * await queue.admit(() => null).then(() => {
-   *   throw new Error("admitted");
-   * }, (error) => {
-   *   if (!(error instanceof NoNode)) throw error;
-   * });
-   * ```
    */
   async admit<T>(
     take: () => T | null,
@@ -241,20 +228,6 @@ export class AdmissionQueue {
   /**
    * Stops: every waiter rejects with {@linkcode RouterStopping}, and so does every later
    * {@linkcode AdmissionQueue.admit}. Idempotent.
-   *
-   * @example
-   * ```ts
-   * import { AdmissionQueue, RouterStopping } from "./admission_queue.ts";
-   *
-   * const queue = new AdmissionQueue({ maxWaiting: 1, waitTimeoutMs: 60_000 });
-   * const waiting = queue.admit(() => null);
-   * queue.close();
-   * await waiting.then(() => {
-   *   throw new Error("admitted");
-   * }, (error) => {
-   *   if (!(error instanceof RouterStopping)) throw error;
-   * });
-   * ```
    */
   close(): void {
     this.#closed = true;

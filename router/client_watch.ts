@@ -38,34 +38,13 @@ export class ClientWatch {
   /**
    * A watch that looks at requests older than `afterMs` (default 250) every `afterMs`; not
    * running until {@linkcode ClientWatch.start}.
-   *
-   * @example
-   * ```ts
-   * import { ClientWatch } from "./client_watch.ts";
-   *
-   * const watch = new ClientWatch(100);
-   * watch.start();
-   * watch.stop();
-   * ```
    */
   constructor(afterMs = 250, now: () => number = () => performance.now()) {
     this.#afterMs = afterMs;
     this.#now = now;
   }
 
-  /**
-   * Starts the timer (it does not keep the process alive). Idempotent.
-   *
-   * @example
-   * ```ts
-   * import { ClientWatch } from "./client_watch.ts";
-   *
-   * const watch = new ClientWatch();
-   * watch.start();
-   * watch.start();
-   * watch.stop();
-   * ```
-   */
+  /** Starts the timer (it does not keep the process alive). Idempotent. */
   start(): void {
     if (this.#timer !== null) return;
     this.#timer = setInterval(() => this.check(), this.#afterMs);
@@ -75,13 +54,6 @@ export class ClientWatch {
   /**
    * Stops the timer; requests already watched through their signal stay watched until
    * unwatched. Idempotent.
-   *
-   * @example
-   * ```ts
-   * import { ClientWatch } from "./client_watch.ts";
-   *
-   * new ClientWatch().stop();
-   * ```
    */
   stop(): void {
     if (this.#timer !== null) clearInterval(this.#timer);
@@ -91,23 +63,6 @@ export class ClientWatch {
   /**
    * Watches `request`'s client: `onGone` runs (once) if it goes away before the returned
    * function is called.
-   *
-   * @example
-   * ```ts
-   * import { ClientWatch } from "./client_watch.ts";
-   *
-   * let clock = 0;
-   * const watch = new ClientWatch(250, () => clock);
-   * const controller = new AbortController();
-   * const request = new Request("http://router/execute", { signal: controller.signal });
-   * let gone = false;
-   * const unwatch = watch.watch(request, () => (gone = true));
-   * clock = 300;
-   * watch.check();
-   * controller.abort();
-   * if (!gone) throw new Error("not noticed");
-   * unwatch();
-   * ```
    */
   watch(request: Request, onGone: () => void): () => void {
     const watched: _Watched = { since: this.#now(), request, onGone, signal: null };
@@ -120,13 +75,6 @@ export class ClientWatch {
   /**
    * Watches the signals of the requests that have waited at least `afterMs` (the timer's
    * work; callable directly).
-   *
-   * @example
-   * ```ts
-   * import { ClientWatch } from "./client_watch.ts";
-   *
-   * new ClientWatch().check(); // nothing waiting: nothing to do
-   * ```
    */
   check(): void {
     const due = this.#now() - this.#afterMs;
@@ -143,20 +91,7 @@ export class ClientWatch {
     }
   }
 
-  /**
-   * Requests not yet watched through their signal.
-   *
-   * @example
-   * ```ts
-   * import { ClientWatch } from "./client_watch.ts";
-   *
-   * const watch = new ClientWatch();
-   * const unwatch = watch.watch(new Request("http://router/execute"), () => {});
-   * const before = watch.waiting;
-   * unwatch();
-   * if (before !== 1 || watch.waiting !== 0) throw new Error();
-   * ```
-   */
+  /** Requests not yet watched through their signal. */
   get waiting(): number {
     return this.#waiting.size;
   }

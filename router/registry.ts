@@ -135,29 +135,6 @@ export class NodeRegistry {
    * `failed_precondition`). Throws {@linkcode LinkRefusal}; the caller closes the connection
    * with it. A refused later message of the current connection also ends its control (the node
    * becomes `unhealthy` with the refusal as `last_error`), as the connection is going away.
-   *
-   * @example
-   * ```ts
-   * import { NodeRegistry } from "./registry.ts";
-   * import { LinkRefusal } from "./connections.ts";
-   * import { defaultRegistryConfig } from "./options.ts";
-   *
-   * const registry = new NodeRegistry(defaultRegistryConfig());
-   * const starting = {
-   *   t: "status", node_id: "gpu-a", server_healthy: false, supervisor_instance_id: "s1",
-   *   server_instance_id: "", worker_count: 0, busy_workers: 0, target: {}, versions: {},
-   *   last_error: "KCoral Server is starting", health_age_millis: null,
-   * } as const;
-   * const control = { connectionId: "c1", close() {} };
-   * registry.controlStatus(control, starting, true);
-   * if (registry.snapshot().workers[0].status !== "unhealthy") throw new Error();
-   * try {
-   *   registry.controlStatus(control, { ...starting, node_id: "gpu-b" }, false);
-   *   throw new Error("accepted");
-   * } catch (error) {
-   *   if (!(error instanceof LinkRefusal) || error.code !== "invalid_argument") throw error;
-   * }
-   * ```
    */
   controlStatus(control: ControlHandle, status: NodeStatus, first: boolean): void {
     const expected = first ? null : this.#controlNodes.get(control.connectionId) ?? null;
@@ -243,27 +220,6 @@ export class NodeRegistry {
    * {@linkcode LinkRefusal}: `invalid_argument` (bad node id, missing instance or slot id),
    * `failed_precondition` (another server instance than the node's), `already_exists` (slot id
    * already connected for the node).
-   *
-   * @example
-   * ```ts
-   * import { NodeRegistry } from "./registry.ts";
-   * import { LinkRefusal } from "./connections.ts";
-   * import { defaultRegistryConfig } from "./options.ts";
-   *
-   * const registry = new NodeRegistry(defaultRegistryConfig());
-   * const hello = {
-   *   t: "hello", node_id: "gpu-a", server_instance_id: "i1", slot_id: "x", protocol_version: 1,
-   * } as const;
-   * const slot = (connectionId: string) =>
-   *   ({ connectionId, slotId: "x", nodeId: "gpu-a", serverInstanceId: "i1", close() {} });
-   * registry.registerSlot(hello, slot("d1"));
-   * try {
-   *   registry.registerSlot(hello, slot("d2"));
-   *   throw new Error("accepted");
-   * } catch (error) {
-   *   if (!(error instanceof LinkRefusal) || error.code !== "already_exists") throw error;
-   * }
-   * ```
    */
   registerSlot(hello: SlotHello, slot: SlotHandle): void {
     const refuse = (code: LinkCloseName, message: string): LinkRefusal => {
@@ -294,22 +250,6 @@ export class NodeRegistry {
    * for its slot id (a late close never removes a replacement). A request running on it keeps
    * its count until its lease is released. `reason`, when given, becomes the node's
    * `last_error` (as upstream).
-   *
-   * @example
-   * ```ts
-   * import { NodeRegistry } from "./registry.ts";
-   * import { defaultRegistryConfig } from "./options.ts";
-   *
-   * const registry = new NodeRegistry(defaultRegistryConfig());
-   * const slot = { connectionId: "d1", slotId: "x", nodeId: "gpu-a", serverInstanceId: "i1",
-   *   close() {} };
-   * registry.registerSlot(
-   *   { t: "hello", node_id: "gpu-a", server_instance_id: "i1", slot_id: "x", protocol_version: 1 },
-   *   slot,
-   * );
-   * registry.slotClosed(slot);
-   * if (registry.snapshot().workers[0].connected_data_slots !== 0) throw new Error();
-   * ```
    */
   slotClosed(slot: SlotHandle, reason?: string): void {
     const node = this.#nodes.get(slot.nodeId);
@@ -324,20 +264,6 @@ export class NodeRegistry {
    * queue; rejects with `RouterBusy` (queue full), `NoNode` (the wait expired),
    * `RouterStopping` (after {@linkcode NodeRegistry.close}) or `signal`'s reason when it is
    * aborted while waiting (the queue place is given back).
-   *
-   * @example
-   * ```ts
-   * import { NodeRegistry } from "./registry.ts";
-   * import { RouterBusy } from "./admission_queue.ts";
-   * import { defaultRegistryConfig } from "./options.ts";
-   *
-   * const registry = new NodeRegistry(defaultRegistryConfig({ maxQueuedRequests: 0 }));
-   * await registry.acquire(null).then(() => {
-   *   throw new Error("no node, yet a slot");
-   * }, (error) => {
-   *   if (!(error instanceof RouterBusy)) throw error;
-   * });
-   * ```
    */
   acquire(
     preferred: string | null,
@@ -350,15 +276,6 @@ export class NodeRegistry {
    * A slot at once, chosen as {@linkcode NodeRegistry.acquire} chooses, or `null` (none free, or
    * the registry is closed) with nothing changed: the caller then waits with `acquire`. The
    * same order as `acquire`'s first try, without its promise (the usual case of a free slot).
-   *
-   * @example
-   * ```ts
-   * import { NodeRegistry } from "./registry.ts";
-   * import { defaultRegistryConfig } from "./options.ts";
-   *
-   * const registry = new NodeRegistry(defaultRegistryConfig());
-   * if (registry.tryAcquire(null) !== null) throw new Error("no node, yet a slot");
-   * ```
    */
   tryAcquire(preferred: string | null): SlotLease | null {
     return this.#closed ? null : this.#tryAcquire(preferred);
@@ -371,24 +288,6 @@ export class NodeRegistry {
    * with nothing running, disconnected for at least node-retention are removed (their slots
    * closed, "node retention expired"); an empty table clears the cohort baseline. Wakes every
    * waiter (saturation marks expire with time).
-   *
-   * @example
-   * ```ts
-   * import { NodeRegistry } from "./registry.ts";
-   * import { defaultRegistryConfig } from "./options.ts";
-   *
-   * let clock = 0;
-   * const registry = new NodeRegistry(defaultRegistryConfig({ nodeRetentionMs: 60_000 }), {
-   *   now: () => clock,
-   * });
-   * registry.registerSlot(
-   *   { t: "hello", node_id: "gpu-a", server_instance_id: "i1", slot_id: "x", protocol_version: 1 },
-   *   { connectionId: "d1", slotId: "x", nodeId: "gpu-a", serverInstanceId: "i1", close() {} },
-   * );
-   * clock = 60_000;
-   * registry.sweep();
-   * if (registry.snapshot().workers.length !== 0) throw new Error("a data-only record expires");
-   * ```
    */
   sweep(): void {
     const now = this.#now();
@@ -423,16 +322,6 @@ export class NodeRegistry {
    * Runs {@linkcode NodeRegistry.sweep} every status-check interval, each run scheduled after
    * the previous one finished (missed ticks are delayed, never burst) until
    * {@linkcode NodeRegistry.stop}. Idempotent.
-   *
-   * @example
-   * ```ts
-   * import { NodeRegistry } from "./registry.ts";
-   * import { defaultRegistryConfig } from "./options.ts";
-   *
-   * const registry = new NodeRegistry(defaultRegistryConfig());
-   * registry.start();
-   * registry.stop(); // the timer ends (stop is idempotent too)
-   * ```
    */
   start(): void {
     if (this.#running || this.#closed) return;
@@ -451,15 +340,6 @@ export class NodeRegistry {
    * The public `/health` numbers (spec router §2.5, router/health_views.ts): `ok` iff some
    * `ready` node has a registered slot; the capacity of eligible nodes, requests running and
    * waiting; the cohort baseline. A closed registry: not ok, no capacity.
-   *
-   * @example
-   * ```ts
-   * import { NodeRegistry } from "./registry.ts";
-   * import { defaultRegistryConfig } from "./options.ts";
-   *
-   * const health = new NodeRegistry(defaultRegistryConfig()).health();
-   * if (health.ok || health.load.request_capacity !== 0) throw new Error();
-   * ```
    */
   health(): RegistryHealth {
     return healthView(this.#state());
@@ -468,15 +348,6 @@ export class NodeRegistry {
   /**
    * The internal snapshot (spec router §2.5 "No node list", router/health_views.ts): every node
    * record with its state, instances, counts and errors, plus the requests running and waiting.
-   *
-   * @example
-   * ```ts
-   * import { NodeRegistry } from "./registry.ts";
-   * import { defaultRegistryConfig } from "./options.ts";
-   *
-   * const snapshot = new NodeRegistry(defaultRegistryConfig()).snapshot();
-   * if (snapshot.active_requests !== 0 || snapshot.workers.length !== 0) throw new Error();
-   * ```
    */
   snapshot(): RegistrySnapshot {
     return snapshotView(this.#state(), this.#config.maxStatusAgeMs);
@@ -485,22 +356,6 @@ export class NodeRegistry {
   /**
    * Stops: the sweep timer ends, every waiter rejects with `RouterStopping` (a `NoNode`), and
    * so does every later {@linkcode NodeRegistry.acquire}. Connections are left to the caller.
-   *
-   * @example
-   * ```ts
-   * import { NodeRegistry } from "./registry.ts";
-   * import { NoNode } from "./admission_queue.ts";
-   * import { defaultRegistryConfig } from "./options.ts";
-   *
-   * const registry = new NodeRegistry(defaultRegistryConfig());
-   * const waiting = registry.acquire(null);
-   * registry.close();
-   * await waiting.then(() => {
-   *   throw new Error("a slot");
-   * }, (error) => {
-   *   if (!(error instanceof NoNode)) throw error;
-   * });
-   * ```
    */
   close(): void {
     this.#closed = true;
