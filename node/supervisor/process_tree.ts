@@ -97,17 +97,7 @@ const _CLEANUP_LIMIT_MS = 5000;
 export class DescendantsSurvivedError extends Error {
   /** The pids still alive. */
   readonly pids: number[];
-  /**
-   * Creates the error.
-   *
-   * @example
-   * ```ts
-   * import { DescendantsSurvivedError } from "./process_tree.ts";
-   *
-   * const error = new DescendantsSurvivedError([42]);
-   * if (!error.message.startsWith("server descendants did not exit")) throw new Error();
-   * ```
-   */
+  /** Creates the error. */
   constructor(pids: number[]) {
     super(
       `server descendants did not exit; refusing to restart alongside them (pids ${
@@ -285,15 +275,6 @@ export class ProcessTree {
    * Spawns `command` with stdin from `/dev/null`, in a process group and session of its own,
    * after making this process a subreaper (a log line says so when that is not possible).
    * Throws what `Deno.Command.spawn` throws (`Deno.errors.NotFound`, ...).
-   *
-   * @example
-   * ```ts
-   * import { ProcessTree } from "./process_tree.ts";
-   *
-   * const tree = ProcessTree.spawn({ command: "true", args: [], env: {} });
-   * if ((await tree.exited).code !== 0) throw new Error();
-   * await tree.cleanup();
-   * ```
    */
   static spawn(command: ChildCommand, options: ProcessTreeOptions = {}): ProcessTree {
     const log = options.log ?? (() => {});
@@ -328,24 +309,7 @@ export class ProcessTree {
     return this.#status;
   }
 
-  /**
-   * The pids of the child's living descendants (the child itself not included), found now.
-   *
-   * @example
-   * ```ts
-   * import { ProcessTree } from "./process_tree.ts";
-   *
-   * const tree = ProcessTree.spawn({ command: "sh", args: ["-c", "sleep 30 & wait"], env: {} });
-   * let found: number[] = [];
-   * for (let i = 0; i < 200 && found.length === 0; i++) {
-   *   await new Promise((r) => setTimeout(r, 10));
-   *   found = tree.descendants();
-   * }
-   * await tree.terminate(0);
-   * await tree.cleanup();
-   * if (found.length !== 1) throw new Error(String(found));
-   * ```
-   */
+  /** The pids of the child's living descendants (the child itself not included), found now. */
   descendants(): number[] {
     return [...this.#scan().values()].filter((p) => p.state !== "Z").map((p) => p.pid);
   }
@@ -355,24 +319,6 @@ export class ProcessTree {
    * `null` (a normal shutdown lets requests finish), else at most `graceSeconds`, after which
    * the descendants, the process group and the child get SIGKILL. Resolves with the child's
    * exit status. Call {@linkcode ProcessTree.cleanup} afterwards.
-   *
-   * @example
-   * ```ts
-   * import { ProcessTree } from "./process_tree.ts";
-   *
-   * const lines: string[] = [];
-   * const tree = ProcessTree.spawn(
-   *   { command: "sh", args: ["-c", "trap '' TERM; sleep 30 & wait; wait"], env: {} },
-   *   { log: (line) => lines.push(line) },
-   * );
-   * // Once the sleep runs, the shell ignores SIGTERM.
-   * while (tree.descendants().length === 0) await new Promise((r) => setTimeout(r, 10));
-   * const status = await tree.terminate(0.05);
-   * await tree.cleanup();
-   * if (status.signal !== "SIGKILL" || !lines.some((l) => l.includes("sending SIGKILL"))) {
-   *   throw new Error(JSON.stringify([status, lines]));
-   * }
-   * ```
    */
   async terminate(graceSeconds: number | null): Promise<Deno.CommandStatus> {
     if (this.#status !== null) return this.#status;
@@ -395,16 +341,6 @@ export class ProcessTree {
   /**
    * Sends SIGKILL to the descendants, the process group and the child at once, and waits for
    * the child to exit.
-   *
-   * @example
-   * ```ts
-   * import { ProcessTree } from "./process_tree.ts";
-   *
-   * const tree = ProcessTree.spawn({ command: "sleep", args: ["30"], env: {} });
-   * const status = await tree.kill();
-   * await tree.cleanup();
-   * if (status.signal !== "SIGKILL") throw new Error();
-   * ```
    */
   async kill(): Promise<Deno.CommandStatus> {
     if (this.#status === null) this.#killAll();
@@ -416,16 +352,6 @@ export class ProcessTree {
    * group) every 10 ms, reaping orphans re-parented to this process, until none is left;
    * throws {@linkcode DescendantsSurvivedError} if some are still alive after 5 s.
    * Waits for the child's exit first.
-   *
-   * @example
-   * ```ts
-   * import { ProcessTree } from "./process_tree.ts";
-   *
-   * const tree = ProcessTree.spawn({ command: "sh", args: ["-c", "sleep 30 & exit 0"], env: {} });
-   * await tree.exited;
-   * await tree.cleanup();
-   * if (tree.descendants().length !== 0) throw new Error();
-   * ```
    */
   async cleanup(): Promise<void> {
     await this.exited;
