@@ -42,16 +42,7 @@ export type TunnelFailure = "invalid_response" | "tunnel_disconnected";
 export class TunnelError extends Error {
   /** Which failure. */
   readonly reason: TunnelFailure;
-  /**
-   * Creates the error.
-   *
-   * @example
-   * ```ts
-   * import { TunnelError } from "./slot_link.ts";
-   *
-   * if (new TunnelError("tunnel_disconnected").reason !== "tunnel_disconnected") throw new Error();
-   * ```
-   */
+  /** Creates the error. */
   constructor(reason: TunnelFailure, detail?: string) {
     super(detail ? `${reason}: ${detail}` : reason);
     this.name = "TunnelError";
@@ -205,20 +196,7 @@ export class RouterSlot implements SlotHandle {
   #exchange: _Exchange | null = null;
   #closed = false;
 
-  /**
-   * Wraps an open `socket` whose `hello` was accepted; `onClosed` runs once when it ends.
-   *
-   * @example
-   * ```ts
-   * import { RouterSlot } from "./slot_link.ts";
-   * import type { MessageSocket } from "../link/websocket_server.ts";
-   *
-   * const make = (socket: MessageSocket) =>
-   *   new RouterSlot(socket, {
-   *     t: "hello", node_id: "gpu-a", server_instance_id: "i1", slot_id: "s1", protocol_version: 2,
-   *   }, () => {});
-   * ```
-   */
+  /** Wraps an open `socket` whose `hello` was accepted; `onClosed` runs once when it ends. */
   constructor(
     socket: MessageSocket,
     hello: SlotHello,
@@ -246,15 +224,6 @@ export class RouterSlot implements SlotHandle {
    * body and the end go in one frame and the upload has ended; without, the head goes alone and
    * the body follows through the exchange's upload. Throws {@linkcode TunnelError} when the
    * connection is gone (nothing reached the node).
-   *
-   * @example
-   * ```ts
-   * import type { RouterSlot } from "./slot_link.ts";
-   *
-   * function start(slot: RouterSlot, body: Uint8Array) {
-   *   return slot.begin(crypto.randomUUID(), [["content-type", "multipart/form-data"]], 2, body);
-   * }
-   * ```
    */
   begin(
     requestId: string,
@@ -278,19 +247,7 @@ export class RouterSlot implements SlotHandle {
     return exchange;
   }
 
-  /**
-   * One WebSocket message from the node.
-   *
-   * @example
-   * ```ts
-   * import type { RouterSlot } from "./slot_link.ts";
-   * import type { ServerWebSocket } from "../link/websocket_server.ts";
-   *
-   * function attach(socket: ServerWebSocket, slot: RouterSlot) {
-   *   socket.onmessage = (event) => slot.receive(event.data);
-   * }
-   * ```
-   */
+  /** One WebSocket message from the node. */
   receive(data: unknown): void {
     if (this.#closed) return;
     try {
@@ -323,15 +280,6 @@ export class RouterSlot implements SlotHandle {
   /**
    * Sends `cancel` for the request (if the socket takes it) and closes the connection with the
    * reason; never waits.
-   *
-   * @example
-   * ```ts
-   * import type { RouterSlot } from "./slot_link.ts";
-   *
-   * function drop(slot: RouterSlot, requestId: string) {
-   *   slot.cancel(requestId, "client_disconnected");
-   * }
-   * ```
    */
   cancel(requestId: string, reason: CancelReason): void {
     if (this.#closed) return;
@@ -342,15 +290,6 @@ export class RouterSlot implements SlotHandle {
   /**
    * Closes the connection with a node-link close code and reason; idempotent. A request on it
    * fails with `tunnel_disconnected`.
-   *
-   * @example
-   * ```ts
-   * import type { RouterSlot } from "./slot_link.ts";
-   *
-   * function retire(slot: RouterSlot) {
-   *   slot.close("unavailable", "KCoral Server instance changed");
-   * }
-   * ```
    */
   close(code: LinkCloseName, reason: string): void {
     if (this.#closed) return;
@@ -362,19 +301,7 @@ export class RouterSlot implements SlotHandle {
     this.closedBySocket(reason);
   }
 
-  /**
-   * The socket ended (its `close` event, or {@linkcode RouterSlot.close}).
-   *
-   * @example
-   * ```ts
-   * import type { RouterSlot } from "./slot_link.ts";
-   * import type { ServerWebSocket } from "../link/websocket_server.ts";
-   *
-   * function watch(socket: ServerWebSocket, slot: RouterSlot) {
-   *   socket.onclose = (event) => slot.closedBySocket(event.reason || "connection closed");
-   * }
-   * ```
-   */
+  /** The socket ended (its `close` event, or {@linkcode RouterSlot.close}). */
   closedBySocket(reason: string): void {
     if (this.#closed) return;
     this.#closed = true;
