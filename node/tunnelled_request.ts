@@ -59,17 +59,7 @@ export class TunnelledRequest {
   #failure: Error | null = null;
   #answered = false;
 
-  /**
-   * A request that came on `socket` (`null`: nothing is sent).
-   *
-   * @example
-   * ```ts
-   * import { TunnelledRequest } from "./tunnelled_request.ts";
-   *
-   * const request = new TunnelledRequest("0f6c2b4e-1111-4222-8333-444455556666", null);
-   * if (request.done) throw new Error();
-   * ```
-   */
+  /** A request that came on `socket` (`null`: nothing is sent). */
   constructor(id: string, socket: WebSocketClient | null) {
     this.id = id;
     this.#socket = socket;

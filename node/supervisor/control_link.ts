@@ -116,16 +116,7 @@ export class NodeReport {
   #lastError = "";
   #observedAt: number | null = null;
 
-  /**
-   * A report for `nodeId`; `now` is a monotonic clock in milliseconds (`performance.now`).
-   *
-   * @example
-   * ```ts
-   * import { NodeReport } from "./control_link.ts";
-   *
-   * if (new NodeReport("gpu-a").supervisorInstanceId.length !== 36) throw new Error();
-   * ```
-   */
+  /** A report for `nodeId`; `now` is a monotonic clock in milliseconds (`performance.now`). */
   constructor(
     nodeId: string,
     supervisorInstanceId: string = crypto.randomUUID(),
@@ -141,20 +132,7 @@ export class NodeReport {
     return this.#healthy;
   }
 
-  /**
-   * Records a successful probe, observed now.
-   *
-   * @example
-   * ```ts
-   * import { NodeReport } from "./control_link.ts";
-   *
-   * const report = new NodeReport("gpu-a");
-   * report.recordHealthy({
-   *   instanceId: "srv-1", workerCount: 1, busyWorkers: 1, target: {}, versions: {},
-   * });
-   * if (!report.healthy || report.snapshot().last_error !== "") throw new Error();
-   * ```
-   */
+  /** Records a successful probe, observed now. */
   recordHealthy(health: ServerHealth): void {
     this.#healthy = true;
     this.#health = {
@@ -170,15 +148,6 @@ export class NodeReport {
   /**
    * Records that the server is not healthy, and why (a failed probe, "KCoral Server is
    * starting", "Supervisor is shutting down", a child's exit).
-   *
-   * @example
-   * ```ts
-   * import { NodeReport } from "./control_link.ts";
-   *
-   * const report = new NodeReport("gpu-a");
-   * report.markUnhealthy("Supervisor is shutting down");
-   * if (report.snapshot().last_error !== "Supervisor is shutting down") throw new Error();
-   * ```
    */
   markUnhealthy(reason: string): void {
     this.#healthy = false;
@@ -186,22 +155,7 @@ export class NodeReport {
     this.#changed();
   }
 
-  /**
-   * Calls `listener` after every change; returns a function that removes it.
-   *
-   * @example
-   * ```ts
-   * import { NodeReport } from "./control_link.ts";
-   *
-   * const report = new NodeReport("gpu-a");
-   * let changes = 0;
-   * const off = report.onChange(() => changes++);
-   * report.markUnhealthy("a");
-   * off();
-   * report.markUnhealthy("b");
-   * if (changes !== 1) throw new Error();
-   * ```
-   */
+  /** Calls `listener` after every change; returns a function that removes it. */
   onChange(listener: () => void): () => void {
     this.#listeners.add(listener);
     return () => this.#listeners.delete(listener);
@@ -210,14 +164,6 @@ export class NodeReport {
   /**
    * The full status to send now (`health_age_millis` computed at this moment; `null` before the
    * first successful probe).
-   *
-   * @example
-   * ```ts
-   * import { NodeReport } from "./control_link.ts";
-   *
-   * const status = new NodeReport("gpu-a", "sup-1").snapshot();
-   * if (status.t !== "status" || status.supervisor_instance_id !== "sup-1") throw new Error();
-   * ```
    */
   snapshot(): NodeStatus {
     const age = this.#observedAt === null
@@ -295,23 +241,7 @@ export class ControlLink {
   #running: Promise<void> | null = null;
   #connections = 0;
 
-  /**
-   * A link for `options` (not connected until {@linkcode ControlLink.start}).
-   *
-   * @example
-   * ```ts
-   * import { ControlLink, NodeReport } from "./control_link.ts";
-   *
-   * const report = new NodeReport("gpu-a");
-   * const link = new ControlLink({
-   *   routerEndpoint: "http://127.0.0.1:9000",
-   *   nodeToken: "s3cret",
-   *   snapshot: () => report.snapshot(),
-   *   heartbeatSeconds: 2,
-   * });
-   * if (link.url !== "ws://127.0.0.1:9000/kcoral/v1/control") throw new Error();
-   * ```
-   */
+  /** A link for `options` (not connected until {@linkcode ControlLink.start}). */
   constructor(options: ControlLinkOptions) {
     this.#options = options;
     this.#url = controlUrl(options.routerEndpoint);
@@ -336,23 +266,7 @@ export class ControlLink {
     return this.#connections;
   }
 
-  /**
-   * Starts connecting (once; later calls do nothing).
-   *
-   * @example
-   * ```ts
-   * import { ControlLink, NodeReport } from "./control_link.ts";
-   *
-   * const report = new NodeReport("gpu-a");
-   * const link = new ControlLink({
-   *   routerEndpoint: "http://127.0.0.1:9", nodeToken: null,
-   *   snapshot: () => report.snapshot(), heartbeatSeconds: 1,
-   * });
-   * link.start();
-   * link.start();
-   * await link.stop();
-   * ```
-   */
+  /** Starts connecting (once; later calls do nothing). */
   start(): void {
     if (this.#running !== null || this.#stop.signal.aborted) return;
     this.#running = this.#run();
@@ -361,18 +275,6 @@ export class ControlLink {
   /**
    * Sends the current snapshot now, if connected (a local change); otherwise the next
    * connection sends it first anyway.
-   *
-   * @example
-   * ```ts
-   * import { ControlLink, NodeReport } from "./control_link.ts";
-   *
-   * const report = new NodeReport("gpu-a");
-   * const link = new ControlLink({
-   *   routerEndpoint: "http://127.0.0.1:9", nodeToken: null,
-   *   snapshot: () => report.snapshot(), heartbeatSeconds: 1,
-   * });
-   * link.report(); // not connected: nothing to do
-   * ```
    */
   report(): void {
     const socket = this.#socket;
@@ -388,18 +290,6 @@ export class ControlLink {
    * Closes the connection for good (interrupting a reconnect delay) and waits until it is
    * closed, or for at most 2 s of an unanswered closing handshake (the socket is then
    * abandoned).
-   *
-   * @example
-   * ```ts
-   * import { ControlLink, NodeReport } from "./control_link.ts";
-   *
-   * const report = new NodeReport("gpu-a");
-   * const link = new ControlLink({
-   *   routerEndpoint: "http://127.0.0.1:9", nodeToken: null,
-   *   snapshot: () => report.snapshot(), heartbeatSeconds: 1,
-   * });
-   * await link.stop(); // never started: nothing to close
-   * ```
    */
   async stop(): Promise<void> {
     this.#stop.abort();
