@@ -11,16 +11,6 @@
  *  --tls-cert PATH / KCORAL_TLS_CERT, --tls-key PATH / KCORAL_TLS_KEY ─▶ Deno.serve's TLS
  * ```
  *
- * @example
- * ```ts
- * import { accessOptions, checkAccessConfig } from "./access_options.ts";
- *
- * const config = checkAccessConfig({ clientTokens: ["a,b"], protectHealth: true });
- * if (config.clientTokens.join(" ") !== "a b" || accessOptions.tlsCert.env !== "KCORAL_TLS_CERT") {
- *   throw new Error();
- * }
- * ```
- *
  * @module
  */
 import type { OptionTable } from "../options/spec.ts";

@@ -7,17 +7,6 @@
  * that would take an empty secret for "no token" is open to every node). A malformed command
  * line exits 2, a well-formed but invalid one 1.
  *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * import { parseRouterArgs, registryConfig } from "./options.ts";
- *
- * const config = parseRouterArgs(["--port", "9001"], { KCORAL_NODE_TOKEN: "s3cret" });
- * assert.equal(config.port, 9001);
- * assert.equal(config.nodeToken, "s3cret");
- * assert.equal(registryConfig(config).maxStatusAgeMs, 5000);
- * ```
- *
  * @module
  */
 import {

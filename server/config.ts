@@ -3,15 +3,6 @@
  * table of server options ({@link ./config_options.ts}), with the defaults of the server guide
  * (seed 002).
  *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * import { resolveServerConfig } from "./config.ts";
- *
- * const config = resolveServerConfig({ device: "cpu", logDir: "" });
- * assert.ok(config.workerWaitTimeoutSeconds === 1800 && config.logDir === null);
- * ```
- *
  * @module
  */
 import { serverConfigOptions, serverConfigRules } from "./config_options.ts";

@@ -7,15 +7,6 @@
  * `ServerConfig` ({@link ./config.ts}), its schema, the command line of `kcoral server` and
  * its `--help` are all produced from these tables (see `options/`).
  *
- * @example Every option has a flag, a default and help
- * ```ts
- * import assert from "node:assert/strict";
- * import { serverConfigOptions } from "./config_options.ts";
- *
- * assert.equal(serverConfigOptions.workerWaitTimeoutSeconds.flag, "--worker-wait-timeout-seconds");
- * assert.equal(serverConfigOptions.workerWaitTimeoutSeconds.default, 1800);
- * ```
- *
  * @module
  */
 import { processEnv } from "../options/defaults.ts";

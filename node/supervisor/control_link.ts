@@ -20,19 +20,6 @@
  * report and the link are one unit (the link sends what the report holds), about 240 lines of
  * code.
  *
- * @example
- * ```ts
- * import { controlUrl, NodeReport } from "./control_link.ts";
- *
- * if (controlUrl("https://router.example:9000") !== "wss://router.example:9000/kcoral/v1/control") {
- *   throw new Error();
- * }
- * const report = new NodeReport("gpu-a");
- * report.markUnhealthy("KCoral Server is starting");
- * const status = report.snapshot();
- * if (status.server_healthy || status.health_age_millis !== null) throw new Error();
- * ```
- *
  * @module
  */
 import {

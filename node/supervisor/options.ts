@@ -13,14 +13,6 @@
  * options mechanism wants, for JSR's fast type check) and every export carries a runnable
  * example.
  *
- * @example
- * ```ts
- * import { checkNodeConfig } from "./options.ts";
- *
- * const config = checkNodeConfig({ routerEndpoint: "http://127.0.0.1:9000", nodeId: "gpu-a" });
- * if (config.healthIntervalSeconds !== 2 || config.restartJitter !== 0.2) throw new Error();
- * ```
- *
  * @module
  */
 import { CommandLineError, type OptionSource } from "../../options/command.ts";

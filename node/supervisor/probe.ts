@@ -10,18 +10,6 @@
  * that to any local address). Proxy variables (`HTTP_PROXY`, ...) never apply: the probe's
  * HTTP client sends every request straight to the server's address.
  *
- * @example
- * ```ts
- * import { parseWorkerStatus, probeOrigin } from "./probe.ts";
- *
- * if (probeOrigin("0.0.0.0", 8000) !== "http://127.0.0.1:8000/") throw new Error();
- * const health = parseWorkerStatus({
- *   status: "ok", instance_id: "i-1", worker_count: 2, busy_workers: 1,
- *   target: { arch: "sm_90" }, versions: { torch: "2.5" },
- * });
- * if (typeof health === "string" || health.workerCount !== 2) throw new Error(String(health));
- * ```
- *
  * @module
  */
 import { lookup } from "node:dns/promises";

@@ -29,16 +29,6 @@
  *                      group and child, wait                  orphans; survivors ─▶ error
  * ```
  *
- * @example
- * ```ts
- * import { ProcessTree } from "./process_tree.ts";
- *
- * const tree = ProcessTree.spawn({ command: "sleep", args: ["30"], env: {} }, { stdio: "null" });
- * const status = await tree.terminate(5);
- * await tree.cleanup();
- * if (status.signal !== "SIGTERM") throw new Error(JSON.stringify(status));
- * ```
- *
  * @module
  */
 import { sleepUnlessAborted } from "../../link/backoff.ts";

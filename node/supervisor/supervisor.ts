@@ -28,17 +28,6 @@
  * The module runs past 400 lines: the generation loop and its option checks belong together
  * (about 280 lines of code), and the public parts carry runnable examples.
  *
- * @example
- * ```ts
- * import { nodeServerEnv } from "./supervisor.ts";
- *
- * const env = nodeServerEnv({
- *   routerEndpoint: "http://127.0.0.1:9000", nodeId: "gpu-a", nodeToken: null,
- *   host: "::1", port: 8000,
- * });
- * if (env.KCORAL_NODE_SERVER !== "1" || "KCORAL_NODE_TOKEN" in env) throw new Error();
- * ```
- *
  * @module
  */
 import { isValidNodeId } from "../../link/messages.ts";
