@@ -230,16 +230,7 @@ const routerConfigSchema: OptionTableSchema<RouterConfig> = optionTableSchema(
 export class RouterHelp extends Error {
   /** The help text. */
   readonly text: string;
-  /**
-   * Creates the signal.
-   *
-   * @example
-   * ```ts
-   * import { RouterHelp } from "./options.ts";
-   *
-   * if (new RouterHelp("Usage: ...").text !== "Usage: ...") throw new Error();
-   * ```
-   */
+  /** Creates the signal. */
   constructor(text: string) {
     super("help");
     this.name = "RouterHelp";
