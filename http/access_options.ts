@@ -14,6 +14,7 @@
  * @module
  */
 import type { OptionTable } from "../options/spec.ts";
+import { errorMessage } from "../protocol/errors.ts";
 import { ClientTokens, splitTokens } from "./client_tokens.ts";
 import type { TlsFiles } from "./serve.ts";
 
@@ -180,9 +181,7 @@ function _readPem(path: string, what: string): string {
   try {
     text = Deno.readTextFileSync(path);
   } catch (error) {
-    throw new Error(
-      `cannot read the TLS ${what} ${path}: ${error instanceof Error ? error.message : error}`,
-    );
+    throw new Error(`cannot read the TLS ${what} ${path}: ${errorMessage(error)}`);
   }
   if (!text.includes("-----BEGIN ")) throw new Error(`the TLS ${what} ${path} is not PEM`);
   return text;
@@ -211,9 +210,7 @@ export function readCaFile(path: string): string {
   try {
     text = Deno.readTextFileSync(path);
   } catch (error) {
-    throw new Error(
-      `cannot read the CA file ${path}: ${error instanceof Error ? error.message : error}`,
-    );
+    throw new Error(`cannot read the CA file ${path}: ${errorMessage(error)}`);
   }
   if (!text.includes("-----BEGIN CERTIFICATE-----")) {
     throw new Error(`the CA file ${path} holds no PEM certificate`);

@@ -6,6 +6,7 @@
  * @module
  */
 import { concatBytes } from "../protocol/bytes.ts";
+import { errorMessage } from "../protocol/errors.ts";
 import type { PartDigests } from "../protocol/part_digests.ts";
 
 /** Bodies at least this large are read into reused buffers and hashed while they arrive. */
@@ -48,9 +49,7 @@ export class BodyLengthError extends BodyReadError {
 /** A read of the body: its failure is a {@linkcode BodyReadError}. */
 function _read<T>(read: Promise<T>): Promise<T> {
   return read.catch((error) => {
-    throw new BodyReadError(error instanceof Error ? error.message : String(error), {
-      cause: error,
-    });
+    throw new BodyReadError(errorMessage(error), { cause: error });
   });
 }
 

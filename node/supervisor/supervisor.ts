@@ -32,6 +32,7 @@
  */
 import { isValidNodeId } from "../../link/messages.ts";
 import { Backoff, sleepUnlessAborted, withJitter } from "../../link/backoff.ts";
+import { errorMessage } from "../../protocol/errors.ts";
 import { ControlLink, controlUrl, NodeReport } from "./control_link.ts";
 import { type ProbeResult, probeServer } from "./probe.ts";
 import { type ChildCommand, DescendantsSurvivedError, ProcessTree } from "./process_tree.ts";
@@ -258,9 +259,7 @@ async function generation(
     tree = ProcessTree.spawn(options.child, { stdio: options.childStdio, log });
   } catch (error) {
     throw new SpawnError(
-      `cannot start KCoral Server (${options.child.command}): ${
-        error instanceof Error ? error.message : error
-      }`,
+      `cannot start KCoral Server (${options.child.command}): ${errorMessage(error)}`,
     );
   }
   log(`started KCoral Server (pid ${tree.pid})`);
