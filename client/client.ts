@@ -625,6 +625,7 @@ function _serverError(response: TransportResponse): KCoralError {
   return new KCoralError(response.status, info.message, {
     kind: info.kind,
     requestId: info.requestId,
+    gpuReceipt: _gpuReceipt(response.headers.get(GPU_RECEIPT_HEADER)),
   });
 }
 

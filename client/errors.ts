@@ -4,6 +4,7 @@
  *
  * @module
  */
+import type { GpuReceipt } from "../protocol/gpu_receipt.ts";
 
 /**
  * Options of {@linkcode KCoralError}.
@@ -21,6 +22,8 @@ export interface KCoralErrorOptions extends ErrorOptions {
   kind?: string | null;
   /** `request_id` of the body, when the server sent one. */
   requestId?: string | null;
+  /** The answer's GPU-state receipt (`X-KCoral-GPU-Receipt`), when it had one. */
+  gpuReceipt?: GpuReceipt | null;
 }
 
 /**
@@ -36,6 +39,7 @@ export interface KCoralErrorOptions extends ErrorOptions {
  * if (error.message !== "HTTP 503: server saturated" || error.detail !== "server saturated") {
  *   throw new Error();
  * }
+ * if (error.gpuReceipt !== null) throw new Error(); // a request that held no GPU lease
  * ```
  */
 export class KCoralError extends Error {
@@ -47,6 +51,11 @@ export class KCoralError extends Error {
   readonly kind: string | null;
   /** The request id the server reported; null when absent. */
   readonly requestId: string | null;
+  /**
+   * The GPU-state receipt of a request that held a GPU lease and still failed (a 504 timeout,
+   * a 500 for a worker that died outside an instruction; docs/timing.md); null without one.
+   */
+  readonly gpuReceipt: GpuReceipt | null;
 
   /** Create the error (the client does this for every non-200 response). */
   constructor(statusCode: number, message: string, options: KCoralErrorOptions = {}) {
@@ -56,6 +65,7 @@ export class KCoralError extends Error {
     this.detail = message;
     this.kind = options.kind ?? null;
     this.requestId = options.requestId ?? null;
+    this.gpuReceipt = options.gpuReceipt ?? null;
   }
 }
 

@@ -18,6 +18,9 @@ import { errorBody } from "../protocol/errors.ts";
  * const busy = new Rejection(503, "busy", "server saturated", "no_worker", { queue_ms: 0 });
  * const response = busy.response("0f6c2b4e-1111-4222-8333-444455556666");
  * if (response.status !== 503 || response.headers.get("retry-after") !== "1") throw new Error();
+ * const timeout = new Rejection(504, "timeout", "execution timed out", "timeout");
+ * timeout.headers["x-kcoral-gpu-receipt"] = "{}";
+ * if (timeout.response("r").headers.get("x-kcoral-gpu-receipt") !== "{}") throw new Error();
  * const body = await response.bytes();
  * if (response.headers.get("content-length") !== String(body.length)) throw new Error("length");
  * ```
@@ -31,6 +34,11 @@ export class Rejection extends Error {
   readonly reason: string;
   /** The rest of the log record (`error_kind`, `worker_id`, ...). */
   readonly fields: Record<string, unknown>;
+  /**
+   * Extension headers the answer carries besides its own (a server's `X-KCoral-GPU-Receipt`);
+   * added to by the stage that knows them.
+   */
+  readonly headers: Record<string, string> = {};
 
   /** Creates the rejection; `message` is the body's `error.message`. */
   constructor(
@@ -49,13 +57,14 @@ export class Rejection extends Error {
   }
 
   /**
-   * The ERROR response (`X-Request-ID`; `Retry-After: 1` with a 503), its length declared: a
-   * node's link then sends it to the Router in one frame with its head and end, where an answer of
-   * unknown length is streamed (node/tunnelled_request.ts).
+   * The ERROR response (`X-Request-ID`; `Retry-After: 1` with a 503; {@linkcode headers}), its
+   * length declared: a node's link then sends it to the Router in one frame with its head and
+   * end, where an answer of unknown length is streamed (node/tunnelled_request.ts).
    */
   response(requestId: string): Response {
     const body = _encoder.encode(errorBody(requestId, this.kind, this.message));
     const headers: Record<string, string> = {
+      ...this.headers,
       "content-type": "application/json",
       "content-length": String(body.length),
       "x-request-id": requestId,

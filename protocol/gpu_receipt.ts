@@ -10,8 +10,13 @@
  *   "driver_version":"580.95.05","cuda_driver_version":"13.0",
  *   "acquired":{"sm_clock_mhz":1980,"mem_clock_mhz":2619,"temperature_c":35,"power_w":72.5,
  *               "reasons":["gpu_idle"],"throttled":false},
- *   "released":{...},"throttled":false}],"throttled":false,"nvml_error":null}
+ *   "released":{...},"throttled":false}],"throttled":false,"nvml_error":null,
+ *   "taken_by":"worker","server_reason":null}
  * ```
+ *
+ * A request whose worker gave no receipt (it died, or was killed at its deadline) still gets
+ * one: the server reads the GPUs itself once the worker is gone (`taken_by` `"server"`,
+ * `server_reason` saying why; `acquired` is then `null`, the worker's reading died with it).
  *
  * The body stays upstream's, key for key; a client that does not know the header ignores it, and
  * a Router passes it on like any other response header. One reader ({@linkcode readGpuReceipt})
@@ -68,7 +73,35 @@ export interface GpuReceipt {
   throttled: boolean;
   /** Why NVML gave nothing (or not everything), when it did not. */
   nvml_error: string | null;
+  /**
+   * Who took the readings: `"worker"` (the process the program ran in, as it held and gave back
+   * the lease) or `"server"` (the worker gave none; see `server_reason`). A header without the
+   * field (a server from before it) reads as `"worker"`.
+   */
+  taken_by: "worker" | "server";
+  /**
+   * Why the server took the receipt (`null` when the worker did): {@linkcode SERVER_REASONS}.
+   */
+  server_reason: string | null;
 }
+
+/** Why the server took a request's receipt: one of {@linkcode SERVER_REASONS}. */
+export type GpuReceiptServerReason = (typeof SERVER_REASONS)[number];
+
+/**
+ * Why the server took a request's receipt instead of its worker: `crashed` (the worker died),
+ * `timeout` (killed at its deadline), `invalid_response` (killed for an answer that was not one),
+ * `not_reported` (it answered without one though the request held the lease: a GPU set held for
+ * a program that never asked for it), `refused` (its report had the wrong shape or named another
+ * GPU; no reading then, `nvml_error` says why).
+ */
+export const SERVER_REASONS = [
+  "crashed",
+  "timeout",
+  "invalid_response",
+  "not_reported",
+  "refused",
+] as const;
 
 /** Bounds on what a receipt may hold (a worker's report is untrusted). */
 const _MAX_GPUS = 64;
@@ -90,6 +123,7 @@ const _MAX_REASONS = 64;
  *   throttled: false, nvml_error: "cannot load NVML",
  * });
  * if (receipt.gpus[0].uuid !== "GPU-1" || "extra" in receipt.gpus[0]) throw new Error();
+ * if (receipt.taken_by !== "worker" || receipt.server_reason !== null) throw new Error();
  * ```
  */
 export function readGpuReceipt(value: unknown): GpuReceipt {
@@ -102,6 +136,8 @@ export function readGpuReceipt(value: unknown): GpuReceipt {
     gpus: gpus.map((gpu, k) => _device(gpu, `receipt.gpus[${k}]`)),
     throttled: _boolean(top.throttled, "receipt.throttled"),
     nvml_error: _string(top.nvml_error, "receipt.nvml_error", _MAX_ERROR),
+    taken_by: _taker(top.taken_by),
+    server_reason: _string(top.server_reason ?? null, "receipt.server_reason", _MAX_STRING),
   };
 }
 
@@ -113,8 +149,12 @@ export function readGpuReceipt(value: unknown): GpuReceipt {
  * ```ts
  * import { encodeGpuReceiptHeader } from "./gpu_receipt.ts";
  *
- * const value = encodeGpuReceiptHeader({ gpus: [], throttled: false, nvml_error: "é" });
- * if (value !== '{"gpus":[],"throttled":false,"nvml_error":"\\u00e9"}') throw new Error(value);
+ * const value = encodeGpuReceiptHeader({
+ *   gpus: [], throttled: false, nvml_error: "é", taken_by: "server", server_reason: "crashed",
+ * });
+ * const json = '{"gpus":[],"throttled":false,"nvml_error":"\\u00e9","taken_by":"server",' +
+ *   '"server_reason":"crashed"}';
+ * if (value !== json) throw new Error(value);
  * ```
  */
 export function encodeGpuReceiptHeader(receipt: GpuReceipt): string {
@@ -137,6 +177,7 @@ export function encodeGpuReceiptHeader(receipt: GpuReceipt): string {
  * });
  * const receipt = decodeGpuReceiptHeader(headers.get(GPU_RECEIPT_HEADER));
  * if (receipt?.throttled !== false || decodeGpuReceiptHeader(null) !== null) throw new Error();
+ * if (receipt.taken_by !== "worker") throw new Error(); // absent: the worker's
  * ```
  */
 export function decodeGpuReceiptHeader(value: string | null): GpuReceipt | null {
@@ -190,6 +231,12 @@ function _reading(value: unknown, where: string): GpuReading | null {
     reasons: [...reasons],
     throttled: _boolean(reading.throttled, `${where}.throttled`),
   };
+}
+
+function _taker(value: unknown): GpuReceipt["taken_by"] {
+  if (value === undefined || value === "worker") return "worker";
+  if (value === "server") return "server";
+  throw new TypeError('receipt.taken_by is not "worker" or "server"');
 }
 
 function _object(value: unknown, where: string): Record<string, unknown> {

@@ -4,12 +4,13 @@
  * (runtime_py/tests/fixtures/nvml/fake_nvml.c, compiled here; `sim-<k>` stands for its NVML
  * index `k`) sends it with every answer whose request held the lease, a CPU server never does,
  * the body keeps upstream's keys, a Router passes the header on, and the client decodes it (a
- * malformed one leaves the result standing, without a receipt).
+ * malformed one leaves the result standing, without a receipt). A request whose worker died or
+ * was killed gets the server's own reading (`taken_by` `"server"`), error answers included.
  */
 import assert from "node:assert/strict";
-import { Client, Program } from "../mod.ts";
+import { Client, KCoralError, Program } from "../mod.ts";
 import { GPU_RECEIPT_HEADER } from "../protocol/gpu_receipt.ts";
-import { postProgram, startServer } from "./_server.ts";
+import { callProgram, postProgram, startServer } from "./_server.ts";
 import { startNode, startRouter, waitForCapacity } from "./_router.ts";
 import { completed, fakeServer, json } from "./fixtures/protocol/fake_server.ts";
 
@@ -94,7 +95,14 @@ Deno.test("gpu receipt: a simulated-GPU request that held the lease gets the hea
     assert.ok(header !== null, "a leased request has a receipt");
     assert.match(header, /^[\x20-\x7e]+$/, "compact ASCII JSON");
     const receipt = JSON.parse(header);
-    assert.deepEqual(Object.keys(receipt), ["gpus", "throttled", "nvml_error"]);
+    assert.deepEqual(Object.keys(receipt), [
+      "gpus",
+      "throttled",
+      "nvml_error",
+      "taken_by",
+      "server_reason",
+    ]);
+    assert.deepEqual([receipt.taken_by, receipt.server_reason], ["worker", null]);
     assert.equal(receipt.nvml_error, null);
     assert.equal(receipt.throttled, false);
     const [gpu] = receipt.gpus;
@@ -122,6 +130,123 @@ Deno.test("gpu receipt: a simulated-GPU request that held the lease gets the hea
     assert.equal(typed.gpus[0].acquired?.sm_clock_mhz, 1980);
     assert.deepEqual(typed.gpus[0].released?.reasons, ["sw_power_cap"]);
     assert.equal(typed.gpus[0].released?.sm_clock_mhz, 1410);
+  } finally {
+    await server.stop();
+  }
+});
+
+/** The receipt header of a raw answer, parsed; fails when there is none. */
+function receiptOf(headers: Headers, label: string): Record<string, unknown> & {
+  gpus: Record<string, unknown>[];
+} {
+  const header = headers.get(GPU_RECEIPT_HEADER);
+  assert.ok(header !== null, `${label}: a request that held the lease has a receipt`);
+  return JSON.parse(header);
+}
+
+/** The stand-in NVML's default reading of NVML index 0. */
+const IDLE = {
+  sm_clock_mhz: 1980,
+  mem_clock_mhz: 2619,
+  temperature_c: 35,
+  power_w: 72.5,
+  reasons: ["gpu_idle"],
+  throttled: false,
+};
+
+Deno.test("gpu receipt: a crash, a timeout and error answers after the lease have one", async () => {
+  const env = { ...Deno.env.toObject(), KCORAL_NVML_LIBRARY: await fakeNvml() };
+  const server = await startServer({
+    device: "gpu",
+    simulateGpus: true,
+    gpus: [0],
+    workersPerGpu: 1,
+    maxResponseBytes: 1024 * 1024,
+  }, { env });
+  try {
+    // The worker dies inside an instruction while it holds the lease: 200 FAILED, and the
+    // server reads the GPU itself (the worker's reading died with it).
+    const crashed = await postProgram(
+      server.url,
+      callProgram("import os\ndef f():\n    os._exit(3)\n", "f"),
+    );
+    assert.equal(crashed.status, 200);
+    assert.equal(crashed.json.status, "FAILED");
+    assert.ok((crashed.json.lease_held_ms as number) > 0);
+    const crash = receiptOf(crashed.headers, "crash");
+    assert.deepEqual([crash.taken_by, crash.server_reason], ["server", "crashed"]);
+    assert.equal(crash.nvml_error, null);
+    assert.deepEqual(crash.gpus.map((g) => [g.index, g.uuid, g.name]), [
+      [0, UUID0, "NVIDIA Stand-in 80GB HBM3"],
+    ]);
+    assert.equal(crash.gpus[0].acquired, null);
+    assert.deepEqual(crash.gpus[0].released, IDLE);
+
+    // A program that raises after taking the lease: 200 FAILED, the worker's own receipt.
+    const raised = await postProgram(
+      server.url,
+      callProgram("def f():\n    raise ValueError('no')\n", "f"),
+    );
+    assert.equal(raised.json.status, "FAILED");
+    const failed = receiptOf(raised.headers, "raised");
+    assert.deepEqual([failed.taken_by, failed.server_reason], ["worker", null]);
+    assert.deepEqual(failed.gpus[0].acquired, IDLE);
+
+    // An answer over the response limit (500): the worker's receipt rides on the error answer.
+    const large = await postProgram(
+      server.url,
+      callProgram("def f():\n    return b'x' * 2_000_000\n", "f"),
+    );
+    assert.equal(large.status, 500);
+    assert.equal((large.json.error as Record<string, unknown>).kind, "response_too_large");
+    assert.equal(receiptOf(large.headers, "too large").taken_by, "worker");
+
+    // Past the deadline (504): killed under the lease, read by the server before it is let go;
+    // the client hands the receipt over with the error.
+    await using client = new Client(server.url);
+    const program = new Program();
+    const mod = program.upload({
+      kind: "module",
+      source: "def f():\n    while True:\n        pass\n",
+    });
+    program.return_({
+      key: "r",
+      value: program.run({ fn: program.getFunction({ module: mod, name: "f" }) }),
+    });
+    const error = await client.execute(program, { timeoutSeconds: 2 }).then(
+      () => assert.fail("the program should have timed out"),
+      (e) => e,
+    );
+    assert.ok(error instanceof KCoralError, String(error));
+    assert.equal(error.statusCode, 504);
+    const timeout = error.gpuReceipt;
+    assert.ok(timeout !== null, "a 504 after the lease has a receipt");
+    assert.deepEqual([timeout.taken_by, timeout.server_reason], ["server", "timeout"]);
+    assert.deepEqual(timeout.gpus[0].released, IDLE);
+    assert.equal(timeout.gpus[0].uuid, UUID0);
+  } finally {
+    await server.stop();
+  }
+});
+
+Deno.test("gpu receipt: a dead worker's receipt says why when the server cannot read NVML", async () => {
+  const env = { ...Deno.env.toObject(), KCORAL_NVML_LIBRARY: "/nonexistent/libnvidia-ml.so.1" };
+  const server = await startServer({
+    device: "gpu",
+    simulateGpus: true,
+    gpus: [0],
+    workersPerGpu: 1,
+  }, { env });
+  try {
+    const crashed = await postProgram(
+      server.url,
+      callProgram("import os\ndef f():\n    os._exit(3)\n", "f"),
+    );
+    assert.equal(crashed.json.status, "FAILED");
+    const receipt = receiptOf(crashed.headers, "crash without NVML");
+    assert.deepEqual([receipt.taken_by, receipt.server_reason], ["server", "crashed"]);
+    assert.match(String(receipt.nvml_error), /^cannot load NVML \(\/nonexistent\/libnvidia-ml/);
+    assert.deepEqual(receipt.gpus.map((g) => [g.index, g.acquired, g.released]), [[0, null, null]]);
   } finally {
     await server.stop();
   }

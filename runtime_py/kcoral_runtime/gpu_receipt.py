@@ -14,11 +14,18 @@ Where NVML cannot be loaded or a GPU not opened, the receipt still names the GPU
 the worker sees them) and says why in ``nvml_error``; nothing here raises. The server adds each
 GPU's index and sends the receipt as the ``X-KCoral-GPU-Receipt`` header
 (``protocol/gpu_receipt.ts``).
+
+A worker that died or was killed reports nothing: the server then reads the GPUs itself, in a
+short-lived process, ``python -m kcoral_runtime.gpu_receipt ID...`` (``read_once``; the ids as in
+``CUDA_VISIBLE_DEVICES``), which prints one receipt whose ``released`` is that reading and whose
+``acquired`` is ``null`` (the worker's died with it); docs/decisions/dead-worker-receipt.md.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import threading
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -175,3 +182,27 @@ class RequestReceipt:
             if gpu.device is not None:
                 gpu.device.close()
                 gpu.device = None
+
+
+def read_once(device_ids: Sequence[str], library: Optional[str] = None) -> Dict[str, Any]:
+    """One receipt of ``device_ids`` read now by a process that never held their lease: the
+    identity, ``acquired`` ``None`` and ``released`` the reading (``None`` without NVML, with
+    ``nvml_error`` saying why). NVML is opened and closed again; nothing here raises."""
+    receipt = RequestReceipt(device_ids, library)
+    try:
+        receipt.open()
+        readings = receipt._readings()
+        gpus: List[Dict[str, Any]] = []
+        for gpu, reading in zip(receipt._gpus, readings):
+            throttled = reading is not None and reading["throttled"]
+            gpus.append({**gpu.identity, "acquired": None, "released": reading,
+                         "throttled": throttled})
+        return {"gpus": gpus, "throttled": any(g["throttled"] for g in gpus),
+                "nvml_error": receipt.nvml_error}
+    finally:
+        receipt.close()
+
+
+if __name__ == "__main__":
+    json.dump(read_once(sys.argv[1:]), sys.stdout, separators=(",", ":"))
+    sys.stdout.write("\n")

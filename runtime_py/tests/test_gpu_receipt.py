@@ -6,7 +6,11 @@ the lease."""
 from __future__ import annotations
 
 import ctypes
+import json
+import os
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -17,7 +21,7 @@ if str(RUNTIME_DIR) not in sys.path:
     sys.path.insert(0, str(RUNTIME_DIR))
 
 from kcoral_runtime import gpu_state  # noqa: E402
-from kcoral_runtime.gpu_receipt import RequestReceipt, visible_device_ids  # noqa: E402
+from kcoral_runtime.gpu_receipt import RequestReceipt, read_once, visible_device_ids  # noqa: E402
 
 from _doubles import build_fake_nvml  # noqa: E402
 
@@ -214,3 +218,36 @@ def test_a_cpu_child_reports_no_receipt(cpu_zygote, make_request, kc) -> None:
         assert "gpu_receipt" not in r.outcome
     finally:
         handle.kill()
+
+
+# --------------------------------------------------------------------------- the server's reading
+
+
+def test_read_once_is_the_release_side_only_and_leaves_nvml_closed(nvml, nvml_path) -> None:
+    nvml.fake_nvml_set(0, 1410, 2619, 80, 690000, SW_POWER_CAP)
+    report = read_once(["sim-0", UUID1], library=nvml_path)
+    assert report["nvml_error"] is None
+    assert report["throttled"] is True
+    first, second = report["gpus"]
+    assert first["uuid"] == UUID0 and second["uuid"] == UUID1
+    assert first["acquired"] is None and second["acquired"] is None
+    assert first["released"]["sm_clock_mhz"] == 1410
+    assert first["released"]["reasons"] == ["sw_power_cap"]
+    assert first["throttled"] is True and second["throttled"] is False
+    assert not gpu_state._SESSIONS
+
+
+def test_read_once_without_nvml_names_the_gpus_and_why() -> None:
+    report = read_once(["sim-0"], library="/nonexistent/libnvidia-ml.so.1")
+    assert report["gpus"][0]["released"] is None
+    assert report["nvml_error"].startswith("cannot load NVML")
+
+
+def test_read_once_as_a_command(nvml_path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(RUNTIME_DIR), "KCORAL_NVML_LIBRARY": nvml_path}
+    proc = subprocess.run([sys.executable, "-m", "kcoral_runtime.gpu_receipt", "sim-0"],
+                          capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["gpus"][0]["uuid"] == UUID0
+    assert report["gpus"][0]["released"]["sm_clock_mhz"] == 1980

@@ -7,21 +7,26 @@
  * response limit (500). A `cpu_only` function that touched CUDA is attributed to the request
  * that held the GPU at that moment. The seat goes back to the pool before the answer goes out.
  *
+ * Every answer of a request that held a GPU lease carries its GPU-state receipt, error answers
+ * included: the worker's, or, when the worker gave none (it died, was killed, or never asked for
+ * a GPU set's lease), the server's own reading (server/execute/gpu_receipt.ts).
+ *
  * @module
  */
 import { ERROR_MESSAGES } from "../../protocol/errors.ts";
 import type { EventLog } from "../../http/events.ts";
-import { Rejection } from "../../http/rejection.ts";
+import { Rejection, unhandledFields } from "../../http/rejection.ts";
+import type { GpuReceipt, GpuReceiptServerReason } from "../../protocol/gpu_receipt.ts";
 import type { Admitted } from "./admission.ts";
 import type { ServerConfig } from "../config.ts";
-import { retireReason, runProgram, type RunResult } from "./execution.ts";
+import { retireReason, type RunEnd, runProgram, type RunResult } from "./execution.ts";
 import type { ProgramOutcome } from "./finish.ts";
 import { type GpuSet, takeGpuSet } from "../workers/gpu_sets.ts";
 import type { WorkerLaunch } from "../workers/launch.ts";
 import type { GpuLeases, LeaseHolder } from "../workers/lease.ts";
 import type { LiveOutput } from "./live_output.ts";
 import { outputTail } from "./output_tail.ts";
-import { gpuReceiptFromWorker } from "./gpu_receipt.ts";
+import { gpuReceiptFromServer, gpuReceiptFromWorker, receiptHeaders } from "./gpu_receipt.ts";
 import { PoolBusy, type Retiring, type Seat, type WorkerPool } from "../workers/pool.ts";
 import { buildResultBody, crashError, crashResultBody, type ResponseMeta } from "./result_body.ts";
 import type { SeatChild } from "../workers/worker_handles.ts";
@@ -125,6 +130,8 @@ class _SeatRun {
   readonly #live: LiveOutput | undefined;
   /** Aborts once the client has gone: the program is then not started. */
   readonly #clientGone: AbortSignal | undefined;
+  /** The request held a GPU lease: its receipt, for whatever answer it gets. */
+  #receipt: GpuReceipt | null = null;
 
   constructor(
     services: DispatchServices,
@@ -152,14 +159,38 @@ class _SeatRun {
     try {
       return await this.#run();
     } catch (error) {
-      if (error instanceof Rejection) throw error;
-      this.#retireOnError(error);
-      // The program tampered with its result files: the answer cannot be trusted.
-      if (error instanceof WorkerFileError) throw this.#invalidAnswer();
-      throw error;
+      const rejection = this.#rejection(error);
+      if (rejection instanceof Rejection) {
+        Object.assign(rejection.headers, receiptHeaders(this.#receipt));
+      }
+      throw rejection;
     } finally {
       this.#release();
     }
+  }
+
+  /** What the run's `error` is answered with (a request that held the lease: a Rejection). */
+  #rejection(error: unknown): unknown {
+    if (error instanceof Rejection) return error;
+    this.#retireOnError(error);
+    // The program tampered with its result files: the answer cannot be trusted.
+    if (error instanceof WorkerFileError) return this.#invalidAnswer();
+    if (this.#receipt === null) return error;
+    // finish.ts's answer to an unexpected error, made here to carry the receipt.
+    return new Rejection(500, "engine", ERROR_MESSAGES.internal, "server_error", {
+      ...unhandledFields(error),
+    });
+  }
+
+  /** The receipt of a run whose request held the lease (`null`: it never did). */
+  #receiptOf(run: RunResult, gpus: readonly number[]): GpuReceipt | null {
+    const devices = this.#s.launch.devices(gpus);
+    const end = run.end;
+    if (end.kind === "outcome" && end.outcome.gpu_receipt != null) {
+      return gpuReceiptFromWorker(end.outcome.gpu_receipt, devices);
+    }
+    if (run.serverReading === null) return null;
+    return gpuReceiptFromServer(run.serverReading, devices, _serverReason(end));
   }
 
   async #run(): Promise<ProgramOutcome> {
@@ -206,6 +237,12 @@ class _SeatRun {
         throw _clientDisconnected(this.#queueMs);
       }
       if (timeoutMs <= 0) {
+        // The set's lease was held for it: the server's reading, under it.
+        this.#receipt = gpuReceiptFromServer(
+          await launch.readGpus(set.gpus),
+          launch.devices(set.gpus),
+          "timeout",
+        );
         leases.release(this.#holder);
         await set.dispose();
         throw new Rejection(504, "timeout", ERROR_MESSAGES.initTimeout, "timeout", {
@@ -233,6 +270,7 @@ class _SeatRun {
       waitedMs: set?.waitedMs,
       leaseFirst: this.#a.leaseFirst,
       graceSeconds: config.workerTerminationGraceSeconds,
+      readGpus: leases ? () => launch.readGpus(gpus) : undefined,
       request: {
         request_id: requestId,
         program: this.#a.programText,
@@ -251,6 +289,7 @@ class _SeatRun {
     // The tail's last read comes before anything takes the capture files.
     const run = await running.finally(() => liveTail?.stop());
     this.#workerCleanup = run.cleanup;
+    this.#receipt = this.#receiptOf(run, gpus);
     const end = run.end;
     if (set) {
       this.#s.track(run.teardown.then(() => set.dispose()));
@@ -311,6 +350,7 @@ class _SeatRun {
           contentType: "application/json",
           bytes: bytes.length,
           record: this.#record(meta, run, "crashed", error, exitcode, tail),
+          gpuReceipt: this.#receipt,
         };
       }
       case "outcome":
@@ -367,7 +407,7 @@ class _SeatRun {
       contentType: body.contentType,
       bytes: body.bytes,
       record: this.#record(meta, run, reason, outcome.error, null, null),
-      gpuReceipt: gpuReceiptFromWorker(answer.gpu_receipt, this.#s.launch.devices(gpus)),
+      gpuReceipt: this.#receipt,
     };
   }
 
@@ -465,5 +505,19 @@ class _SeatRun {
         return this.#retiring;
       }),
     );
+  }
+}
+
+/** Why the server, not the worker, took the receipt of a run that ended with `end`. */
+function _serverReason(end: RunEnd): GpuReceiptServerReason {
+  switch (end.kind) {
+    case "crashed":
+      return "crashed";
+    case "timeout":
+      return "timeout";
+    case "invalid":
+      return "invalid_response";
+    case "outcome":
+      return "not_reported";
   }
 }

@@ -16,12 +16,17 @@
  *   child exits ──▶         release                                             (crashed)
  * ```
  *
+ * A run that ends without the worker's GPU-state receipt although the request held the lease (a
+ * crash, a timeout or invalid-answer kill, a GPU set never asked for) gets the server's own NVML
+ * reading (`readGpus`), taken before the lease is released where it is still held.
+ *
  * The child is anything that exchanges frames ({@linkcode ChildChannel}); tests drive the
  * state machine with a fake one.
  *
  * @module
  */
 import type { GpuLeases, LeaseHolder } from "../workers/lease.ts";
+import type { GpuStateReading } from "../workers/gpu_reading.ts";
 import type { Frame } from "../workers/ipc.ts";
 import type { ChildChannel, ChildExit } from "../workers/worker_handles.ts";
 import {
@@ -56,6 +61,11 @@ export interface RunResult {
    * retires (it is gone by then). `null` when nothing is pending.
    */
   cleanup: Promise<string | null> | null;
+  /**
+   * The server's reading of the GPUs when the request held the lease and the worker sent no
+   * receipt (`null` otherwise, or without `readGpus`).
+   */
+  serverReading: GpuStateReading | null;
 }
 
 /** Parameters of one run. */
@@ -86,6 +96,11 @@ export interface RunParams {
    * `run` and grant it with the program (`lease_held` in the request), saving a round trip.
    */
   leaseFirst?: boolean;
+  /**
+   * Reads the GPUs' state in the server (server/workers/gpu_reading.ts): called when the request
+   * held the lease and the run ends without the worker's receipt.
+   */
+  readGpus?: () => Promise<GpuStateReading>;
 }
 
 /**
@@ -133,6 +148,7 @@ class _ProgramRun {
   #timer: ReturnType<typeof setTimeout> | undefined;
   #timedOut!: () => void;
   #done!: (end: RunEnd) => void;
+  #serverReading: GpuStateReading | null = null;
 
   constructor(params: RunParams) {
     this.#p = params;
@@ -168,7 +184,7 @@ class _ProgramRun {
     child.setHandler(null);
     if (first === "timeout") return await this.#endTimeout();
     if ("kind" in first) return await this.#endAnswered(first);
-    return this.#endCrashed(first);
+    return await this.#endCrashed(first);
   }
 
   // ---------------------------------------------------------------- frames
@@ -272,17 +288,29 @@ class _ProgramRun {
       leaseHeldMs: held,
       teardown,
       cleanup,
+      serverReading: this.#serverReading,
     };
+  }
+
+  /**
+   * The worker gave no receipt though the request held the lease: the server reads the GPUs
+   * itself, now (still under the lease where it is held: callers release after this).
+   */
+  async #readUnreported(end: RunEnd): Promise<void> {
+    const { readGpus, leases, gpus } = this.#p;
+    if (!readGpus || !leases || gpus.length === 0 || this.#heldNow() <= 0) return;
+    if (end.kind === "outcome" && end.outcome.gpu_receipt != null) return;
+    this.#serverReading = await readGpus();
   }
 
   /** The deadline passed: kill under the lease so a running kernel cannot overlap the next. */
   async #endTimeout(): Promise<RunResult> {
     await this.#takeLease();
     const exit = await _killWithin(this.#p.child, this.#p.graceSeconds);
-    const result = this.#result(
-      { kind: "timeout", exit, cleanupConfirmed: exit !== null },
-      this.#heldNow(),
-    );
+    const end: RunEnd = { kind: "timeout", exit, cleanupConfirmed: exit !== null };
+    const held = this.#heldNow();
+    await this.#readUnreported(end);
+    const result = this.#result(end, held);
     if (exit !== null) this.#releaseLease();
     return result;
   }
@@ -292,11 +320,13 @@ class _ProgramRun {
     if (end.kind === "invalid") {
       const exit = await _killWithin(child, this.#p.graceSeconds);
       const held = this.#heldNow();
+      await this.#readUnreported(end);
       if (exit !== null) this.#releaseLease();
       return this.#result(end, held);
     }
     if (end.kind === "outcome" && end.retire === null) {
       const held = this.#heldNow();
+      await this.#readUnreported(end);
       if (!end.cleanup) {
         // A kept child released its lease itself after cleanup; make sure nothing is held.
         this.#releaseLease();
@@ -312,6 +342,7 @@ class _ProgramRun {
     // be created (server/workers/lease.ts).
     const held = this.#heldNow();
     this.#killIfOverdue(child);
+    await this.#readUnreported(end);
     leases?.cancel(holder);
     if (leases && this.#heldSince !== null) {
       const teardown: LeaseHolder = { id: `teardown:${holder.id}`, teardown: true };
@@ -372,14 +403,16 @@ class _ProgramRun {
   }
 
   /** The child (and its whole tree) is gone mid-program. */
-  #endCrashed(exit: ChildExit): RunResult {
+  async #endCrashed(exit: ChildExit): Promise<RunResult> {
     this.#p.leases?.cancel(this.#p.holder);
     const held = this.#heldNow();
-    this.#releaseLease();
     // The child marks each instruction in a page its zygote reads after the crash; `instr`
     // frames (a runtime that still sends them) are the fallback.
     const instructionIndex = exit.instruction ?? this.#lastInstruction;
-    return this.#result({ kind: "crashed", exit, instructionIndex }, held);
+    const end: RunEnd = { kind: "crashed", exit, instructionIndex };
+    await this.#readUnreported(end);
+    this.#releaseLease();
+    return this.#result(end, held);
   }
 }
 

@@ -180,6 +180,49 @@ Deno.test("run: a crash is attributed to the instruction its exit names", async 
   assert.equal(run.end.kind === "crashed" && run.end.instructionIndex, 3);
 });
 
+Deno.test("run: a worker that dies holding the lease is read by the server before it is let go", async () => {
+  const leases = new GpuLeases([0]);
+  const child = new FakeChild((frame, c) => {
+    if (frame.t === "run") c.say({ t: "lease", a: "acquire" });
+    else if (frame.t === "lease") c.die({ code: 3, signal: null, orphans: false, slotDied: false });
+  });
+  let heldWhileRead: boolean | null = null;
+  const run = await runProgram(params(child, {
+    leases,
+    gpus: [0],
+    readGpus: () => {
+      heldWhileRead = !leases.tryAcquire({ id: "probe" }, [0]);
+      return Promise.resolve({ report: { read: true } });
+    },
+  }));
+  assert.equal(run.end.kind, "crashed");
+  assert.equal(heldWhileRead, true, "read under the request's lease");
+  assert.deepEqual(run.serverReading, { report: { read: true } });
+  assert.ok(leases.tryAcquire({ id: "next" }, [0]), "the lease is free again");
+});
+
+Deno.test("run: no server reading for a run that never held the lease, or that sent a receipt", async () => {
+  const leases = new GpuLeases([0]);
+  let reads = 0;
+  const readGpus = () => (reads++, Promise.resolve({ report: {} }));
+  const dies = new FakeChild((frame, c) => {
+    if (frame.t === "run") c.die({ code: 3, signal: null, orphans: false, slotDied: false });
+  });
+  const crashed = await runProgram(params(dies, { leases, gpus: [0], readGpus }));
+  assert.equal(crashed.end.kind, "crashed");
+  assert.equal(crashed.serverReading, null);
+  const receipted = new FakeChild((frame, c) => {
+    if (frame.t === "run") c.say({ t: "lease", a: "acquire" });
+    else if (frame.t === "lease") {
+      c.say({ t: "outcome", outcome: { ...OUTCOME, gpu_receipt: { gpus: [] } }, retire: null });
+    }
+  });
+  const answered = await runProgram(params(receipted, { leases, gpus: [0], readGpus }));
+  assert.equal(answered.end.kind, "outcome");
+  assert.equal(answered.serverReading, null);
+  assert.equal(reads, 0);
+});
+
 Deno.test("run: a frame of the wrong shape is an invalid answer, and the child is killed", async () => {
   for (const frame of [{ t: "bogus" }, { t: "instr", i: "two" }, { t: "outcome", outcome: 3 }]) {
     const child = new FakeChild((f, c) => {

@@ -8,11 +8,8 @@
  */
 import { cacheMissJson } from "../../protocol/response_encode.ts";
 import { ERROR_MESSAGES } from "../../protocol/errors.ts";
-import {
-  encodeGpuReceiptHeader,
-  GPU_RECEIPT_HEADER,
-  type GpuReceipt,
-} from "../../protocol/gpu_receipt.ts";
+import type { GpuReceipt } from "../../protocol/gpu_receipt.ts";
+import { receiptHeaders } from "./gpu_receipt.ts";
 import type { EventLevel, EventLog } from "../../http/events.ts";
 import { Rejection, unhandledFields } from "../../http/rejection.ts";
 import { jsonResponse } from "../../http/routes.ts";
@@ -160,19 +157,9 @@ function _program(events: EventLog, requestId: string, outcome: ProgramOutcome):
     "content-type": outcome.contentType,
     "content-length": String(outcome.bytes),
     "x-request-id": requestId,
+    ...receiptHeaders(outcome.gpuReceipt ?? null),
   };
-  const receipt = outcome.gpuReceipt ? _receiptHeader(outcome.gpuReceipt) : null;
-  if (receipt !== null) headers[GPU_RECEIPT_HEADER] = receipt;
   return new Response(outcome.body, { status: 200, headers });
-}
-
-/** The header value of a receipt; `null` (no header) should it not be one. */
-function _receiptHeader(receipt: GpuReceipt): string | null {
-  try {
-    return encodeGpuReceiptHeader(receipt);
-  } catch {
-    return null; // gpu_receipt.ts made it from a checked report: not expected
-  }
 }
 
 function _isOutcome(value: unknown): value is Outcome {

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { gpuReceiptFromWorker } from "./gpu_receipt.ts";
+import { gpuReceiptFromServer, gpuReceiptFromWorker } from "./gpu_receipt.ts";
 
 const UUID = "GPU-11111111-2222-3333-4444-555555555555";
 
@@ -59,4 +59,31 @@ Deno.test("gpu receipt from a worker: none reported is none; simulated GPUs keep
   assert.equal(gpuReceiptFromWorker(null, sim), null);
   assert.equal(gpuReceiptFromWorker(report([UUID]), sim)!.gpus[0].uuid, UUID);
   assert.equal(gpuReceiptFromWorker(report([null]), sim)!.gpus[0].uuid, null);
+});
+
+Deno.test("gpu receipt: a worker cannot say the server took it; the server's own says why", () => {
+  const gpus = [{ index: 4, uuid: UUID, minor: 4 }];
+  const claimed = { ...report([UUID]), taken_by: "server", server_reason: "crashed" };
+  const worker = gpuReceiptFromWorker(claimed, gpus)!;
+  assert.deepEqual([worker.taken_by, worker.server_reason], ["worker", null]);
+
+  // The server's reading: identity and the release reading; no acquisition reading (the
+  // worker's died with it), whatever the report says.
+  const server = gpuReceiptFromServer({ report: report([UUID]) }, gpus, "timeout");
+  assert.deepEqual([server.taken_by, server.server_reason], ["server", "timeout"]);
+  assert.equal(server.gpus[0].index, 4);
+  assert.equal(server.gpus[0].acquired, null);
+  // A reading that failed or does not fit the GPUs still names them, and says why.
+  for (
+    const [reading, why] of [
+      [{ error: "the server's NVML reading took over 5000 ms" }, /took over 5000 ms/],
+      [{ report: report([UUID, UUID]) }, /^the server's NVML reading: receipt\.gpus does not/],
+      [{ report: null }, /receipt is not an object/],
+    ] as const
+  ) {
+    const receipt = gpuReceiptFromServer(reading, gpus, "crashed");
+    assert.match(receipt.nvml_error ?? "", why);
+    assert.deepEqual(receipt.gpus.map((g) => [g.index, g.uuid, g.released]), [[4, UUID, null]]);
+    assert.equal(receipt.taken_by, "server");
+  }
 });

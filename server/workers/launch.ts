@@ -9,6 +9,7 @@
 import type { EventLog } from "../../http/events.ts";
 import type { ServerConfig } from "../config.ts";
 import type { GpuDevice } from "./devices.ts";
+import { type GpuStateReading, readGpuState } from "./gpu_reading.ts";
 import { MAX_FRAME_BYTES } from "./ipc.ts";
 import type { Seat } from "./pool.ts";
 import type { PythonInfo } from "./python_info.ts";
@@ -128,6 +129,18 @@ export class WorkerLaunch {
   /** The GPUs with these indices, in their order (those the server does not own left out). */
   devices(gpus: readonly number[]): GpuDevice[] {
     return gpus.map((g) => this.#devices.get(g)).filter((d): d is GpuDevice => d !== undefined);
+  }
+
+  /**
+   * The server's own NVML reading of `gpus` (a short-lived helper, server/workers/gpu_reading.ts),
+   * for the receipt of a request whose worker gave none.
+   */
+  readGpus(gpus: readonly number[]): Promise<GpuStateReading> {
+    return readGpuState(this.devices(gpus).map((d) => d.uuid), {
+      python: this.#base.python.executable,
+      runtimePath: this.#base.runtimePath,
+      env: this.#base.env,
+    });
   }
 
   /** The environment a new child for `gpus` gets (nothing changes on a CPU server). */
