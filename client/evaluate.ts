@@ -12,9 +12,15 @@
  *                         ◀── verdict JSON                  made only now, comparison, flags
  * ```
  *
- * Step 1 may run on another server (`inputsClient`, e.g. a CPU compile server). Steps 2 and 3
- * run on `client`'s server, or through a Router on any of its nodes (the bundles travel with
- * the programs when a node lacks them).
+ * The bundles stay on the server (kept returns, docs/kept-returns.md): the client gets their
+ * digests, and the next step's program names them, so their bytes never cross the wire; through
+ * a Router the steps ask for the node that kept them. Where the server sends a bundle anyway (a
+ * server without kept returns, a bundle from another server) the client carries it, and when a
+ * kept bundle is gone before its step runs (evicted, another node) the evaluation starts again
+ * carrying them.
+ *
+ * Step 1 may run on another server (`inputsClient`, e.g. a CPU compile server): its bundle is
+ * carried. Steps 2 and 3 run on `client`'s server, or through a Router.
  *
  * @module
  */
@@ -22,7 +28,8 @@
 import { Program } from "./program.ts";
 import type { ProgramResult } from "./result.ts";
 import { sha256Hex } from "../protocol/hash.ts";
-import { KCoralError } from "./errors.ts";
+import { KCoralError, ProtocolError } from "./errors.ts";
+import { KeptReturn } from "./kept_return.ts";
 import { adoptBytes, returnedDigest } from "./_known_digests.ts";
 import type { Verdict, VerdictPhases } from "./verdict.ts";
 
@@ -98,12 +105,23 @@ export interface EvaluateOptions {
 
 /** What the evaluation needs of a client: running programs. */
 export interface EvaluateClient {
-  /** Runs a program (as `Client.execute`). */
+  /** Runs a program (as `Client.execute`; `keepReturns` and `node` as there). */
   execute(
     program: Program,
-    options?: { timeoutSeconds?: number; signal?: AbortSignal },
+    options?: {
+      timeoutSeconds?: number;
+      signal?: AbortSignal;
+      keepReturns?: number;
+      node?: string;
+    },
   ): Promise<ProgramResult>;
 }
+
+/** Bundles of this size and more stay on the server (smaller ones cost little to carry). */
+const _KEEP_MIN_BYTES = 1 << 20;
+
+/** A bundle the server kept is gone (evicted, or another node): carry them instead. */
+class _KeptBundleGone extends Error {}
 
 /**
  * A step that failed for a reason other than the candidate (the reference raised, a worker
@@ -186,7 +204,7 @@ function _timingRequest(timing: EvaluateTiming | undefined): Record<string, unkn
 /** One step's program: the runtime's entry point called with `args` (bytes uploaded first). */
 function _program(
   name: string,
-  args: (string | Uint8Array)[],
+  args: (string | Uint8Array | KeptReturn)[],
   files: readonly EvaluateFile[],
   cpuOnly = false,
 ): Program {
@@ -215,6 +233,20 @@ function _adopt(bundle: Uint8Array): string {
   return digest;
 }
 
+/**
+ * Step 1's bundle, kept by the server or sent, and the SHA-256 of its header when step 1 was
+ * asked for it (`header_digest`: the client then holds no bytes to compute it from).
+ */
+function _inputsBundle(
+  result: ProgramResult,
+  asked: boolean,
+): { bundle: Uint8Array | KeptReturn; headerSha: string | null } {
+  const out = result.get("out");
+  if (!asked || !Array.isArray(out)) return { bundle: out as Uint8Array, headerSha: null };
+  const [bundle, headerSha] = out as [Uint8Array | KeptReturn, string];
+  return { bundle, headerSha: bundle instanceof KeptReturn ? headerSha : null };
+}
+
 /** Bytes before an eval bundle's header: the magic line and the header's u64 length. */
 const _BUNDLE_PREFIX = 16;
 
@@ -239,11 +271,18 @@ interface _Step {
   wallMs: number;
 }
 
+/** How a step runs: whether its large returns stay on the server, and the node to ask for. */
+interface _Placement {
+  keep: boolean;
+  node: string | null;
+}
+
 async function _run(
   client: EvaluateClient,
   program: Program,
   options: EvaluateOptions,
   step: "inputs" | "candidate" | "judge",
+  placement: _Placement = { keep: false, node: null },
 ): Promise<_Step> {
   const started = performance.now();
   let result: ProgramResult;
@@ -251,8 +290,16 @@ async function _run(
     result = await client.execute(program, {
       ...(options.timeoutSeconds === undefined ? {} : { timeoutSeconds: options.timeoutSeconds }),
       ...(options.signal === undefined ? {} : { signal: options.signal }),
+      ...(placement.keep ? { keepReturns: _KEEP_MIN_BYTES } : {}),
+      ...(placement.node === null ? {} : { node: placement.node }),
     });
   } catch (error) {
+    if (
+      error instanceof ProtocolError &&
+      error.message.startsWith("server misses blobs with no local bytes")
+    ) {
+      throw new _KeptBundleGone(error.message);
+    }
     // Bundles of large problems can exceed the server's body limits: say which and what to do.
     if (
       error instanceof KCoralError &&
@@ -366,6 +413,19 @@ export async function evaluateKernel(
   options: EvaluateOptions,
 ): Promise<Verdict> {
   _check(options);
+  try {
+    return await _evaluate(client, options, true);
+  } catch (error) {
+    if (!(error instanceof _KeptBundleGone)) throw error;
+    return await _evaluate(client, options, false); // new seeds, the bundles carried
+  }
+}
+
+async function _evaluate(
+  client: EvaluateClient,
+  options: EvaluateOptions,
+  keep: boolean,
+): Promise<Verdict> {
   const started = performance.now();
   const files = options.files ?? [];
   const seeds = options.seeds ?? MIN_CORRECTNESS_SETS;
@@ -388,17 +448,22 @@ export async function evaluateKernel(
 
   // 1. Inputs: the secret seeds go to this step only.
   options.onStep?.("inputs");
+  // A bundle from another server is carried: only `client`'s server could serve it by digest.
+  const keepInputs = keep && options.inputsClient === undefined;
   const secret = JSON.stringify({
     correctness_seeds: Array.from({ length: seeds }, _seed),
     timing_seeds: Array.from({ length: timingSets }, _seed),
     init_seed: initSeed,
+    ...(keepInputs ? { header_digest: true } : {}),
   });
   const inputsServer = options.inputsClient ?? client;
+  const inputsPlacement = { keep: keepInputs, node: null };
   let inputs = await _run(
     inputsServer,
     local(() => _program("generate_inputs", [options.reference, secret], files, true)),
     options,
     "inputs",
+    inputsPlacement,
   );
   if (_noGuard(inputs.result)) {
     // A GPU server without CUPTI cannot watch a cpu_only call: generate under the lease.
@@ -407,12 +472,17 @@ export async function evaluateKernel(
       local(() => _program("generate_inputs", [options.reference, secret], files)),
       options,
       "inputs",
+      inputsPlacement,
     );
   }
   if (!inputs.result.completed) throw _failure("inputs", inputs.result);
-  const inputsBundle = inputs.result.get("out") as Uint8Array;
-  const inputsSha = local(() => _adopt(inputsBundle));
-  const inputsHeaderSha = local(() => _headerDigest(inputsBundle));
+  const { bundle: inputsBundle, headerSha } = _inputsBundle(inputs.result, keepInputs);
+  const inputsSha = inputsBundle instanceof KeptReturn
+    ? inputsBundle.sha256
+    : local(() => _adopt(inputsBundle));
+  const inputsHeaderSha = headerSha ?? local(() => _headerDigest(inputsBundle as Uint8Array));
+  // Through a Router, the next steps ask for the node that keeps the inputs.
+  const placement = { keep, node: keepInputs ? inputs.result.node : null };
 
   // 2. Candidate: its inputs and nothing else.
   options.onStep?.("candidate");
@@ -427,6 +497,7 @@ export async function evaluateKernel(
       ),
       options,
       "candidate",
+      placement,
     );
   } catch (error) {
     // The server answered, but the candidate's worker died outside an instruction (500) or the
@@ -460,9 +531,9 @@ export async function evaluateKernel(
     };
   }
   const outputsBundle = crash === null
-    ? candidate!.result.get("out") as Uint8Array
+    ? candidate!.result.get("out") as Uint8Array | KeptReturn
     : new Uint8Array(0);
-  if (crash === null) local(() => _adopt(outputsBundle));
+  if (crash === null && !(outputsBundle instanceof KeptReturn)) local(() => _adopt(outputsBundle));
 
   // 3. Judge: the expected outputs exist from here on, in a worker that never ran the candidate.
   options.onStep?.("judge");
@@ -482,6 +553,7 @@ export async function evaluateKernel(
     ),
     options,
     "judge",
+    { keep: false, node: candidate?.result.node ?? placement.node },
   );
   if (!judge.result.completed) throw _failure("judge", judge.result);
   const body = JSON.parse(judge.result.get("out") as string) as Omit<

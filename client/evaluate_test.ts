@@ -7,6 +7,8 @@ import assert from "node:assert/strict";
 import { type EvaluateClient, evaluateKernel } from "./evaluate.ts";
 import type { Program } from "./program.ts";
 import { ProgramResult, RESULT_FACTORIES, type ResultValue } from "./result.ts";
+import { KeptReturn } from "./kept_return.ts";
+import { ProtocolError } from "./errors.ts";
 
 function answer(value: ResultValue): ProgramResult {
   return new ProgramResult({
@@ -85,4 +87,76 @@ Deno.test("evaluateKernel hashes a bundle whose digest no response gave", async 
     (b) => b.toString(16).padStart(2, "0"),
   ).join("");
   assert.equal(judge.blobs.get(digest), server.inputs);
+});
+
+/** A server that keeps returns: bundles come back as KeptReturns, step 1's with its header digest. */
+class KeepingStandIn implements EvaluateClient {
+  readonly sent: { step: string; program: Program; options: Record<string, unknown> }[] = [];
+  readonly inputs = new KeptReturn({ kind: "bytes", sha256: "c".repeat(64), size: 1 << 30 });
+  readonly outputs = new KeptReturn({ kind: "bytes", sha256: "d".repeat(64), size: 1 << 29 });
+  /** Candidate steps that find the kept inputs gone (the first `gone` of them). */
+  gone = 0;
+
+  execute(program: Program, options: Record<string, unknown> = {}): Promise<ProgramResult> {
+    const json = program.toJson();
+    const step = ["generate_inputs", "run_candidate", "judge"].find((name) =>
+      json.includes(`import ${name}\\n`)
+    )!;
+    this.sent.push({ step, program, options });
+    const keeps = options.keepReturns !== undefined;
+    if (step === "generate_inputs") {
+      const asked = json.includes('\\"header_digest\\":true');
+      const bytes = new Uint8Array(64).fill(1);
+      return Promise.resolve(
+        answer(asked ? [keeps ? this.inputs : bytes, "e".repeat(64)] : bytes),
+      );
+    }
+    if (step === "run_candidate") {
+      if (keeps && this.gone-- > 0) {
+        return Promise.reject(
+          new ProtocolError(
+            `server misses blobs with no local bytes to send: ['${"c".repeat(64)}']`,
+          ),
+        );
+      }
+      return Promise.resolve(answer(keeps ? this.outputs : new Uint8Array(32).fill(2)));
+    }
+    return Promise.resolve(answer(JSON.stringify({ correct: true, flags: [] })));
+  }
+}
+
+Deno.test("evaluateKernel leaves kept bundles on the server: programs name them, send no bytes", async () => {
+  const server = new KeepingStandIn();
+  await evaluateKernel(server, { reference: "ref", candidate: "cand" });
+  const [inputs, candidate, judge] = server.sent;
+  assert.deepEqual(server.sent.map((s) => s.step), ["generate_inputs", "run_candidate", "judge"]);
+  assert.equal(inputs.options.keepReturns, 1 << 20);
+  assert.equal(candidate.options.keepReturns, 1 << 20);
+  assert.equal(candidate.program.blobs.size, 0);
+  assert.equal(judge.program.blobs.size, 0);
+  const named = (p: Program) => p.instructions.filter((i) => i.op === "upload").map((i) => i.blob);
+  assert.ok(named(candidate.program).includes(server.inputs.sha256));
+  assert.ok(named(judge.program).includes(server.inputs.sha256));
+  assert.ok(named(judge.program).includes(server.outputs.sha256));
+  // The judge checks the inputs against the header digest step 1 stated.
+  assert.match(judge.program.toJson(), /inputs_header_sha256\\":\\"e{64}/);
+});
+
+Deno.test("evaluateKernel starts again carrying the bundles when a kept one is gone", async () => {
+  const server = new KeepingStandIn();
+  server.gone = 1;
+  const verdict = await evaluateKernel(server, { reference: "ref", candidate: "cand" });
+  assert.equal(verdict.correct, true);
+  const steps = server.sent.map((s) => `${s.step}${s.options.keepReturns ? "+keep" : ""}`);
+  assert.deepEqual(steps, [
+    "generate_inputs+keep",
+    "run_candidate+keep",
+    "generate_inputs",
+    "run_candidate",
+    "judge",
+  ]);
+  assert.equal(server.sent[3].program.blobs.size, 1); // the inputs, carried
+  // New secret seeds for the second round.
+  const seeds = (p: Program) => JSON.stringify(p.instructions.at(-2));
+  assert.notEqual(seeds(server.sent[0].program), seeds(server.sent[2].program));
 });

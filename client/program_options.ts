@@ -5,8 +5,6 @@
  * @module
  */
 
-import type { KeptReturn } from "./kept_return.ts";
-import type { ProgramResult } from "./result.ts";
 import type { OutputChunk } from "../protocol/live_output.ts";
 import type { Register } from "./register.ts";
 

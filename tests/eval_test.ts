@@ -13,6 +13,7 @@ import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import {
   Client,
   type EvaluateClient,
+  evaluateKernel,
   type EvaluateOptions,
   type Program,
   type Verdict,
@@ -345,6 +346,74 @@ evalTest("eval through a Router with a CPU node", async () => {
     assert.equal(verdict.candidate!.timing, "cpu");
   } finally {
     await node.stop();
+    await router.stop();
+  }
+});
+
+/** `a + b` over two 512² fp32 matrices: 12 MiB of inputs, bundles the server keeps. */
+const LARGE_REFERENCE = [
+  "import torch",
+  "class Model(torch.nn.Module):",
+  "    def forward(self, a, b):",
+  "        return a + b",
+  "def get_inputs():",
+  "    return [torch.randn(512, 512), torch.randn(512, 512)]",
+  "def get_init_inputs():",
+  "    return []",
+  "",
+].join("\n");
+
+/** A client that records how many blob bytes each program holds to send. */
+class BlobCounting implements EvaluateClient {
+  readonly held: number[] = [];
+  constructor(readonly client: Client) {}
+  execute(program: Program, options?: Parameters<EvaluateClient["execute"]>[1]) {
+    this.held.push([...program.blobs.values()].reduce((n, b) => n + b.length, 0));
+    return this.client.execute(program, options);
+  }
+}
+
+evalTest(
+  "eval keeps its large bundles on the server: none crosses the wire, body limits do not apply",
+  () =>
+    withServer(
+      { ...SIM, maxResponseBytes: 1_000_000, maxRequestBytes: 1_000_000 },
+      async (server) => {
+        await using client = new Client(server.url);
+        const counting = new BlobCounting(client);
+        const verdict = await evaluateKernel(counting, {
+          reference: LARGE_REFERENCE,
+          candidate: LARGE_REFERENCE,
+          timing: QUICK,
+        });
+        assertClean(verdict);
+        assert.equal(counting.held.length, 3);
+        assert.ok(counting.held.every((bytes) => bytes < 10_000), String(counting.held));
+      },
+    ),
+);
+
+evalTest("eval through a Router with two nodes: the steps stay where the bundles are", async () => {
+  const router = await startRouter();
+  const nodes = [
+    await startNode(router.url, "eval-keep-a"),
+    await startNode(router.url, "eval-keep-b"),
+  ];
+  try {
+    await waitForCapacity(router.url, 2);
+    await using client = new Client(router.url);
+    for (let i = 0; i < 2; i++) {
+      const counting = new BlobCounting(client);
+      const verdict = await evaluateKernel(counting, {
+        reference: LARGE_REFERENCE,
+        candidate: LARGE_REFERENCE,
+        timing: QUICK,
+      });
+      assertClean(verdict);
+      assert.equal(counting.held.length, 3, "no second round: every step found its bundles");
+    }
+  } finally {
+    for (const node of nodes) await node.stop();
     await router.stop();
   }
 });

@@ -152,9 +152,12 @@ def _listed(values: Any, name: str) -> List[Any]:
     return list(values)
 
 
-def generate_inputs(reference_source: str, request_json: str) -> bytearray:
+def generate_inputs(reference_source: str, request_json: str) -> Any:
     """Step 1 (module docstring): the inputs bundle for the secret seeds of ``request_json``
-    (``correctness_seeds``, ``timing_seeds``: decimal strings; ``init_seed``)."""
+    (``correctness_seeds``, ``timing_seeds``: decimal strings; ``init_seed``). With
+    ``header_digest`` true, ``[bundle, SHA-256 of its header]``: a client that has the server
+    keep the bundle (docs/kept-returns.md) never holds its bytes, and the judge checks against
+    that digest."""
     import torch
 
     started = time.perf_counter()
@@ -196,7 +199,10 @@ def generate_inputs(reference_source: str, request_json: str) -> bytearray:
     }
     writer.hash_tensors()  # the judge checks every tensor against these (in parallel)
     header["generate_ms"] = _ms(started)
-    return writer.finish(header)
+    bundle = writer.finish(header)
+    if request.get("header_digest"):
+        return [bundle, sha256_bytes(Bundle(bundle).prefix)]
+    return bundle
 
 
 # --------------------------------------------------------------------------- 2. candidate
