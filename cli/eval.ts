@@ -182,8 +182,9 @@ function _fmt(ms: number | null | undefined): string {
  *   reference: null, candidate: null, receipt: null,
  *   checks: { correctness: { sets: 3, matched: 2, reasons: ["output: 1 of 4 elements differ"] } },
  *   phases_ms: { worker_start: 1, input_generation: 1, candidate_load: 1, candidate_correctness: 1,
- *     candidate_timing: 1, reference: 1, reference_timing: 1, comparison: 1, bundle_decode: 1,
- *     transfer: 1, client: 1, total: 11, total_excluding_compile: 10 },
+ *     candidate_timing: 1, candidate_unfinished: 0, reference: 1, reference_timing: 1,
+ *     comparison: 1, bundle_decode: 1, transfer: 1, client: 1, total: 11,
+ *     total_excluding_compile: 10 },
  *   worker_phases_ms: {}, seeds: { correctness: 3, timing: 3 },
  *   request_ids: { inputs: "a", candidate: "b", judge: "c" },
  * });
@@ -239,7 +240,12 @@ export function formatVerdict(verdict: Verdict): string {
       _fmt(p.total_excluding_compile)
     } without the ` +
       `candidate's load): workers ${_fmt(p.worker_start)}, inputs ${_fmt(p.input_generation)}, ` +
-      `candidate ${_fmt(p.candidate_load + p.candidate_correctness + p.candidate_timing)}, ` +
+      `candidate ${
+        _fmt(
+          p.candidate_load + p.candidate_correctness + p.candidate_timing +
+            p.candidate_unfinished,
+        )
+      }, ` +
       `reference ${_fmt(p.reference + p.reference_timing)}, comparison ${_fmt(p.comparison)}, ` +
       `bundles ${_fmt(p.bundle_decode)}, transfer ${_fmt(p.transfer)}, client ${_fmt(p.client)}`,
   );

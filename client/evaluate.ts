@@ -357,34 +357,47 @@ const _JUDGE_KEYS = [
   "reference_timing",
 ];
 
+/**
+ * The phases of an evaluation that took `totalMs`. `unfinished`: a candidate step that brought
+ * back no phase times, its worker dead or killed at the deadline: `serverMs`, its time on the
+ * worker (inside the step's answered timings, a 200 FAILED), or `wallMs`, the whole step (a 504 or
+ * 500, answered without timings). Every phase is rounded to 1 µs; `client` is what is left of
+ * `total` (the client's own work between and around the steps), so the phases add up to `total`.
+ */
 function _phases(
   steps: { inputs: _Step; candidate: _Step | null; judge: _Step },
   worker: Record<string, number | null>,
-  clientMs: number,
+  unfinished: { serverMs: number; wallMs: number },
   totalMs: number,
 ): VerdictPhases {
   const server = (s: _Step | null) => s === null ? 0 : s.result.queueMs + s.result.elapsedMs;
   const inside = (worker.generate ?? 0) + _sum(worker, _CANDIDATE_KEYS) +
-    _sum(worker, _JUDGE_KEYS);
+    _sum(worker, _JUDGE_KEYS) + unfinished.serverMs;
   const all = [steps.inputs, steps.candidate, steps.judge];
   const serverMs = all.reduce((t, s) => t + server(s), 0);
   const wallMs = all.reduce((t, s) => t + (s?.wallMs ?? 0), 0);
   const load = worker.candidate_load ?? 0;
   const round = (ms: number) => Math.round(ms * 1000) / 1000;
-  return {
+  const phases = {
     worker_start: round(Math.max(serverMs - inside, 0)),
     input_generation: round(worker.generate ?? 0),
     candidate_load: round(load),
     candidate_correctness: round(worker.candidate_correctness ?? 0),
     candidate_timing: round(worker.candidate_timing ?? 0),
+    candidate_unfinished: round(unfinished.serverMs + unfinished.wallMs),
     reference: round((worker.reference_load ?? 0) + (worker.reference_outputs ?? 0)),
     reference_timing: round(worker.reference_timing ?? 0),
     comparison: round(worker.comparison ?? 0),
     bundle_decode: round(worker.judge_decode ?? 0),
     transfer: round(Math.max(wallMs - serverMs, 0)),
-    client: round(clientMs),
-    total: round(totalMs),
-    total_excluding_compile: round(totalMs - load),
+  };
+  const total = round(totalMs);
+  const accounted = Object.values(phases).reduce((t, ms) => t + ms, 0);
+  return {
+    ...phases,
+    client: round(Math.max(total - accounted, 0)),
+    total,
+    total_excluding_compile: round(total - phases.candidate_load),
   };
 }
 
@@ -435,7 +448,8 @@ async function _evaluate(
   const tolerance = options.tolerance && Object.keys(options.tolerance).length > 0
     ? options.tolerance
     : null;
-  // The client's own work between the steps (programs built, bundles hashed): phase "client".
+  // The client's own work between the steps (programs built, bundles hashed): kept out of a
+  // candidate step's `candidate_unfinished` (the `client` phase is what the others leave).
   let clientMs = 0;
   const local = <T>(work: () => T): T => {
     const t0 = performance.now();
@@ -489,6 +503,10 @@ async function _evaluate(
   const candidateRequest = JSON.stringify({ timing, tolerance });
   let candidate: _Step | null = null;
   let crash: NonNullable<Verdict["error"]> | null = null;
+  // A candidate step that brought back no phase times (docs/eval.md, `candidate_unfinished`).
+  const unfinished = { serverMs: 0, wallMs: 0 };
+  const candidateSince = performance.now();
+  const clientSince = clientMs;
   try {
     candidate = await _run(
       client,
@@ -506,6 +524,8 @@ async function _evaluate(
       ((error.statusCode === 500 && error.kind === "engine") ||
         (error.statusCode === 504 && error.kind === "timeout"));
     if (!candidateFault) throw error;
+    // Answered without timings: the step's whole time, less the client's own work in it.
+    unfinished.wallMs = performance.now() - candidateSince - (clientMs - clientSince);
     const deadline = options.timeoutSeconds === undefined
       ? "the server's default deadline"
       : `its deadline of ${options.timeoutSeconds} s`;
@@ -519,6 +539,8 @@ async function _evaluate(
     };
   }
   if (candidate !== null && !candidate.result.completed) {
+    // Its worker died (or failed outside the candidate): no phase times came back.
+    unfinished.serverMs = candidate.result.elapsedMs;
     const e = candidate.result.error;
     crash = {
       phase: "candidate",
@@ -566,7 +588,7 @@ async function _evaluate(
     phases_ms: _phases(
       { inputs, candidate, judge },
       worker,
-      clientMs,
+      unfinished,
       performance.now() - started,
     ),
     seeds: { correctness: seeds, timing: timingSets },

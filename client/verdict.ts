@@ -65,8 +65,8 @@ export interface VerdictTiming {
 }
 
 /**
- * Where the time to a verdict went, ms. The phases other than the two totals add up to `total`
- * (within the client's JSON handling of the answers).
+ * Where the time to a verdict went, ms. The phases other than the two totals add up to `total`,
+ * whatever the verdict (to the rounding of each to 1 µs): `client` is what the others leave.
  */
 export interface VerdictPhases {
   /**
@@ -82,6 +82,12 @@ export interface VerdictPhases {
   candidate_correctness: number;
   /** The candidate's timing. */
   candidate_timing: number;
+  /**
+   * A candidate step that brought back no phase times, its worker dead (a 200 FAILED: its time on
+   * the worker) or past the deadline (a 504, or a 500 for a worker that died outside an
+   * instruction: the whole step, transfer and queue included). 0 otherwise.
+   */
+  candidate_unfinished: number;
   /** Building the reference and computing the expected outputs. */
   reference: number;
   /** The reference's timing. */
@@ -92,7 +98,10 @@ export interface VerdictPhases {
   bundle_decode: number;
   /** Moving requests and results between the client and the server(s). */
   transfer: number;
-  /** The client's own work between the steps: building the programs, hashing the bundles. */
+  /**
+   * The client's own work between and around the steps (building the programs, hashing the
+   * bundles, reading the answers): `total` less every other phase.
+   */
   client: number;
   /** Wall time of the whole evaluation. */
   total: number;
