@@ -68,24 +68,8 @@ async function _keep(part: OutcomePart, store: BlobStore): Promise<void> {
   const source = await openWorkerFile(part.path, part.size);
   let copied = false;
   try {
-    const hash = createHash("sha256");
-    let bytes = 0;
     using target = await Deno.open(tmp, { write: true, createNew: true, mode: 0o644 });
-    const chunk = new Uint8Array(Math.min(_CHUNK, Math.max(part.size, 1)));
-    for (;;) {
-      const n = await source.read(chunk);
-      if (n === null) break;
-      const piece = chunk.subarray(0, n);
-      bytes += n;
-      if (bytes > part.size) break;
-      hash.update(piece);
-      let written = 0;
-      while (written < n) written += await target.write(piece.subarray(written));
-    }
-    const digest = hash.digest("hex");
-    if (bytes !== part.size) {
-      throw new WorkerFileError(`worker kept return ${part.path} changed size`);
-    }
+    const digest = await _copyHashing(source, target, part);
     if (digest !== part.sha256) {
       throw new WorkerFileError(
         `worker kept return ${part.path} has SHA-256 ${digest}, not the ${part.sha256} it stated`,
@@ -98,4 +82,51 @@ async function _keep(part: OutcomePart, store: BlobStore): Promise<void> {
     source.close();
     if (!copied) await Deno.remove(tmp).catch(() => {});
   }
+}
+
+/**
+ * Copies `source` into `target` and returns the SHA-256 of what it copied: the next piece is read
+ * and the last one written (on the thread pool) while this one is hashed, in three buffers.
+ */
+async function _copyHashing(
+  source: Deno.FsFile,
+  target: Deno.FsFile,
+  part: OutcomePart,
+): Promise<string> {
+  const hash = createHash("sha256");
+  const size = Math.min(_CHUNK, Math.max(part.size, 1));
+  const buffers = [new Uint8Array(size), new Uint8Array(size), new Uint8Array(size)];
+  let bytes = 0;
+  let k = 0;
+  let reading: Promise<number | null> | null = source.read(buffers[0]);
+  let writing: Promise<void> = Promise.resolve();
+  try {
+    for (;;) {
+      const n = await reading;
+      reading = null;
+      if (n === null) break;
+      const piece = buffers[k % 3].subarray(0, n);
+      bytes += n;
+      if (bytes > part.size) break;
+      k++;
+      // buffers[k % 3] held piece k - 3, whose write ended before piece k - 1's began.
+      reading = source.read(buffers[k % 3]);
+      hash.update(piece);
+      await writing;
+      writing = _writeAll(target, piece);
+    }
+    await writing;
+  } finally {
+    // A failure leaves nothing running on these files (their owner closes them).
+    await Promise.allSettled([reading, writing]);
+  }
+  if (bytes !== part.size) {
+    throw new WorkerFileError(`worker kept return ${part.path} changed size`);
+  }
+  return hash.digest("hex");
+}
+
+async function _writeAll(file: Deno.FsFile, bytes: Uint8Array): Promise<void> {
+  let written = 0;
+  while (written < bytes.length) written += await file.write(bytes.subarray(written));
 }
