@@ -69,6 +69,19 @@ for (const mode of MODES) {
   });
 }
 
+Deno.test("kept returns: from a bubblewrap worker (the sandbox CI installs)", async () => {
+  const server = await startServer({ sandbox: "bubblewrap" });
+  try {
+    assert.equal(server.app.sandbox, "bubblewrap", "the sandbox probe failed: install bubblewrap");
+    await using client = new Client(server.url);
+    const kept = pair(await client.execute(making(4096), { keepReturns: 1024 }))[0];
+    assert.ok(kept instanceof KeptReturn);
+    assert.deepEqual(pair(await client.execute(reading(kept))), [4096, sha256Hex(EXPECTED)]);
+  } finally {
+    await server.stop();
+  }
+});
+
 Deno.test("kept returns: a kept tensor keeps its dtype and shape (simulated GPU)", async () => {
   const server = await startServer(MODES[1].config);
   try {
