@@ -162,6 +162,7 @@ const PHASES = [
   "candidate_load",
   "candidate_correctness",
   "candidate_timing",
+  "candidate_unfinished",
   "reference",
   "reference_timing",
   "comparison",
