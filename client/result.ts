@@ -146,7 +146,7 @@ export class ProgramResult {
    *     cuda_driver_version: "13.0", throttled: false, released: null,
    *     acquired: { sm_clock_mhz: 1980, mem_clock_mhz: 2619, temperature_c: 35, power_w: 72.5,
    *       reasons: ["gpu_idle"], throttled: false } }],
-   *   throttled: false, nvml_error: null,
+   *   throttled: false, nvml_error: null, taken_by: "worker", server_reason: null,
    * });
    * const gpu = result.gpuReceipt?.gpus[0];
    * if (result.gpuReceipt?.throttled || gpu?.acquired?.sm_clock_mhz !== 1980) throw new Error();
