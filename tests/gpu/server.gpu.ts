@@ -5,7 +5,7 @@
  * header with real NVML clocks.
  */
 import assert from "node:assert/strict";
-import { Client, Program, type Tensor } from "../../mod.ts";
+import { Client, KeptReturn, Program, type Tensor } from "../../mod.ts";
 import { callProgram, postProgram, startServer } from "../_server.ts";
 import { decodeGpuReceiptHeader, GPU_RECEIPT_HEADER } from "../../protocol/gpu_receipt.ts";
 
@@ -63,6 +63,43 @@ for (const max of [1, 0]) {
         for (let i = 0; i < y.length; i += 4099) assert.equal(y[i], values[i] + 1);
         assert.ok(result.leaseHeldMs > 0);
       });
+
+      await t.step(
+        "a kept CUDA tensor stays on the server and feeds the next program",
+        async () => {
+          const program = new Program();
+          const mod = program.upload({
+            kind: "module",
+            source: "import torch\ndef make():\n    return torch.arange(1 << 20, " +
+              "dtype=torch.float32, device='cuda').reshape(1024, 1024)\n",
+          });
+          const fn = program.getFunction({ module: mod, name: "make" });
+          program.return_({ key: "t", value: program.run({ fn }) });
+          const first = await client.execute(program, { keepReturns: 1 << 20 });
+          assert.equal(first.status, "COMPLETED", JSON.stringify(first.error));
+          const kept = first.get("t");
+          assert.ok(kept instanceof KeptReturn, String(kept));
+          assert.deepEqual([kept.kind, kept.dtype, kept.shape, kept.size], [
+            "tensor",
+            "float32",
+            [1024, 1024],
+            4 << 20,
+          ]);
+          const next = new Program();
+          const t2 = next.upload({ kind: "tensor", value: kept });
+          const sum = next.upload({
+            kind: "module",
+            source:
+              "def total(t):\n    assert t.is_cuda, t.device\n    return t.double().sum().item()\n",
+          });
+          const total = next.getFunction({ module: sum, name: "total" });
+          next.return_({ key: "s", value: next.run({ fn: total, args: [t2] }) });
+          assert.equal(next.blobs.size, 0);
+          const second = await client.execute(next);
+          assert.equal(second.status, "COMPLETED", JSON.stringify(second.error));
+          assert.equal(second.get("s"), (2 ** 20 - 1) * 2 ** 20 / 2);
+        },
+      );
 
       await t.step("the answer carries a GPU-state receipt with real clocks", async () => {
         const raw = await postProgram(
