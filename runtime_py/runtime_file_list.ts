@@ -61,6 +61,8 @@ export const RUNTIME_FILE_LIST: Readonly<
     import("./kcoral_runtime/gpu_receipt.py", { with: { type: "text" } }),
   "gpu_state.py": () =>
     import("./kcoral_runtime/gpu_state.py", { with: { type: "text" } }),
+  "huge_pages.py": () =>
+    import("./kcoral_runtime/huge_pages.py", { with: { type: "text" } }),
   "ipc.py": () =>
     import("./kcoral_runtime/ipc.py", { with: { type: "text" } }),
   "leak_checks.py": () =>

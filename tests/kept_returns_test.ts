@@ -77,6 +77,10 @@ Deno.test("kept returns: from a bubblewrap worker (the sandbox CI installs)", as
     const kept = pair(await client.execute(making(4096), { keepReturns: 1024 }))[0];
     assert.ok(kept instanceof KeptReturn);
     assert.deepEqual(pair(await client.execute(reading(kept))), [4096, sha256Hex(EXPECTED)]);
+    // 65 MiB: read into bytes on huge pages where the kernel allows (huge_pages.py).
+    const large = pair(await client.execute(making(65 << 20), { keepReturns: 1024 }))[0];
+    assert.ok(large instanceof KeptReturn);
+    assert.deepEqual(pair(await client.execute(reading(large))), [65 << 20, large.sha256]);
   } finally {
     await server.stop();
   }

@@ -38,6 +38,8 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Sequence
 
+from .huge_pages import new_bytearray
+
 MAGIC = b"KCEVAL1\n"
 _LENGTH = struct.Struct("<Q")
 
@@ -223,7 +225,8 @@ class BundleWriter:
         self.hash_tensors()
         header = dict(header, tensors=self._entries)
         text = json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
-        out = bytearray(len(MAGIC) + _LENGTH.size + len(text) + self._offset)
+        # Written whole right here: on huge pages when large (huge_pages.py).
+        out = new_bytearray(len(MAGIC) + _LENGTH.size + len(text) + self._offset)
         out[: len(MAGIC)] = MAGIC
         _LENGTH.pack_into(out, len(MAGIC), len(text))
         start = len(MAGIC) + _LENGTH.size

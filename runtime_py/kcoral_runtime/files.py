@@ -10,6 +10,7 @@ import os
 import stat
 from typing import Any, Dict, Iterator, List, Tuple
 
+from . import huge_pages
 from .errors import ExecutionError, ValidationError
 from .paths import RESERVED_SANDBOX_DIR, normalize_file_path
 from .values import Part, PartStore, Staged
@@ -24,9 +25,22 @@ _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
 
 
 def read_blob_bytes(path: str) -> bytes:
-    """The whole blob as ``bytes`` (one copy: page cache -> the bytes object)."""
+    """The whole blob as ``bytes`` (one copy: page cache -> the bytes object, a large one on
+    huge pages: ``huge_pages.py``)."""
     with open(path, "rb", buffering=0) as f:
-        return f.readall()
+        size = os.fstat(f.fileno()).st_size
+        made = huge_pages.new_bytes(size)
+        if made is None:
+            return f.readall()
+        data, view = made
+        got = 0
+        while got < size:
+            n = f.readinto(view[got:])
+            if not n:
+                raise OSError(f"blob {path} is shorter than its {size} bytes")
+            got += n
+        view.release()
+        return data
 
 
 def copy_blob_into(blob_path: str, dst: int) -> None:
