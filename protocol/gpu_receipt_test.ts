@@ -44,7 +44,11 @@ Deno.test("gpu receipt header: round trip, ASCII only, key order fixed", () => {
   assert.deepEqual(decodeGpuReceiptHeader(value), RECEIPT);
   assert.ok(new Headers({ "x-kcoral-gpu-receipt": value }).has("x-kcoral-gpu-receipt"));
   assert.ok(value.startsWith('{"gpus":[{"index":1,"name":'));
-  assert.ok(value.endsWith('"throttled":true}],"throttled":true,"nvml_error":null,"taken_by":"worker","server_reason":null}'));
+  assert.ok(
+    value.endsWith(
+      '"throttled":true}],"throttled":true,"nvml_error":null,"taken_by":"worker","server_reason":null}',
+    ),
+  );
 });
 
 Deno.test("gpu receipt header: no header is null, a malformed one names what is wrong", () => {
