@@ -48,7 +48,13 @@ import type { TypedJsonObject, TypedJsonValue } from "../protocol/json.ts";
 import { JsonFloat } from "../protocol/json_float.ts";
 import { pyListRepr } from "../protocol/python_repr.ts";
 import { pySorted } from "../protocol/python_str.ts";
-import { KCoralError, ProtocolError, TransportError, ValidationError } from "./errors.ts";
+import {
+  BlobsNotHeldError,
+  KCoralError,
+  ProtocolError,
+  TransportError,
+  ValidationError,
+} from "./errors.ts";
 import { Program } from "./program.ts";
 import { evaluateKernel, type EvaluateOptions } from "./evaluate.ts";
 import type { Verdict } from "./verdict.ts";
@@ -412,7 +418,8 @@ export class Client implements AsyncDisposable {
       const missing = new Set(_protocol(() => decodeMissingBlobs(attempt.body)));
       const unavailable = [...missing].filter((hash) => !program.blobs.has(hash));
       if (unavailable.length > 0) {
-        throw new ProtocolError(
+        throw new BlobsNotHeldError(
+          unavailable,
           `server misses blobs with no local bytes to send: ${pyListRepr(pySorted(unavailable))}`,
         );
       }

@@ -111,6 +111,29 @@ export class ProtocolError extends Error {
 }
 
 /**
+ * A {@linkcode ProtocolError} for blobs the server lacks and the program holds no bytes of (a
+ * kept return the server has dropped since): `hashes` names them.
+ *
+ * @example
+ * ```ts
+ * import { BlobsNotHeldError, ProtocolError } from "./errors.ts";
+ *
+ * const error = new BlobsNotHeldError(["ab".repeat(32)], "server misses blobs with no local bytes");
+ * if (!(error instanceof ProtocolError) || error.hashes.length !== 1) throw new Error();
+ * ```
+ */
+export class BlobsNotHeldError extends ProtocolError {
+  /** The SHA-256s the server asked for and the program cannot send. */
+  readonly hashes: readonly string[];
+
+  /** Create the error; `message` is upstream's text. */
+  constructor(hashes: readonly string[], message: string) {
+    super(message);
+    this.hashes = Object.freeze([...hashes]);
+  }
+}
+
+/**
  * An invalid value given to the program builder or client (upstream raises
  * `ValueError`/`ValidationError`). Wrong types raise `TypeError` instead.
  *

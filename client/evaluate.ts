@@ -28,7 +28,7 @@
 import { Program } from "./program.ts";
 import type { ProgramResult } from "./result.ts";
 import { sha256Hex } from "../protocol/hash.ts";
-import { KCoralError, ProtocolError } from "./errors.ts";
+import { BlobsNotHeldError, KCoralError } from "./errors.ts";
 import { KeptReturn } from "./kept_return.ts";
 import { adoptBytes, returnedDigest } from "./_known_digests.ts";
 import type { Verdict, VerdictPhases } from "./verdict.ts";
@@ -294,12 +294,7 @@ async function _run(
       ...(placement.node === null ? {} : { node: placement.node }),
     });
   } catch (error) {
-    if (
-      error instanceof ProtocolError &&
-      error.message.startsWith("server misses blobs with no local bytes")
-    ) {
-      throw new _KeptBundleGone(error.message);
-    }
+    if (error instanceof BlobsNotHeldError) throw new _KeptBundleGone(error.message);
     // Bundles of large problems can exceed the server's body limits: say which and what to do.
     if (
       error instanceof KCoralError &&

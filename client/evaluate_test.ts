@@ -8,7 +8,7 @@ import { type EvaluateClient, evaluateKernel } from "./evaluate.ts";
 import type { Program } from "./program.ts";
 import { ProgramResult, RESULT_FACTORIES, type ResultValue } from "./result.ts";
 import { KeptReturn } from "./kept_return.ts";
-import { ProtocolError } from "./errors.ts";
+import { BlobsNotHeldError } from "./errors.ts";
 
 function answer(value: ResultValue): ProgramResult {
   return new ProgramResult({
@@ -114,7 +114,8 @@ class KeepingStandIn implements EvaluateClient {
     if (step === "run_candidate") {
       if (keeps && this.gone-- > 0) {
         return Promise.reject(
-          new ProtocolError(
+          new BlobsNotHeldError(
+            ["c".repeat(64)],
             `server misses blobs with no local bytes to send: ['${"c".repeat(64)}']`,
           ),
         );
