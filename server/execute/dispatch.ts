@@ -31,6 +31,7 @@ import { PoolBusy, type Retiring, type Seat, type WorkerPool } from "../workers/
 import { buildResultBody, crashError, crashResultBody, type ResponseMeta } from "./result_body.ts";
 import type { SeatChild } from "../workers/worker_handles.ts";
 import type { BlobCaches } from "../cache/blobs.ts";
+import type { KeepTarget } from "./kept_returns.ts";
 import { hostPaths, WorkerFileError } from "../workers/worker_files.ts";
 import type { WorkerOutcome } from "../workers/worker_protocol.ts";
 
@@ -117,6 +118,8 @@ function _clientDisconnected(queueMs: number): Rejection {
 class _SeatRun {
   readonly #s: DispatchServices;
   readonly #a: Admitted;
+  /** Where the request's kept returns go (`X-KCoral-Keep-Returns`), `null` without the header. */
+  readonly #keep: KeepTarget | null;
   readonly #seat: Seat;
   readonly #queueMs: number;
   readonly #holder: LeaseHolder;
@@ -145,6 +148,11 @@ class _SeatRun {
     this.#clientGone = clientGone;
     this.#s = services;
     this.#a = admitted;
+    // A request's kept returns may take a quarter of the cache (what it retains at most).
+    this.#keep = admitted.keepMinBytes === undefined ? null : {
+      store: services.caches.store,
+      maxBytes: Math.floor(services.caches.store.capacityBytes / 4),
+    };
     this.#seat = seat;
     this.#queueMs = queueMs;
     this.#holder = { id: admitted.requestId };
@@ -283,7 +291,8 @@ class _SeatRun {
         // A kept worker answers before its reuse hygiene (sandboxed, the checks that decide
         // whether the workspace is clean still come before the answer, their verdict with it).
         reply_before_reset: true,
-        ...this.#keepRequest(),
+        ...(this.#keep &&
+          { keep_min_bytes: this.#a.keepMinBytes, keep_max_bytes: this.#keep.maxBytes }),
       },
     });
     // The tail's last read comes before anything takes the capture files.
@@ -394,9 +403,7 @@ class _SeatRun {
       this.#a.outputLimit,
       config.maxResponseBytes,
       this.#s.stagingDir(this.#a.requestId),
-      this.#a.keepMinBytes === undefined
-        ? null
-        : { store: this.#s.caches.store, maxBytes: this.#keepMaxBytes() },
+      this.#keep,
     );
     if (body.kind === "too_large") throw this.#tooLarge(meta, body.bytes);
     const reason = outcome.status === "COMPLETED" ? "completed" : "program_failed";
@@ -409,17 +416,6 @@ class _SeatRun {
       record: this.#record(meta, run, reason, outcome.error, null, null),
       gpuReceipt: this.#receipt,
     };
-  }
-
-  /** The run request's kept-returns fields (protocol/kept_returns.ts), when the client asked. */
-  #keepRequest(): { keep_min_bytes?: number; keep_max_bytes?: number } {
-    const min = this.#a.keepMinBytes;
-    return min === undefined ? {} : { keep_min_bytes: min, keep_max_bytes: this.#keepMaxBytes() };
-  }
-
-  /** A request's kept returns may take a quarter of the cache (what it retains at most). */
-  #keepMaxBytes(): number {
-    return Math.floor(this.#s.caches.store.capacityBytes / 4);
   }
 
   #record(
