@@ -9,9 +9,14 @@
 export async function writeNewFile(path: string, bytes: Uint8Array, mode: number): Promise<void> {
   const file = await Deno.open(path, { write: true, createNew: true, mode });
   try {
-    let rest = bytes;
-    while (rest.length > 0) rest = rest.subarray(await file.write(rest));
+    await writeAll(file, bytes);
   } finally {
     file.close();
   }
+}
+
+/** Writes all of `bytes` to `file` at its position. */
+export async function writeAll(file: Deno.FsFile, bytes: Uint8Array): Promise<void> {
+  let rest = bytes;
+  while (rest.length > 0) rest = rest.subarray(await file.write(rest));
 }

@@ -14,6 +14,7 @@ import { createHash } from "node:crypto";
 import type { BlobStore } from "../cache/cache_memory.ts";
 import type { OutcomePart } from "../workers/worker_protocol.ts";
 import { openWorkerFile, WorkerFileError } from "../workers/worker_files.ts";
+import { writeAll } from "../cache/_write_file.ts";
 
 /** What a request allows to be kept: the cache, and the most bytes its kept values may total. */
 export interface KeepTarget {
@@ -113,7 +114,7 @@ async function _copyHashing(
       reading = source.read(buffers[k % 3]);
       hash.update(piece);
       await writing;
-      writing = _writeAll(target, piece);
+      writing = writeAll(target, piece);
     }
     await writing;
   } finally {
@@ -124,9 +125,4 @@ async function _copyHashing(
     throw new WorkerFileError(`worker kept return ${part.path} changed size`);
   }
   return hash.digest("hex");
-}
-
-async function _writeAll(file: Deno.FsFile, bytes: Uint8Array): Promise<void> {
-  let written = 0;
-  while (written < bytes.length) written += await file.write(bytes.subarray(written));
 }
