@@ -27,25 +27,25 @@ _HUGE = 2 << 20
 _MADV_HUGEPAGE = 14
 
 
+def _object_functions(kind: str) -> Tuple[Any, Any]:
+    """``<kind>_FromStringAndSize`` (a new object, unfilled with NULL) and ``<kind>_AsString``."""
+    new = getattr(ctypes.pythonapi, f"{kind}_FromStringAndSize")
+    new.argtypes = (ctypes.c_char_p, ctypes.c_ssize_t)
+    new.restype = ctypes.py_object
+    pointer = getattr(ctypes.pythonapi, f"{kind}_AsString")
+    pointer.argtypes = (ctypes.py_object,)
+    pointer.restype = ctypes.c_void_p
+    return new, pointer
+
+
 def _bind() -> Optional[Tuple[Any, Any, Any, Any, Any]]:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         madvise = libc.madvise
         madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
         madvise.restype = ctypes.c_int
-        api = ctypes.pythonapi
-        new_bytes = api.PyBytes_FromStringAndSize
-        new_bytes.argtypes = (ctypes.c_char_p, ctypes.c_ssize_t)
-        new_bytes.restype = ctypes.py_object
-        bytes_ptr = api.PyBytes_AsString
-        bytes_ptr.argtypes = (ctypes.py_object,)
-        bytes_ptr.restype = ctypes.c_void_p
-        new_array = api.PyByteArray_FromStringAndSize
-        new_array.argtypes = (ctypes.c_char_p, ctypes.c_ssize_t)
-        new_array.restype = ctypes.py_object
-        array_ptr = api.PyByteArray_AsString
-        array_ptr.argtypes = (ctypes.py_object,)
-        array_ptr.restype = ctypes.c_void_p
+        new_bytes, bytes_ptr = _object_functions("PyBytes")
+        new_array, array_ptr = _object_functions("PyByteArray")
         return madvise, new_bytes, bytes_ptr, new_array, array_ptr
     except (OSError, AttributeError):
         return None
