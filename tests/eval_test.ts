@@ -371,6 +371,15 @@ class BlobCounting implements EvaluateClient {
     this.held.push([...program.blobs.values()].reduce((n, b) => n + b.length, 0));
     return this.client.execute(program, options);
   }
+
+  /** {@linkcode LARGE_REFERENCE} evaluated against itself through this client. */
+  evaluateLarge(): Promise<Verdict> {
+    return evaluateKernel(this, {
+      reference: LARGE_REFERENCE,
+      candidate: LARGE_REFERENCE,
+      timing: QUICK,
+    });
+  }
 }
 
 evalTest(
@@ -381,12 +390,7 @@ evalTest(
       async (server) => {
         await using client = new Client(server.url);
         const counting = new BlobCounting(client);
-        const verdict = await evaluateKernel(counting, {
-          reference: LARGE_REFERENCE,
-          candidate: LARGE_REFERENCE,
-          timing: QUICK,
-        });
-        assertClean(verdict);
+        assertClean(await counting.evaluateLarge());
         assert.equal(counting.held.length, 3);
         assert.ok(counting.held.every((bytes) => bytes < 10_000), String(counting.held));
       },
@@ -404,12 +408,7 @@ evalTest("eval through a Router with two nodes: the steps stay where the bundles
     await using client = new Client(router.url);
     for (let i = 0; i < 2; i++) {
       const counting = new BlobCounting(client);
-      const verdict = await evaluateKernel(counting, {
-        reference: LARGE_REFERENCE,
-        candidate: LARGE_REFERENCE,
-        timing: QUICK,
-      });
-      assertClean(verdict);
+      assertClean(await counting.evaluateLarge());
       assert.equal(counting.held.length, 3, "no second round: every step found its bundles");
     }
   } finally {

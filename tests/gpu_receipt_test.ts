@@ -229,14 +229,14 @@ Deno.test("gpu receipt: a crash, a timeout and error answers after the lease hav
   }
 });
 
-Deno.test("gpu receipt: a dead worker's receipt says why when the server cannot read NVML", async () => {
+/** A simulated-GPU server whose NVML cannot be loaded. */
+function _serverWithoutNvml() {
   const env = { ...Deno.env.toObject(), KCORAL_NVML_LIBRARY: "/nonexistent/libnvidia-ml.so.1" };
-  const server = await startServer({
-    device: "gpu",
-    simulateGpus: true,
-    gpus: [0],
-    workersPerGpu: 1,
-  }, { env });
+  return startServer({ device: "gpu", simulateGpus: true, gpus: [0], workersPerGpu: 1 }, { env });
+}
+
+Deno.test("gpu receipt: a dead worker's receipt says why when the server cannot read NVML", async () => {
+  const server = await _serverWithoutNvml();
   try {
     const crashed = await postProgram(
       server.url,
@@ -253,13 +253,7 @@ Deno.test("gpu receipt: a dead worker's receipt says why when the server cannot 
 });
 
 Deno.test("gpu receipt: without NVML the receipt names the GPU and says why", async () => {
-  const env = { ...Deno.env.toObject(), KCORAL_NVML_LIBRARY: "/nonexistent/libnvidia-ml.so.1" };
-  const server = await startServer({
-    device: "gpu",
-    simulateGpus: true,
-    gpus: [0],
-    workersPerGpu: 1,
-  }, { env });
+  const server = await _serverWithoutNvml();
   try {
     await using client = new Client(server.url);
     const result = await client.execute(runProgram());
