@@ -2,7 +2,7 @@
  * kcoral eval on a real GPU (issue 40), run on the GPU machine from the project root:
  *
  *   deno run -A tests/gpu/eval_gpu.ts [--runs 7] [--sandbox bubblewrap]
- *     [--only honest|ttv|hacks|agreement|zoo]
+ *     [--only honest,ttv,hacks,agreement,zoo]
  *
  * Starts a GPU server (GPU 0, three fresh workers, 4 GiB body limits) and prints, each with RESULT/PASS/FAIL lines:
  * 1. honest = reference: every evals/problems/<p>/reference.py judged against itself (and its
@@ -28,7 +28,9 @@ const arg = (name: string, fallback: string) => {
 };
 const ROOT = decodeURIComponent(new URL("../../", import.meta.url).pathname);
 const runs = Number(arg("--runs", "7"));
-const only = arg("--only", "");
+// --only a,b: those parts only (comma-separated); all of them when absent.
+const only = new Set(arg("--only", "").split(",").filter((part) => part !== ""));
+const want = (part: string) => only.size === 0 || only.has(part);
 const sandbox = arg("--sandbox", "none") as "none" | "bubblewrap";
 let failed = 0;
 
@@ -106,7 +108,7 @@ try {
   const health = await client.health() as unknown as { target: Record<string, string> };
   console.log(`server: GPU 0, target ${JSON.stringify(health.target)}, sandbox ${sandbox}`);
 
-  if (!only || only === "honest") {
+  if (want("honest")) {
     console.log("\n## honest = reference (speedup 1.00 within the CI)\n");
     console.log("| problem | candidate | correct | flags | speedup | 95 % CI | timing |");
     console.log("|---|---|---|---|---|---|---|");
@@ -133,7 +135,7 @@ try {
     }
   }
 
-  if ((!only || only === "ttv") && exists("evals/problems/gemm_fp32/reference.py")) {
+  if (want("ttv") && exists("evals/problems/gemm_fp32/reference.py")) {
     console.log("\n## time to verdict, gemm_fp32 4096^2, the reference's own code\n");
     const reference = read("evals/problems/gemm_fp32/reference.py");
     const phases: Record<string, number[]> = {};
@@ -157,7 +159,7 @@ try {
     );
   }
 
-  if ((!only || only === "hacks") && exists("evals/problems/gemm_fp32/reference.py")) {
+  if (want("hacks") && exists("evals/problems/gemm_fp32/reference.py")) {
     console.log("\n## GPU-only hacks of our own\n");
     const reference = read("evals/problems/gemm_fp32/reference.py");
     const side = await client.evaluate({ reference, candidate: SIDE_STREAM });
@@ -171,7 +173,7 @@ try {
     check("persisting L2 carve-out", l2.flags.includes("persisting_l2"), `raised [${l2.flags}]`);
   }
 
-  if ((!only || only === "agreement") && exists("evals/problems/gemm_fp32/reference.py")) {
+  if (want("agreement") && exists("evals/problems/gemm_fp32/reference.py")) {
     console.log("\n## agreement with a local process (same timing, same inputs' sizes)\n");
     const reference = read("evals/problems/gemm_fp32/reference.py");
     const v = await client.evaluate({ reference, candidate: reference });
@@ -207,7 +209,7 @@ try {
     check("agreement within 0.5 %", diff <= 0.5, `${diff.toFixed(2)} %`);
   }
 
-  if ((!only || only === "zoo") && exists("evals/zoo.json")) {
+  if (want("zoo") && exists("evals/zoo.json")) {
     console.log("\n## the zoo: caught / missed / false positives\n");
     const zoo = JSON.parse(read("evals/zoo.json")) as {
       problem: string;

@@ -3,7 +3,7 @@
  * positives. Run on the GPU machine from the project root:
  *
  *   deno run -A tests/gpu/zoo_gpu.ts --prebuild              # compile every load_inline candidate once
- *   deno run -A tests/gpu/zoo_gpu.ts [--shard 1/3] [--match gemm] [--json $OUT/zoo_1.json]
+ *   deno run -A tests/gpu/zoo_gpu.ts [--shard 1/3] [--match gemm,softmax] [--json $OUT/zoo_1.json]
  *   deno run -A tests/gpu/zoo_gpu.ts --summarize $OUT/zoo_*.json
  *   deno run -A tests/gpu/zoo_gpu.ts --json /tmp/zoo.json --resume  # skip entries already there
  *   deno run -A tests/gpu/zoo_gpu.ts --inline-last    # load_inline candidates last (a --prebuild
@@ -63,7 +63,11 @@ function selected(zoo: ZooEntry[]): ZooEntry[] {
   let entries = zoo;
   if (args.includes("--simulate")) entries = entries.filter((e) => e.needs === "any");
   const match = arg("--match");
-  if (match) entries = entries.filter((e) => e.candidate.includes(match));
+  // --match a,b,c: the entries whose candidate path contains any of the comma-separated parts.
+  if (match) {
+    const parts = match.split(",").filter((part) => part !== "");
+    entries = entries.filter((e) => parts.some((part) => e.candidate.includes(part)));
+  }
   const shard = arg("--shard");
   if (shard) {
     const [i, n] = shard.split("/").map(Number);
