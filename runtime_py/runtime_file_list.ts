@@ -39,6 +39,8 @@ export const RUNTIME_FILE_LIST: Readonly<
     import("./kcoral_runtime/eval_bundle.py", { with: { type: "text" } }),
   "eval_compare.py": () =>
     import("./kcoral_runtime/eval_compare.py", { with: { type: "text" } }),
+  "eval_inputs.py": () =>
+    import("./kcoral_runtime/eval_inputs.py", { with: { type: "text" } }),
   "eval_integrity.py": () =>
     import("./kcoral_runtime/eval_integrity.py", { with: { type: "text" } }),
   "eval_physics.py": () =>

@@ -36,7 +36,7 @@ import os
 import struct
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .huge_pages import new_bytearray
 
@@ -132,13 +132,17 @@ def capture_value(value: Any) -> Any:
 _HASH_THREADS_MAX = 8
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
 def _hash_threads() -> int:
     """Threads for hashing several buffers: the CPUs this process may use, at most 8."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, _HASH_THREADS_MAX))
+    return max(1, min(usable_cpus(), _HASH_THREADS_MAX))
 
 
 def _sha256_hex(data: Any) -> str:
@@ -165,7 +169,9 @@ class BundleWriter:
         self._offset = 0
         self._unhashed: List[int] = []  # entries whose SHA-256 is still to be computed
 
-    def add_tensor(self, tensor: Any) -> int:
+    def add_tensor(self, tensor: Any, sha256: Optional[str] = None) -> int:
+        """Adds ``tensor``'s bytes; ``sha256``: its digest when already known (else computed by
+        ``hash_tensors``)."""
         tensor = plain_tensor(tensor)
         data = tensor_bytes(tensor)
         entry = {
@@ -173,14 +179,28 @@ class BundleWriter:
             "shape": [int(s) for s in tensor.shape],
             "offset": self._offset,
             "nbytes": len(data),
-            "sha256": None,
+            "sha256": sha256 if self._hashes else None,
         }
         self._entries.append(entry)
         self._chunks.append(data)
         self._offset += len(data)
-        if self._hashes:
+        if self._hashes and sha256 is None:
             self._unhashed.append(len(self._entries) - 1)
         return len(self._entries) - 1
+
+    def adopt(self, bundle: "Bundle", described: Dict[str, Any]) -> Dict[str, Any]:
+        """The description of a value of ``bundle`` (described there as ``described``) with its
+        tensors added here: their bytes read from ``bundle`` when ``finish`` lays this one out,
+        their digests taken from its header (a bundle this process trusts, eval_inputs)."""
+        kind = described.get("t")
+        if kind == "tensor":
+            index = described["i"]
+            digest = bundle.entries[index].get("sha256")
+            return dict(described, i=self.add_tensor(bundle.tensor(index, writable=False),
+                                                     digest))
+        if kind in ("list", "tuple"):
+            return dict(described, items=[self.adopt(bundle, item) for item in described["items"]])
+        return dict(described)
 
     def hash_tensors(self) -> None:
         """Computes the SHA-256 of every tensor added since the last call, on several threads
@@ -221,12 +241,14 @@ class BundleWriter:
             "device": plain.device.type, "plain": is_plain, "type": type_name,
         }
 
-    def finish(self, header: Dict[str, Any]) -> bytearray:
+    def finish(self, header: Dict[str, Any], allocate: Callable[[int], Any] = new_bytearray
+               ) -> Any:
+        """The bundle, laid out in ``allocate(size)``'s writable buffer (by default a
+        ``bytearray``, on huge pages when large: huge_pages.py)."""
         self.hash_tensors()
         header = dict(header, tensors=self._entries)
         text = json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
-        # Written whole right here: on huge pages when large (huge_pages.py).
-        out = new_bytearray(len(MAGIC) + _LENGTH.size + len(text) + self._offset)
+        out = allocate(len(MAGIC) + _LENGTH.size + len(text) + self._offset)
         out[: len(MAGIC)] = MAGIC
         _LENGTH.pack_into(out, len(MAGIC), len(text))
         start = len(MAGIC) + _LENGTH.size
@@ -358,5 +380,5 @@ __all__ = [
     "MAGIC", "DTYPES", "BundleError", "BundleWriter", "Bundle", "Captured", "capture_value",
     "dtype_name", "plain_tensor",
     "tensor_bytes",
-    "sha256_tensor", "sha256_bytes", "sha256_many", "verify_tensors", "tensors_in",
+    "sha256_tensor", "sha256_bytes", "sha256_many", "usable_cpus", "verify_tensors", "tensors_in",
 ]

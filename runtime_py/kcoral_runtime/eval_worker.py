@@ -3,7 +3,8 @@
     client: secret seeds (new per evaluation)
       |
       |-- 1. generate_inputs(reference, request)       worker A, cpu_only: no GPU lease
-      |        torch.manual_seed(seed); get_inputs()   per correctness seed and timing seed
+      |        torch.manual_seed(seed); get_inputs()   per correctness seed and timing seed,
+      |          side by side in forked processes (eval_inputs)
       |        -> inputs bundle (tensors, no seeds, no expected outputs)
       |
       |-- 2. run_candidate(candidate, inputs, request)  worker B: the only one that runs candidate code
@@ -43,6 +44,7 @@ from .errors import ExecutionError
 from .eval_bundle import (Bundle, BundleError, BundleWriter, capture_value, sha256_bytes,
                           verify_tensors)
 from .eval_compare import compare_values, tolerance_for
+from .eval_inputs import describe_seeds
 from .eval_integrity import changed, snapshot
 from .eval_physics import floor_ms
 from .eval_timing import Rotation, clone_value, same_value, time_model
@@ -157,7 +159,8 @@ def generate_inputs(reference_source: str, request_json: str) -> Any:
     (``correctness_seeds``, ``timing_seeds``: decimal strings; ``init_seed``). With
     ``header_digest`` true, ``[bundle, SHA-256 of its header]``: a client that has the server
     keep the bundle (docs/kept-returns.md) never holds its bytes, and the judge checks against
-    that digest."""
+    that digest. ``input_processes`` (optional): how many sets are made at once (eval_inputs;
+    default: the usable CPUs; 1 makes them one after another here)."""
     import torch
 
     started = time.perf_counter()
@@ -177,7 +180,7 @@ def generate_inputs(reference_source: str, request_json: str) -> Any:
     torch.default_generator.manual_seed(init_seed)
     init_inputs = _listed(module.get_init_inputs(), "get_init_inputs")
 
-    def one(seed: int) -> Dict[str, Any]:
+    def inputs_of(seed: int) -> List[Any]:
         torch.default_generator.manual_seed(seed)
         values = _listed(module.get_inputs(), "get_inputs")
         for v in values:
@@ -185,15 +188,19 @@ def generate_inputs(reference_source: str, request_json: str) -> Any:
                 raise ExecutionError(
                     "runtime", "get_inputs() must make its tensors on the CPU (the evaluation "
                     "generates inputs without the GPU lease and moves them itself)")
-        return writer.describe_value(values)
+        return values
 
+    init_described = writer.describe_value(init_inputs)
+    processes = request.get("input_processes")
+    sets = describe_seeds(inputs_of, correctness_seeds + timing_seeds, writer,
+                          int(processes) if processes is not None else None)
     header = {
         "kind": "inputs",
         "version": 1,
         "init_seed": init_seed,
-        "init_inputs": writer.describe_value(init_inputs),
-        "correctness": [one(s) for s in correctness_seeds],
-        "timing": [one(s) for s in timing_seeds],
+        "init_inputs": init_described,
+        "correctness": sets[: len(correctness_seeds)],
+        "timing": sets[len(correctness_seeds):],
         "deterministic": facts["deterministic"],
         "tolerance": facts["tolerance"],
     }

@@ -1,0 +1,138 @@
+"""The inputs step's sets made side by side in forked processes (eval_inputs): the same bundle as
+made one after another, every value kind carried, failures reported, no process left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, List
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kcoral_runtime import eval_worker  # noqa: E402
+from kcoral_runtime.errors import ExecutionError  # noqa: E402
+from kcoral_runtime.eval_bundle import Bundle, BundleWriter  # noqa: E402
+from kcoral_runtime.eval_inputs import describe_seeds  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "eval"
+SEEDS = {"correctness_seeds": ["101", "202", "303"], "timing_seeds": ["404", "505", "606"],
+         "init_seed": 42}
+
+
+def _no_child_left() -> bool:
+    try:
+        os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+def _without_time(bundle: Bundle) -> dict:
+    return {k: v for k, v in bundle.header.items() if k != "generate_ms"}
+
+
+@pytest.mark.parametrize("processes", [2, 4, 6])
+def test_forked_sets_are_the_sets_made_one_after_another(monkeypatch: Any, tmp_path: Path,
+                                                         processes: int) -> None:
+    monkeypatch.chdir(tmp_path)
+    ref = (FIXTURES / "scale_add_reference.py").read_text()
+    serial = Bundle(eval_worker.generate_inputs(ref, json.dumps(dict(SEEDS, input_processes=1))))
+    forked = Bundle(eval_worker.generate_inputs(
+        ref, json.dumps(dict(SEEDS, input_processes=processes))))
+    assert _without_time(forked) == _without_time(serial)
+    for index in range(len(serial.entries)):
+        assert bytes(forked.raw(index)) == bytes(serial.raw(index))
+    assert len({e["sha256"] for e in serial.entries}) == len(serial.entries)
+    assert _no_child_left()
+
+
+def _value_of(seed: int) -> List[Any]:
+    torch.default_generator.manual_seed(seed)
+    return [torch.randn(3, 5), (seed, 2.5, float("inf"), None, "text", True),
+            [torch.arange(4, dtype=torch.int16), torch.zeros(0, 2)], object()]
+
+
+def test_every_value_kind_crosses_from_a_forked_process() -> None:
+    seeds = [1, 2, 3]
+    serial_writer, forked_writer = BundleWriter(), BundleWriter()
+    serial = describe_seeds(_value_of, seeds, serial_writer, processes=1)
+    forked = describe_seeds(_value_of, seeds, forked_writer, processes=3)
+    assert forked == serial
+    one, other = Bundle(serial_writer.finish({})), Bundle(forked_writer.finish({}))
+    assert one.entries == other.entries
+    for described in forked:
+        assert described["items"][3] == {"t": "other", "type": "object"}
+        assert all(torch.equal(a, b) for a, b in zip(
+            [other.value(described["items"][0])] + other.value(described["items"][2]),
+            [one.value(described["items"][0])] + one.value(described["items"][2])))
+        assert other.value(described["items"][1]) == one.value(described["items"][1])
+    assert _no_child_left()
+
+
+def test_a_forked_set_that_raises_fails_the_step_with_its_message() -> None:
+    def make(seed: int) -> List[Any]:
+        if seed == 3:
+            raise ValueError("no inputs for this seed")
+        return [torch.ones(2)]
+
+    with pytest.raises(ExecutionError, match=r"^ValueError: no inputs for this seed$") as info:
+        describe_seeds(make, [1, 2, 3, 4], BundleWriter(), processes=4)
+    assert info.value.kind == "runtime"
+    assert _no_child_left()
+
+
+def test_a_forked_set_keeps_the_kind_of_its_execution_error(monkeypatch: Any,
+                                                            tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    ref = (FIXTURES / "scale_add_reference.py").read_text().replace(
+        "    return [torch.randn(64, 128), torch.randn(64, 128)]",
+        "    return None if torch.initial_seed() == 505 else [torch.randn(64, 128)]")
+    with pytest.raises(ExecutionError, match=r"get_inputs\(\) must return a list or tuple of "
+                                             r"arguments, not NoneType$") as info:
+        eval_worker.generate_inputs(ref, json.dumps(dict(SEEDS, input_processes=6)))
+    assert info.value.kind == "runtime"
+    assert _no_child_left()
+
+
+def test_a_forked_process_that_dies_fails_the_step() -> None:
+    def make(seed: int) -> List[Any]:
+        if seed == 2:
+            os.kill(os.getpid(), 9)
+        return [torch.ones(2)]
+
+    with pytest.raises(ExecutionError, match=r"ended with wait status 9 and no report"):
+        describe_seeds(make, [1, 2, 3], BundleWriter(), processes=3)
+    assert _no_child_left()
+
+
+def test_the_first_set_failing_here_stops_the_forked_ones() -> None:
+    def make(seed: int) -> List[Any]:
+        if seed == 1:
+            raise ExecutionError("gpu_access", "get_inputs touched CUDA")
+        import time
+        time.sleep(30)
+        return [torch.ones(2)]
+
+    with pytest.raises(ExecutionError, match="touched CUDA"):
+        describe_seeds(make, [1, 2, 3], BundleWriter(), processes=3)
+    assert _no_child_left()
+
+
+def test_numpy_and_random_draws_differ_between_forked_sets() -> None:
+    import random
+
+    numpy = pytest.importorskip("numpy")
+
+    def make(seed: int) -> List[Any]:
+        return [torch.from_numpy(numpy.random.rand(8)), random.random()]
+
+    writer = BundleWriter()
+    described = describe_seeds(make, [1, 2, 3, 4], writer, processes=4)
+    bundle = Bundle(writer.finish({}))
+    tensors = [bytes(bundle.raw(d["items"][0]["i"])) for d in described]
+    floats = [d["items"][1]["v"] for d in described]
+    assert len(set(tensors)) == 4 and len(set(floats)) == 4
