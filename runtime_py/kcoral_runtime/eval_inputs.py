@@ -39,12 +39,36 @@ _REPORT_LIMIT = 16 << 10  # an error report fits a pipe's buffer: the child neve
 
 
 class _Forked:
-    """A forked process making a share of the sets: its pid, its memfd and its status pipe."""
+    """A forked process making a share of the sets: its pid, its memfd and its status pipe. Each
+    is given back once (``wait``, ``close``): a pid or descriptor number may be reused after."""
 
     def __init__(self, pid: int, memfd: int, status: int) -> None:
         self.pid = pid
         self.memfd = memfd
         self.status = status
+        self.exit_status: Optional[int] = None
+
+    def wait(self) -> int:
+        """The wait status, the process reaped on the first call."""
+        if self.exit_status is None:
+            _, self.exit_status = os.waitpid(self.pid, 0)
+        return self.exit_status
+
+    def kill(self) -> None:
+        """Kills and reaps the process unless it was reaped already."""
+        if self.exit_status is None:
+            try:
+                os.kill(self.pid, 9)
+            except OSError:
+                pass
+            self.wait()
+
+    def close(self) -> None:
+        for name in ("status", "memfd"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                setattr(self, name, -1)
+                os.close(fd)
 
 
 def _child(make: Callable[[int], List[Any]], seeds: List[int], memfd: int, status: int) -> None:
@@ -97,7 +121,7 @@ def _finish(forked: _Forked) -> Tuple[Bundle, List[Dict[str, Any]]]:
             if not chunk:
                 break
             chunks.append(chunk)
-        _, status = os.waitpid(forked.pid, 0)
+        status = forked.wait()
         if status != 0:
             if chunks:
                 report = json.loads(b"".join(chunks))
@@ -109,22 +133,13 @@ def _finish(forked: _Forked) -> Tuple[Bundle, List[Dict[str, Any]]]:
         bundle = Bundle(mmap.mmap(forked.memfd, size, access=mmap.ACCESS_READ))
         return bundle, bundle.header["values"]
     finally:
-        os.close(forked.status)
-        os.close(forked.memfd)
+        forked.close()
 
 
 def _stop(forked: List[_Forked]) -> None:
     for process in forked:
-        try:
-            os.kill(process.pid, 9)
-            os.waitpid(process.pid, 0)
-        except OSError:
-            pass
-        for fd in (process.status, process.memfd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        process.kill()
+        process.close()
 
 
 def describe_seeds(make: Callable[[int], List[Any]], seeds: List[int], writer: BundleWriter,
@@ -145,7 +160,7 @@ def describe_seeds(make: Callable[[int], List[Any]], seeds: List[int], writer: B
         described = [writer.describe_value(make(seed)) for seed in shares[0]]
         writer.hash_tensors()  # while the forked processes still run
         while forked:
-            bundle, values = _finish(forked[0])
+            bundle, values = _finish(forked[0])  # on a failure _stop still kills the others
             forked.pop(0)
             described.extend(writer.adopt(bundle, value) for value in values)
     except BaseException:

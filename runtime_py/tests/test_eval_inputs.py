@@ -136,3 +136,63 @@ def test_numpy_and_random_draws_differ_between_forked_sets() -> None:
     tensors = [bytes(bundle.raw(d["items"][0]["i"])) for d in described]
     floats = [d["items"][1]["v"] for d in described]
     assert len(set(tensors)) == 4 and len(set(floats)) == 4
+
+
+def test_a_failed_share_gives_each_pid_and_descriptor_back_once(monkeypatch: Any) -> None:
+    """A pid is signalled only before it is reaped, a descriptor closed once: either number may
+    belong to someone else after."""
+    reaped: List[int] = []
+    signalled: List[int] = []
+    ours: set = set()  # descriptors made by pipe and memfd_create
+    open_now: set = set()
+    waitpid, kill, close = os.waitpid, os.kill, os.close
+    pipe, memfd_create = os.pipe, os.memfd_create
+
+    def recording_waitpid(pid: int, options: int) -> Any:
+        out = waitpid(pid, options)
+        reaped.append(out[0])
+        return out
+
+    def recording_kill(pid: int, signal: int) -> None:
+        assert pid not in reaped, f"signalled {pid} after it was reaped"
+        signalled.append(pid)
+        kill(pid, signal)
+
+    def made(*fds: int) -> None:
+        ours.update(fds)
+        open_now.update(fds)
+
+    def recording_pipe() -> Any:
+        fds = pipe()
+        made(*fds)
+        return fds
+
+    def recording_memfd_create(name: str, flags: int = 0) -> int:
+        fd = memfd_create(name, flags)
+        made(fd)
+        return fd
+
+    def recording_close(fd: int) -> None:
+        if fd in ours:
+            assert fd in open_now, f"closed descriptor {fd} twice"
+            open_now.discard(fd)
+        close(fd)
+
+    for name, fn in (("waitpid", recording_waitpid), ("kill", recording_kill),
+                     ("close", recording_close), ("pipe", recording_pipe),
+                     ("memfd_create", recording_memfd_create)):
+        monkeypatch.setattr(os, name, fn)
+
+    def make(seed: int) -> List[Any]:
+        if seed == 3:
+            raise ValueError("no inputs for this seed")
+        if seed == 4:
+            import time
+            time.sleep(30)
+        return [torch.ones(2)]
+
+    with pytest.raises(ExecutionError, match="no inputs for this seed"):
+        describe_seeds(make, [1, 2, 3, 4], BundleWriter(), processes=4)
+    monkeypatch.undo()
+    assert len(signalled) == 1  # the share still sleeping, not the one that failed
+    assert not open_now and _no_child_left()
