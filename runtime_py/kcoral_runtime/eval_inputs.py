@@ -64,10 +64,10 @@ class _Forked:
             self.wait()
 
     def close(self) -> None:
-        for name in ("status", "memfd"):
-            fd = getattr(self, name)
+        """Closes the status pipe and the memfd unless they were closed already."""
+        fds, self.status, self.memfd = (self.status, self.memfd), -1, -1
+        for fd in fds:
             if fd >= 0:
-                setattr(self, name, -1)
                 os.close(fd)
 
 
