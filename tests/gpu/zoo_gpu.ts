@@ -48,6 +48,7 @@ interface Outcome {
   candidate_ms: number | null;
   seconds: number;
   error?: string;
+  checks?: Record<string, unknown>;
 }
 
 const ROOT = decodeURIComponent(new URL("../../", import.meta.url).pathname);
@@ -153,6 +154,8 @@ async function evaluate(client: Client, entry: ZooEntry): Promise<Outcome> {
     candidate_ms: verdict.candidate?.latency_ms_median ?? null,
     seconds: (performance.now() - started) / 1e3,
     ...(verdict.error ? { error: `${verdict.error.phase}: ${verdict.error.message}` } : {}),
+    // What an unexpected verdict rests on (the judge's checks: mismatches, their sizes).
+    ...(ok ? {} : { checks: verdict.checks }),
   };
 }
 
