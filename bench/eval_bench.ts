@@ -165,6 +165,7 @@ const PHASES = [
   "candidate_unfinished",
   "reference",
   "reference_timing",
+  "reference_bracket",
   "comparison",
   "bundle_decode",
   "transfer",

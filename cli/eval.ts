@@ -123,6 +123,13 @@ export const evalOptions = {
     default: false,
     help: "GPU: time in rounds until the median's 95 % CI is within 0.5 %",
   },
+  noBracket: {
+    flag: "--no-bracket",
+    type: "boolean",
+    default: false,
+    help: "skip timing the reference a second time in the candidate's worker (the speedup's " +
+      "interval then counts sampling noise only)",
+  },
   inputsUrl: {
     flag: "--inputs-url",
     type: "string",
@@ -183,7 +190,7 @@ function _fmt(ms: number | null | undefined): string {
  *   checks: { correctness: { sets: 3, matched: 2, reasons: ["output: 1 of 4 elements differ"] } },
  *   phases_ms: { worker_start: 1, input_generation: 1, candidate_load: 1, candidate_correctness: 1,
  *     candidate_timing: 1, candidate_unfinished: 0, reference: 1, reference_timing: 1,
- *     comparison: 1, bundle_decode: 1, transfer: 1, client: 1, total: 11,
+ *     reference_bracket: 0, comparison: 1, bundle_decode: 1, transfer: 1, client: 1, total: 11,
  *     total_excluding_compile: 10 },
  *   worker_phases_ms: {}, seeds: { correctness: 3, timing: 3 },
  *   request_ids: { inputs: "a", candidate: "b", judge: "c" },
@@ -222,6 +229,13 @@ export function formatVerdict(verdict: Verdict): string {
       ? ` (95 % CI ${verdict.speedup_ci95[0].toFixed(2)}-${verdict.speedup_ci95[1].toFixed(2)})`
       : "";
     lines.push(`  speedup    ${verdict.speedup.toFixed(2)}x${ci}`);
+    const bracket = verdict.reference_bracket;
+    if (bracket?.median_ms !== undefined && typeof bracket.drift === "number") {
+      const drift = `${bracket.drift >= 0 ? "+" : ""}${(bracket.drift * 100).toFixed(2)} %`;
+      lines.push(
+        `  bracket    reference in the candidate's worker ${_fmt(bracket.median_ms)} (${drift})`,
+      );
+    } else if (bracket?.reason) lines.push(`  bracket    not used: ${bracket.reason}`);
   }
   for (
     const [name, t] of [["reference", verdict.reference], ["candidate", verdict.candidate]] as const
@@ -246,7 +260,9 @@ export function formatVerdict(verdict: Verdict): string {
             p.candidate_unfinished,
         )
       }, ` +
-      `reference ${_fmt(p.reference + p.reference_timing)}, comparison ${_fmt(p.comparison)}, ` +
+      `reference ${_fmt(p.reference + p.reference_timing + p.reference_bracket)}, comparison ${
+        _fmt(p.comparison)
+      }, ` +
       `bundles ${_fmt(p.bundle_decode)}, transfer ${_fmt(p.transfer)}, client ${_fmt(p.client)}`,
   );
   lines.push(`  device     ${verdict.device}`);
@@ -374,6 +390,7 @@ export async function evalMain(
         ...(numbers.repeat === undefined ? {} : { repeat: numbers.repeat }),
         ...(values.adaptive ? { adaptive: true } : {}),
       },
+      ...(values.noBracket ? { bracket: false } : {}),
       files: await readSendFiles(values.send ?? [], Deno.cwd()),
       ...(inputsClient === null ? {} : { inputsClient }),
       ...(numbers.timeout === undefined ? {} : { timeoutSeconds: numbers.timeout }),

@@ -91,6 +91,14 @@ export interface EvaluateOptions {
   excessiveSpeedup?: number;
   /** Timing settings. */
   timing?: EvaluateTiming;
+  /**
+   * Time the reference in the candidate's worker too, before the candidate loads, on an input
+   * set of its own (default true): the same code timed in two workers differs by more than its
+   * sampling noise (clocks under a power cap, memory placement), and `speedup_ci95` then spans
+   * the speedup against either timing (`Verdict.reference_bracket`). False saves one reference
+   * timing of at most 10 + 50 calls and one input set.
+   */
+  bracket?: boolean;
   /** Files every step's worker gets (paths relative to its working directory). */
   files?: readonly EvaluateFile[];
   /** Another server for step 1 (input generation), e.g. a CPU compile server. */
@@ -340,6 +348,7 @@ function _sum(record: Record<string, number | null | undefined>, keys: string[])
 }
 
 const _CANDIDATE_KEYS = [
+  "reference_bracket",
   "candidate_load",
   "candidate_correctness",
   "candidate_timing",
@@ -382,6 +391,7 @@ function _phases(
     candidate_unfinished: round(unfinished.serverMs + unfinished.wallMs),
     reference: round((worker.reference_load ?? 0) + (worker.reference_outputs ?? 0)),
     reference_timing: round(worker.reference_timing ?? 0),
+    reference_bracket: round(worker.reference_bracket ?? 0),
     comparison: round(worker.comparison ?? 0),
     bundle_decode: round(worker.judge_decode ?? 0),
     transfer: round(Math.max(wallMs - serverMs, 0)),
@@ -439,6 +449,7 @@ async function _evaluate(
   const seeds = options.seeds ?? MIN_CORRECTNESS_SETS;
   const timingSets = options.timingSets ?? DEFAULT_TIMING_SETS;
   const initSeed = options.initSeed ?? 42;
+  const bracket = options.bracket ?? true;
   const timing = _timingRequest(options.timing);
   const tolerance = options.tolerance && Object.keys(options.tolerance).length > 0
     ? options.tolerance
@@ -463,6 +474,7 @@ async function _evaluate(
     correctness_seeds: Array.from({ length: seeds }, _seed),
     timing_seeds: Array.from({ length: timingSets }, _seed),
     init_seed: initSeed,
+    ...(bracket ? { bracket_seed: _seed() } : {}),
     ...(keepInputs ? { header_digest: true } : {}),
   });
   const inputsServer = options.inputsClient ?? client;
@@ -495,7 +507,11 @@ async function _evaluate(
 
   // 2. Candidate: its inputs and nothing else.
   options.onStep?.("candidate");
-  const candidateRequest = JSON.stringify({ timing, tolerance });
+  const candidateRequest = JSON.stringify({
+    timing,
+    tolerance,
+    ...(bracket ? { bracket_reference: options.reference } : {}),
+  });
   let candidate: _Step | null = null;
   let crash: NonNullable<Verdict["error"]> | null = null;
   // A candidate step that brought back no phase times (docs/eval.md, `candidate_unfinished`).
@@ -561,6 +577,7 @@ async function _evaluate(
     determinism: options.determinism ?? "auto",
     excessive_speedup: options.excessiveSpeedup ?? 10,
     timing,
+    bracket,
     candidate_failure: crash,
   });
   const judge = await _run(

@@ -92,6 +92,11 @@ export interface VerdictPhases {
   reference: number;
   /** The reference's timing. */
   reference_timing: number;
+  /**
+   * The reference built and timed in the candidate's worker before the candidate loads
+   * (`EvaluateOptions.bracket`; 0 without).
+   */
+  reference_bracket: number;
   /** Comparing outputs. */
   comparison: number;
   /** The judge reading both bundles (the inputs bundle's SHA-256 check included). */
@@ -107,6 +112,38 @@ export interface VerdictPhases {
   total: number;
   /** `total` without `candidate_load` (compile excluded). */
   total_excluding_compile: number;
+}
+
+/**
+ * The reference bracket: the reference timed in the candidate's worker before the candidate
+ * loaded, and what it did to the verdict's interval. The candidate's worker reports it, so it
+ * only ever widens `speedup_ci95`; no flag reads it.
+ *
+ * @example
+ * ```ts
+ * import type { VerdictBracket } from "./verdict.ts";
+ * const bracket: VerdictBracket = { used: false, reason: "no bracket timing came back" };
+ * ```
+ */
+export interface VerdictBracket {
+  /** Whether it widened `speedup_ci95`. */
+  used: boolean;
+  /** Why it was not used (a failure there, or nothing usable came back). */
+  reason?: string;
+  /** The reference's median there, ms. */
+  median_ms?: number;
+  /** Its 95 % interval, ms. */
+  ci95_ms?: [number, number];
+  /** Its timed calls. */
+  samples?: number;
+  /** Its median over the judge's reference median, less 1: the two workers' difference. */
+  drift?: number | null;
+  /** Its median over the candidate's: the speedup against it. */
+  speedup?: number | null;
+  /** That speedup's interval. */
+  speedup_ci95?: [number, number] | null;
+  /** The verdict's interval before it was widened (sampling noise alone). */
+  speedup_ci95_sampling?: [number, number] | null;
 }
 
 /** Why a candidate could not be judged normally (it failed to load, raised, or crashed). */
@@ -144,8 +181,17 @@ export interface Verdict {
   device: "cuda" | "cpu";
   /** Reference median over candidate median (null without timings). */
   speedup: number | null;
-  /** A conservative 95 % interval of `speedup` from the two medians' intervals. */
+  /**
+   * A conservative 95 % interval of `speedup` from the two medians' intervals; with a reference
+   * bracket, the smallest interval that holds it and the interval of the speedup against the
+   * bracket (`reference_bracket`).
+   */
   speedup_ci95: [number, number] | null;
+  /**
+   * The reference timed a second time, in the candidate's worker before the candidate loaded
+   * (`EvaluateOptions.bracket`); absent without timings or with `bracket: false`.
+   */
+  reference_bracket?: VerdictBracket;
   /** The reference's timing (null when the candidate could not be timed). */
   reference: VerdictTiming | null;
   /** The candidate's timing. */

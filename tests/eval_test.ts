@@ -147,25 +147,38 @@ evalTest(
       );
       assert.equal(seeds.correctness_seeds.length, 3);
       assert.equal(seeds.timing_seeds.length, 3);
-      for (const seed of [...seeds.correctness_seeds, ...seeds.timing_seeds]) {
+      // The reference bracket (on by default): its own seed, the reference timed in the
+      // candidate's worker, the interval widened to hold the speedup against it.
+      assert.ok(BigInt(seeds.bracket_seed) >= 0n);
+      assert.match(recording.programs[1], /bracket_reference/);
+      const bracket = verdict.reference_bracket!;
+      assert.equal(bracket.used, true, JSON.stringify(bracket));
+      assert.ok(bracket.median_ms! > 0 && verdict.phases_ms.reference_bracket > 0);
+      assert.ok(verdict.speedup_ci95![0] <= bracket.speedup_ci95_sampling![0]);
+      assert.ok(verdict.speedup_ci95![1] >= bracket.speedup_ci95_sampling![1]);
+      for (
+        const seed of [...seeds.correctness_seeds, ...seeds.timing_seeds, seeds.bracket_seed]
+      ) {
         assert.ok(BigInt(seed) >= 0n);
         assert.ok(!recording.programs[1].includes(seed), "a seed reached the candidate's program");
         assert.ok(!recording.programs[2].includes(seed), "a seed reached the judge's program");
       }
       assert.match(recording.programs[0], /"cpu_only":true/);
 
-      // New seeds every evaluation.
+      // New seeds every evaluation; `bracket: false` leaves the reference to the judge.
       const again = new Recording(client);
-      assertVerdict(
-        await evaluateKernel(again, {
-          reference: source("scale_add_reference.py"),
-          candidate: source("scale_add_in_place.py"),
-          timing: QUICK,
-        }),
-        true,
-        ["inputs_modified"],
-      );
+      const unbracketed = await evaluateKernel(again, {
+        reference: source("scale_add_reference.py"),
+        candidate: source("scale_add_in_place.py"),
+        timing: QUICK,
+        bracket: false,
+      });
+      assertVerdict(unbracketed, true, ["inputs_modified"]);
       for (const seed of seeds.correctness_seeds) assert.ok(!again.programs[0].includes(seed));
+      assert.ok(!again.programs[0].includes("bracket_seed"));
+      assert.ok(!again.programs[1].includes("bracket_reference"));
+      assert.equal(unbracketed.reference_bracket, undefined);
+      assert.equal(unbracketed.phases_ms.reference_bracket, 0);
     }),
 );
 
@@ -486,6 +499,10 @@ evalTest(
       assert.match(flagged.stdout, /^correct, flagged: inputs_modified\n/);
       assert.match(flagged.stdout, /outputs {4}3 of 3 input sets match/);
       assert.match(flagged.stdout, /timing cpu/);
+      assert.match(
+        flagged.stdout,
+        /bracket {4}reference in the candidate's worker [0-9.]+ ms \([+-][0-9.]+ %\)/,
+      );
 
       const wrong = await kcoralEval(
         server.url,

@@ -14,6 +14,7 @@
       either timing            --throttled calls->  throttled
       speedup > threshold      ------------------>  excessive_speedup
       median < physics floor   ------------------>  faster_than_physics
+      reference bracket        --differs--------->  speedup_ci95 spans both speedups
 
 Only the judge (a worker that never ran candidate code) calls this; the candidate's own
 reports enter as evidence it could have forged only to its own detriment (a flag it hides is a
@@ -47,6 +48,53 @@ def speedup_of(reference: Dict[str, Any], candidate: Dict[str, Any]
     return ratio, [ref_ci[0] / cand_ci[1], ref_ci[1] / cand_ci[0]]
 
 
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and value == value and 0 < value < float("inf")
+
+
+def bracket_report(bracket: Any, reference: Dict[str, Any], candidate: Dict[str, Any],
+                   interval: Optional[List[float]]) -> Tuple[Dict[str, Any], Optional[List[float]]]:
+    """The reference bracket's part of the verdict and the speedup's interval it implies.
+
+    ``bracket`` is what the candidate's worker reported for the reference timed there before the
+    candidate loaded (eval_worker.time_reference_bracket): ``{"timing": ...}`` or
+    ``{"error": ...}``. The speedup stays the judge's (its reference timing is the one no
+    candidate code could touch); its interval becomes the smallest that holds the judge's
+    interval and the interval of the speedup against the bracket: the same reference timed in
+    two workers, seconds apart, differs by more than either timing's sampling noise (clocks
+    under a power cap, memory placement), and the interval says so. The candidate could forge
+    the bracket only to widen its own interval: no flag reads it."""
+    if not isinstance(bracket, dict):
+        return {"used": False, "reason": "no bracket timing came back"}, interval
+    if "error" in bracket:
+        error = bracket["error"] if isinstance(bracket["error"], dict) else {}
+        return {"used": False, "reason": f"the reference failed in the candidate's worker: "
+                                         f"{str(error.get('message', ''))[:300]}"}, interval
+    timing = bracket.get("timing") if isinstance(bracket.get("timing"), dict) else {}
+    median, ci = timing.get("latency_ms_median"), timing.get("ci95_ms")
+    if not _positive(median) or not (isinstance(ci, list) and len(ci) == 2
+                                     and all(_positive(v) for v in ci) and ci[0] <= ci[1]):
+        return {"used": False, "reason": "the bracket timing is not a positive median with its "
+                                         "interval"}, interval
+    ref_median = reference.get("latency_ms_median")
+    report: Dict[str, Any] = {
+        "used": interval is not None,
+        "median_ms": median,
+        "ci95_ms": ci,
+        "samples": timing.get("samples"),
+        "drift": (median / ref_median - 1) if _positive(ref_median) else None,
+        "speedup_ci95_sampling": interval,
+    }
+    against, against_interval = speedup_of(timing, candidate)
+    report["speedup"] = against
+    report["speedup_ci95"] = against_interval
+    if interval is None or against_interval is None:
+        report["used"] = False
+        return report, interval
+    return report, [min(interval[0], against_interval[0]), max(interval[1], against_interval[1])]
+
+
 def build_verdict(
     *,
     device: str,
@@ -62,10 +110,12 @@ def build_verdict(
     physics: Optional[Dict[str, Any]] = None,
     tolerance: Optional[Dict[str, Any]] = None,
     error: Optional[Dict[str, Any]] = None,
+    bracket: Any = None,
 ) -> Dict[str, Any]:
     """The verdict object (module docstring). ``correctness``/``timed``: the comparison reports
     of ``eval_compare.compare_values``; ``candidate_checks``: per correctness set the candidate's
-    ``inputs_unchanged``, ``repeat_identical`` and ``stream_consistent``."""
+    ``inputs_unchanged``, ``repeat_identical`` and ``stream_consistent``; ``bracket``: the
+    candidate worker's report of the reference bracket (``bracket_report``), None without one."""
     flags: List[str] = []
 
     def flag(name: str, raised: bool) -> None:
@@ -128,6 +178,9 @@ def build_verdict(
         "excessive_speedup_threshold": excessive_speedup,
         "physics": physics,
     }
+    bracketed: Optional[Dict[str, Any]] = None
+    if bracket is not None and speedup is not None:
+        bracketed, interval = bracket_report(bracket, ref, cand, interval)
     verdict: Dict[str, Any] = {
         "correct": correct,
         "flags": flags,
@@ -139,6 +192,8 @@ def build_verdict(
         "receipt": (cand.get("receipt") if cand else None),
         "checks": checks,
     }
+    if bracketed is not None:
+        verdict["reference_bracket"] = bracketed
     if error is not None:
         verdict["error"] = error
     return verdict
@@ -149,4 +204,4 @@ def _worst(reports: List[Dict[str, Any]], key: str) -> Optional[float]:
     return max(values) if values else None
 
 
-__all__ = ["FLAGS", "DEFAULT_EXCESSIVE_SPEEDUP", "speedup_of", "build_verdict"]
+__all__ = ["FLAGS", "DEFAULT_EXCESSIVE_SPEEDUP", "speedup_of", "bracket_report", "build_verdict"]

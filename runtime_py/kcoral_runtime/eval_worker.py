@@ -5,9 +5,12 @@
       |-- 1. generate_inputs(reference, request)       worker A, cpu_only: no GPU lease
       |        torch.manual_seed(seed); get_inputs()   per correctness seed and timing seed,
       |          side by side in forked processes (eval_inputs)
+      |          and the bracket seed's set, whose outputs nobody checks
       |        -> inputs bundle (tensors, no seeds, no expected outputs)
       |
       |-- 2. run_candidate(candidate, inputs, request)  worker B: the only one that runs candidate code
+      |        first, before any candidate code: Model timed on the bracket set (drift between
+      |          workers, which widens the verdict's interval only)
       |        ModelNew(*init inputs) after torch.manual_seed(init_seed)
       |        each correctness set twice on fresh copies (allocator poisoned with NaN first),
       |          each output captured (copied) right after its call, before the next call:
@@ -170,6 +173,9 @@ def generate_inputs(reference_source: str, request_json: str) -> Any:
     request = json.loads(request_json)
     correctness_seeds = [int(s) for s in request["correctness_seeds"]]
     timing_seeds = [int(s) for s in request["timing_seeds"]]
+    # The bracket set: the reference is timed on it in the candidate's worker before the
+    # candidate loads (step 2); no output of it is ever checked, so it is worth nothing there.
+    bracket_seeds = [int(request["bracket_seed"])] if request.get("bracket_seed") is not None else []
     init_seed = int(request["init_seed"])
     module = load_source(reference_source, "reference")
     _require(module, ("Model", "get_inputs", "get_init_inputs"), "reference")
@@ -192,15 +198,17 @@ def generate_inputs(reference_source: str, request_json: str) -> Any:
 
     init_described = writer.describe_value(init_inputs)
     processes = request.get("input_processes")
-    sets = describe_seeds(inputs_of, correctness_seeds + timing_seeds, writer,
+    sets = describe_seeds(inputs_of, correctness_seeds + timing_seeds + bracket_seeds, writer,
                           int(processes) if processes is not None else None)
+    timing_end = len(correctness_seeds) + len(timing_seeds)
     header = {
         "kind": "inputs",
         "version": 1,
         "init_seed": init_seed,
         "init_inputs": init_described,
         "correctness": sets[: len(correctness_seeds)],
-        "timing": sets[len(correctness_seeds):],
+        "timing": sets[len(correctness_seeds):timing_end],
+        "bracket": sets[timing_end:],
         "deterministic": facts["deterministic"],
         "tolerance": facts["tolerance"],
     }
@@ -241,9 +249,61 @@ def _error(phase: str, exc: BaseException) -> Dict[str, Any]:
             "traceback": traceback.format_exc()[-8000:]}
 
 
+# The bracket's timing: at most this many warmup and timed calls (it bounds the verdict's
+# interval, where its own interval counts as well; it need not be as long as the real ones).
+BRACKET_WARMUP = 10
+BRACKET_REPEAT = 50
+
+
+def _bracket_settings(timing: Dict[str, Any], device: str) -> Dict[str, Any]:
+    """The request's timing settings with a fixed count of at most BRACKET_WARMUP and
+    BRACKET_REPEAT calls on a GPU (never adaptive); on the CPU, the request's or the defaults."""
+    settings = {k: v for k, v in timing.items() if k not in ("adaptive", "target_rel_ci",
+                                                             "budget_s")}
+    if device == "cuda":
+        settings["warmup"] = min(int(settings.get("warmup", BRACKET_WARMUP)), BRACKET_WARMUP)
+        settings["repeat"] = min(int(settings.get("repeat", BRACKET_REPEAT)), BRACKET_REPEAT)
+    return settings
+
+
+def time_reference_bracket(reference_source: str, bundle: Bundle, request: Dict[str, Any],
+                           device: str) -> Dict[str, Any]:
+    """The reference timed on the bracket set, in the candidate's worker before the candidate's
+    code is loaded: the same code in the same process as the candidate's timing, a second or two
+    earlier. The judge times the reference again in its own worker; the two differ by what
+    changed between workers and over time (clocks under a power cap, memory placement), which
+    the verdict's interval then spans (eval_verdict.speedup_of). No output of the bracket set is
+    checked anywhere, so nothing made here is worth anything to the candidate that loads next.
+    ``{"timing": ...}`` or ``{"error": ...}``: a reference that fails here fails the judge too."""
+    import torch
+
+    head = bundle.header
+    started = time.perf_counter()
+    try:
+        with torch.no_grad():
+            module = load_source(reference_source, "reference_bracket")
+            _require(module, ("Model",), "reference")
+            model = _build_model(module.Model, bundle.value(head["init_inputs"]),
+                                 int(head["init_seed"]), device)
+            settings = _bracket_settings(request.get("timing") or {}, device)
+            rotation = Rotation(model, [bundle.value(d, device) for d in head["bracket"]])
+            timing = time_model("reference_bracket", rotation, settings, device)
+            del rotation, model
+    except Exception as exc:
+        return {"error": _error("reference_bracket", exc), "ms": _ms(started)}
+    finally:
+        sys.modules.pop("kcoral_eval_reference_bracket", None)
+    if device == "cuda":
+        torch.cuda.empty_cache()  # the candidate finds the allocator as it would without it
+    timing.pop("receipt", None)  # the candidate's timing carries the receipt of this worker
+    return {"timing": timing, "ms": _ms(started)}
+
+
 def run_candidate(candidate_source: str, inputs: bytes, request_json: str) -> bytearray:
     """Step 2 (module docstring): the outputs bundle. Exceptions of the candidate's code are
-    reported in the bundle (``error``), so that the judge still gives a verdict."""
+    reported in the bundle (``error``), so that the judge still gives a verdict. With
+    ``bracket_reference`` (the reference's source) in the request and a bracket set in the
+    inputs, the reference is timed first (``time_reference_bracket``)."""
     import torch
 
     request = json.loads(request_json)
@@ -256,6 +316,10 @@ def run_candidate(candidate_source: str, inputs: bytes, request_json: str) -> by
                               "correctness": [], "timed": [], "timing": None,
                               "timed_calls": {}, "phases_ms": phases}
     tolerance = _tolerance(head.get("tolerance"), request.get("tolerance"))
+    if isinstance(request.get("bracket_reference"), str) and head.get("bracket"):
+        bracket = time_reference_bracket(request["bracket_reference"], bundle, request, device)
+        phases["reference_bracket"] = bracket.pop("ms")
+        result["reference_bracket"] = bracket
     phase = "load"
     watched = snapshot()
     try:
@@ -453,6 +517,8 @@ def judge(reference_source: str, inputs: bytes, outputs: bytes, request_json: st
         physics=physics,
         tolerance={dt: {"atol": a, "rtol": r} for dt, (a, r) in tolerances.items()},
         error=candidate_error,
+        # "missing": the client asked for a bracket and none came back (the report says so).
+        bracket=chead.get("reference_bracket") or ("missing" if request.get("bracket") else None),
     )
     if candidate is not None and candidate.header.get("device") != device:
         verdict["correct"] = False

@@ -33,7 +33,7 @@ from kcoral_runtime.eval_compare import (  # noqa: E402
 )
 from kcoral_runtime.eval_physics import floor_ms, peaks_for  # noqa: E402
 from kcoral_runtime.eval_timing import SLOTS, Rotation, same_value, time_model  # noqa: E402
-from kcoral_runtime.eval_verdict import FLAGS, build_verdict, speedup_of  # noqa: E402
+from kcoral_runtime.eval_verdict import FLAGS, bracket_report, build_verdict, speedup_of  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "eval"
 
@@ -472,6 +472,62 @@ def test_verdict_flags_each_condition() -> None:
     assert not failed["correct"]
 
 
+def test_bracket_widens_the_interval_and_moves_nothing_else() -> None:
+    """The reference timed in the candidate's worker widens speedup_ci95 to hold the speedup
+    against it; the speedup, the flags and correctness stay the judge's, whatever it says."""
+    ok = {"match": True, "not_plain": False, "tensors": []}
+    clean = dict(inputs_unchanged=True, repeat_identical=True, stream_consistent=True)
+    base = dict(device="cuda", correctness=[ok] * 3, timed=[ok], candidate_checks=[clean] * 3,
+                timed_calls={"calls": 10}, reference_timing=_timing(1.0, [0.99, 1.01]),
+                candidate_timing=_timing(1.0, [0.98, 1.02]), deterministic=True)
+    plain = build_verdict(**base)
+    assert "reference_bracket" not in plain
+    sampling = [0.99 / 1.02, 1.01 / 0.98]
+    assert plain["speedup_ci95"] == pytest.approx(sampling)
+
+    drifted = build_verdict(**base, bracket={"timing": _timing(1.03, [1.02, 1.04], samples=50)})
+    assert drifted["speedup"] == 1.0 and drifted["flags"] == [] and drifted["correct"]
+    assert drifted["speedup_ci95"] == pytest.approx([0.99 / 1.02, 1.04 / 0.98])
+    report = drifted["reference_bracket"]
+    assert report["used"] is True and report["median_ms"] == 1.03 and report["samples"] == 50
+    assert report["drift"] == pytest.approx(0.03)
+    assert report["speedup"] == pytest.approx(1.03)
+    assert report["speedup_ci95_sampling"] == pytest.approx(sampling)
+    # Inside the judge's interval already: nothing to widen.
+    inside = build_verdict(**base, bracket={"timing": _timing(1.0, [0.995, 1.005])})
+    assert inside["speedup_ci95"] == pytest.approx(sampling)
+
+    # A forged bracket only widens: a tiny reference time cannot raise or hide a flag.
+    forged = build_verdict(**dict(base, candidate_timing=_timing(0.05, [0.049, 0.051])),
+                           bracket={"timing": _timing(1e-6, [1e-7, 1e-5])})
+    assert forged["flags"] == ["excessive_speedup"] and forged["speedup"] == 20.0
+    assert forged["speedup_ci95"][0] < 1e-3 and forged["speedup_ci95"][1] == pytest.approx(
+        1.01 / 0.049)
+
+    unusable = {
+        "missing": "no bracket timing came back",
+        "{}": "no bracket timing came back",
+        '{"error": {"message": "boom"}}': "the reference failed in the candidate's worker: boom",
+        '{"timing": {"latency_ms_median": -1, "ci95_ms": [1, 2]}}': "not a positive median",
+        '{"timing": {"latency_ms_median": 1, "ci95_ms": [2, 1]}}': "not a positive median",
+        '{"timing": {"latency_ms_median": true, "ci95_ms": [1, 2]}}': "not a positive median",
+        '{"timing": {"latency_ms_median": 1, "ci95_ms": [1, "2"]}}': "not a positive median",
+        '{"timing": "fast"}': "not a positive median",
+    }
+    for raw, reason in unusable.items():
+        bracket = raw if raw == "missing" else json.loads(raw)
+        if bracket == {}:
+            bracket = None
+        report, interval = bracket_report(bracket, base["reference_timing"],
+                                          base["candidate_timing"], sampling)
+        assert report["used"] is False and reason in report["reason"], (raw, report)
+        assert interval == sampling
+    # No timings (the candidate failed): no bracket part at all.
+    failed = build_verdict(**dict(base, candidate_timing=None),
+                           bracket={"timing": _timing(1.0, [0.9, 1.1])})
+    assert "reference_bracket" not in failed
+
+
 def test_speedup_without_intervals() -> None:
     assert speedup_of(_timing(2.0), _timing(1.0)) == (2.0, None)
     assert speedup_of({}, _timing(1.0)) == (None, None)
@@ -614,6 +670,122 @@ def test_inputs_step_refuses_get_inputs_that_is_no_list(monkeypatch: Any, tmp_pa
     with pytest.raises(ExecutionError, match=r"get_inputs\(\) must return a list or tuple of "
                                              r"arguments, not (NoneType|Tensor|int)$"):
         eval_worker.generate_inputs(ref, json.dumps(seeds))
+
+
+_COUNTING_REFERENCE = """
+import os, torch, torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, alpha):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x, y):
+        with open("reference_calls", "a") as f:
+            f.write(f"{float(x[0, 0])}\\n")
+        return x * self.alpha + y
+
+def get_inputs():
+    return [torch.randn(8, 16), torch.randn(8, 16)]
+
+def get_init_inputs():
+    return [0.5]
+"""
+
+# Imported by the candidate's worker after the bracket: what the reference had run by then.
+_CANDIDATE_SEEING_CALLS = """
+import os
+CALLS_AT_IMPORT = open("reference_calls").read().split() if os.path.exists("reference_calls") else []
+with open("candidate_saw", "w") as f:
+    f.write(" ".join(CALLS_AT_IMPORT))
+
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self, alpha):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x, y):
+        return x * self.alpha + y
+"""
+
+
+def test_bracket_times_the_reference_on_its_own_set_before_the_candidate_loads(
+        monkeypatch: Any, tmp_path: Path) -> None:
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    seeds = {"correctness_seeds": ["1", "2", "3"], "timing_seeds": ["4", "5"], "init_seed": 42,
+             "bracket_seed": "6"}
+    inputs = eval_worker.generate_inputs(_COUNTING_REFERENCE, json.dumps(seeds))
+    head = Bundle(inputs).header
+    assert len(head["bracket"]) == 1 and len(head["timing"]) == 2
+    bundle = Bundle(inputs)
+    bracket_set = bundle.value(head["bracket"][0])
+    torch.manual_seed(6)
+    assert torch.equal(bracket_set[0], torch.randn(8, 16))  # its own seed, made like the others
+    for d in head["correctness"] + head["timing"]:
+        assert not torch.equal(bundle.value(d)[0], bracket_set[0])
+    no_bracket = dict(seeds)
+    del no_bracket["bracket_seed"]
+    assert Bundle(eval_worker.generate_inputs(_COUNTING_REFERENCE, json.dumps(no_bracket))
+                  ).header["bracket"] == []
+
+    request = {"timing": {"warmup": 1, "repeat": 6}, "bracket_reference": _COUNTING_REFERENCE}
+    outputs = eval_worker.run_candidate(_CANDIDATE_SEEING_CALLS, inputs, json.dumps(request))
+    # 7 calls (1 warmup + 6 timed), every one on the bracket set, all before the candidate
+    # was imported; the reference's module is gone from sys.modules by then.
+    seen = (tmp_path / "candidate_saw").read_text().split()
+    assert seen == [str(float(bracket_set[0][0, 0]))] * 7
+    assert "kcoral_eval_reference_bracket" not in sys.modules
+    chead = Bundle(outputs).header
+    assert chead["reference_bracket"]["timing"]["samples"] == 6
+    assert "receipt" not in chead["reference_bracket"]["timing"]
+    assert chead["phases_ms"]["reference_bracket"] > 0
+
+    verdict = json.loads(eval_worker.judge(_COUNTING_REFERENCE, inputs, outputs, json.dumps(
+        dict(request, inputs_header_sha256=_header_sha(inputs), bracket=True))))
+    assert verdict["correct"] and verdict["flags"] == []
+    report = verdict["reference_bracket"]
+    assert report["used"] is True and report["median_ms"] > 0
+    low, high = verdict["speedup_ci95"]
+    assert low <= report["speedup_ci95_sampling"][0] and high >= report["speedup_ci95_sampling"][1]
+    assert low <= report["speedup_ci95"][0] and high >= report["speedup_ci95"][1]
+
+    # Asked for and not delivered (a candidate worker that dropped it): the verdict says so.
+    forged = Bundle(outputs)
+    header = dict(forged.header)
+    del header["reference_bracket"]
+    writer = BundleWriter(hashes=False)
+    header["correctness"] = [dict(c, output=writer.describe_value(forged.value(c["output"])))
+                             for c in header["correctness"]]
+    header["timed"] = [dict(t, output=writer.describe_value(forged.value(t["output"])))
+                       for t in header["timed"]]
+    dropped = json.loads(eval_worker.judge(_COUNTING_REFERENCE, inputs, writer.finish(header),
+                                           json.dumps(dict(request, bracket=True,
+                                                           inputs_header_sha256=_header_sha(inputs)))))
+    assert dropped["reference_bracket"] == {"used": False, "reason": "no bracket timing came back"}
+    assert dropped["speedup_ci95"] == pytest.approx(
+        speedup_of(dropped["reference"], dropped["candidate"])[1])  # sampling alone
+
+
+def test_a_failing_reference_in_the_bracket_leaves_the_candidate_judged(
+        monkeypatch: Any, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    ref = (FIXTURES / "scale_add_reference.py").read_text()
+    seeds = {"correctness_seeds": ["1", "2", "3"], "timing_seeds": ["4"], "init_seed": 42,
+             "bracket_seed": "5"}
+    inputs = eval_worker.generate_inputs(ref, json.dumps(seeds))
+    broken = ref.replace("return x * self.alpha + y", "raise ValueError('bracket only')")
+    request = {"timing": {"warmup": 1, "repeat": 3}, "bracket_reference": broken}
+    outputs = eval_worker.run_candidate((FIXTURES / "scale_add_honest.py").read_text(), inputs,
+                                        json.dumps(request))
+    verdict = json.loads(eval_worker.judge(ref, inputs, outputs, json.dumps(
+        dict(request, bracket=True, inputs_header_sha256=_header_sha(inputs)))))
+    assert verdict["correct"] and verdict["flags"] == []
+    assert verdict["reference_bracket"]["used"] is False
+    assert "bracket only" in verdict["reference_bracket"]["reason"]
 
 
 def test_candidate_errors_become_incorrect_verdicts(monkeypatch: Any, tmp_path: Path) -> None:

@@ -110,8 +110,11 @@ try {
 
   if (want("honest")) {
     console.log("\n## honest = reference (speedup 1.00 within the CI)\n");
-    console.log("| problem | candidate | correct | flags | speedup | 95 % CI | timing |");
-    console.log("|---|---|---|---|---|---|---|");
+    console.log(
+      "| problem | candidate | correct | flags | speedup | 95 % CI | sampling CI | " +
+        "bracket drift | timing |",
+    );
+    console.log("|---|---|---|---|---|---|---|---|---|");
     for (const problem of problems()) {
       const reference = read(`evals/problems/${problem}/reference.py`);
       const candidates = [["reference.py", reference]];
@@ -121,9 +124,15 @@ try {
         const v = await client.evaluate({ reference, candidate });
         const ci = v.speedup_ci95;
         const within = ci !== null && ci[0] <= 1 && 1 <= ci[1];
+        const bracket = v.reference_bracket;
+        const sampling = bracket?.speedup_ci95_sampling;
+        const drift = typeof bracket?.drift === "number"
+          ? `${(bracket.drift * 100).toFixed(2)} %`
+          : bracket?.reason ?? "-";
         console.log(
           `| ${problem} | ${name} | ${v.correct} | ${v.flags.join(", ") || "-"} | ` +
             `${fmt(v.speedup)} | ${ci ? `${fmt(ci[0])}-${fmt(ci[1])}` : "-"} | ` +
+            `${sampling ? `${fmt(sampling[0])}-${fmt(sampling[1])}` : "-"} | ${drift} | ` +
             `${v.candidate?.timing ?? "-"} |`,
         );
         check(

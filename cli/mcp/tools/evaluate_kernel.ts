@@ -53,6 +53,10 @@ export const evaluateKernelInput = {
   adaptive: z.boolean().default(false).describe(
     "GPU: time in rounds until the median's 95 % CI is within 0.5 %",
   ),
+  bracket: z.boolean().default(true).describe(
+    "also time the reference in the candidate's worker before the candidate loads, so that " +
+      "speedup_ci95 spans the difference between workers, not sampling noise only",
+  ),
   send: z.array(z.string().min(1)).default([]).describe(
     "local files or directories every step's worker gets (a directory keeps its name)",
   ),
@@ -71,6 +75,10 @@ export const evaluateKernelOutput = {
   device: z.enum(["cuda", "cpu"]),
   speedup: z.number().nullable().describe("reference median / candidate median"),
   speedup_ci95: z.array(z.number()).nullable(),
+  reference_bracket: z.record(z.string(), z.unknown()).optional().describe(
+    "the reference timed in the candidate's worker too: its median, drift from the judge's " +
+      "and the speedup against it",
+  ),
   reference: _timing.describe("the reference's timing"),
   candidate: _timing.describe("the candidate's timing"),
   receipt: z.record(z.string(), z.unknown()).nullable(),
@@ -182,6 +190,7 @@ async function _evaluate(input: _Input, settings: McpSettings, call: CallContext
       ...(input.repeat === undefined ? {} : { repeat: input.repeat }),
       ...(input.adaptive ? { adaptive: true } : {}),
     },
+    bracket: input.bracket,
     files,
     ...(inputsClient === null ? {} : { inputsClient }),
     ...(input.timeout_seconds === undefined ? {} : { timeoutSeconds: input.timeout_seconds }),
