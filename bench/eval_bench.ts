@@ -9,6 +9,7 @@
  *
  * ```sh
  * deno run -A bench/eval_bench.ts                                  # a local CPU server, test problem
+ * deno run -A bench/eval_bench.ts --preload torch                  # the same, torch in every worker
  * deno run -A bench/eval_bench.ts --mode gpu --reference evals/problems/gemm_fp32/reference.py \
  *   --candidate evals/problems/gemm_fp32/honest/torch_same.py --runs 7
  * deno run -A bench/eval_bench.ts --url http://gpu-box:8000 ...     # a server already running
@@ -39,6 +40,7 @@ const USAGE = `deno run -A bench/eval_bench.ts [flags]
   --runs N             timed evaluations after one untimed (default 5)
   --warmup N           untimed calls before each model's timing (default: the runtime's)
   --repeat N           timed calls of each model (default: the runtime's)
+  --preload MODULES    the local server's --preload-modules (e.g. torch on a CPU server)
   --json PATH          write every sample there
   --help               this text`;
 
@@ -118,8 +120,10 @@ async function startLocal(): Promise<{ url: string; stop: () => Promise<void> }>
       sandbox: "none" as const,
     }
     : { device: "cpu" as const, numWorkers: 3, sandbox: "none" as const };
+  const preload = arg("--preload", "");
   const app = createApp({
     ...config,
+    preloadModules: preload === "" ? [] : preload.split(","),
     logDir: null,
     logConsole: false,
     diskCacheDir: null,

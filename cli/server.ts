@@ -129,6 +129,7 @@ const serverCommandLine: CommandLineSpec = {
         "--worker-termination-grace-seconds",
         "--worker-wait-timeout-seconds",
         "--python",
+        "--preload-modules",
       ],
     },
     { title: "isolation (docs/sandbox.md)", flags: ["--sandbox", "--sandbox-readonly-path"] },

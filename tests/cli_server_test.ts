@@ -181,6 +181,13 @@ Deno.test("kcoral server: invalid settings exit 1, malformed command lines exit 
   ]);
   assert.deepEqual(code(["--gpus", ","]), [1, "--gpus needs at least one GPU id"]);
   assert.equal(code(["--gpus", ",", "--device", "cpu"]), 0, "CPU mode ignores --gpus");
+  assert.equal(code(["--preload-modules", "torch,xml.dom.minidom", "--device", "cpu"]), 0);
+  for (const names of ["torch,os path", "torch;import os", "9lives", "torch..nn"]) {
+    assert.deepEqual(code(["--preload-modules", names]), [
+      1,
+      "--preload-modules names a module that is not a dotted Python name",
+    ]);
+  }
   assert.deepEqual(code(["--sandbox", "none", "--sandbox-readonly-path", "/opt"]), [
     1,
     "--sandbox-readonly-path requires --sandbox bubblewrap",
@@ -314,6 +321,8 @@ Deno.test("kcoral server: flags, variables and defaults are the server guide's (
     "--keep-alive-timeout-seconds": ["30"],
     "--body-timeout-seconds": ["30"],
     "--max-connections": ["1024"],
+    // Not in the guide: modules each worker starts with (a CPU server that runs kcoral eval).
+    "--preload-modules": [undefined, "KCORAL_SERVER_PRELOAD_MODULES"],
   };
   const lines = helpLines(ENV);
   const visible = Object.values(SERVER_OPTIONS).filter((spec) => !spec.hidden);
@@ -341,6 +350,7 @@ Deno.test("kcoral server: every variable of the table is read, and its flag wins
     logDir: ["", null, "/var/log/k", "/var/log/k"],
     logFormat: ["json", "json", "text", "text"],
     python: ["/opt/py", "/opt/py", "/usr/bin/python3", "/usr/bin/python3"],
+    preloadModules: ["torch", ["torch"], "numpy,torch.nn", ["numpy", "torch.nn"]],
   };
   const withEnv = Object.entries(SERVER_OPTIONS).filter(([, spec]) => spec.env !== undefined);
   assert.deepEqual(withEnv.map(([field]) => field).sort(), Object.keys(samples).sort());
@@ -419,6 +429,10 @@ Deno.test("kcoral server: configuration objects are checked against the same tab
   );
   assert.equal(message({ gpus: [] }), "--gpus needs at least one GPU id");
   assert.equal(message({ gpus: [], device: "cpu" }), "");
+  assert.equal(
+    message({ preloadModules: ["torch", "-c"] }),
+    "--preload-modules names a module that is not a dotted Python name",
+  );
   assert.equal(
     message({ sandbox: "none", sandboxReadonlyPaths: ["/opt"] }),
     "--sandbox-readonly-path requires --sandbox bubblewrap",

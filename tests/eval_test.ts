@@ -15,7 +15,7 @@ import {
   type EvaluateClient,
   evaluateKernel,
   type EvaluateOptions,
-  type Program,
+  Program,
   type Verdict,
 } from "../client/mod.ts";
 import type { ServerConfig } from "../server/config.ts";
@@ -179,6 +179,30 @@ evalTest(
       assert.ok(!again.programs[1].includes("bracket_reference"));
       assert.equal(unbracketed.reference_bracket, undefined);
       assert.equal(unbracketed.phases_ms.reference_bracket, 0);
+    }),
+);
+
+evalTest(
+  "eval on a CPU server started with --preload-modules torch: every worker starts with torch",
+  () =>
+    withServer({ numWorkers: 2, preloadModules: ["torch"] }, async (server) => {
+      await using client = new Client(server.url);
+      const program = new Program();
+      const mod = program.upload({
+        kind: "module",
+        source: "import sys\ndef f():\n    return 'torch' in sys.modules\n",
+      });
+      program.return_({
+        key: "torch",
+        value: program.run({ fn: program.getFunction({ module: mod, name: "f" }) }),
+      });
+      for (let i = 0; i < 2; i++) {
+        const result = await client.execute(program);
+        assert.equal(result.get("torch"), true, JSON.stringify(result.error));
+      }
+      // The whole evaluation on such workers: no step imports torch itself.
+      const verdict = await evaluate(server.url, "scale_add_reference.py", "scale_add_honest.py");
+      assertClean(verdict);
     }),
 );
 

@@ -87,6 +87,23 @@ def import_heavy(mode: str) -> None:
             raise RuntimeError("an optional import initialized CUDA in the zygote")
 
 
+def preload(names: List[str], mode: str) -> None:
+    """Import the server's ``--preload-modules`` in the zygote, after ``import_heavy``: every child
+    forked afterwards starts with them (e.g. torch on a CPU server that runs ``kcoral eval``,
+    whose CPU zygote imports no torch of its own). A module that fails to import fails the
+    zygote's start with its error; one that initializes CUDA in a GPU zygote does too."""
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except BaseException as exc:
+            raise RuntimeError(f"--preload-modules: importing {name!r} failed: "
+                               f"{type(exc).__name__}: {exc}") from exc
+        torch = sys.modules.get("torch")
+        if mode in ("gpu", "sim") and torch is not None and torch.cuda.is_initialized():
+            raise RuntimeError(f"--preload-modules: importing {name!r} initialized CUDA in the "
+                               "zygote")
+
+
 def _dist_version(distribution: str) -> Optional[str]:
     try:
         return importlib.metadata.version(distribution)

@@ -551,6 +551,9 @@ def _parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                         help="number of simulated GPUs (sim mode): sim-0 .. sim-<N-1>")
     parser.add_argument("--workspace", default=None,
                         help="(sandbox) the first workspace to bind at /work (workspace.py)")
+    parser.add_argument("--preload", default="",
+                        help="comma-separated modules to import before forking children "
+                             "(devices.preload)")
     args = parser.parse_args(argv)
     if args.sim_devices < 1:
         parser.error("--sim-devices must be at least 1")
@@ -599,6 +602,7 @@ def main(channel: "tuple[int, int]", argv: Optional[List[str]] = None) -> int:
         from . import devices
 
         devices.import_heavy(args.mode)
+        devices.preload([name for name in args.preload.split(",") if name], args.mode)
         expose_runtime()
         versions = devices.collect_versions(args.mode)
         from . import child, engine  # noqa: F401  (imported once, here, not per child)

@@ -37,6 +37,39 @@ def test_cpu_zygote_never_imports_torch(make_request, child, kc) -> None:
     assert r.results == {"r": {"type": "boolean", "value": False}}
 
 
+def test_preloaded_modules_are_in_every_child(make_request, child, kc) -> None:
+    """--preload imports the named modules in the zygote: a child starts with them (torch on a
+    CPU server that runs kcoral eval); the reported versions stay as upstream's CPU mode."""
+    from conftest import ZygoteProcess
+
+    probe = kc.call("import sys\ndef main():\n    return 'xml.dom.minidom' in sys.modules\n")
+    assert child.run(make_request(probe)).results == {"r": {"type": "boolean", "value": False}}
+    zygote = ZygoteProcess("cpu", "--preload", "fractions,xml.dom.minidom")
+    try:
+        assert zygote.hello["t"] == "hello", zygote.stderr_text()
+        assert zygote.hello["versions"] == child.ready["versions"]
+        handle = zygote.child(max_requests=0)
+        try:
+            r = handle.run(make_request(probe))
+            assert r.results == {"r": {"type": "boolean", "value": True}}, r.outcome
+        finally:
+            handle.kill()
+    finally:
+        zygote.close()
+
+
+def test_a_module_that_cannot_be_preloaded_fails_the_start_naming_it() -> None:
+    from conftest import ZygoteProcess
+
+    zygote = ZygoteProcess("cpu", "--preload", "fractions,kcoral_no_such_module")
+    try:
+        assert zygote.hello["t"] == "error"
+        assert "--preload-modules: importing 'kcoral_no_such_module' failed: " \
+               "ModuleNotFoundError" in zygote.hello["message"]
+    finally:
+        zygote.close()
+
+
 def test_scalar_program(make_request, child, kc) -> None:
     r = child.run(make_request(kc.call("def main(x):\n    return x + 1\n", "main", 41)))
     assert r.outcome["status"] == "COMPLETED" and r.outcome["error"] is None

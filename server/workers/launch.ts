@@ -92,9 +92,12 @@ export class WorkerLaunch {
       sandbox: config.sandbox,
       python: parts.python,
       runtimePath: parts.runtimePath,
-      zygoteArgs: gpuMode && config.simulateGpus
-        ? ["--mode", "sim", "--sim-devices", String(Math.max(...config.gpus) + 1)]
-        : ["--mode", gpuMode ? "gpu" : "cpu"],
+      zygoteArgs: [
+        ...(gpuMode && config.simulateGpus
+          ? ["--mode", "sim", "--sim-devices", String(Math.max(...config.gpus) + 1)]
+          : ["--mode", gpuMode ? "gpu" : "cpu"]),
+        ...(config.preloadModules.length > 0 ? ["--preload", config.preloadModules.join(",")] : []),
+      ],
       blobDir: parts.blobDir,
       readonlyPaths: config.sandboxReadonlyPaths,
       gpu: gpuMode,
