@@ -78,19 +78,19 @@ def bracket_report(bracket: Any, reference: Dict[str, Any], candidate: Dict[str,
         return {"used": False, "reason": "the bracket timing is not a positive median with its "
                                          "interval"}, interval
     ref_median = reference.get("latency_ms_median")
+    against, against_interval = speedup_of(timing, candidate)
+    used = interval is not None and against_interval is not None
     report: Dict[str, Any] = {
-        "used": interval is not None,
+        "used": used,
         "median_ms": median,
         "ci95_ms": ci,
         "samples": timing.get("samples"),
         "drift": (median / ref_median - 1) if _positive(ref_median) else None,
+        "speedup": against,
+        "speedup_ci95": against_interval,
         "speedup_ci95_sampling": interval,
     }
-    against, against_interval = speedup_of(timing, candidate)
-    report["speedup"] = against
-    report["speedup_ci95"] = against_interval
-    if interval is None or against_interval is None:
-        report["used"] = False
+    if not used:
         return report, interval
     return report, [min(interval[0], against_interval[0]), max(interval[1], against_interval[1])]
 

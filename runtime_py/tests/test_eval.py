@@ -434,12 +434,21 @@ def _timing(median: float, ci: Any = None, **extra: Any) -> Dict[str, Any]:
     return dict({"latency_ms_median": median, "ci95_ms": ci}, **extra)
 
 
+_OK = {"match": True, "not_plain": False, "tensors": []}
+_CLEAN = dict(inputs_unchanged=True, repeat_identical=True, stream_consistent=True)
+
+
+def _clean_verdict_args(reference_ci: Any, candidate_ci: Any) -> Dict[str, Any]:
+    """build_verdict's arguments for a correct, unflagged candidate timed at 1.0 ms like its
+    reference, with these intervals."""
+    return dict(device="cuda", correctness=[_OK] * 3, timed=[_OK], candidate_checks=[_CLEAN] * 3,
+                timed_calls={"calls": 10}, reference_timing=_timing(1.0, reference_ci),
+                candidate_timing=_timing(1.0, candidate_ci), deterministic=True)
+
+
 def test_verdict_flags_each_condition() -> None:
-    ok = {"match": True, "not_plain": False, "tensors": []}
-    clean = dict(inputs_unchanged=True, repeat_identical=True, stream_consistent=True)
-    base = dict(device="cuda", correctness=[ok] * 3, timed=[ok], candidate_checks=[clean] * 3,
-                timed_calls={"calls": 10}, reference_timing=_timing(1.0, [0.9, 1.1]),
-                candidate_timing=_timing(1.0, [0.95, 1.05]), deterministic=True)
+    ok, clean = _OK, _CLEAN
+    base = _clean_verdict_args([0.9, 1.1], [0.95, 1.05])
     verdict = build_verdict(**base)
     assert verdict["correct"] and verdict["flags"] == []
     assert verdict["speedup"] == 1.0
@@ -475,11 +484,7 @@ def test_verdict_flags_each_condition() -> None:
 def test_bracket_widens_the_interval_and_moves_nothing_else() -> None:
     """The reference timed in the candidate's worker widens speedup_ci95 to hold the speedup
     against it; the speedup, the flags and correctness stay the judge's, whatever it says."""
-    ok = {"match": True, "not_plain": False, "tensors": []}
-    clean = dict(inputs_unchanged=True, repeat_identical=True, stream_consistent=True)
-    base = dict(device="cuda", correctness=[ok] * 3, timed=[ok], candidate_checks=[clean] * 3,
-                timed_calls={"calls": 10}, reference_timing=_timing(1.0, [0.99, 1.01]),
-                candidate_timing=_timing(1.0, [0.98, 1.02]), deterministic=True)
+    base = _clean_verdict_args([0.99, 1.01], [0.98, 1.02])
     plain = build_verdict(**base)
     assert "reference_bracket" not in plain
     sampling = [0.99 / 1.02, 1.01 / 0.98]
@@ -672,25 +677,12 @@ def test_inputs_step_refuses_get_inputs_that_is_no_list(monkeypatch: Any, tmp_pa
         eval_worker.generate_inputs(ref, json.dumps(seeds))
 
 
-_COUNTING_REFERENCE = """
-import os, torch, torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self, alpha):
-        super().__init__()
-        self.alpha = alpha
-
-    def forward(self, x, y):
-        with open("reference_calls", "a") as f:
-            f.write(f"{float(x[0, 0])}\\n")
-        return x * self.alpha + y
-
-def get_inputs():
-    return [torch.randn(8, 16), torch.randn(8, 16)]
-
-def get_init_inputs():
-    return [0.5]
-"""
+# The fixture's reference, each call appending its first input's first value to a file.
+_COUNTING_REFERENCE = (FIXTURES / "scale_add_reference.py").read_text().replace(
+    "        return x * self.alpha + y",
+    "        with open('reference_calls', 'a') as f:\n"
+    "            f.write(f'{float(x[0, 0])}\\n')\n"
+    "        return x * self.alpha + y")
 
 # Imported by the candidate's worker after the bracket: what the reference had run by then.
 _CANDIDATE_SEEING_CALLS = """
@@ -724,7 +716,7 @@ def test_bracket_times_the_reference_on_its_own_set_before_the_candidate_loads(
     bundle = Bundle(inputs)
     bracket_set = bundle.value(head["bracket"][0])
     torch.manual_seed(6)
-    assert torch.equal(bracket_set[0], torch.randn(8, 16))  # its own seed, made like the others
+    assert torch.equal(bracket_set[0], torch.randn(64, 128))  # its own seed, made like the others
     for d in head["correctness"] + head["timing"]:
         assert not torch.equal(bundle.value(d)[0], bracket_set[0])
     no_bracket = dict(seeds)
