@@ -40,9 +40,10 @@ from .timing_stats import summarize_times
 # flagged by eval_integrity).
 _host_clock_ns = time.perf_counter_ns
 
-# Places a call's input copies can land in: the previous call's is never chosen, so at least
-# two remain to pick from at random.
-SLOTS = 3
+# Places a call's input copies can land in: the previous call's is never chosen. Twelve, not
+# three: where a process's few places land moves a memory-bound kernel's median by up to ~5 %,
+# and twelve average that out (decisions/eval-rotation-places.md).
+SLOTS = 12
 
 
 def random_below(n: int) -> int:
