@@ -260,8 +260,11 @@ def main() -> int:
           f" (x{ratio:.4f}); cupti_ticks_per_ns {before['receipt']['cupti_ticks_per_ns']} ->"
           f" {after['receipt']['cupti_ticks_per_ns']}")
 
-    # Five rounds of 200 calls each: ours (launch_times, the same measurement as benchmark) and
-    # the profiler harness in alternating order, then CUDA events; median and p99 over all calls.
+    # Rounds of 200 calls each: ours (launch_times, the same measurement as benchmark) and the
+    # profiler harness in alternating order, then CUDA events; median and p99 over all calls.
+    # Twenty rounds for the 1-element add: its p99 is a few rare outliers in either harness (one
+    # CUPTI tick is 2.3 % of that kernel), and 1,000 calls a side left it to chance (0.83-0.96).
+    rounds_of = {"add_1_element": 20}
     def p99(values):
         ordered = sorted(values)
         return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
@@ -271,7 +274,7 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|")
     for name, fn in honest.items():
         ours, prof, ev = [], [], []
-        for r in range(5):
+        for r in range(rounds_of.get(name, 5)):
             # Which harness goes first alternates (ABBA): under a power cap a kernel's time
             # follows the GPU's power history, which the one that follows inherits.
             if r % 2 == 0:
