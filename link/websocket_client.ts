@@ -46,26 +46,6 @@ const _encoder = new TextEncoder();
 
 /**
  * A client WebSocket with `TCP_NODELAY` on; the subset of the `WebSocket` interface above.
- *
- * @example
- * ```ts
- * import { WebSocketClient } from "./websocket_client.ts";
- *
- * const server = Deno.serve({ port: 0, onListen() {} }, (request) => {
- *   const { socket, response } = Deno.upgradeWebSocket(request);
- *   socket.onmessage = (event) => socket.send(`echo ${event.data}`);
- *   return response;
- * });
- * const socket = new WebSocketClient(`ws://127.0.0.1:${server.addr.port}/`);
- * const answer = await new Promise<string>((resolve) => {
- *   socket.onopen = () => socket.send("hello");
- *   socket.onmessage = (event) => resolve(event.data as string);
- * });
- * if (answer !== "echo hello") throw new Error(answer);
- * socket.close(1000, "done");
- * await new Promise((resolve) => (socket.onclose = resolve));
- * await server.shutdown();
- * ```
  */
 export class WebSocketClient extends WebSocketConnection {
   /** Called when the connection fails (before `onclose`). */

@@ -67,19 +67,6 @@ function _instantiate():
  * least as long as `payload`. `payload` and `out` may be any views, aligned or not, and either the
  * same view (unmasked in place) or not overlapping at all. `phase` is the payload's offset in the message it is part of (a message sent in
  * pieces is masked piece by piece).
- *
- * @example
- * ```ts
- * import { maskInto } from "./websocket_mask.ts";
- *
- * const key = new Uint8Array([1, 2, 3, 4]);
- * const out = new Uint8Array(5);
- * maskInto(new Uint8Array([1, 2, 3, 4, 5]), key, out);
- * if (out.join() !== "0,0,0,0,4") throw new Error(`unexpected ${out}`);
- * // The same bytes as the second piece of a message, one byte in:
- * maskInto(new Uint8Array([2, 3, 4, 1]), key, out, 1);
- * if (out.subarray(0, 4).join() !== "0,0,0,0") throw new Error(`unexpected ${out}`);
- * ```
  */
 export function maskInto(
   payload: Uint8Array,

@@ -66,36 +66,6 @@ const _DEFAULT_IDLE_MS = 30_000;
  * Answers `request`, an upgrade served by http/http1_server.ts, with a WebSocket: the socket
  * (open once the `101` has gone out) and the response to return. Throws
  * {@linkcode WebSocketHandshakeError} for a request that is not a WebSocket handshake.
- *
- * @example
- * ```ts
- * import { serveHttp1 } from "../http/http1_server.ts";
- * import { upgradeWebSocket } from "./websocket_server.ts";
- * import { WebSocketClient } from "./websocket_client.ts";
- *
- * const server = serveHttp1({
- *   hostname: "127.0.0.1",
- *   port: 0,
- *   handler: (request) => {
- *     const { socket, response } = upgradeWebSocket(request, {
- *       maxTextBytes: 1024,
- *       maxBinaryBytes: 1024,
- *     });
- *     socket.onmessage = (event) => socket.send(`echo ${event.data}`);
- *     return Promise.resolve(response);
- *   },
- * });
- * const client = new WebSocketClient(`ws://127.0.0.1:${server.addr.port}/`);
- * const answer = await new Promise<string>((resolve) => {
- *   client.onopen = () => client.send("hello");
- *   client.onmessage = (event) => resolve(event.data as string);
- * });
- * if (answer !== "echo hello") throw new Error(answer);
- * const closed = new Promise((resolve) => (client.onclose = resolve));
- * client.close(1000, "done");
- * await closed;
- * await server.shutdown();
- * ```
  */
 export function upgradeWebSocket(
   request: Request,
@@ -113,16 +83,6 @@ export function upgradeWebSocket(
 /**
  * The server's end of one WebSocket; the subset of the `WebSocket` interface above. Made by
  * {@linkcode upgradeWebSocket}; open once its connection is handed over.
- *
- * @example
- * ```ts
- * import type { ServerWebSocket } from "./websocket_server.ts";
- *
- * function echo(socket: ServerWebSocket): void {
- *   socket.onmessage = (event) => socket.send(event.data as string);
- *   socket.onclose = (event) => console.log("closed", event.code, event.reason);
- * }
- * ```
  */
 export class ServerWebSocket extends WebSocketConnection implements MessageSocket {
   /** Called when the peer broke the protocol or sent too much (before `onclose`). */

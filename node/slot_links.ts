@@ -68,21 +68,6 @@ export interface NodeLinkOptions extends NodeLinkTarget {
 
 /**
  * The node's slots, connected and reconnected until {@linkcode NodeLink.stop}.
- *
- * @example
- * ```ts
- * import { NodeLink } from "./slot_links.ts";
- * import { EventLog } from "../http/events.ts";
- *
- * const link = new NodeLink({
- *   routerEndpoint: "http://127.0.0.1:1", // nothing listens: the slots keep retrying
- *   nodeId: "gpu-a", nodeToken: null, serverInstanceId: crypto.randomUUID(), slots: 1,
- *   execute: () => Promise.resolve(new Response("unused")),
- *   events: new EventLog({ logDir: null, console: false, programs: false }),
- * });
- * link.start();
- * await link.stop();
- * ```
  */
 export class NodeLink {
   readonly #options: NodeLinkOptions;
@@ -90,20 +75,6 @@ export class NodeLink {
 
   /**
    * Creates the link; nothing connects before {@linkcode NodeLink.start}.
-   *
-   * @example
-   * ```ts
-   * import { NodeLink } from "./slot_links.ts";
-   * import { EventLog } from "../http/events.ts";
-   *
-   * const link = new NodeLink({
-   *   routerEndpoint: "http://127.0.0.1:9000", nodeId: "gpu-a", nodeToken: null,
-   *   serverInstanceId: crypto.randomUUID(), slots: 2,
-   *   execute: () => Promise.resolve(new Response("unused")),
-   *   events: new EventLog({ logDir: null, console: false, programs: false }),
-   * });
-   * if (link.connectedSlots !== 0) throw new Error();
-   * ```
    */
   constructor(options: NodeLinkOptions) {
     this.#options = options;

@@ -26,13 +26,6 @@
 
 /**
  * The queue is full: the request was not placed and can be retried (HTTP 503 `router_busy`).
- *
- * @example
- * ```ts
- * import { RouterBusy } from "./admission_queue.ts";
- *
- * if (new RouterBusy().kind !== "router_busy") throw new Error();
- * ```
  */
 export class RouterBusy extends Error {
   /** The error kind of the Router's error body. */
@@ -47,13 +40,6 @@ export class RouterBusy extends Error {
 /**
  * No slot freed up before the wait ended: the request was not sent to a node and can be retried
  * (HTTP 503 `no_node`).
- *
- * @example
- * ```ts
- * import { NoNode } from "./admission_queue.ts";
- *
- * if (new NoNode().kind !== "no_node") throw new Error();
- * ```
  */
 export class NoNode extends Error {
   /** The error kind of the Router's error body. */
@@ -68,14 +54,6 @@ export class NoNode extends Error {
 /**
  * The Router is stopping: waiters are let go, and nothing more is admitted. A {@linkcode NoNode}
  * (the request never reached a node).
- *
- * @example
- * ```ts
- * import { NoNode, RouterStopping } from "./admission_queue.ts";
- *
- * const error = new RouterStopping();
- * if (!(error instanceof NoNode) || error.message !== "router stopping") throw new Error();
- * ```
  */
 export class RouterStopping extends NoNode {
   /** Creates the error. */
@@ -108,25 +86,6 @@ interface Ticket {
 /**
  * The bounded wait for capacity. What "capacity" is belongs to the caller: `take` either takes
  * something (and returns it) or returns `null`.
- *
- * @example
- * ```ts
- * import { AdmissionQueue, RouterBusy } from "./admission_queue.ts";
- *
- * const queue = new AdmissionQueue({ maxWaiting: 1, waitTimeoutMs: 1000 });
- * let free = 0;
- * const take = () => free > 0 ? free-- : null;
- * const waiting = queue.admit(take);
- * await queue.admit(take).then(() => {
- *   throw new Error("admitted");
- * }, (error) => {
- *   if (!(error instanceof RouterBusy)) throw error;
- * });
- * free = 1;
- * queue.wakeOne();
- * await waiting;
- * if (queue.waiting !== 0) throw new Error();
- * ```
  */
 export class AdmissionQueue {
   readonly #maxWaiting: number;

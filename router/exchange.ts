@@ -39,19 +39,6 @@ import { uploadBody } from "./upload.ts";
  * The node's answer to `routed` through the slot `lease` holds, to stream back; `null` when the
  * slot went away before anything was sent on it (a body read whole at intake: another slot may
  * take the request). Throws the {@linkcode Rejection} to answer; the lease is settled either way.
- *
- * @example
- * ```ts
- * import type { SlotLease } from "./connections.ts";
- * import type { RequestTrace } from "./finish.ts";
- * import type { RoutedRequest } from "./intake.ts";
- * import { exchangeOnSlot } from "./exchange.ts";
- *
- * async function forward(routed: RoutedRequest, lease: SlotLease, trace: RequestTrace) {
- *   return await exchangeOnSlot(routed, lease, trace, { maxRequestBytes: 1 << 20 }) ??
- *     "take another slot";
- * }
- * ```
  */
 export async function exchangeOnSlot(
   routed: RoutedRequest,

@@ -64,22 +64,6 @@ const _LINK_LIMITS = {
 
 /**
  * Answers a node's upgrade request on the control or slot path.
- *
- * @example
- * ```ts
- * import { acceptNodeLink } from "./hub.ts";
- * import { NodeRegistry } from "./registry.ts";
- * import { defaultRegistryConfig } from "./options.ts";
- * import { EventLog } from "../http/events.ts";
- * import type { ServerWebSocket } from "../link/websocket_server.ts";
- *
- * const registry = new NodeRegistry(defaultRegistryConfig());
- * const events = new EventLog({ logDir: null, console: false, programs: false });
- * const ctx = { registry, nodeToken: "s3cret", events, sockets: new Set<ServerWebSocket>() };
- * const refused = acceptNodeLink(new Request("http://router/kcoral/v1/slot"), ctx);
- * if (refused.status !== 401) throw new Error(String(refused.status));
- * registry.close();
- * ```
  */
 export function acceptNodeLink(request: Request, ctx: HubContext): Response {
   // The token comes first: nothing else of an unauthenticated peer is read.

@@ -37,19 +37,6 @@ export interface RoutedRequest {
 /**
  * Reads what the Router needs of `request` before it takes a slot; throws the
  * {@linkcode Rejection} to answer.
- *
- * @example
- * ```ts
- * import { receiveRequest } from "./intake.ts";
- *
- * const routed = await receiveRequest(
- *   new Request("http://router/execute", {
- *     method: "POST", body: "{}", headers: { "x-kcoral-node": "gpu-a", "content-length": "2" },
- *   }),
- *   { maxRequestBytes: 1 << 20 },
- * );
- * if (routed.preferred !== "gpu-a" || routed.body?.length !== 2) throw new Error("read whole");
- * ```
  */
 export async function receiveRequest(
   request: Request,
@@ -141,15 +128,6 @@ async function _firstFrame(
 /**
  * What a client's body that failed while it was read is answered with: 408 when it stopped
  * arriving (the connection's body timeout), else 400.
- *
- * @example
- * ```ts
- * import { BodyTimeoutError } from "../http/request_body.ts";
- * import { bodyReadRejection } from "./intake.ts";
- *
- * if (bodyReadRejection(new BodyTimeoutError(30_000)).status !== 408) throw new Error();
- * if (bodyReadRejection(new Error("reset")).status !== 400) throw new Error();
- * ```
  */
 export function bodyReadRejection(error: unknown): Rejection {
   const timeout = error instanceof BodyTimeoutError

@@ -52,16 +52,6 @@ export class TunnelError extends Error {
 
 /**
  * One request through a slot, the Router's side.
- *
- * @example
- * ```ts
- * import type { TunnelExchange } from "./slot_link.ts";
- *
- * async function status(exchange: TunnelExchange): Promise<number> {
- *   await exchange.upload.end();
- *   return (await exchange.head).status;
- * }
- * ```
  */
 export interface TunnelExchange {
   /** The Router's request id. */
@@ -172,15 +162,6 @@ class _Exchange implements TunnelExchange {
 
 /**
  * A registered slot's connection; the hub hands it every message after `hello`.
- *
- * @example
- * ```ts
- * import { RouterSlot } from "./slot_link.ts";
- *
- * function free(slot: RouterSlot): boolean {
- *   return !slot.isClosed && !slot.busy;
- * }
- * ```
  */
 export class RouterSlot implements SlotHandle {
   /** Unique per connection. */

@@ -18,19 +18,6 @@ import { TunnelError, type TunnelExchange } from "./slot_link.ts";
 /**
  * Sends the client's body on `exchange` (`trace.requestBytes` follows it); resolves with the
  * rejection that ends the attempt, or `null` once `end` went out.
- *
- * @example
- * ```ts
- * import type { TunnelExchange } from "./slot_link.ts";
- * import type { RequestTrace } from "./finish.ts";
- * import type { RoutedRequest } from "./intake.ts";
- * import { uploadBody } from "./upload.ts";
- *
- * async function send(routed: RoutedRequest, exchange: TunnelExchange, trace: RequestTrace) {
- *   const failure = await uploadBody(routed, exchange, trace, { maxRequestBytes: 1 << 20 });
- *   if (failure) throw failure; // the stage's answer instead of the node's
- * }
- * ```
  */
 export async function uploadBody(
   routed: RoutedRequest,

@@ -55,17 +55,6 @@ export interface ProcessTreeOptions {
 /**
  * The variable a tree's child gets (a fresh id per tree), inherited by its descendants, by
  * which re-parented orphans are recognised as the tree's.
- *
- * @example
- * ```ts
- * import { ProcessTree, TREE_MARKER_VARIABLE } from "./process_tree.ts";
- *
- * const tree = ProcessTree.spawn(
- *   { command: "sh", args: ["-c", `test -n "$${TREE_MARKER_VARIABLE}"`], env: {} },
- * );
- * if ((await tree.exited).code !== 0) throw new Error("no marker");
- * await tree.cleanup();
- * ```
  */
 export const TREE_MARKER_VARIABLE = "KCORAL_SUPERVISOR_TREE";
 
@@ -75,14 +64,6 @@ const _CLEANUP_LIMIT_MS = 5000;
 /**
  * Descendants of the server survived 5 s of SIGKILLs: the supervisor exits with an error rather
  * than start a second tree alongside them.
- *
- * @example
- * ```ts
- * import { DescendantsSurvivedError } from "./process_tree.ts";
- *
- * const error = new DescendantsSurvivedError([41, 42]);
- * if (error.pids.length !== 2 || error.name !== "DescendantsSurvivedError") throw new Error();
- * ```
  */
 export class DescendantsSurvivedError extends Error {
   /** The pids still alive. */
@@ -121,14 +102,6 @@ let subreaper: SubreaperState | null = null;
 /**
  * Makes this process a child subreaper (once; later calls return the first outcome). Needs
  * Linux and `--allow-ffi`; otherwise `enabled` is `false` and `reason` says why.
- *
- * @example
- * ```ts
- * import { enableChildSubreaper } from "./process_tree.ts";
- *
- * const state = enableChildSubreaper();
- * if (state.enabled !== (state.reason === "")) throw new Error();
- * ```
  */
 export function enableChildSubreaper(): SubreaperState {
   if (subreaper !== null) return subreaper;
@@ -233,16 +206,6 @@ function sendSignal(pid: number, signal: Deno.Signal): void {
 
 /**
  * A spawned server and everything it starts (see the module documentation).
- *
- * @example
- * ```ts
- * import { ProcessTree } from "./process_tree.ts";
- *
- * const tree = ProcessTree.spawn({ command: "sh", args: ["-c", "exit 3"], env: {} });
- * const status = await tree.exited;
- * await tree.cleanup();
- * if (status.code !== 3) throw new Error();
- * ```
  */
 export class ProcessTree {
   /** The child's pid (also its process group's id). */
