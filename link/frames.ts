@@ -79,9 +79,7 @@ export function frameWithRoom(
   return frame;
 }
 
-/**
- * Marks `frame` (its header) as the end of its body.
- */
+/** Marks `frame` (its header) as the end of its body. */
 export function markEnd(frame: Uint8Array): void {
   frame[0] |= _END;
 }

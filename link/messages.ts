@@ -183,9 +183,7 @@ export type ControlMessage = NodeStatus | LinkAck;
 
 /** A message that cannot be read; the connection is closed with `invalid_argument`. */
 export class LinkMessageError extends Error {
-  /**
-   * Creates the error.
-   */
+  /** Creates the error. */
   constructor(message: string) {
     super(message);
     this.name = "LinkMessageError";
@@ -203,9 +201,7 @@ export function isValidNodeId(value: unknown): value is string {
   return typeof value === "string" && _NODE_ID.test(value);
 }
 
-/**
- * The `Authorization` header value a node sends for `token`.
- */
+/** The `Authorization` header value a node sends for `token`. */
 export function bearer(token: string): string {
   return `Bearer ${token}`;
 }
@@ -231,9 +227,7 @@ export function bearerMatches(header: string | null, token: string | null): bool
 export const EMPTY_NODE_TOKEN_VARIABLE =
   "KCORAL_NODE_TOKEN must not be empty (unset it for no token)";
 
-/**
- * Encodes a text message.
- */
+/** Encodes a text message. */
 export function encodeMessage(
   message: SlotMessage | ControlMessage | RequestHead | ResponseHead,
 ): string {

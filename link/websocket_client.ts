@@ -44,9 +44,7 @@ export interface WebSocketClientOptions {
 const _HEAD_LIMIT = 16 * 1024;
 const _encoder = new TextEncoder();
 
-/**
- * A client WebSocket with `TCP_NODELAY` on; the subset of the `WebSocket` interface above.
- */
+/** A client WebSocket with `TCP_NODELAY` on; the subset of the `WebSocket` interface above. */
 export class WebSocketClient extends WebSocketConnection {
   /** Called when the connection fails (before `onclose`). */
   onerror: ((event: { message: string }) => void) | null = null;

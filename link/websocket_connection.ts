@@ -122,9 +122,7 @@ export abstract class WebSocketConnection {
     this.onopen?.();
   }
 
-  /**
-   * Reads `reader`'s frames until the connection ends or fails; a handler's error is thrown.
-   */
+  /** Reads `reader`'s frames until the connection ends or fails; a handler's error is thrown. */
   protected async readFrames(reader: FrameReader): Promise<void> {
     let parts: Uint8Array[] = [];
     let partsBytes = 0;

@@ -86,9 +86,7 @@ export function messageData(whole: Uint8Array, opcode: number): string | ArrayBu
     : whole.slice().buffer;
 }
 
-/**
- * A close frame's payload: `code`, then `reason` in UTF-8 cut to the 123 bytes that fit.
- */
+/** A close frame's payload: `code`, then `reason` in UTF-8 cut to the 123 bytes that fit. */
 export function closePayload(code: number, reason: string): Uint8Array {
   const reasonBytes = _encoder.encode(reason).subarray(0, 123);
   const payload = new Uint8Array(2 + reasonBytes.length);
@@ -320,9 +318,7 @@ export class FrameWriter {
   }
 }
 
-/**
- * Closes `conn` (if any), already closed or not.
- */
+/** Closes `conn` (if any), already closed or not. */
 export function closeQuietly(conn: Deno.Conn | null): void {
   try {
     conn?.close();

@@ -17,9 +17,7 @@ export class WebSocketHandshakeError extends Error {
   /** The status to answer with. */
   readonly status: number;
 
-  /**
-   * A refused handshake, answered with `status`.
-   */
+  /** A refused handshake, answered with `status`. */
   constructor(message: string, status = 400) {
     super(message);
     this.status = status;

@@ -31,9 +31,7 @@ import { releaseBuffer } from "../protocol/bytes.ts";
 import { isLiveOutput } from "../protocol/live_output.ts";
 import type { WholeBodyRequest } from "../server/execute/intake.ts";
 
-/**
- * One tunnelled request on a slot's connection.
- */
+/** One tunnelled request on a slot's connection. */
 export class TunnelledRequest {
   /** The Router's request id. */
   readonly id: string;

@@ -24,9 +24,7 @@
  * @module
  */
 
-/**
- * The queue is full: the request was not placed and can be retried (HTTP 503 `router_busy`).
- */
+/** The queue is full: the request was not placed and can be retried (HTTP 503 `router_busy`). */
 export class RouterBusy extends Error {
   /** The error kind of the Router's error body. */
   readonly kind = "router_busy";

@@ -40,9 +40,7 @@ export const DROPPED_RESPONSE_HEADERS: readonly string[] = [
   "content-length",
 ];
 
-/**
- * `headers` as entries, less hop-by-hop headers, those `Connection` names and `drop`.
- */
+/** `headers` as entries, less hop-by-hop headers, those `Connection` names and `drop`. */
 export function forwardedHeaders(headers: Headers, drop: readonly string[]): HeaderEntry[] {
   const connection = headers.get("connection");
   const named = connection === null ? _dropped(drop) : _withConnectionNames(drop, [connection]);

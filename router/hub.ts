@@ -62,9 +62,7 @@ const _LINK_LIMITS = {
   idleTimeoutMs: 30_000,
 };
 
-/**
- * Answers a node's upgrade request on the control or slot path.
- */
+/** Answers a node's upgrade request on the control or slot path. */
 export function acceptNodeLink(request: Request, ctx: HubContext): Response {
   // The token comes first: nothing else of an unauthenticated peer is read.
   if (!bearerMatches(request.headers.get("authorization"), ctx.nodeToken)) {

@@ -33,9 +33,7 @@ const _STATES: readonly NodeState[] = [
   "unhealthy",
 ];
 
-/**
- * A Router's metrics, fed by its event log and read from its registry when scraped.
- */
+/** A Router's metrics, fed by its event log and read from its registry when scraped. */
 export class RouterMetrics {
   /** The registry `render` exposes. */
   readonly registry: Registry = new Registry();

@@ -70,9 +70,7 @@ export function healthyReportProblem(status: NodeStatus, maxStatusAgeMs: number)
   return null;
 }
 
-/**
- * Whether two cohorts have the same target and versions (the same keys, the same values).
- */
+/** Whether two cohorts have the same target and versions (the same keys, the same values). */
 export function sameCohort(a: Cohort, b: Cohort): boolean {
   return _sameStrings(a.target, b.target) && _sameStrings(a.versions, b.versions);
 }

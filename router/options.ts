@@ -343,9 +343,7 @@ export function parseRouterCommandLine(
   }
 }
 
-/**
- * The registry's settings from a router configuration (seconds become milliseconds).
- */
+/** The registry's settings from a router configuration (seconds become milliseconds). */
 export function registryConfig(config: RouterConfig): RegistryConfig {
   return {
     maxStatusAgeMs: config.maxStatusAgeSeconds * 1000,

@@ -30,9 +30,7 @@ export type { ForwardContext } from "./forward_context.ts";
 /** Slots a request may take in turn when each goes away before anything was sent on it. */
 const _UNSENT_ATTEMPTS = 3;
 
-/**
- * Forwards one `POST /execute` through a node's slot and returns the answer to stream back.
- */
+/** Forwards one `POST /execute` through a node's slot and returns the answer to stream back. */
 export async function forwardExecute(request: Request, ctx: ForwardContext): Promise<Response> {
   const trace = new RequestTrace(ctx.events, ctx.onFinished);
   let lease: SlotLease | null = null;

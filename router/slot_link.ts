@@ -50,9 +50,7 @@ export class TunnelError extends Error {
   }
 }
 
-/**
- * One request through a slot, the Router's side.
- */
+/** One request through a slot, the Router's side. */
 export interface TunnelExchange {
   /** The Router's request id. */
   readonly requestId: string;
@@ -160,9 +158,7 @@ class _Exchange implements TunnelExchange {
   }
 }
 
-/**
- * A registered slot's connection; the hub hands it every message after `hello`.
- */
+/** A registered slot's connection; the hub hands it every message after `hello`. */
 export class RouterSlot implements SlotHandle {
   /** Unique per connection. */
   readonly connectionId: string = crypto.randomUUID();

@@ -53,9 +53,7 @@ export interface RouterStatusData {
   requests: RoutedRequest[];
 }
 
-/**
- * The Router's status: its recent requests (observed on `events`) and its registry.
- */
+/** The Router's status: its recent requests (observed on `events`) and its registry. */
 export class RouterStatus {
   readonly #recent = new Recent<RoutedRequest>(50, (r) => ({
     request_id: String(r.request_id),

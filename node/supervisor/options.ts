@@ -31,9 +31,7 @@ export type { OptionRule, OptionSource };
 export type { ChildCommand } from "./process_tree.ts";
 export type { SupervisorOptions } from "./supervisor.ts";
 
-/**
- * The node connection and supervisor options of `kcoral server`, in `--help` order.
- */
+/** The node connection and supervisor options of `kcoral server`, in `--help` order. */
 export const nodeOptions = {
   /** The Router to join: an HTTP(S) origin; `null` runs a standalone server. */
   routerEndpoint: {

@@ -33,9 +33,7 @@ export type ProbeResult =
   | { readonly ok: true; readonly health: ServerHealth }
   | { readonly ok: false; readonly error: string };
 
-/**
- * The path the probe asks.
- */
+/** The path the probe asks. */
 export const WORKER_STATUS_PATH = "/internal/worker-status";
 
 const IPV4 = /^\d{1,3}(\.\d{1,3}){3}$/;

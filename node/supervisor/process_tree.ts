@@ -204,9 +204,7 @@ function sendSignal(pid: number, signal: Deno.Signal): void {
   } catch { /* already gone */ }
 }
 
-/**
- * A spawned server and everything it starts (see the module documentation).
- */
+/** A spawned server and everything it starts (see the module documentation). */
 export class ProcessTree {
   /** The child's pid (also its process group's id). */
   readonly pid: number;

@@ -130,13 +130,9 @@ export function nodeServerEnv(input: NodeServerEnvInput): Record<string, string>
   return env;
 }
 
-/**
- * The status the node reports while its server starts.
- */
+/** The status the node reports while its server starts. */
 export const STARTING = "KCoral Server is starting";
-/**
- * The status the node reports once shutdown has begun.
- */
+/** The status the node reports once shutdown has begun. */
 export const SHUTTING_DOWN = "Supervisor is shutting down";
 
 type Outcome = { kind: "restart"; reason: string } | { kind: "shutdown" };
