@@ -1,15 +1,8 @@
 /**
- * An outbound WebSocket (RFC 6455) over a TCP connection with Nagle's algorithm off, for the
- * node's data links to the Router.
- *
- * Why not the platform's `WebSocket`: Deno's client turns `TCP_NODELAY` off on the socket it
- * opens (seen with `strace`: `setsockopt(fd, SOL_TCP, TCP_NODELAY, [0])`) and offers no way to
- * turn it back on. A tunnelled answer is several small messages in a row (response head, data,
- * end); with Nagle on, the second waits for the Router's delayed ACK, up to 40 ms, whenever the
- * first is still unacknowledged — measured as p75 54 ms instead of 10 ms for a trivial request
- * with 4 clients through a Router (docs/decisions/node-link-websocket-client.md). This client
- * sets `TCP_NODELAY`; what it does as the Router's end (websocket_server.ts) does, the
- * `WebSocket` interface's subset, messages and the closing handshake, is websocket_connection.ts's.
+ * An outbound WebSocket (RFC 6455) over a TCP connection with `TCP_NODELAY` set, for the node's
+ * slot links: Deno's `WebSocket` turns Nagle's algorithm on, which delays a tunnelled answer's
+ * second message by up to 40 ms (docs/decisions/node-link-websocket-client.md). What both ends
+ * do alike is websocket_connection.ts's.
  *
  * ```
  *  connect ─▶ GET + Upgrade (request headers, Sec-WebSocket-Key) ─▶ 101 + Sec-WebSocket-Accept

@@ -1,14 +1,9 @@
 /**
  * The server's end of a WebSocket (RFC 6455) on a connection of its own, for the Router's node
  * links: the handshake checked (websocket_handshake.ts) and answered through
- * http/http1_switch.ts's `switchProtocols`, then what both ends do alike (websocket_connection.ts:
- * frames judged, messages, ping, closing) with this end's limits. Why not
- * `Deno.upgradeWebSocket`: it receives every message whole (up to 64 MiB) before its size can be
- * looked at, so a peer's oversized message costs the Router that much memory first (six peers at
- * 60 MiB raised a Router's RSS by about 500 MiB). Here each frame's declared length, added to the
- * message's fragments so far, is checked against the limit of the message's kind as soon as the
- * frame's header has arrived: past it, the connection is closed with 1009 and the payload is
- * never read (docs/decisions/router-own-connections.md).
+ * http/http1_switch.ts's `switchProtocols`, then websocket_connection.ts with this end's limits.
+ * Unlike `Deno.upgradeWebSocket`, a frame over the limit of its message's kind is refused (1009)
+ * from its header, its payload never read (docs/decisions/router-own-connections.md).
  *
  * ```
  *  upgradeWebSocket(request, limits) ─▶ handshake checked (GET, Upgrade: websocket, Connection:

@@ -16,10 +16,6 @@
  * The Router never sends anything after its ack: draining a node is done locally and seen by
  * the Router as this connection closing.
  *
- * The module runs past 400 lines because every public member carries a runnable example; the
- * report and the link are one unit (the link sends what the report holds), about 240 lines of
- * code.
- *
  * @module
  */
 import {

@@ -9,10 +9,6 @@
  * with {@linkcode supervisorOptionsFrom} (the child's arguments from
  * {@linkcode childServerArgs}).
  *
- * The module runs past 400 lines because the table is written out entry by entry (as the
- * options mechanism wants, for JSR's fast type check) and every export carries a runnable
- * example.
- *
  * @module
  */
 import { CommandLineError, type OptionSource } from "../../options/command.ts";
@@ -26,10 +22,6 @@ import { EMPTY_NODE_TOKEN_VARIABLE, isValidNodeId } from "../../link/messages.ts
 import { probeOrigin } from "./probe.ts";
 import type { ChildCommand } from "./process_tree.ts";
 import { nodeServerEnv, type SupervisorOptions, type SupervisorTimings } from "./supervisor.ts";
-
-export type { OptionRule, OptionSource };
-export type { ChildCommand } from "./process_tree.ts";
-export type { SupervisorOptions } from "./supervisor.ts";
 
 /** The node connection and supervisor options of `kcoral server`, in `--help` order. */
 export const nodeOptions = {

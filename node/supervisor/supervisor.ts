@@ -25,9 +25,6 @@
  *            without limit (its requests finish), kill what is left of the tree, exit 0
  * ```
  *
- * The module runs past 400 lines: the generation loop and its option checks belong together
- * (about 280 lines of code), and the public parts carry runnable examples.
- *
  * @module
  */
 import { isValidNodeId } from "../../link/messages.ts";
