@@ -116,8 +116,7 @@ export class TunnelledRequest {
     const answer = new BodySender(
       this.id,
       { status: response.status, headers },
-      // The slot's client copies the frame into its own masked one at `send`: the frame's
-      // memory goes back at once instead of at a collection (protocol/bytes.ts).
+      // `send` copies the frame: its memory goes back at once (protocol/bytes.ts).
       (frame) => (this.#send(frame), releaseBuffer(frame)),
       // Full frames of a large answer's chunks are masked from the chunk itself.
       (parts) => this.#socket?.sendParts(parts),
@@ -127,9 +126,8 @@ export class TunnelledRequest {
     try {
       const live = isLiveOutput(contentType);
       if (!live && declared <= MAX_DATA_BYTES) {
-        // The pipeline's answers declare their length: read whole (`body` is not touched: it
-        // would turn the bytes into a stream) and sent with the head and the end in one frame;
-        // more than declared goes out as any body does.
+        // A declared length: read whole (not through `body`, which would make a stream) and
+        // sent with the head and the end in one frame.
         const bytes = await response.bytes();
         if (bytes.length <= MAX_DATA_BYTES) answer.sendComplete(bytes);
         else await answer.write(bytes);

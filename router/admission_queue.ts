@@ -123,9 +123,7 @@ export class AdmissionQueue {
     if (typeof abortSignal !== "function") abortSignal?.throwIfAborted();
     const immediate = take();
     if (immediate !== null) return immediate;
-    // A signal given as a function is asked for only now: a request that gets a slot at once
-    // never touches it (Deno.serve warns when a request's signal, once read, aborts after a
-    // successful answer).
+    // Asked for only now: a request that gets a slot at once never reads its signal.
     const signal = typeof abortSignal === "function" ? abortSignal() : abortSignal;
     signal?.throwIfAborted();
     if (this.#placesInUse >= this.#maxWaiting) throw new RouterBusy();
@@ -174,26 +172,19 @@ export class AdmissionQueue {
     }
   }
 
-  /**
-   * Wakes every waiter (any other change: a status report, a slot registered or removed, the
-   * sweep, a saturation mark).
-   */
+  /** Wakes every waiter (any other change of state). */
   wakeAll(): void {
     for (const ticket of [...this.#parked]) ticket.settle("all");
   }
 
-  /**
-   * Stops: every waiter rejects with {@linkcode RouterStopping}, and so does every later
-   * {@linkcode AdmissionQueue.admit}. Idempotent.
-   */
+  /** Stops: every waiter and every later `admit` rejects with {@linkcode RouterStopping}. */
   close(): void {
     this.#closed = true;
     for (const ticket of [...this.#parked]) ticket.settle("closed");
   }
 
   #park(): Ticket {
-    let resolve!: (why: Wake) => void;
-    const promise = new Promise<Wake>((r) => resolve = r);
+    const { promise, resolve } = Promise.withResolvers<Wake>();
     const ticket: Ticket = {
       promise,
       settle: (why) => {

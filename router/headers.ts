@@ -44,8 +44,7 @@ export const DROPPED_RESPONSE_HEADERS: readonly string[] = [
 export function forwardedHeaders(headers: Headers, drop: readonly string[]): HeaderEntry[] {
   const connection = headers.get("connection");
   const named = connection === null ? _dropped(drop) : _withConnectionNames(drop, [connection]);
-  // `forEach` visits what iterating visits (sorted names, each `set-cookie` apart), about six
-  // times faster than Deno's `Headers` iterator (2.3 against 13 µs for seven headers).
+  // `forEach` visits what iterating visits, several times faster than Deno's `Headers` iterator.
   const out: HeaderEntry[] = [];
   headers.forEach((value, name) => {
     if (!named.has(name)) out.push([name, value]);
@@ -54,12 +53,8 @@ export function forwardedHeaders(headers: Headers, drop: readonly string[]): Hea
 }
 
 /**
- * A node's response header entries as the client gets them: less hop-by-hop headers, those its
- * `Connection` entries name and `drop`, names compared case-insensitively. Repeated names stay
- * separate entries in their order: give the entries themselves to `Response` (a `Headers` given
- * to it would be read joined, `a: 1, 2`). The same headers as {@linkcode forwardedHeaders}
- * gives for the entries' `Headers`, without building one. Not checked here: an entry `Headers`
- * refuses fails where the entries are used.
+ * A node's response header entries as the client gets them, as {@linkcode forwardedHeaders}
+ * filters them but without building a `Headers`; repeated names stay separate entries.
  */
 export function forwardedResponseEntries(
   entries: readonly HeaderEntry[],
@@ -105,10 +100,8 @@ const _TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 const _SUSPECT_VALUE = /[\0\r\n]|[^\x00-\xff]/;
 
 /**
- * Whether an HTTP answer can carry every entry, as `Headers` decides (a name that is a token; a
- * value of bytes without NUL, CR or LF once its surrounding whitespace is trimmed), without
- * building a `Headers` for the common case: only a value with one of those characters is given
- * to one.
+ * Whether an HTTP answer can carry every entry, as `Headers` decides; only a value with NUL, CR
+ * or LF is given to a `Headers` to check.
  */
 export function validHeaderEntries(entries: readonly HeaderEntry[]): boolean {
   for (const [name, value] of entries) {

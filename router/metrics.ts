@@ -38,11 +38,7 @@ export class RouterMetrics {
   /** The registry `render` exposes. */
   readonly registry: Registry = new Registry();
   readonly #unsubscribe: () => void;
-  /**
-   * Requests finished so far by their label values (`code`, `outcome`, `error_kind`, joined by
-   * NUL): counted here, given to the counter when scraped (prom-client's `inc` with labels
-   * validates and hashes them on every call).
-   */
+  /** Requests finished by their label values joined by NUL; given to the counter when scraped. */
   readonly #requestCounts = new Map<string, number>();
   readonly #queueWait: Histogram;
   readonly #duration: Histogram;
