@@ -11,17 +11,6 @@
 /**
  * Exponential backoff: {@linkcode Backoff.next} gives the current delay, then doubles it up to
  * the maximum; {@linkcode Backoff.reset} returns to the minimum. Units are the caller's.
- *
- * @example
- * ```ts
- * import { Backoff } from "./backoff.ts";
- *
- * const backoff = new Backoff(1, 5);
- * backoff.next();
- * backoff.next();
- * backoff.reset();
- * if (backoff.next() !== 1) throw new Error();
- * ```
  */
 export class Backoff {
   /** The first delay, and the one after a reset. */
@@ -56,14 +45,6 @@ export class Backoff {
 /**
  * `delay × U[1 − jitter, 1 + jitter]`; `jitter` 0 gives `delay` exactly. `random` is a uniform
  * draw in [0, 1) (`Math.random` by default).
- *
- * @example
- * ```ts
- * import { withJitter } from "./backoff.ts";
- *
- * if (withJitter(30, 0) !== 30) throw new Error();
- * if (withJitter(30, 0.2, () => 0) !== 24) throw new Error();
- * ```
  */
 export function withJitter(
   delay: number,
@@ -77,17 +58,6 @@ export function withJitter(
 /**
  * Waits `ms` milliseconds; resolves `false` at once (clearing the timer) if `signal` aborts
  * first or has already aborted, `true` when the full time passed.
- *
- * @example
- * ```ts
- * import { sleepUnlessAborted } from "./backoff.ts";
- *
- * const stop = new AbortController();
- * const slept = sleepUnlessAborted(60_000, stop.signal);
- * stop.abort();
- * if (await slept) throw new Error("not interrupted");
- * if (!(await sleepUnlessAborted(1))) throw new Error("interrupted");
- * ```
  */
 export function sleepUnlessAborted(ms: number, signal?: AbortSignal): Promise<boolean> {
   if (signal?.aborted) return Promise.resolve(false);

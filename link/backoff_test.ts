@@ -51,3 +51,24 @@ Deno.test("backoff: a sleep runs its time, and an abort interrupts it at once", 
   assert.ok(performance.now() - before < 5_000);
   assert.equal(await sleepUnlessAborted(60_000, stop.signal), false); // already aborted
 });
+
+Deno.test("backoff: Backoff", () => {
+  const backoff = new Backoff(1, 5);
+  backoff.next();
+  backoff.next();
+  backoff.reset();
+  if (backoff.next() !== 1) throw new Error();
+});
+
+Deno.test("backoff: withJitter", () => {
+  if (withJitter(30, 0) !== 30) throw new Error();
+  if (withJitter(30, 0.2, () => 0) !== 24) throw new Error();
+});
+
+Deno.test("backoff: sleepUnlessAborted", async () => {
+  const stop = new AbortController();
+  const slept = sleepUnlessAborted(60_000, stop.signal);
+  stop.abort();
+  if (await slept) throw new Error("not interrupted");
+  if (!(await sleepUnlessAborted(1))) throw new Error("interrupted");
+});

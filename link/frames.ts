@@ -62,18 +62,6 @@ export interface BodyFrame<Head> {
  * flags, the request id and, when `head` is given (its JSON as UTF-8), the head. Fill the body in
  * place and send the header and the bytes filled as one message, with {@linkcode markEnd} when it
  * ends the body.
- *
- * @example
- * ```ts
- * import { decodeResponseFrame, frameWithRoom } from "./frames.ts";
- *
- * const id = "0f6c2b4e-1111-4222-8333-444455556666";
- * const head = new TextEncoder().encode('{"status":204,"headers":[]}');
- * const frame = frameWithRoom(id, head, 2);
- * frame.set([7, 8], frame.length - 2);
- * const back = decodeResponseFrame(frame);
- * if (back.head?.status !== 204 || back.bytes.length !== 2 || back.end) throw new Error();
- * ```
  */
 export function frameWithRoom(
   requestId: string,
@@ -91,18 +79,7 @@ export function frameWithRoom(
   return frame;
 }
 
-/**
- * Marks `frame` (its header) as the end of its body.
- *
- * @example
- * ```ts
- * import { decodeRequestFrame, frameWithRoom, markEnd } from "./frames.ts";
- *
- * const frame = frameWithRoom("0f6c2b4e-1111-4222-8333-444455556666", null, 0);
- * markEnd(frame);
- * if (!decodeRequestFrame(frame).end) throw new Error();
- * ```
- */
+/** Marks `frame` (its header) as the end of its body. */
 export function markEnd(frame: Uint8Array): void {
   frame[0] |= _END;
 }
@@ -110,16 +87,6 @@ export function markEnd(frame: Uint8Array): void {
 /**
  * One frame in one buffer: `head` (or none), `bytes` (at most {@linkcode MAX_DATA_BYTES}) and,
  * with `end`, the end of the body.
- *
- * @example
- * ```ts
- * import { decodeRequestFrame, encodeFrame } from "./frames.ts";
- *
- * const id = "0f6c2b4e-1111-4222-8333-444455556666";
- * const head = { headers: [["content-length", "2"]] as [string, string][], content_length: 2 };
- * const back = decodeRequestFrame(encodeFrame(id, head, new Uint8Array([7, 8]), true));
- * if (back.head?.content_length !== 2 || back.bytes[1] !== 8 || !back.end) throw new Error();
- * ```
  */
 export function encodeFrame(
   requestId: string,
@@ -141,19 +108,6 @@ export function encodeFrame(
  * Reads a frame from the Router: its head, if any, is a request head. Throws
  * {@linkcode LinkMessageError} for a frame that is not one (which frame may come when is the
  * connection's state machine's to check).
- *
- * @example
- * ```ts
- * import { decodeRequestFrame } from "./frames.ts";
- * import { LinkMessageError } from "./messages.ts";
- *
- * try {
- *   decodeRequestFrame(new Uint8Array([4]));
- *   throw new Error("accepted");
- * } catch (error) {
- *   if (!(error instanceof LinkMessageError)) throw error;
- * }
- * ```
  */
 export function decodeRequestFrame(frame: Uint8Array): BodyFrame<RequestHead> {
   return _decode(frame, parseRequestHead);
@@ -162,15 +116,6 @@ export function decodeRequestFrame(frame: Uint8Array): BodyFrame<RequestHead> {
 /**
  * Reads a frame from a node: its head, if any, is a response head. Throws
  * {@linkcode LinkMessageError} for a frame that is not one.
- *
- * @example
- * ```ts
- * import { decodeResponseFrame, encodeFrame } from "./frames.ts";
- *
- * const id = "0f6c2b4e-1111-4222-8333-444455556666";
- * const back = decodeResponseFrame(encodeFrame(id, null, new Uint8Array(3), false));
- * if (back.head !== null || back.bytes.length !== 3) throw new Error();
- * ```
  */
 export function decodeResponseFrame(frame: Uint8Array): BodyFrame<ResponseHead> {
   return _decode(frame, parseResponseHead);

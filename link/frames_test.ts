@@ -8,6 +8,7 @@ import {
   decodeResponseFrame,
   encodeFrame,
   frameWithRoom,
+  markEnd,
   MAX_FRAME_BYTES,
 } from "./frames.ts";
 import {
@@ -105,3 +106,40 @@ function encodeUnchecked(length: number): Uint8Array {
   frame[0] = 2;
   return frame;
 }
+
+Deno.test("frames: frameWithRoom", () => {
+  const id = "0f6c2b4e-1111-4222-8333-444455556666";
+  const head = new TextEncoder().encode('{"status":204,"headers":[]}');
+  const frame = frameWithRoom(id, head, 2);
+  frame.set([7, 8], frame.length - 2);
+  const back = decodeResponseFrame(frame);
+  if (back.head?.status !== 204 || back.bytes.length !== 2 || back.end) throw new Error();
+});
+
+Deno.test("frames: markEnd", () => {
+  const frame = frameWithRoom("0f6c2b4e-1111-4222-8333-444455556666", null, 0);
+  markEnd(frame);
+  if (!decodeRequestFrame(frame).end) throw new Error();
+});
+
+Deno.test("frames: encodeFrame", () => {
+  const id = "0f6c2b4e-1111-4222-8333-444455556666";
+  const head = { headers: [["content-length", "2"]] as [string, string][], content_length: 2 };
+  const back = decodeRequestFrame(encodeFrame(id, head, new Uint8Array([7, 8]), true));
+  if (back.head?.content_length !== 2 || back.bytes[1] !== 8 || !back.end) throw new Error();
+});
+
+Deno.test("frames: decodeRequestFrame", () => {
+  try {
+    decodeRequestFrame(new Uint8Array([4]));
+    throw new Error("accepted");
+  } catch (error) {
+    if (!(error instanceof LinkMessageError)) throw error;
+  }
+});
+
+Deno.test("frames: decodeResponseFrame", () => {
+  const id = "0f6c2b4e-1111-4222-8333-444455556666";
+  const back = decodeResponseFrame(encodeFrame(id, null, new Uint8Array(3), false));
+  if (back.head !== null || back.bytes.length !== 3) throw new Error();
+});

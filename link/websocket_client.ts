@@ -1,15 +1,8 @@
 /**
- * An outbound WebSocket (RFC 6455) over a TCP connection with Nagle's algorithm off, for the
- * node's data links to the Router.
- *
- * Why not the platform's `WebSocket`: Deno's client turns `TCP_NODELAY` off on the socket it
- * opens (seen with `strace`: `setsockopt(fd, SOL_TCP, TCP_NODELAY, [0])`) and offers no way to
- * turn it back on. A tunnelled answer is several small messages in a row (response head, data,
- * end); with Nagle on, the second waits for the Router's delayed ACK, up to 40 ms, whenever the
- * first is still unacknowledged — measured as p75 54 ms instead of 10 ms for a trivial request
- * with 4 clients through a Router (docs/decisions/node-link-websocket-client.md). This client
- * sets `TCP_NODELAY`; what it does as the Router's end (websocket_server.ts) does, the
- * `WebSocket` interface's subset, messages and the closing handshake, is websocket_connection.ts's.
+ * An outbound WebSocket (RFC 6455) over a TCP connection with `TCP_NODELAY` set, for the node's
+ * slot links: Deno's `WebSocket` turns Nagle's algorithm on, which delays a tunnelled answer's
+ * second message by up to 40 ms (docs/decisions/node-link-websocket-client.md). What both ends
+ * do alike is websocket_connection.ts's.
  *
  * ```
  *  connect ─▶ GET + Upgrade (request headers, Sec-WebSocket-Key) ─▶ 101 + Sec-WebSocket-Accept
@@ -44,29 +37,7 @@ export interface WebSocketClientOptions {
 const _HEAD_LIMIT = 16 * 1024;
 const _encoder = new TextEncoder();
 
-/**
- * A client WebSocket with `TCP_NODELAY` on; the subset of the `WebSocket` interface above.
- *
- * @example
- * ```ts
- * import { WebSocketClient } from "./websocket_client.ts";
- *
- * const server = Deno.serve({ port: 0, onListen() {} }, (request) => {
- *   const { socket, response } = Deno.upgradeWebSocket(request);
- *   socket.onmessage = (event) => socket.send(`echo ${event.data}`);
- *   return response;
- * });
- * const socket = new WebSocketClient(`ws://127.0.0.1:${server.addr.port}/`);
- * const answer = await new Promise<string>((resolve) => {
- *   socket.onopen = () => socket.send("hello");
- *   socket.onmessage = (event) => resolve(event.data as string);
- * });
- * if (answer !== "echo hello") throw new Error(answer);
- * socket.close(1000, "done");
- * await new Promise((resolve) => (socket.onclose = resolve));
- * await server.shutdown();
- * ```
- */
+/** A client WebSocket with `TCP_NODELAY` on; the subset of the `WebSocket` interface above. */
 export class WebSocketClient extends WebSocketConnection {
   /** Called when the connection fails (before `onclose`). */
   onerror: ((event: { message: string }) => void) | null = null;

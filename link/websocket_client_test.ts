@@ -342,3 +342,20 @@ Deno.test("websocket client: a message sent in parts arrives as their concatenat
   await seen.closed;
   await server.shutdown();
 });
+
+Deno.test("websocket client: WebSocketClient", async () => {
+  const server = Deno.serve({ port: 0, onListen() {} }, (request) => {
+    const { socket, response } = Deno.upgradeWebSocket(request);
+    socket.onmessage = (event) => socket.send(`echo ${event.data}`);
+    return response;
+  });
+  const socket = new WebSocketClient(`ws://127.0.0.1:${server.addr.port}/`);
+  const answer = await new Promise<string>((resolve) => {
+    socket.onopen = () => socket.send("hello");
+    socket.onmessage = (event) => resolve(event.data as string);
+  });
+  if (answer !== "echo hello") throw new Error(answer);
+  socket.close(1000, "done");
+  await new Promise((resolve) => (socket.onclose = resolve));
+  await server.shutdown();
+});

@@ -39,16 +39,6 @@ const _encoder = new TextEncoder();
  * One end of a WebSocket over a connection of its own: what {@linkcode WebSocketClient} and
  * {@linkcode ServerWebSocket} share. An end hands its connection over with `attach`, opens with
  * `opened` and reads with `readFrames`.
- *
- * @example
- * ```ts
- * import { WebSocketConnection } from "./websocket_connection.ts";
- *
- * function sendWhenOpen(socket: WebSocketConnection, text: string): void {
- *   if (socket.readyState === WebSocketConnection.OPEN) socket.send(text);
- *   else socket.onopen = () => socket.send(text);
- * }
- * ```
  */
 export abstract class WebSocketConnection {
   /** `readyState` until the connection is open. */
@@ -132,9 +122,7 @@ export abstract class WebSocketConnection {
     this.onopen?.();
   }
 
-  /**
-   * Reads `reader`'s frames until the connection ends or fails; a handler's error is thrown.
-   */
+  /** Reads `reader`'s frames until the connection ends or fails; a handler's error is thrown. */
   protected async readFrames(reader: FrameReader): Promise<void> {
     let parts: Uint8Array[] = [];
     let partsBytes = 0;

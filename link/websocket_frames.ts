@@ -54,15 +54,6 @@ const _SPARES = 4;
 /**
  * What is wrong with a frame, by its header alone, after data frames of `partsOpcode` (0: no
  * message begun); `fromClient`: frames must be masked (else: must not be).
- *
- * @example
- * ```ts
- * import { frameProblem } from "./websocket_frames.ts";
- *
- * const text = { fin: true, rsv: 0, opcode: 1, masked: true, length: 5, key: new Uint8Array(4) };
- * if (frameProblem(text, 0, true) !== null) throw new Error();
- * if (frameProblem(text, 0, false) === null) throw new Error(); // a masked frame from a server
- * ```
  */
 export function frameProblem(
   header: FrameHeader,
@@ -87,14 +78,6 @@ export function frameProblem(
 /**
  * A whole message as the `WebSocket` interface gives it: text (opcode 1) as a `string` (throws
  * when it is not UTF-8), binary as an `ArrayBuffer` (the bytes' own when they fill it).
- *
- * @example
- * ```ts
- * import { messageData } from "./websocket_frames.ts";
- *
- * if (messageData(new TextEncoder().encode("hi"), 1) !== "hi") throw new Error();
- * if ((messageData(new Uint8Array([1, 2]), 2) as ArrayBuffer).byteLength !== 2) throw new Error();
- * ```
  */
 export function messageData(whole: Uint8Array, opcode: number): string | ArrayBuffer {
   if (opcode === 1) return decodeUtf8(whole);
@@ -103,17 +86,7 @@ export function messageData(whole: Uint8Array, opcode: number): string | ArrayBu
     : whole.slice().buffer;
 }
 
-/**
- * A close frame's payload: `code`, then `reason` in UTF-8 cut to the 123 bytes that fit.
- *
- * @example
- * ```ts
- * import { closePayload } from "./websocket_frames.ts";
- *
- * const payload = closePayload(1000, "done");
- * if (payload.length !== 6 || ((payload[0] << 8) | payload[1]) !== 1000) throw new Error();
- * ```
- */
+/** A close frame's payload: `code`, then `reason` in UTF-8 cut to the 123 bytes that fit. */
 export function closePayload(code: number, reason: string): Uint8Array {
   const reasonBytes = _encoder.encode(reason).subarray(0, 123);
   const payload = new Uint8Array(2 + reasonBytes.length);
@@ -128,23 +101,6 @@ const _encoder = new TextEncoder();
 /**
  * Reads frame headers and payloads from a connection; a payload larger than what is buffered
  * gets its own buffer, read into straight from the connection.
- *
- * @example
- * ```ts
- * import { FrameReader } from "./websocket_frames.ts";
- *
- * const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
- * const peer = Deno.connect({ hostname: "127.0.0.1", port: (listener.addr as Deno.NetAddr).port });
- * const conn = await listener.accept();
- * await (await peer).write(new Uint8Array([0x81, 2, 0x68, 0x69])); // "hi", unmasked
- * const reader = new FrameReader(conn, new Uint8Array(0));
- * const header = (await reader.header())!;
- * const payload = await reader.payload(header.length, header.key);
- * if (new TextDecoder().decode(payload!) !== "hi") throw new Error();
- * (await peer).close();
- * conn.close();
- * listener.close();
- * ```
  */
 export class FrameReader {
   /** Why the connection's last read failed (reset, or closed under the read), once one did. */
@@ -260,25 +216,6 @@ export class FrameReader {
  * of one size; a new buffer lands on fresh pages, and page faults on every byte the mask writes,
  * docs/decisions/router-large-bodies.md); beyond four, the oldest is given back at once
  * (protocol/bytes.ts).
- *
- * @example
- * ```ts
- * import { FrameWriter } from "./websocket_frames.ts";
- *
- * const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
- * const peer = await Deno.connect({ hostname: "127.0.0.1", port: (listener.addr as Deno.NetAddr).port });
- * const conn = await listener.accept();
- * const writer = new FrameWriter(conn, false);
- * writer.write(1, new TextEncoder().encode("hi"));
- * await writer.written;
- * const frame = new Uint8Array(4);
- * await peer.read(frame);
- * if (frame.join() !== [0x81, 2, 0x68, 0x69].join()) throw new Error();
- * writer.close();
- * peer.close();
- * conn.close();
- * listener.close();
- * ```
  */
 export class FrameWriter {
   /** Bytes queued and not yet written. */
@@ -381,16 +318,7 @@ export class FrameWriter {
   }
 }
 
-/**
- * Closes `conn` (if any), already closed or not.
- *
- * @example
- * ```ts
- * import { closeQuietly } from "./websocket_frames.ts";
- *
- * closeQuietly(null);
- * ```
- */
+/** Closes `conn` (if any), already closed or not. */
 export function closeQuietly(conn: Deno.Conn | null): void {
   try {
     conn?.close();

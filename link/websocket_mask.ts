@@ -1,16 +1,7 @@
 /**
- * RFC 6455 §5.3 client masking: a payload XORed with a 4-byte key, written into a frame.
- *
- * The XOR runs in WebAssembly SIMD, 16 bytes per instruction, over a 64 KiB scratch in the
- * module's memory: each piece of the payload is copied in, masked in place and copied out into
- * the frame. Measured with `bench/probes/mask_speed.ts` on the 2-core VM (Deno 2.9.6, 256 KiB
- * payloads, 2026-12-03): copy + mask 0.23–0.26 ms/MiB (medians of two runs) with a JavaScript loop
- * of 32-bit words, the same unrolled 8 ×, 0.10–0.12 here, the copy alone 0.04–0.05 — against a
- * target of 0.2 ms/MiB for everything a Router adds to a large answer (docs/decisions/node-link-websocket-client.md,
- * "Masking in WebAssembly").
- *
- * Where WebAssembly cannot run (Deno started with `--v8-flags=--jitless`), the same is done
- * byte by byte in JavaScript.
+ * RFC 6455 §5.3 client masking: a payload XORed with a 4-byte key, written into a frame. The XOR
+ * runs in WebAssembly SIMD over a 64 KiB scratch (docs/decisions/node-link-websocket-client.md);
+ * where WebAssembly cannot run (`--v8-flags=--jitless`) it is done byte by byte.
  *
  * The module (104 bytes, embedded below) is this text, compiled with `wat2wasm --enable-simd`:
  *
@@ -67,19 +58,6 @@ function _instantiate():
  * least as long as `payload`. `payload` and `out` may be any views, aligned or not, and either the
  * same view (unmasked in place) or not overlapping at all. `phase` is the payload's offset in the message it is part of (a message sent in
  * pieces is masked piece by piece).
- *
- * @example
- * ```ts
- * import { maskInto } from "./websocket_mask.ts";
- *
- * const key = new Uint8Array([1, 2, 3, 4]);
- * const out = new Uint8Array(5);
- * maskInto(new Uint8Array([1, 2, 3, 4, 5]), key, out);
- * if (out.join() !== "0,0,0,0,4") throw new Error(`unexpected ${out}`);
- * // The same bytes as the second piece of a message, one byte in:
- * maskInto(new Uint8Array([2, 3, 4, 1]), key, out, 1);
- * if (out.subarray(0, 4).join() !== "0,0,0,0") throw new Error(`unexpected ${out}`);
- * ```
  */
 export function maskInto(
   payload: Uint8Array,

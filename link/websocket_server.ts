@@ -1,14 +1,9 @@
 /**
  * The server's end of a WebSocket (RFC 6455) on a connection of its own, for the Router's node
  * links: the handshake checked (websocket_handshake.ts) and answered through
- * http/http1_switch.ts's `switchProtocols`, then what both ends do alike (websocket_connection.ts:
- * frames judged, messages, ping, closing) with this end's limits. Why not
- * `Deno.upgradeWebSocket`: it receives every message whole (up to 64 MiB) before its size can be
- * looked at, so a peer's oversized message costs the Router that much memory first (six peers at
- * 60 MiB raised a Router's RSS by about 500 MiB). Here each frame's declared length, added to the
- * message's fragments so far, is checked against the limit of the message's kind as soon as the
- * frame's header has arrived: past it, the connection is closed with 1009 and the payload is
- * never read (docs/decisions/router-own-connections.md).
+ * http/http1_switch.ts's `switchProtocols`, then websocket_connection.ts with this end's limits.
+ * Unlike `Deno.upgradeWebSocket`, a frame over the limit of its message's kind is refused (1009)
+ * from its header, its payload never read (docs/decisions/router-own-connections.md).
  *
  * ```
  *  upgradeWebSocket(request, limits) ─▶ handshake checked (GET, Upgrade: websocket, Connection:
@@ -66,36 +61,6 @@ const _DEFAULT_IDLE_MS = 30_000;
  * Answers `request`, an upgrade served by http/http1_server.ts, with a WebSocket: the socket
  * (open once the `101` has gone out) and the response to return. Throws
  * {@linkcode WebSocketHandshakeError} for a request that is not a WebSocket handshake.
- *
- * @example
- * ```ts
- * import { serveHttp1 } from "../http/http1_server.ts";
- * import { upgradeWebSocket } from "./websocket_server.ts";
- * import { WebSocketClient } from "./websocket_client.ts";
- *
- * const server = serveHttp1({
- *   hostname: "127.0.0.1",
- *   port: 0,
- *   handler: (request) => {
- *     const { socket, response } = upgradeWebSocket(request, {
- *       maxTextBytes: 1024,
- *       maxBinaryBytes: 1024,
- *     });
- *     socket.onmessage = (event) => socket.send(`echo ${event.data}`);
- *     return Promise.resolve(response);
- *   },
- * });
- * const client = new WebSocketClient(`ws://127.0.0.1:${server.addr.port}/`);
- * const answer = await new Promise<string>((resolve) => {
- *   client.onopen = () => client.send("hello");
- *   client.onmessage = (event) => resolve(event.data as string);
- * });
- * if (answer !== "echo hello") throw new Error(answer);
- * const closed = new Promise((resolve) => (client.onclose = resolve));
- * client.close(1000, "done");
- * await closed;
- * await server.shutdown();
- * ```
  */
 export function upgradeWebSocket(
   request: Request,
@@ -113,16 +78,6 @@ export function upgradeWebSocket(
 /**
  * The server's end of one WebSocket; the subset of the `WebSocket` interface above. Made by
  * {@linkcode upgradeWebSocket}; open once its connection is handed over.
- *
- * @example
- * ```ts
- * import type { ServerWebSocket } from "./websocket_server.ts";
- *
- * function echo(socket: ServerWebSocket): void {
- *   socket.onmessage = (event) => socket.send(event.data as string);
- *   socket.onclose = (event) => console.log("closed", event.code, event.reason);
- * }
- * ```
  */
 export class ServerWebSocket extends WebSocketConnection implements MessageSocket {
   /** Called when the peer broke the protocol or sent too much (before `onclose`). */

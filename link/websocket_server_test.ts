@@ -399,3 +399,28 @@ Deno.test("websocket server: handshakes it does not take are refused with their 
   }
   await server.shutdown();
 });
+
+Deno.test("websocket server: upgradeWebSocket", async () => {
+  const server = serveHttp1({
+    hostname: "127.0.0.1",
+    port: 0,
+    handler: (request) => {
+      const { socket, response } = upgradeWebSocket(request, {
+        maxTextBytes: 1024,
+        maxBinaryBytes: 1024,
+      });
+      socket.onmessage = (event) => socket.send(`echo ${event.data}`);
+      return Promise.resolve(response);
+    },
+  });
+  const client = new WebSocketClient(`ws://127.0.0.1:${server.addr.port}/`);
+  const answer = await new Promise<string>((resolve) => {
+    client.onopen = () => client.send("hello");
+    client.onmessage = (event) => resolve(event.data as string);
+  });
+  if (answer !== "echo hello") throw new Error(answer);
+  const closed = new Promise((resolve) => (client.onclose = resolve));
+  client.close(1000, "done");
+  await closed;
+  await server.shutdown();
+});

@@ -15,17 +15,6 @@ import { NodeLink, type NodeLinkTarget } from "./slot_links.ts";
  * `KCORAL_NODE_SERVER=1` with `KCORAL_ROUTER_ENDPOINT`, `KCORAL_NODE_ID` and, when set,
  * `KCORAL_NODE_TOKEN` and `KCORAL_CA_FILE` (read here: an unreadable file is an `Error` naming
  * it); `null` when this process is not a node's server.
- *
- * @example
- * ```ts
- * import { nodeLinkTargetFromEnv } from "./linked_app.ts";
- *
- * const target = nodeLinkTargetFromEnv({
- *   KCORAL_NODE_SERVER: "1", KCORAL_ROUTER_ENDPOINT: "http://r:9000", KCORAL_NODE_ID: "gpu-a",
- * });
- * if (target?.nodeId !== "gpu-a" || target.nodeToken !== null) throw new Error();
- * if (nodeLinkTargetFromEnv({}) !== null) throw new Error();
- * ```
  */
 export function nodeLinkTargetFromEnv(
   env: Record<string, string | undefined>,
@@ -48,18 +37,6 @@ export function nodeLinkTargetFromEnv(
 /**
  * `app` linked to a Router: once started, its workers' slots connect; a stop closes the idle
  * slots at once (the Router stops sending work) while requests in flight finish.
- *
- * @example
- * ```ts
- * import { createApp } from "../server/app.ts";
- * import { withNodeLink } from "./linked_app.ts";
- *
- * const app = withNodeLink(
- *   createApp({ device: "cpu", sandbox: "none", logConsole: false, diskCacheDir: null }),
- *   { routerEndpoint: "http://127.0.0.1:1", nodeId: "cpu-a", nodeToken: null },
- * );
- * if (app.config.device !== "cpu") throw new Error();
- * ```
  */
 export function withNodeLink(app: App, target: NodeLinkTarget): App {
   let link: NodeLink | null = null;

@@ -66,45 +66,12 @@ export interface NodeLinkOptions extends NodeLinkTarget {
   connectTimeoutMs?: number;
 }
 
-/**
- * The node's slots, connected and reconnected until {@linkcode NodeLink.stop}.
- *
- * @example
- * ```ts
- * import { NodeLink } from "./slot_links.ts";
- * import { EventLog } from "../http/events.ts";
- *
- * const link = new NodeLink({
- *   routerEndpoint: "http://127.0.0.1:1", // nothing listens: the slots keep retrying
- *   nodeId: "gpu-a", nodeToken: null, serverInstanceId: crypto.randomUUID(), slots: 1,
- *   execute: () => Promise.resolve(new Response("unused")),
- *   events: new EventLog({ logDir: null, console: false, programs: false }),
- * });
- * link.start();
- * await link.stop();
- * ```
- */
+/** The node's slots, connected and reconnected until {@linkcode NodeLink.stop}. */
 export class NodeLink {
   readonly #options: NodeLinkOptions;
   readonly #slots: _Slot[] = [];
 
-  /**
-   * Creates the link; nothing connects before {@linkcode NodeLink.start}.
-   *
-   * @example
-   * ```ts
-   * import { NodeLink } from "./slot_links.ts";
-   * import { EventLog } from "../http/events.ts";
-   *
-   * const link = new NodeLink({
-   *   routerEndpoint: "http://127.0.0.1:9000", nodeId: "gpu-a", nodeToken: null,
-   *   serverInstanceId: crypto.randomUUID(), slots: 2,
-   *   execute: () => Promise.resolve(new Response("unused")),
-   *   events: new EventLog({ logDir: null, console: false, programs: false }),
-   * });
-   * if (link.connectedSlots !== 0) throw new Error();
-   * ```
-   */
+  /** Creates the link; nothing connects before {@linkcode NodeLink.start}. */
   constructor(options: NodeLinkOptions) {
     this.#options = options;
   }
@@ -182,8 +149,8 @@ class _Slot {
     return new Promise<_Attempt>((resolve) => {
       let socket: WebSocketClient;
       try {
-        // The token goes in a request header, never into the URL. Not the platform's
-        // WebSocket: it keeps Nagle's algorithm on (link/websocket_client.ts says why).
+        // The token goes in a header, never into the URL; not the platform's WebSocket
+        // (link/websocket_client.ts says why).
         socket = new WebSocketClient(url, {
           headers,
           maxMessageBytes: MAX_FRAME_BYTES,
@@ -283,9 +250,7 @@ class _Slot {
       throw new LinkMessageError("a request head before the previous body ended");
     }
     if (this.#stop.signal.aborted) {
-      // Closing began: the slot goes away without the request (the Router answers 502 only if
-      // it had begun; it has not reached the pipeline).
-      this.#close(1001, "node stopping");
+      this.#close(1001, "node stopping"); // the request has not reached the pipeline
       return null;
     }
     const request = new TunnelledRequest(id, this.#socket);
@@ -305,8 +270,7 @@ class _Slot {
         return;
       }
       if (await request.answer(response)) this.#settle(request);
-      // An answer that failed otherwise than by the slot going away ends the connection, so the
-      // Router answers 502.
+      // An answer that failed while the slot stayed: the connection ends, the Router answers 502.
       else if (this.#request === request) this.#close(1011, "answer failed");
     })();
     return request;

@@ -31,20 +31,7 @@ import { releaseBuffer } from "../protocol/bytes.ts";
 import { isLiveOutput } from "../protocol/live_output.ts";
 import type { WholeBodyRequest } from "../server/execute/intake.ts";
 
-/**
- * One tunnelled request on a slot's connection.
- *
- * @example
- * ```ts
- * import { TunnelledRequest } from "./tunnelled_request.ts";
- *
- * const request = new TunnelledRequest("0f6c2b4e-1111-4222-8333-444455556666", null);
- * const input = request.input({ headers: [["content-length", "2"]], content_length: 2 }, "http");
- * if (input instanceof Request) throw new Error("a small body is taken whole");
- * request.body.receive(new Uint8Array([7, 8]), true);
- * if ((await input.bytes()).length !== 2) throw new Error();
- * ```
- */
+/** One tunnelled request on a slot's connection. */
 export class TunnelledRequest {
   /** The Router's request id. */
   readonly id: string;
@@ -78,17 +65,6 @@ export class TunnelledRequest {
    * `Content-Length` as a {@linkcode WholeBodyRequest} taken from the frames as they come (past
    * its length it is cut off where the pipeline's stream reader would cut it off), any other as
    * a `Request` whose body stream the frames feed.
-   *
-   * @example
-   * ```ts
-   * import { TunnelledRequest } from "./tunnelled_request.ts";
-   *
-   * const request = new TunnelledRequest("0f6c2b4e-1111-4222-8333-444455556666", null);
-   * const input = request.input({ headers: [], content_length: null }, "https");
-   * if (!(input instanceof Request) || input.url !== "https://kcoral-tunnel/execute") {
-   *   throw new Error();
-   * }
-   * ```
    */
   input(head: RequestHead, scheme: "http" | "https"): Request | WholeBodyRequest {
     const headers = new Headers();
@@ -116,19 +92,6 @@ export class TunnelledRequest {
   /**
    * The Router's `credit` for the answer; before the answer began, a violation
    * ({@linkcode LinkMessageError}).
-   *
-   * @example
-   * ```ts
-   * import { TunnelledRequest } from "./tunnelled_request.ts";
-   *
-   * const request = new TunnelledRequest("0f6c2b4e-1111-4222-8333-444455556666", null);
-   * try {
-   *   request.credit(1);
-   *   throw new Error("accepted");
-   * } catch (error) {
-   *   if (!(error instanceof Error) || error.name !== "LinkMessageError") throw error;
-   * }
-   * ```
    */
   credit(frames: number): void {
     if (!this.#answer) throw new LinkMessageError("credit before the answer");
@@ -138,14 +101,6 @@ export class TunnelledRequest {
   /**
    * Sends `response` as the answer; `true` once it went out whole, `false` when the connection
    * went away or the answer's body failed (its stream is then cancelled).
-   *
-   * @example
-   * ```ts
-   * import { TunnelledRequest } from "./tunnelled_request.ts";
-   *
-   * const request = new TunnelledRequest("0f6c2b4e-1111-4222-8333-444455556666", null);
-   * if (!(await request.answer(new Response("ok")))) throw new Error();
-   * ```
    */
   async answer(response: Response): Promise<boolean> {
     // Each `set-cookie` apart; `forEach` rather than Deno's slower `Headers` iterator
@@ -161,8 +116,7 @@ export class TunnelledRequest {
     const answer = new BodySender(
       this.id,
       { status: response.status, headers },
-      // The slot's client copies the frame into its own masked one at `send`: the frame's
-      // memory goes back at once instead of at a collection (protocol/bytes.ts).
+      // `send` copies the frame: its memory goes back at once (protocol/bytes.ts).
       (frame) => (this.#send(frame), releaseBuffer(frame)),
       // Full frames of a large answer's chunks are masked from the chunk itself.
       (parts) => this.#socket?.sendParts(parts),
@@ -172,9 +126,8 @@ export class TunnelledRequest {
     try {
       const live = isLiveOutput(contentType);
       if (!live && declared <= MAX_DATA_BYTES) {
-        // The pipeline's answers declare their length: read whole (`body` is not touched: it
-        // would turn the bytes into a stream) and sent with the head and the end in one frame;
-        // more than declared goes out as any body does.
+        // A declared length: read whole (not through `body`, which would make a stream) and
+        // sent with the head and the end in one frame.
         const bytes = await response.bytes();
         if (bytes.length <= MAX_DATA_BYTES) answer.sendComplete(bytes);
         else await answer.write(bytes);
@@ -199,15 +152,6 @@ export class TunnelledRequest {
   /**
    * The request ends without its answer (a cancel, a lost connection): its body's reader, its
    * answer and its run's signal fail with `tunnel: <reason>`.
-   *
-   * @example
-   * ```ts
-   * import { TunnelledRequest } from "./tunnelled_request.ts";
-   *
-   * const request = new TunnelledRequest("0f6c2b4e-1111-4222-8333-444455556666", null);
-   * request.fail("client_disconnected");
-   * if (!request.abort.signal.aborted) throw new Error();
-   * ```
    */
   fail(reason: string): void {
     const error = new Error(`tunnel: ${reason}`);

@@ -19,29 +19,6 @@ import type { RoutedRequest } from "./intake.ts";
 /**
  * A slot for `routed`, at once or after its wait in the queue (added to `trace.queueWaitMs`);
  * throws the {@linkcode Rejection} to answer.
- *
- * @example
- * ```ts
- * import { admitRequest } from "./admission.ts";
- * import { RequestTrace } from "./finish.ts";
- * import { defaultRegistryConfig } from "./options.ts";
- * import { NodeRegistry } from "./registry.ts";
- * import { EventLog } from "../http/events.ts";
- * import type { Rejection } from "../http/rejection.ts";
- *
- * const registry = new NodeRegistry(defaultRegistryConfig({ maxQueuedRequests: 0 }));
- * const events = new EventLog({ logDir: null, console: false, programs: false });
- * const routed = {
- *   request: new Request("http://router/execute", { method: "POST" }),
- *   preferred: null, length: null, body: new Uint8Array(0), prefix: null,
- * };
- * try {
- *   await admitRequest(routed, new RequestTrace(events), { registry });
- *   throw new Error("no node, yet a slot");
- * } catch (rejection) {
- *   if ((rejection as Rejection).kind !== "router_busy") throw rejection; // nobody may wait
- * }
- * ```
  */
 export function admitRequest(
   routed: RoutedRequest,

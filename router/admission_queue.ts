@@ -24,16 +24,7 @@
  * @module
  */
 
-/**
- * The queue is full: the request was not placed and can be retried (HTTP 503 `router_busy`).
- *
- * @example
- * ```ts
- * import { RouterBusy } from "./admission_queue.ts";
- *
- * if (new RouterBusy().kind !== "router_busy") throw new Error();
- * ```
- */
+/** The queue is full: the request was not placed and can be retried (HTTP 503 `router_busy`). */
 export class RouterBusy extends Error {
   /** The error kind of the Router's error body. */
   readonly kind = "router_busy";
@@ -47,13 +38,6 @@ export class RouterBusy extends Error {
 /**
  * No slot freed up before the wait ended: the request was not sent to a node and can be retried
  * (HTTP 503 `no_node`).
- *
- * @example
- * ```ts
- * import { NoNode } from "./admission_queue.ts";
- *
- * if (new NoNode().kind !== "no_node") throw new Error();
- * ```
  */
 export class NoNode extends Error {
   /** The error kind of the Router's error body. */
@@ -68,14 +52,6 @@ export class NoNode extends Error {
 /**
  * The Router is stopping: waiters are let go, and nothing more is admitted. A {@linkcode NoNode}
  * (the request never reached a node).
- *
- * @example
- * ```ts
- * import { NoNode, RouterStopping } from "./admission_queue.ts";
- *
- * const error = new RouterStopping();
- * if (!(error instanceof NoNode) || error.message !== "router stopping") throw new Error();
- * ```
  */
 export class RouterStopping extends NoNode {
   /** Creates the error. */
@@ -108,25 +84,6 @@ interface Ticket {
 /**
  * The bounded wait for capacity. What "capacity" is belongs to the caller: `take` either takes
  * something (and returns it) or returns `null`.
- *
- * @example
- * ```ts
- * import { AdmissionQueue, RouterBusy } from "./admission_queue.ts";
- *
- * const queue = new AdmissionQueue({ maxWaiting: 1, waitTimeoutMs: 1000 });
- * let free = 0;
- * const take = () => free > 0 ? free-- : null;
- * const waiting = queue.admit(take);
- * await queue.admit(take).then(() => {
- *   throw new Error("admitted");
- * }, (error) => {
- *   if (!(error instanceof RouterBusy)) throw error;
- * });
- * free = 1;
- * queue.wakeOne();
- * await waiting;
- * if (queue.waiting !== 0) throw new Error();
- * ```
  */
 export class AdmissionQueue {
   readonly #maxWaiting: number;
@@ -166,9 +123,7 @@ export class AdmissionQueue {
     if (typeof abortSignal !== "function") abortSignal?.throwIfAborted();
     const immediate = take();
     if (immediate !== null) return immediate;
-    // A signal given as a function is asked for only now: a request that gets a slot at once
-    // never touches it (Deno.serve warns when a request's signal, once read, aborts after a
-    // successful answer).
+    // Asked for only now: a request that gets a slot at once never reads its signal.
     const signal = typeof abortSignal === "function" ? abortSignal() : abortSignal;
     signal?.throwIfAborted();
     if (this.#placesInUse >= this.#maxWaiting) throw new RouterBusy();
@@ -217,26 +172,19 @@ export class AdmissionQueue {
     }
   }
 
-  /**
-   * Wakes every waiter (any other change: a status report, a slot registered or removed, the
-   * sweep, a saturation mark).
-   */
+  /** Wakes every waiter (any other change of state). */
   wakeAll(): void {
     for (const ticket of [...this.#parked]) ticket.settle("all");
   }
 
-  /**
-   * Stops: every waiter rejects with {@linkcode RouterStopping}, and so does every later
-   * {@linkcode AdmissionQueue.admit}. Idempotent.
-   */
+  /** Stops: every waiter and every later `admit` rejects with {@linkcode RouterStopping}. */
   close(): void {
     this.#closed = true;
     for (const ticket of [...this.#parked]) ticket.settle("closed");
   }
 
   #park(): Ticket {
-    let resolve!: (why: Wake) => void;
-    const promise = new Promise<Wake>((r) => resolve = r);
+    const { promise, resolve } = Promise.withResolvers<Wake>();
     const ticket: Ticket = {
       promise,
       settle: (why) => {

@@ -162,14 +162,12 @@ class _Router implements RouterApp {
   }
 
   async shutdown(): Promise<void> {
-    // New requests are turned away and queued ones let go at once (503, safe to retry); the
-    // requests on nodes finish.
+    // New and queued requests get a 503 at once; the requests on nodes finish.
     const drained = this.#inFlight.drain();
     this.registry.close();
     await drained;
     this.#clientWatch.stop();
-    // Every node connection closed with 1001, each close written and echoed (or given up
-    // after its wait) before the Router reports its stop.
+    // Every node connection closed with 1001 (echoed, or given up) before the stop is reported.
     const sockets = [...this.#sockets];
     for (const socket of sockets) socket.close(1001, "router stopping");
     await Promise.all(sockets.map((socket) => socket.closed));
@@ -194,8 +192,7 @@ class _Router implements RouterApp {
   }
 
   async #execute(request: Request): Promise<Response> {
-    // Once stopping, the registry refuses every request: a 503 router_busy with its request
-    // id and Retry-After, like any other refusal. In flight until the attempt has finished: its answer streamed, abandoned or refused.
+    // In flight until the attempt has finished: its answer streamed, abandoned or refused.
     this.#inFlight.enter();
     let left = false;
     const leave = () => {

@@ -76,19 +76,6 @@ export interface SlotLease {
 /**
  * A node's data slots: the registered connections by slot id (idle and busy), and the idle ones
  * oldest first.
- *
- * @example
- * ```ts
- * import { NodeSlots } from "./connections.ts";
- *
- * const slots = new NodeSlots();
- * const slot = { connectionId: "d1", slotId: "x", nodeId: "gpu-a", serverInstanceId: "i1",
- *   close() {} };
- * slots.add(slot);
- * if (slots.takeIdle() !== slot || slots.size !== 1) throw new Error("taken, still registered");
- * slots.giveBack(slot, true, "i1");
- * if (slots.idleCount !== 1) throw new Error("idle again");
- * ```
  */
 export class NodeSlots {
   readonly #byId = new Map<string, SlotHandle>();

@@ -39,19 +39,6 @@ import { uploadBody } from "./upload.ts";
  * The node's answer to `routed` through the slot `lease` holds, to stream back; `null` when the
  * slot went away before anything was sent on it (a body read whole at intake: another slot may
  * take the request). Throws the {@linkcode Rejection} to answer; the lease is settled either way.
- *
- * @example
- * ```ts
- * import type { SlotLease } from "./connections.ts";
- * import type { RequestTrace } from "./finish.ts";
- * import type { RoutedRequest } from "./intake.ts";
- * import { exchangeOnSlot } from "./exchange.ts";
- *
- * async function forward(routed: RoutedRequest, lease: SlotLease, trace: RequestTrace) {
- *   return await exchangeOnSlot(routed, lease, trace, { maxRequestBytes: 1 << 20 }) ??
- *     "take another slot";
- * }
- * ```
  */
 export async function exchangeOnSlot(
   routed: RoutedRequest,
@@ -76,7 +63,7 @@ export async function exchangeOnSlot(
     throw routerRejections.transport();
   }
   // Settles only with what ends the attempt before its answer: the upload's rejection, or the
-  // client going away while the node works (an upload that ended leaves the answer to come).
+  // client going away while the node works.
   const { promise: interrupted, resolve: interrupt, reject } = Promise.withResolvers<
     Rejection
   >();
@@ -87,9 +74,7 @@ export async function exchangeOnSlot(
   try {
     return await _answer(exchange, interrupted, lease, trace);
   } finally {
-    // Once the answer is the client's (whole, or its stream begun), its stream notices a client
-    // that goes away.
-    unwatch();
+    unwatch(); // from here the answer's stream notices a client that goes away
   }
 }
 
@@ -130,10 +115,8 @@ async function _answer(
   responseHeaders.push([NODE_HEADER, lease.nodeId], ["x-request-id", trace.id]);
   trace.status = head.status;
   if (head.status === 503) lease.markSaturated();
-  // A status that has no body (204, 205, 304) gets none, whatever the node sent: the node's
-  // bytes are read to its end all the same (the slot is settled there) and dropped.
+  // 204, 205 and 304 get no body; the node's bytes are still read to its end, and dropped.
   const bodyless = _NULL_BODY_STATUSES.has(head.status);
-  // Written one line per entry: a repeated header stays repeated (http/http1_response.ts).
   const respond = (body: BodyInit | null) =>
     withFieldLines(new Response(body, { status: head.status, headers: responseHeaders }), [
       ...responseHeaders,
@@ -177,14 +160,9 @@ function _declaresOneFrame(head: ResponseHead): boolean {
 }
 
 /**
- * An answer of at most one frame of bytes, taken whole up to the node's end
- * (docs/decisions/router-trivial-latency.md): the client then gets it with its length in one
- * write, where a streamed answer costs the Router a stream, chunked framing and a second write;
- * a node sends such an answer in one frame with its head and end, here at once. `null`
- * once the answer is larger (nothing taken: it is streamed). Whatever `Content-Length` the node
- * declared, the bytes up to its `end` are the answer. The slot is settled as at a streamed
- * answer's end; an upload failing first, a client going away (`ForwardContext.clientWatch`)
- * or the slot failing are answered as before the head.
+ * An answer of at most one frame of bytes, taken whole up to the node's end so the client gets
+ * it with its length in one write (docs/decisions/router-trivial-latency.md); `null` once it is
+ * larger (then streamed). Failures are answered as before the head.
  */
 async function _wholeAnswer(
   exchange: TunnelExchange,
@@ -196,10 +174,8 @@ async function _wholeAnswer(
   try {
     answer = await Promise.race([exchange.body.wholeIfWithin(MAX_DATA_BYTES), interrupted]);
   } catch (error) {
-    // The pipeline answers it (its log line included); the slot is given up here.
-    const reason = error instanceof TunnelError ? error.reason : "tunnel_disconnected";
     lease.release(false);
-    throw routerRejections.transport(reason);
+    throw routerRejections.transport(_failureReason(error));
   }
   if (answer instanceof Rejection) {
     exchange.cancel(_cancelReason(answer.reason));
@@ -233,10 +209,12 @@ function _settle(
   trace.reason = reason;
   if (cancel) exchange.cancel(_cancelReason(cancel));
   lease.release(reusable);
-  // At once, not on a timer: the console line is only gathered here (it is written with others
-  // later, http/events.ts), and a timer per request cost the Router more than the event itself
-  // (decisions.md, "The Router finishes an attempt without a timer").
-  trace.finish();
+  trace.finish(); // at once, not on a timer (decisions.md, "The Router finishes an attempt …")
+}
+
+/** The finish reason of a slot that failed with `error`. */
+function _failureReason(error: unknown): FinishReason {
+  return error instanceof TunnelError ? error.reason : "tunnel_disconnected";
 }
 
 /** The `cancel` reason the node gets for an attempt that ended with `reason`. */
@@ -248,11 +226,7 @@ function _cancelReason(reason: string) {
     : "request_rejected";
 }
 
-/**
- * What a cut-short answer's stream fails with: the connection ends the answer there (the client
- * sees it cut short), and the attempt's own `request_finished` line gives the reason, so the
- * value says nothing more.
- */
+/** What a cut-short answer's stream fails with (the `request_finished` line gives the reason). */
 const _CUT_SHORT = "";
 
 /** The node's body for the client; the slot's fate is settled when it ends either way. */
@@ -270,10 +244,8 @@ function _responseBody(
     settled = true;
     _settle(exchange, lease, trace, reason, reusable, cancel);
   };
-  // The chunk last handed to the client's answer: once the answer asks for the next one, its
-  // connection has written it (a chunked answer's chunks are written one by one, each before
-  // the next is read: http/http1_response.ts), and its memory goes back at once instead of at a
-  // collection (protocol/bytes.ts says why).
+  // The chunk last handed to the client: written once the next is asked for
+  // (http/http1_response.ts), so its memory goes back at once (protocol/bytes.ts says why).
   let handed: Uint8Array | null = null;
   const release = () => {
     if (handed) releaseBuffer(handed);
@@ -286,9 +258,7 @@ function _responseBody(
       try {
         next = await Promise.race([reader.read(), interrupted]);
       } catch (error) {
-        // The slot failed mid-answer: the client's body is cut short.
-        const reason = error instanceof TunnelError ? error.reason : "tunnel_disconnected";
-        settle(reason, false);
+        settle(_failureReason(error), false); // the slot failed mid-answer
         controller.error(_CUT_SHORT);
         return;
       }

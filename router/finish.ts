@@ -35,16 +35,6 @@ const _TRANSPORT = "KCoral Server tunnel failed; execution outcome is unknown an
  * Every answer the Router makes itself (spec router §2.2, "Error body"), with the
  * `finish_reason` of its log line. A client that went away gets a 499 nobody reads; its log line
  * says `http_status` 0.
- *
- * @example
- * ```ts
- * import { routerRejections } from "./finish.ts";
- *
- * const full = routerRejections.queueFull();
- * if (full.status !== 503 || full.kind !== "router_busy" || full.reason !== "queue_full") {
- *   throw new Error();
- * }
- * ```
  */
 export const routerRejections = {
   /** 400: a `Content-Length` that is no length. */
@@ -105,23 +95,6 @@ export const routerRejections = {
  * One attempt's record behind its `request_finished` line (upstream's `RequestTrace`): its
  * request id (the one the node's `events.jsonl` has for it), node, status, waits, byte counts
  * and how it ended. The line is written once; `onFinished` is called then.
- *
- * @example
- * ```ts
- * import { EventLog } from "../http/events.ts";
- * import { RequestTrace, routerRejections } from "./finish.ts";
- *
- * const lines: string[] = [];
- * const events = new EventLog({
- *   logDir: null, console: true, programs: false, consoleWrite: (line) => lines.push(line),
- * });
- * const trace = new RequestTrace(events);
- * const response = trace.rejected(routerRejections.noNode());
- * const body = await response.bytes();
- * if (response.status !== 503 || response.headers.get("retry-after") !== "1") throw new Error();
- * if (response.headers.get("content-length") !== String(body.length)) throw new Error();
- * if (!lines.some((line) => line.includes("finish_reason=queue_timeout"))) throw new Error();
- * ```
  */
 export class RequestTrace {
   /** The request id the node gets (`X-Request-ID`). */

@@ -40,27 +40,11 @@ export const DROPPED_RESPONSE_HEADERS: readonly string[] = [
   "content-length",
 ];
 
-/**
- * `headers` as entries, less hop-by-hop headers, those `Connection` names and `drop`.
- *
- * @example
- * ```ts
- * import { forwardedHeaders } from "./headers.ts";
- *
- * const headers = new Headers({ connection: "x-private", "x-private": "1", "x-keep": "2" });
- * headers.append("set-cookie", "a=1");
- * headers.append("set-cookie", "b=2");
- * const out = forwardedHeaders(headers, ["host"]);
- * if (JSON.stringify(out) !== '[["set-cookie","a=1"],["set-cookie","b=2"],["x-keep","2"]]') {
- *   throw new Error(JSON.stringify(out));
- * }
- * ```
- */
+/** `headers` as entries, less hop-by-hop headers, those `Connection` names and `drop`. */
 export function forwardedHeaders(headers: Headers, drop: readonly string[]): HeaderEntry[] {
   const connection = headers.get("connection");
   const named = connection === null ? _dropped(drop) : _withConnectionNames(drop, [connection]);
-  // `forEach` visits what iterating visits (sorted names, each `set-cookie` apart), about six
-  // times faster than Deno's `Headers` iterator (2.3 against 13 µs for seven headers).
+  // `forEach` visits what iterating visits, several times faster than Deno's `Headers` iterator.
   const out: HeaderEntry[] = [];
   headers.forEach((value, name) => {
     if (!named.has(name)) out.push([name, value]);
@@ -69,25 +53,8 @@ export function forwardedHeaders(headers: Headers, drop: readonly string[]): Hea
 }
 
 /**
- * A node's response header entries as the client gets them: less hop-by-hop headers, those its
- * `Connection` entries name and `drop`, names compared case-insensitively. Repeated names stay
- * separate entries in their order: give the entries themselves to `Response` (a `Headers` given
- * to it would be read joined, `a: 1, 2`). The same headers as {@linkcode forwardedHeaders}
- * gives for the entries' `Headers`, without building one. Not checked here: an entry `Headers`
- * refuses fails where the entries are used.
- *
- * @example
- * ```ts
- * import { forwardedResponseEntries } from "./headers.ts";
- *
- * const entries = forwardedResponseEntries([
- *   ["Connection", "x-private"], ["x-private", "1"], ["x-a", "1"], ["x-a", "2"],
- *   ["Content-Length", "5"], ["set-cookie", "a=1"],
- * ], ["content-length"]);
- * if (JSON.stringify(entries) !== '[["x-a","1"],["x-a","2"],["set-cookie","a=1"]]') {
- *   throw new Error(JSON.stringify(entries));
- * }
- * ```
+ * A node's response header entries as the client gets them, as {@linkcode forwardedHeaders}
+ * filters them but without building a `Headers`; repeated names stay separate entries.
  */
 export function forwardedResponseEntries(
   entries: readonly HeaderEntry[],
@@ -133,22 +100,8 @@ const _TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 const _SUSPECT_VALUE = /[\0\r\n]|[^\x00-\xff]/;
 
 /**
- * Whether an HTTP answer can carry every entry, as `Headers` decides (a name that is a token; a
- * value of bytes without NUL, CR or LF once its surrounding whitespace is trimmed), without
- * building a `Headers` for the common case: only a value with one of those characters is given
- * to one.
- *
- * @example
- * ```ts
- * import { validHeaderEntries } from "./headers.ts";
- *
- * if (!validHeaderEntries([["content-type", "application/json"], ["x-a", " 1\r\n"]])) {
- *   throw new Error("valid entries refused");
- * }
- * if (validHeaderEntries([["bad name", "1"]]) || validHeaderEntries([["x-a", "1\r\nx: 2"]])) {
- *   throw new Error("invalid entries taken");
- * }
- * ```
+ * Whether an HTTP answer can carry every entry, as `Headers` decides; only a value with NUL, CR
+ * or LF is given to a `Headers` to check.
  */
 export function validHeaderEntries(entries: readonly HeaderEntry[]): boolean {
   for (const [name, value] of entries) {

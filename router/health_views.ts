@@ -82,14 +82,6 @@ export interface RegistryState {
  * `requests_in_progress` = requests running; `requests_waiting` = queue places in use;
  * `target`/`versions` = the cohort baseline (`{}` when none). A closed registry takes no more
  * work: not ok, no capacity.
- *
- * @example
- * ```ts
- * import { healthView } from "./health_views.ts";
- *
- * const health = healthView({ nodes: [], now: 0, waiting: 2, cohort: null, closed: false });
- * if (health.ok || health.load.requests_waiting !== 2) throw new Error();
- * ```
  */
 export function healthView(state: RegistryState): RegistryHealth {
   let ok = false;
@@ -117,14 +109,6 @@ export function healthView(state: RegistryState): RegistryHealth {
  * The internal snapshot (spec router §2.5 "No node list"): every node record with its state,
  * instances, counts and errors (`last_probe_ok`: its last healthy report is at most
  * `maxStatusAgeMs` old), plus the requests running and waiting.
- *
- * @example
- * ```ts
- * import { snapshotView } from "./health_views.ts";
- *
- * const state = { nodes: [], now: 0, waiting: 0, cohort: null, closed: false };
- * if (snapshotView(state, 5000).workers.length !== 0) throw new Error();
- * ```
  */
 export function snapshotView(state: RegistryState, maxStatusAgeMs: number): RegistrySnapshot {
   const now = state.now;

@@ -19,7 +19,6 @@ import {
   CONTROL_PATH,
   encodeMessage,
   FIRST_MESSAGE_TIMEOUT_MS,
-  LINK_CLOSE,
   type LinkCloseName,
   LinkMessageError,
   MAX_TEXT_BYTES,
@@ -38,7 +37,7 @@ import type { EventLog } from "../http/events.ts";
 import { jsonResponse } from "../http/routes.ts";
 import { type ControlHandle, LinkRefusal } from "./connections.ts";
 import type { NodeRegistry } from "./registry.ts";
-import { RouterSlot } from "./slot_link.ts";
+import { closeLink, RouterSlot } from "./slot_link.ts";
 
 /** What the hub needs of the Router. */
 export interface HubContext {
@@ -62,40 +61,11 @@ const _LINK_LIMITS = {
   idleTimeoutMs: 30_000,
 };
 
-/**
- * Answers a node's upgrade request on the control or slot path.
- *
- * @example
- * ```ts
- * import { acceptNodeLink } from "./hub.ts";
- * import { NodeRegistry } from "./registry.ts";
- * import { defaultRegistryConfig } from "./options.ts";
- * import { EventLog } from "../http/events.ts";
- * import type { ServerWebSocket } from "../link/websocket_server.ts";
- *
- * const registry = new NodeRegistry(defaultRegistryConfig());
- * const events = new EventLog({ logDir: null, console: false, programs: false });
- * const ctx = { registry, nodeToken: "s3cret", events, sockets: new Set<ServerWebSocket>() };
- * const refused = acceptNodeLink(new Request("http://router/kcoral/v1/slot"), ctx);
- * if (refused.status !== 401) throw new Error(String(refused.status));
- * registry.close();
- * ```
- */
+/** Answers a node's upgrade request on the control or slot path. */
 export function acceptNodeLink(request: Request, ctx: HubContext): Response {
   // The token comes first: nothing else of an unauthenticated peer is read.
   if (!bearerMatches(request.headers.get("authorization"), ctx.nodeToken)) {
-    ctx.events.emit("WARNING", "node_link_refused", {
-      link: _linkName(request),
-      code: "unauthenticated",
-      reason: "invalid node bearer token",
-    });
-    return jsonResponse(
-      401,
-      JSON.stringify({
-        status: "ERROR",
-        error: { kind: "unauthenticated", message: "invalid node bearer token" },
-      }),
-    );
+    return _refuseUpgrade(request, ctx, 401, "unauthenticated", "invalid node bearer token");
   }
   if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") {
     return new Response('{"detail":"Upgrade Required"}', {
@@ -107,18 +77,9 @@ export function acceptNodeLink(request: Request, ctx: HubContext): Response {
   try {
     upgraded = upgradeWebSocket(request, _LINK_LIMITS);
   } catch (error) {
-    // Not a valid WebSocket handshake (no Sec-WebSocket-Key, no "upgrade" in Connection, ...).
     if (!(error instanceof WebSocketHandshakeError)) throw error;
     const message = `invalid WebSocket handshake: ${error.message}`;
-    ctx.events.emit("WARNING", "node_link_refused", {
-      link: _linkName(request),
-      code: "invalid_request",
-      reason: message,
-    });
-    const response = jsonResponse(
-      error.status,
-      JSON.stringify({ status: "ERROR", error: { kind: "invalid_request", message } }),
-    );
+    const response = _refuseUpgrade(request, ctx, error.status, "invalid_request", message);
     if (error.status === 426) response.headers.set("sec-websocket-version", "13");
     return response;
   }
@@ -134,8 +95,21 @@ export function acceptNodeLink(request: Request, ctx: HubContext): Response {
   const path = new URL(request.url).pathname;
   if (path === CONTROL_PATH) _control(socket, ctx);
   else if (path === SLOT_PATH) _slot(socket, ctx);
-  else socket.onopen = () => _close(socket, "invalid_argument", "unknown node link path");
+  else socket.onopen = () => closeLink(socket, "invalid_argument", "unknown node link path");
   return response;
+}
+
+/** An upgrade refused before the handshake: logged, and answered with `status`. */
+function _refuseUpgrade(
+  request: Request,
+  ctx: HubContext,
+  status: number,
+  kind: string,
+  message: string,
+): Response {
+  const link = _linkName(request);
+  ctx.events.emit("WARNING", "node_link_refused", { link, code: kind, reason: message });
+  return jsonResponse(status, JSON.stringify({ status: "ERROR", error: { kind, message } }));
 }
 
 /** Which link a refused request asked for, for its `node_link_refused` event. */
@@ -143,17 +117,9 @@ function _linkName(request: Request): "control" | "slot" {
   return new URL(request.url).pathname === CONTROL_PATH ? "control" : "slot";
 }
 
-function _close(socket: ServerWebSocket, code: LinkCloseName, reason: string): void {
-  try {
-    socket.close(LINK_CLOSE[code], reason.slice(0, 120));
-  } catch {
-    // already closed
-  }
-}
-
 function _firstMessageTimer(socket: ServerWebSocket): ReturnType<typeof setTimeout> {
   return setTimeout(
-    () => _close(socket, "deadline_exceeded", "no first message in time"),
+    () => closeLink(socket, "deadline_exceeded", "no first message in time"),
     FIRST_MESSAGE_TIMEOUT_MS,
   );
 }
@@ -168,13 +134,13 @@ function _refused(
     ? [error.code, error.message]
     : ["invalid_argument", (error as Error).message];
   ctx.events.emit("WARNING", "node_link_refused", { ...fields, code, reason: message });
-  _close(socket, code, message);
+  closeLink(socket, code, message);
 }
 
 function _control(socket: ServerWebSocket, ctx: HubContext): void {
   const handle: ControlHandle = {
     connectionId: crypto.randomUUID(),
-    close: (code, reason) => _close(socket, code, reason),
+    close: (code, reason) => closeLink(socket, code, reason),
   };
   let registered = false;
   let nodeId = "";

@@ -37,19 +37,6 @@ export interface RoutedRequest {
 /**
  * Reads what the Router needs of `request` before it takes a slot; throws the
  * {@linkcode Rejection} to answer.
- *
- * @example
- * ```ts
- * import { receiveRequest } from "./intake.ts";
- *
- * const routed = await receiveRequest(
- *   new Request("http://router/execute", {
- *     method: "POST", body: "{}", headers: { "x-kcoral-node": "gpu-a", "content-length": "2" },
- *   }),
- *   { maxRequestBytes: 1 << 20 },
- * );
- * if (routed.preferred !== "gpu-a" || routed.body?.length !== 2) throw new Error("read whole");
- * ```
  */
 export async function receiveRequest(
   request: Request,
@@ -116,40 +103,40 @@ async function _firstFrame(
     return null;
   }
   const capacity = length === null ? MAX_DATA_BYTES + 1 : MAX_DATA_BYTES;
-  let buffer = new Uint8Array(capacity);
-  let filled = 0;
   try {
-    while (filled < capacity) {
-      const read = await reader.read(buffer.subarray(filled));
-      if (read.value) {
-        buffer = new Uint8Array(read.value.buffer as ArrayBuffer, 0, capacity);
-        filled += read.value.length;
-      }
-      if (read.done) {
-        if (length !== null) return routerRejections.lengthMismatch();
-        break;
-      }
-    }
+    const { bytes, done } = await readInto(reader, new Uint8Array(capacity));
+    return done && length !== null ? routerRejections.lengthMismatch() : bytes;
   } catch (error) {
     return bodyReadRejection(error);
   } finally {
     reader.releaseLock();
   }
-  return buffer.subarray(0, filled);
+}
+
+/**
+ * Fills `buffer` from a BYOB `reader` until it is full or the stream ends: the bytes read (a
+ * read moves the memory, so a new view of `buffer`'s range) and whether the stream ended.
+ */
+export async function readInto(
+  reader: ReadableStreamBYOBReader,
+  buffer: Uint8Array,
+): Promise<{ bytes: Uint8Array; done: boolean }> {
+  const { byteOffset, length: capacity } = buffer;
+  let filled = 0;
+  while (filled < capacity) {
+    const read = await reader.read(buffer.subarray(filled));
+    if (read.value) {
+      buffer = new Uint8Array(read.value.buffer as ArrayBuffer, byteOffset, capacity);
+      filled += read.value.length;
+    }
+    if (read.done) return { bytes: buffer.subarray(0, filled), done: true };
+  }
+  return { bytes: buffer.subarray(0, filled), done: false };
 }
 
 /**
  * What a client's body that failed while it was read is answered with: 408 when it stopped
  * arriving (the connection's body timeout), else 400.
- *
- * @example
- * ```ts
- * import { BodyTimeoutError } from "../http/request_body.ts";
- * import { bodyReadRejection } from "./intake.ts";
- *
- * if (bodyReadRejection(new BodyTimeoutError(30_000)).status !== 408) throw new Error();
- * if (bodyReadRejection(new Error("reset")).status !== 400) throw new Error();
- * ```
  */
 export function bodyReadRejection(error: unknown): Rejection {
   const timeout = error instanceof BodyTimeoutError

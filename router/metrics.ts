@@ -33,39 +33,12 @@ const _STATES: readonly NodeState[] = [
   "unhealthy",
 ];
 
-/**
- * A Router's metrics, fed by its event log and read from its registry when scraped.
- *
- * @example
- * ```ts
- * import { EventLog } from "../http/events.ts";
- * import { NodeRegistry } from "./registry.ts";
- * import { defaultRegistryConfig } from "./options.ts";
- * import { RouterMetrics } from "./metrics.ts";
- *
- * const events = new EventLog({ logDir: null, console: false, programs: false });
- * const registry = new NodeRegistry(defaultRegistryConfig());
- * const metrics = new RouterMetrics(events, registry);
- * events.emit("WARNING", "request_finished", {
- *   http_status: 503, finish_reason: "queue_full", error_kind: "router_busy", queue_wait_ms: 0,
- *   request_bytes: 0, response_bytes: 0,
- * });
- * const text = await metrics.render();
- * if (!text.includes('outcome="queue_full",error_kind="router_busy"} 1')) throw new Error(text);
- * if (!text.includes('kcoral_router_nodes{state="ready"} 0')) throw new Error(text);
- * metrics.close();
- * registry.close();
- * ```
- */
+/** A Router's metrics, fed by its event log and read from its registry when scraped. */
 export class RouterMetrics {
   /** The registry `render` exposes. */
   readonly registry: Registry = new Registry();
   readonly #unsubscribe: () => void;
-  /**
-   * Requests finished so far by their label values (`code`, `outcome`, `error_kind`, joined by
-   * NUL): counted here, given to the counter when scraped (prom-client's `inc` with labels
-   * validates and hashes them on every call).
-   */
+  /** Requests finished by their label values joined by NUL; given to the counter when scraped. */
   readonly #requestCounts = new Map<string, number>();
   readonly #queueWait: Histogram;
   readonly #duration: Histogram;

@@ -56,20 +56,6 @@ export type SlotsToClose = [slots: SlotHandle[], reason: string];
  * Why a healthy status report cannot be used (spec router §1.4 item 3), or `null` when it can:
  * it needs a server instance id, `worker_count > 0`, `busy_workers <= worker_count` and a probe
  * at most `maxStatusAgeMs` old.
- *
- * @example
- * ```ts
- * import { healthyReportProblem } from "./node_health.ts";
- *
- * const report = {
- *   t: "status", node_id: "gpu-a", server_healthy: true, supervisor_instance_id: "s1",
- *   server_instance_id: "i1", worker_count: 1, busy_workers: 0, target: {}, versions: {},
- *   last_error: "", health_age_millis: 6_000,
- * } as const;
- * if (healthyReportProblem(report, 5_000) !== "node reports a stale local health snapshot") {
- *   throw new Error();
- * }
- * ```
  */
 export function healthyReportProblem(status: NodeStatus, maxStatusAgeMs: number): string | null {
   if (status.server_instance_id === "") {
@@ -84,18 +70,7 @@ export function healthyReportProblem(status: NodeStatus, maxStatusAgeMs: number)
   return null;
 }
 
-/**
- * Whether two cohorts have the same target and versions (the same keys, the same values).
- *
- * @example
- * ```ts
- * import { sameCohort } from "./node_health.ts";
- *
- * const pool = { target: { arch: "sm_90a" }, versions: {} };
- * if (!sameCohort(pool, { target: { arch: "sm_90a" }, versions: {} })) throw new Error();
- * if (sameCohort(pool, { target: { arch: "sm_80" }, versions: {} })) throw new Error();
- * ```
- */
+/** Whether two cohorts have the same target and versions (the same keys, the same values). */
 export function sameCohort(a: Cohort, b: Cohort): boolean {
   return _sameStrings(a.target, b.target) && _sameStrings(a.versions, b.versions);
 }
@@ -109,21 +84,6 @@ function _sameStrings(a: Record<string, string>, b: Record<string, string>): boo
 /**
  * One node's record: its state, instances, counts, control connection and slots. Its state
  * changes are reported to `emit` (`node_<state>` with `from` and `reason`, `node_restarted`).
- *
- * @example
- * ```ts
- * import { NodeRecord } from "./node_health.ts";
- *
- * const events: string[] = [];
- * const node = new NodeRecord("gpu-a", 0, { unhealthyThreshold: 3, recoveryThreshold: 2 },
- *   (event) => events.push(event));
- * node.reportUnhealthy({
- *   t: "status", node_id: "gpu-a", server_healthy: false, supervisor_instance_id: "s1",
- *   server_instance_id: "", worker_count: 0, busy_workers: 0, target: {}, versions: {},
- *   last_error: "KCoral Server is starting", health_age_millis: null,
- * });
- * if (node.status !== "unhealthy" || events.join() !== "node_unhealthy") throw new Error();
- * ```
  */
 export class NodeRecord implements LoadView {
   /** Its state. */

@@ -276,13 +276,6 @@ export function routerHelpText(env: Readonly<Record<string, string | undefined>>
 /**
  * The usage lines of `kcoral router` (ends with a newline), printed before a malformed command
  * line's error.
- *
- * @example
- * ```ts
- * import { routerUsage } from "./options.ts";
- *
- * if (!routerUsage().startsWith("usage: kcoral router [-h] [--version]")) throw new Error();
- * ```
  */
 export function routerUsage(): string {
   return commandLineUsage(routerCommandOptions, routerCommandLine);
@@ -323,16 +316,6 @@ export function parseRouterArgs(
  * (client tokens, TLS: http/access_options.ts) kept apart from the configuration, so that no
  * token reaches what the Router logs. An invalid access setting is a `CommandLineError` with
  * exit status 1.
- *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * import { parseRouterCommandLine } from "./options.ts";
- *
- * const { config, access } = parseRouterCommandLine(["--client-token", "a,b"], {});
- * assert.equal(config.port, 9000);
- * assert.deepEqual(access.clientTokens, ["a", "b"]);
- * ```
  */
 export function parseRouterCommandLine(
   argv: readonly string[],
@@ -360,22 +343,7 @@ export function parseRouterCommandLine(
   }
 }
 
-/**
- * The registry's settings from a router configuration (seconds become milliseconds).
- *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * import { parseRouterArgs, registryConfig } from "./options.ts";
- *
- * const defaults = parseRouterArgs([], {});
- * assert.deepEqual(registryConfig(defaults), {
- *   maxStatusAgeMs: 5000, unhealthyThreshold: 3, recoveryThreshold: 2,
- *   nodeRetentionMs: 600_000, statusCheckIntervalMs: 1000, maxQueuedRequests: 1024,
- *   queueWaitTimeoutMs: 1_800_000,
- * });
- * ```
- */
+/** The registry's settings from a router configuration (seconds become milliseconds). */
 export function registryConfig(config: RouterConfig): RegistryConfig {
   return {
     maxStatusAgeMs: config.maxStatusAgeSeconds * 1000,
@@ -391,16 +359,6 @@ export function registryConfig(config: RouterConfig): RegistryConfig {
 /**
  * The registry's settings of `kcoral router` run without options, with `overrides` (the Router's
  * defaults for a `NodeRegistry` made by hand).
- *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * import { defaultRegistryConfig } from "./options.ts";
- *
- * const config = defaultRegistryConfig({ maxQueuedRequests: 0 });
- * assert.equal(config.maxQueuedRequests, 0);
- * assert.equal(config.maxStatusAgeMs, 5000);
- * ```
  */
 export function defaultRegistryConfig(overrides: Partial<RegistryConfig> = {}): RegistryConfig {
   return { ...registryConfig(parseRouterArgs([], {})), ...overrides };

@@ -30,26 +30,7 @@ export type { ForwardContext } from "./forward_context.ts";
 /** Slots a request may take in turn when each goes away before anything was sent on it. */
 const _UNSENT_ATTEMPTS = 3;
 
-/**
- * Forwards one `POST /execute` through a node's slot and returns the answer to stream back.
- *
- * @example
- * ```ts
- * import { forwardExecute } from "./pipeline.ts";
- * import { NodeRegistry } from "./registry.ts";
- * import { defaultRegistryConfig } from "./options.ts";
- * import { EventLog } from "../http/events.ts";
- *
- * const registry = new NodeRegistry(defaultRegistryConfig({ maxQueuedRequests: 0 }));
- * const events = new EventLog({ logDir: null, console: false, programs: false });
- * const response = await forwardExecute(
- *   new Request("http://router/execute", { method: "POST", body: "x" }),
- *   { registry, maxRequestBytes: 1 << 20, events },
- * );
- * if (response.status !== 503 || response.headers.get("retry-after") !== "1") throw new Error();
- * await response.body?.cancel();
- * ```
- */
+/** Forwards one `POST /execute` through a node's slot and returns the answer to stream back. */
 export async function forwardExecute(request: Request, ctx: ForwardContext): Promise<Response> {
   const trace = new RequestTrace(ctx.events, ctx.onFinished);
   let lease: SlotLease | null = null;

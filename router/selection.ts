@@ -25,14 +25,6 @@ export interface LoadView {
 /**
  * The work a node is estimated to have: `max(in_flight, busy_workers)`, since a slot the Router
  * discarded may still be computing on the node.
- *
- * @example
- * ```ts
- * import { estimatedUsed } from "./selection.ts";
- *
- * const node = { name: "a", inFlight: 4, busyWorkers: 2, workerCount: 8, lastSelected: 0 };
- * if (estimatedUsed(node) !== 4) throw new Error();
- * ```
  */
 export function estimatedUsed(node: LoadView): number {
   return Math.max(node.inFlight, node.busyWorkers);
@@ -41,16 +33,6 @@ export function estimatedUsed(node: LoadView): number {
 /**
  * Compares the normalised loads of two nodes: negative when `first` is less loaded, positive
  * when more, 0 when equal. Exact (integers, cross-multiplied as `bigint`).
- *
- * @example
- * ```ts
- * import { compareLoad } from "./selection.ts";
- *
- * const node = (workerCount: number, busyWorkers: number) =>
- *   ({ name: "n", inFlight: 0, busyWorkers, workerCount, lastSelected: 0 });
- * if (compareLoad(node(8, 4), node(2, 0)) <= 0) throw new Error("4/8 > 0/2");
- * if (compareLoad(node(8, 4), node(2, 1)) !== 0) throw new Error("4/8 = 1/2");
- * ```
  */
 export function compareLoad(first: LoadView, second: LoadView): number {
   const left = BigInt(estimatedUsed(first)) * BigInt(Math.max(second.workerCount, 1));
@@ -63,17 +45,6 @@ export function compareLoad(first: LoadView, second: LoadView): number {
  * with `random` (values in `[0, 1)`), and the lower load wins; on equal load the one with the
  * smaller `lastSelected` (least recently selected); if still equal, the first drawn. Throws a
  * `RangeError` for no candidates.
- *
- * @example
- * ```ts
- * import { choosePowerOfTwo } from "./selection.ts";
- *
- * const a = { name: "a", inFlight: 0, busyWorkers: 0, workerCount: 1, lastSelected: 7 };
- * const b = { name: "b", inFlight: 0, busyWorkers: 0, workerCount: 1, lastSelected: 3 };
- * // Equal load: the least recently selected wins, whichever is drawn first.
- * if (choosePowerOfTwo([a, b], () => 0).name !== "b") throw new Error();
- * if (choosePowerOfTwo([a, b], () => 0.99).name !== "b") throw new Error();
- * ```
  */
 export function choosePowerOfTwo<T extends LoadView>(
   candidates: readonly T[],
@@ -94,17 +65,6 @@ export function choosePowerOfTwo<T extends LoadView>(
  * The node for a request: the candidate named `preferred` (the `x-kcoral-node` header) when
  * there is one, otherwise {@linkcode choosePowerOfTwo}; `null` when there are no candidates (the
  * Router never waits for the preferred node specifically).
- *
- * @example
- * ```ts
- * import { selectNode } from "./selection.ts";
- *
- * const a = { name: "a", inFlight: 3, busyWorkers: 0, workerCount: 1, lastSelected: 0 };
- * const b = { name: "b", inFlight: 0, busyWorkers: 0, workerCount: 1, lastSelected: 0 };
- * if (selectNode([a, b], "a")?.name !== "a") throw new Error("preferred, though busier");
- * if (selectNode([a, b], "gone")?.name !== "b") throw new Error("the less loaded");
- * if (selectNode([], "a") !== null) throw new Error();
- * ```
  */
 export function selectNode<T extends LoadView>(
   candidates: readonly T[],

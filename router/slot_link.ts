@@ -38,6 +38,15 @@ import type { SlotHandle } from "./connections.ts";
 /** Why an exchange failed: the node's answer was out of turn, or the connection went away. */
 export type TunnelFailure = "invalid_response" | "tunnel_disconnected";
 
+/** Closes a node link's `socket` with a node-link close code; one already closed is left be. */
+export function closeLink(socket: MessageSocket, code: LinkCloseName, reason: string): void {
+  try {
+    socket.close(LINK_CLOSE[code], reason.slice(0, 120));
+  } catch {
+    // already closed
+  }
+}
+
 /** The slot failed under a request. */
 export class TunnelError extends Error {
   /** Which failure. */
@@ -50,19 +59,7 @@ export class TunnelError extends Error {
   }
 }
 
-/**
- * One request through a slot, the Router's side.
- *
- * @example
- * ```ts
- * import type { TunnelExchange } from "./slot_link.ts";
- *
- * async function status(exchange: TunnelExchange): Promise<number> {
- *   await exchange.upload.end();
- *   return (await exchange.head).status;
- * }
- * ```
- */
+/** One request through a slot, the Router's side. */
 export interface TunnelExchange {
   /** The Router's request id. */
   readonly requestId: string;
@@ -82,14 +79,12 @@ class _Exchange implements TunnelExchange {
   readonly requestId: string;
   readonly upload: BodySender;
   readonly body: BodyReceiver;
-  readonly head: Promise<ResponseHead>;
-  readonly answered: Promise<void>;
+  readonly #head = Promise.withResolvers<ResponseHead>();
+  readonly #answered = Promise.withResolvers<void>();
+  readonly head: Promise<ResponseHead> = this.#head.promise;
+  readonly answered: Promise<void> = this.#answered.promise;
   headSeen = false;
   nodeEnded = false;
-  #resolveHead!: (head: ResponseHead) => void;
-  #rejectHead!: (error: TunnelError) => void;
-  #resolveAnswered!: () => void;
-  #rejectAnswered!: (error: TunnelError) => void;
   readonly #cancel: (reason: CancelReason) => void;
 
   constructor(
@@ -105,9 +100,7 @@ class _Exchange implements TunnelExchange {
     this.upload = new BodySender(
       requestId,
       { headers, content_length: contentLength },
-      // Each frame is a new buffer that the socket's send has copied: its memory goes back
-      // now rather than at a collection (protocol/bytes.ts says why). Once the upload's end
-      // went, the exchange may be over.
+      // The socket's send copied the frame: its memory goes back now (protocol/bytes.ts).
       (frame) => {
         send(frame);
         releaseBuffer(frame);
@@ -117,14 +110,6 @@ class _Exchange implements TunnelExchange {
     this.body = new BodyReceiver((frames) =>
       send(encodeMessage({ t: "credit", request_id: requestId, frames }))
     );
-    this.head = new Promise((resolve, reject) => {
-      this.#resolveHead = resolve;
-      this.#rejectHead = reject;
-    });
-    this.answered = new Promise((resolve, reject) => {
-      this.#resolveAnswered = resolve;
-      this.#rejectAnswered = reject;
-    });
     // Whoever does not wait for these still must not see an unhandled rejection.
     this.head.catch(() => {});
     this.answered.catch(() => {});
@@ -151,37 +136,26 @@ class _Exchange implements TunnelExchange {
     if (frame.head) {
       if (this.headSeen) throw new LinkMessageError("a second response head");
       this.headSeen = true;
-      this.#resolveHead(frame.head);
+      this.#head.resolve(frame.head);
     } else if (!this.headSeen) {
       throw new LinkMessageError("body before the response head");
     }
     this.body.receive(frame.bytes, frame.end);
     if (frame.end) {
       this.nodeEnded = true;
-      this.#resolveAnswered();
+      this.#answered.resolve();
     }
   }
 
   fail(error: TunnelError): void {
     this.upload.fail(error);
     this.body.fail(error);
-    this.#rejectHead(error);
-    if (!this.nodeEnded) this.#rejectAnswered(error);
+    this.#head.reject(error);
+    if (!this.nodeEnded) this.#answered.reject(error);
   }
 }
 
-/**
- * A registered slot's connection; the hub hands it every message after `hello`.
- *
- * @example
- * ```ts
- * import { RouterSlot } from "./slot_link.ts";
- *
- * function free(slot: RouterSlot): boolean {
- *   return !slot.isClosed && !slot.busy;
- * }
- * ```
- */
+/** A registered slot's connection; the hub hands it every message after `hello`. */
 export class RouterSlot implements SlotHandle {
   /** Unique per connection. */
   readonly connectionId: string = crypto.randomUUID();
@@ -277,27 +251,17 @@ export class RouterSlot implements SlotHandle {
     }
   }
 
-  /**
-   * Sends `cancel` for the request (if the socket takes it) and closes the connection with the
-   * reason; never waits.
-   */
+  /** Sends `cancel` for the request (if the socket takes it) and closes the connection. */
   cancel(requestId: string, reason: CancelReason): void {
     if (this.#closed) return;
     this.#send(encodeMessage({ t: "cancel", request_id: requestId, reason }));
     this.close("cancelled", reason);
   }
 
-  /**
-   * Closes the connection with a node-link close code and reason; idempotent. A request on it
-   * fails with `tunnel_disconnected`.
-   */
+  /** Closes the connection (idempotent); a request on it fails with `tunnel_disconnected`. */
   close(code: LinkCloseName, reason: string): void {
     if (this.#closed) return;
-    try {
-      this.#socket.close(LINK_CLOSE[code], reason.slice(0, 120));
-    } catch {
-      // already closing
-    }
+    closeLink(this.#socket, code, reason);
     this.closedBySocket(reason);
   }
 

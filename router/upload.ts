@@ -12,25 +12,12 @@ import { MAX_DATA_BYTES } from "../link/messages.ts";
 import type { Rejection } from "../http/rejection.ts";
 import type { ForwardContext } from "./forward_context.ts";
 import { type RequestTrace, routerRejections } from "./finish.ts";
-import { bodyReadRejection, type RoutedRequest } from "./intake.ts";
+import { bodyReadRejection, readInto, type RoutedRequest } from "./intake.ts";
 import { TunnelError, type TunnelExchange } from "./slot_link.ts";
 
 /**
  * Sends the client's body on `exchange` (`trace.requestBytes` follows it); resolves with the
  * rejection that ends the attempt, or `null` once `end` went out.
- *
- * @example
- * ```ts
- * import type { TunnelExchange } from "./slot_link.ts";
- * import type { RequestTrace } from "./finish.ts";
- * import type { RoutedRequest } from "./intake.ts";
- * import { uploadBody } from "./upload.ts";
- *
- * async function send(routed: RoutedRequest, exchange: TunnelExchange, trace: RequestTrace) {
- *   const failure = await uploadBody(routed, exchange, trace, { maxRequestBytes: 1 << 20 });
- *   if (failure) throw failure; // the stage's answer instead of the node's
- * }
- * ```
  */
 export async function uploadBody(
   routed: RoutedRequest,
@@ -111,31 +98,18 @@ async function _sendBody(
   try {
     for (let done = false; !done;) {
       // Sized to the rest of a body of known length (+1: the read that sees its end).
-      let payload = exchange.upload.payloadBuffer(
+      const payload = exchange.upload.payloadBuffer(
         length === null ? MAX_DATA_BYTES : Math.max(length - total, 0) + 1,
       );
-      // A read moves the memory (the old view reads as empty): its range, kept.
-      const { byteOffset, length: capacity } = payload;
-      let filled = 0;
-      while (filled < capacity) {
-        let read: ReadableStreamReadResult<Uint8Array>;
-        try {
-          read = await byob.read(payload.subarray(filled));
-        } catch (error) {
-          return bodyReadRejection(error);
-        }
-        if (read.value) {
-          payload = new Uint8Array(read.value.buffer as ArrayBuffer, byteOffset, capacity);
-          filled += read.value.length;
-        }
-        if (read.done) {
-          done = true;
-          break;
-        }
+      let bytes: Uint8Array;
+      try {
+        ({ bytes, done } = await readInto(byob, payload));
+      } catch (error) {
+        return bodyReadRejection(error);
       }
-      total += filled;
+      total += bytes.length;
       if (total > limit) return routerRejections.tooLarge();
-      if (filled > 0) await exchange.upload.sendPayload(payload.subarray(0, filled));
+      if (bytes.length > 0) await exchange.upload.sendPayload(bytes);
       trace.requestBytes = exchange.upload.sentBytes;
     }
     return total;

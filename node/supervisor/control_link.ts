@@ -16,10 +16,6 @@
  * The Router never sends anything after its ack: draining a node is done locally and seen by
  * the Router as this connection closing.
  *
- * The module runs past 400 lines because every public member carries a runnable example; the
- * report and the link are one unit (the link sends what the report holds), about 240 lines of
- * code.
- *
  * @module
  */
 import {
@@ -45,15 +41,6 @@ const CLOSE_WAIT_MS = 2000;
 /**
  * The WebSocket URL of a Router's control path: `ws://` for an `http://` endpoint, `wss://` for
  * `https://`.
- *
- * @example
- * ```ts
- * import { controlUrl } from "./control_link.ts";
- *
- * if (controlUrl("http://127.0.0.1:9000/") !== "ws://127.0.0.1:9000/kcoral/v1/control") {
- *   throw new Error();
- * }
- * ```
  */
 export function controlUrl(routerEndpoint: string): string {
   const url = new URL(CONTROL_PATH, routerEndpoint);
@@ -69,21 +56,6 @@ export function controlUrl(routerEndpoint: string): string {
  * own identity. A failure changes only `server_healthy` and `last_error`; the instance id and
  * capacity keep their last values. Every change is passed to the `onChange` listeners (the
  * control link sends a snapshot on each).
- *
- * @example
- * ```ts
- * import { NodeReport } from "./control_link.ts";
- *
- * let now = 1000;
- * const report = new NodeReport("gpu-a", "sup-1", () => now);
- * report.recordHealthy({
- *   instanceId: "srv-1", workerCount: 2, busyWorkers: 0, target: {}, versions: {},
- * });
- * now += 250;
- * report.markUnhealthy("health probe timed out after 1000 ms");
- * const status = report.snapshot();
- * if (status.server_instance_id !== "srv-1" || status.health_age_millis !== 250) throw new Error();
- * ```
  */
 export class NodeReport {
   /** The node's name. */
@@ -200,23 +172,6 @@ export interface ControlLinkOptions {
 
 /**
  * The outbound control connection, reconnecting until {@linkcode ControlLink.stop}.
- *
- * @example
- * ```ts
- * import { ControlLink, NodeReport } from "./control_link.ts";
- *
- * const report = new NodeReport("gpu-a");
- * // No Router listens on port 9: the link keeps trying until it is stopped.
- * const link = new ControlLink({
- *   routerEndpoint: "http://127.0.0.1:9",
- *   nodeToken: null,
- *   snapshot: () => report.snapshot(),
- *   heartbeatSeconds: 2,
- * });
- * link.start();
- * await link.stop();
- * if (link.acknowledged) throw new Error();
- * ```
  */
 export class ControlLink {
   readonly #options: ControlLinkOptions;

@@ -347,3 +347,39 @@ Deno.test("control link: a Router message other than an ack ends the connection"
     await server.shutdown();
   }
 });
+
+Deno.test("control link: controlUrl", () => {
+  if (controlUrl("http://127.0.0.1:9000/") !== "ws://127.0.0.1:9000/kcoral/v1/control") {
+    throw new Error();
+  }
+});
+
+Deno.test("control link: NodeReport", () => {
+  let now = 1000;
+  const report = new NodeReport("gpu-a", "sup-1", () => now);
+  report.recordHealthy({
+    instanceId: "srv-1",
+    workerCount: 2,
+    busyWorkers: 0,
+    target: {},
+    versions: {},
+  });
+  now += 250;
+  report.markUnhealthy("health probe timed out after 1000 ms");
+  const status = report.snapshot();
+  if (status.server_instance_id !== "srv-1" || status.health_age_millis !== 250) throw new Error();
+});
+
+Deno.test("control link: ControlLink", async () => {
+  const report = new NodeReport("gpu-a");
+  // No Router listens on port 9: the link keeps trying until it is stopped.
+  const link = new ControlLink({
+    routerEndpoint: "http://127.0.0.1:9",
+    nodeToken: null,
+    snapshot: () => report.snapshot(),
+    heartbeatSeconds: 2,
+  });
+  link.start();
+  await link.stop();
+  if (link.acknowledged) throw new Error();
+});

@@ -9,10 +9,6 @@
  * with {@linkcode supervisorOptionsFrom} (the child's arguments from
  * {@linkcode childServerArgs}).
  *
- * The module runs past 400 lines because the table is written out entry by entry (as the
- * options mechanism wants, for JSR's fast type check) and every export carries a runnable
- * example.
- *
  * @module
  */
 import { CommandLineError, type OptionSource } from "../../options/command.ts";
@@ -27,21 +23,7 @@ import { probeOrigin } from "./probe.ts";
 import type { ChildCommand } from "./process_tree.ts";
 import { nodeServerEnv, type SupervisorOptions, type SupervisorTimings } from "./supervisor.ts";
 
-export type { OptionRule, OptionSource };
-export type { ChildCommand } from "./process_tree.ts";
-export type { SupervisorOptions } from "./supervisor.ts";
-
-/**
- * The node connection and supervisor options of `kcoral server`, in `--help` order.
- *
- * @example
- * ```ts
- * import { nodeOptions } from "./options.ts";
- *
- * if (nodeOptions.routerEndpoint.env !== "KCORAL_ROUTER_ENDPOINT") throw new Error();
- * if (nodeOptions.restartJitter.max !== 0.5 || !nodeOptions.restartJitter.hidden) throw new Error();
- * ```
- */
+/** The node connection and supervisor options of `kcoral server`, in `--help` order. */
 export const nodeOptions = {
   /** The Router to join: an HTTP(S) origin; `null` runs a standalone server. */
   routerEndpoint: {
@@ -210,15 +192,6 @@ export type NodeField = keyof typeof nodeOptions;
 /**
  * Why `text` is not a Router endpoint (an `http`/`https` origin: no path other than `/`, no
  * query, no fragment, no credentials), or `null` when it is one.
- *
- * @example
- * ```ts
- * import { routerEndpointProblem } from "./options.ts";
- *
- * if (routerEndpointProblem("https://router.example:9000/") !== null) throw new Error();
- * if (routerEndpointProblem("http://router.example/api") === null) throw new Error();
- * if (routerEndpointProblem("grpc://router.example") === null) throw new Error();
- * ```
  */
 export function routerEndpointProblem(text: string): string | null {
   let url: URL;
@@ -240,13 +213,6 @@ const ORIGIN_PROBLEM = "must be an http or https origin (no path, query or fragm
 /**
  * Relations between node options: an endpoint that is an origin, a valid node id required with
  * `--router`, and restart delays in order.
- *
- * @example
- * ```ts
- * import { nodeOptionRules } from "./options.ts";
- *
- * if (!nodeOptionRules.some((rule) => rule.field === "restartMaxDelaySeconds")) throw new Error();
- * ```
  */
 export const nodeOptionRules: readonly OptionRule<NodeConfig>[] = [
   {
@@ -274,22 +240,6 @@ export const nodeOptionRules: readonly OptionRule<NodeConfig>[] = [
 /**
  * Checks a node configuration object: fills in the defaults, validates every field and the
  * {@linkcode nodeOptionRules}. Throws a `TypeError` naming the first problem's flag.
- *
- * @example
- * ```ts
- * import { checkNodeConfig } from "./options.ts";
- *
- * const config = checkNodeConfig({ routerEndpoint: "http://127.0.0.1:9000", nodeId: "gpu-a" });
- * if (config.healthIntervalSeconds !== 2) throw new Error();
- * try {
- *   checkNodeConfig({ routerEndpoint: "http://127.0.0.1:9000" });
- *   throw new Error("accepted");
- * } catch (error) {
- *   if (!(error instanceof TypeError) || error.message !== "--node-id is required with --router") {
- *     throw error;
- *   }
- * }
- * ```
  */
 export function checkNodeConfig(input: Readonly<Partial<NodeConfig>>): NodeConfig {
   const checked = nodeConfigSchema.check(input);
@@ -320,17 +270,6 @@ export interface ParsedNodeCommandLine {
  * without a Router, 1 for an invalid setting (`--router and --node-id must be configured
  * together`, `--node-token must not be empty`, ...). `routerEndpoint` `null` means a
  * standalone server.
- *
- * @example
- * ```ts
- * import { checkNodeCommandLine } from "./options.ts";
- *
- * const config = checkNodeCommandLine({
- *   values: { routerEndpoint: "http://127.0.0.1:9000", nodeId: "gpu-a", port: 1 },
- *   sources: { routerEndpoint: "flag", nodeId: "env", port: "flag" },
- * });
- * if (config.nodeToken !== null || config.failureThreshold !== 3) throw new Error();
- * ```
  */
 export function checkNodeCommandLine(
   parsed: ParsedNodeCommandLine,
@@ -379,17 +318,6 @@ export function checkNodeCommandLine(
  * The command-line arguments of the supervised server: `argv` without the node options (the
  * child gets the routing settings, token included, through {@linkcode nodeServerEnv}, so the
  * token never appears on a command line). Both `--flag value` and `--flag=value` are removed.
- *
- * @example
- * ```ts
- * import { childServerArgs } from "./options.ts";
- *
- * const args = childServerArgs([
- *   "--router", "http://127.0.0.1:9000", "--node-token=s3cret", "--port", "8001",
- *   "--failure-threshold", "5", "--device", "cpu",
- * ]);
- * if (args.join(" ") !== "--port 8001 --device cpu") throw new Error(args.join(" "));
- * ```
  */
 export function childServerArgs(argv: readonly string[]): string[] {
   const flags = new Set<string>(Object.values(nodeOptions).map((spec) => spec.flag));
@@ -433,23 +361,6 @@ export interface SupervisedServer {
  * The supervisor's options for a routed node configuration: the probe origin from the server's
  * host and port, and the child's environment with {@linkcode nodeServerEnv}. Throws a
  * `TypeError` when `config` has no Router or node id.
- *
- * @example
- * ```ts
- * import { checkNodeConfig, supervisorOptionsFrom } from "./options.ts";
- *
- * const config = checkNodeConfig({
- *   routerEndpoint: "http://127.0.0.1:9000", nodeId: "gpu-a", nodeToken: "s3cret",
- * });
- * const options = supervisorOptionsFrom(config, {
- *   host: "0.0.0.0", port: 8000,
- *   child: { command: "kcoral", args: ["server"], env: {} },
- * });
- * if (options.serverUrl !== "http://127.0.0.1:8000/") throw new Error();
- * if (options.child.env.KCORAL_NODE_TOKEN !== "s3cret" || options.child.args.length !== 1) {
- *   throw new Error();
- * }
- * ```
  */
 export function supervisorOptionsFrom(
   config: NodeConfig,

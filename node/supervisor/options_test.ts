@@ -325,3 +325,71 @@ Deno.test("node options: the child's arguments leave out every node option", () 
     "--router",
   ]);
 });
+
+Deno.test("node options: nodeOptions", () => {
+  if (nodeOptions.routerEndpoint.env !== "KCORAL_ROUTER_ENDPOINT") throw new Error();
+  if (nodeOptions.restartJitter.max !== 0.5 || !nodeOptions.restartJitter.hidden) throw new Error();
+});
+
+Deno.test("node options: routerEndpointProblem", () => {
+  if (routerEndpointProblem("https://router.example:9000/") !== null) throw new Error();
+  if (routerEndpointProblem("http://router.example/api") === null) throw new Error();
+  if (routerEndpointProblem("grpc://router.example") === null) throw new Error();
+});
+
+Deno.test("node options: nodeOptionRules", () => {
+  if (!nodeOptionRules.some((rule) => rule.field === "restartMaxDelaySeconds")) throw new Error();
+});
+
+Deno.test("node options: checkNodeConfig", () => {
+  const config = checkNodeConfig({ routerEndpoint: "http://127.0.0.1:9000", nodeId: "gpu-a" });
+  if (config.healthIntervalSeconds !== 2) throw new Error();
+  try {
+    checkNodeConfig({ routerEndpoint: "http://127.0.0.1:9000" });
+    throw new Error("accepted");
+  } catch (error) {
+    if (!(error instanceof TypeError) || error.message !== "--node-id is required with --router") {
+      throw error;
+    }
+  }
+});
+
+Deno.test("node options: checkNodeCommandLine", () => {
+  const config = checkNodeCommandLine({
+    values: { routerEndpoint: "http://127.0.0.1:9000", nodeId: "gpu-a", port: 1 },
+    sources: { routerEndpoint: "flag", nodeId: "env", port: "flag" },
+  });
+  if (config.nodeToken !== null || config.failureThreshold !== 3) throw new Error();
+});
+
+Deno.test("node options: childServerArgs", () => {
+  const args = childServerArgs([
+    "--router",
+    "http://127.0.0.1:9000",
+    "--node-token=s3cret",
+    "--port",
+    "8001",
+    "--failure-threshold",
+    "5",
+    "--device",
+    "cpu",
+  ]);
+  if (args.join(" ") !== "--port 8001 --device cpu") throw new Error(args.join(" "));
+});
+
+Deno.test("node options: supervisorOptionsFrom", () => {
+  const config = checkNodeConfig({
+    routerEndpoint: "http://127.0.0.1:9000",
+    nodeId: "gpu-a",
+    nodeToken: "s3cret",
+  });
+  const options = supervisorOptionsFrom(config, {
+    host: "0.0.0.0",
+    port: 8000,
+    child: { command: "kcoral", args: ["server"], env: {} },
+  });
+  if (options.serverUrl !== "http://127.0.0.1:8000/") throw new Error();
+  if (options.child.env.KCORAL_NODE_TOKEN !== "s3cret" || options.child.args.length !== 1) {
+    throw new Error();
+  }
+});

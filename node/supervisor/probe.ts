@@ -33,16 +33,7 @@ export type ProbeResult =
   | { readonly ok: true; readonly health: ServerHealth }
   | { readonly ok: false; readonly error: string };
 
-/**
- * The path the probe asks.
- *
- * @example
- * ```ts
- * import { WORKER_STATUS_PATH } from "./probe.ts";
- *
- * if (new URL(WORKER_STATUS_PATH, "http://127.0.0.1:8000/").port !== "8000") throw new Error();
- * ```
- */
+/** The path the probe asks. */
 export const WORKER_STATUS_PATH = "/internal/worker-status";
 
 const IPV4 = /^\d{1,3}(\.\d{1,3}){3}$/;
@@ -53,16 +44,6 @@ const IPV4 = /^\d{1,3}(\.\d{1,3}){3}$/;
  * file, then DNS; spec cli §1.4, "The probe IP is the first getaddrinfo result for --host").
  * An address keeps the probe on an address the server listens on and lets it connect from
  * loopback. Rejects when the name does not resolve.
- *
- * @example
- * ```ts
- * import { resolveProbeHost } from "./probe.ts";
- *
- * if (await resolveProbeHost("0.0.0.0") !== "0.0.0.0") throw new Error();
- * if (await resolveProbeHost("[::1]") !== "[::1]") throw new Error();
- * const local = await resolveProbeHost("localhost");
- * if (local !== "127.0.0.1" && local !== "::1") throw new Error(local);
- * ```
  */
 export async function resolveProbeHost(host: string): Promise<string> {
   const name = host.trim();
@@ -74,15 +55,6 @@ export async function resolveProbeHost(host: string): Promise<string> {
  * The origin (`http://host:port/`) to probe a server bound to `host`:`port`: a wildcard bind
  * (`0.0.0.0`, `::`, empty) is probed on the loopback address of its family, and an IPv6
  * address is written in brackets.
- *
- * @example
- * ```ts
- * import { probeOrigin } from "./probe.ts";
- *
- * if (probeOrigin("::", 8000) !== "http://[::1]:8000/") throw new Error();
- * if (probeOrigin("[fe80::1]", 80) !== "http://[fe80::1]:80/") throw new Error();
- * if (probeOrigin("10.0.0.5", 8000) !== "http://10.0.0.5:8000/") throw new Error();
- * ```
  */
 export function probeOrigin(host: string, port: number): string {
   let name = host.trim();
@@ -97,16 +69,6 @@ export function probeOrigin(host: string, port: number): string {
  * string `instance_id`, an integer `worker_count` > 0, an integer `busy_workers` between 0 and
  * `worker_count`, and `target` and `versions` maps of strings to strings. Returns the health,
  * or what is wrong as a string.
- *
- * @example
- * ```ts
- * import { parseWorkerStatus } from "./probe.ts";
- *
- * const bad = parseWorkerStatus({
- *   status: "ok", instance_id: "i-1", worker_count: 1, busy_workers: 2, target: {}, versions: {},
- * });
- * if (bad !== "busy_workers 2 is not an integer between 0 and worker_count 1") throw new Error();
- * ```
  */
 export function parseWorkerStatus(body: unknown): ServerHealth | string {
   if (typeof body !== "object" || body === null || Array.isArray(body)) {
@@ -144,20 +106,6 @@ export function parseWorkerStatus(body: unknown): ServerHealth | string {
  * Probes the server at `serverUrl` (an origin from {@linkcode probeOrigin}) once. The request
  * (connect, headers and body) is given `timeoutMs`; `signal` abandons it early. Never throws:
  * failures come back as `{ ok: false, error }`.
- *
- * @example
- * ```ts
- * import { probeServer } from "./probe.ts";
- *
- * const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, () =>
- *   Response.json({
- *     status: "ok", instance_id: "i-1", worker_count: 1, busy_workers: 0,
- *     target: {}, versions: {},
- *   }));
- * const result = await probeServer(`http://127.0.0.1:${server.addr.port}/`, 1000);
- * await server.shutdown();
- * if (!result.ok || result.health.instanceId !== "i-1") throw new Error(JSON.stringify(result));
- * ```
  */
 export async function probeServer(
   serverUrl: string,

@@ -4,7 +4,13 @@
  * and specific-interface binds (the endpoint answers loopback peers only).
  */
 import assert from "node:assert/strict";
-import { parseWorkerStatus, probeOrigin, probeServer, WORKER_STATUS_PATH } from "./probe.ts";
+import {
+  parseWorkerStatus,
+  probeOrigin,
+  probeServer,
+  resolveProbeHost,
+  WORKER_STATUS_PATH,
+} from "./probe.ts";
 import { freePort } from "../../tests/fixtures/supervisor/helpers.ts";
 
 const GOOD = {
@@ -244,4 +250,48 @@ Deno.test("probe: a server bound to a specific interface is probed from loopback
   } finally {
     await s.close();
   }
+});
+
+Deno.test("probe: WORKER_STATUS_PATH", () => {
+  if (new URL(WORKER_STATUS_PATH, "http://127.0.0.1:8000/").port !== "8000") throw new Error();
+});
+
+Deno.test("probe: resolveProbeHost", async () => {
+  if (await resolveProbeHost("0.0.0.0") !== "0.0.0.0") throw new Error();
+  if (await resolveProbeHost("[::1]") !== "[::1]") throw new Error();
+  const local = await resolveProbeHost("localhost");
+  if (local !== "127.0.0.1" && local !== "::1") throw new Error(local);
+});
+
+Deno.test("probe: probeOrigin", () => {
+  if (probeOrigin("::", 8000) !== "http://[::1]:8000/") throw new Error();
+  if (probeOrigin("[fe80::1]", 80) !== "http://[fe80::1]:80/") throw new Error();
+  if (probeOrigin("10.0.0.5", 8000) !== "http://10.0.0.5:8000/") throw new Error();
+});
+
+Deno.test("probe: parseWorkerStatus", () => {
+  const bad = parseWorkerStatus({
+    status: "ok",
+    instance_id: "i-1",
+    worker_count: 1,
+    busy_workers: 2,
+    target: {},
+    versions: {},
+  });
+  if (bad !== "busy_workers 2 is not an integer between 0 and worker_count 1") throw new Error();
+});
+
+Deno.test("probe: probeServer", async () => {
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, () =>
+    Response.json({
+      status: "ok",
+      instance_id: "i-1",
+      worker_count: 1,
+      busy_workers: 0,
+      target: {},
+      versions: {},
+    }));
+  const result = await probeServer(`http://127.0.0.1:${server.addr.port}/`, 1000);
+  await server.shutdown();
+  if (!result.ok || result.health.instanceId !== "i-1") throw new Error(JSON.stringify(result));
 });

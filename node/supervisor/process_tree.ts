@@ -4,22 +4,12 @@
  * a new generation starts or the supervisor exits, including descendants that left the group
  * with `setsid()`.
  *
- * Finding those: the supervisor makes itself a Linux *child subreaper*
- * (`prctl(PR_SET_CHILD_SUBREAPER)`, through Deno FFI on libc), so an orphaned descendant is
- * re-parented to it instead of to init. A scan then walks `/proc/<pid>/task/<tid>/children`
- * (or every `/proc/<pid>/stat` where the kernel lacks that file) from the child, and from the
- * supervisor's own pid for re-parented orphans: those carry the tree's marker variable
- * ({@linkcode TREE_MARKER_VARIABLE}) in their environment or were seen in the tree before, so a
- * process the supervisor's host process started for another reason is never taken for one.
- * Every pid seen is remembered with its start time and killed while it still has that start
- * time. Killed orphans are reaped with `waitpid(pid, WNOHANG)` on their own pids only (never
- * `waitpid(-1)`, which would take Deno's own child's status). Without FFI (no `--allow-ffi`,
- * no libc) the tree falls back to the process group and the pids it saw, and without `/proc`
- * (Deno opens it only with `--allow-all`) to the process group alone; a log line says so.
- *
- * The module runs past 400 lines because every public member carries a runnable example (real
- * processes); the code is about 260 lines, kept in one place because the scan, the kills and
- * the reaping share the tree's remembered pids.
+ * The supervisor is a Linux child subreaper (`prctl` through FFI), so orphans are re-parented to
+ * it; a scan of `/proc` from the child and from the supervisor (orphans that carry
+ * {@linkcode TREE_MARKER_VARIABLE} or were seen before) finds the tree. Each pid is killed only
+ * while it keeps the start time it was seen with, and reaped with `waitpid(pid, WNOHANG)`, never
+ * `waitpid(-1)` (that would take Deno's own child's status). Without FFI the tree falls back to
+ * the process group and the pids it saw, without `/proc` to the group alone (a log line says so).
  *
  * ```
  *   spawn ─▶ running ──exit on its own──────────────────────┐
@@ -55,17 +45,6 @@ export interface ProcessTreeOptions {
 /**
  * The variable a tree's child gets (a fresh id per tree), inherited by its descendants, by
  * which re-parented orphans are recognised as the tree's.
- *
- * @example
- * ```ts
- * import { ProcessTree, TREE_MARKER_VARIABLE } from "./process_tree.ts";
- *
- * const tree = ProcessTree.spawn(
- *   { command: "sh", args: ["-c", `test -n "$${TREE_MARKER_VARIABLE}"`], env: {} },
- * );
- * if ((await tree.exited).code !== 0) throw new Error("no marker");
- * await tree.cleanup();
- * ```
  */
 export const TREE_MARKER_VARIABLE = "KCORAL_SUPERVISOR_TREE";
 
@@ -75,14 +54,6 @@ const _CLEANUP_LIMIT_MS = 5000;
 /**
  * Descendants of the server survived 5 s of SIGKILLs: the supervisor exits with an error rather
  * than start a second tree alongside them.
- *
- * @example
- * ```ts
- * import { DescendantsSurvivedError } from "./process_tree.ts";
- *
- * const error = new DescendantsSurvivedError([41, 42]);
- * if (error.pids.length !== 2 || error.name !== "DescendantsSurvivedError") throw new Error();
- * ```
  */
 export class DescendantsSurvivedError extends Error {
   /** The pids still alive. */
@@ -121,14 +92,6 @@ let subreaper: SubreaperState | null = null;
 /**
  * Makes this process a child subreaper (once; later calls return the first outcome). Needs
  * Linux and `--allow-ffi`; otherwise `enabled` is `false` and `reason` says why.
- *
- * @example
- * ```ts
- * import { enableChildSubreaper } from "./process_tree.ts";
- *
- * const state = enableChildSubreaper();
- * if (state.enabled !== (state.reason === "")) throw new Error();
- * ```
  */
 export function enableChildSubreaper(): SubreaperState {
   if (subreaper !== null) return subreaper;
@@ -231,19 +194,7 @@ function sendSignal(pid: number, signal: Deno.Signal): void {
   } catch { /* already gone */ }
 }
 
-/**
- * A spawned server and everything it starts (see the module documentation).
- *
- * @example
- * ```ts
- * import { ProcessTree } from "./process_tree.ts";
- *
- * const tree = ProcessTree.spawn({ command: "sh", args: ["-c", "exit 3"], env: {} });
- * const status = await tree.exited;
- * await tree.cleanup();
- * if (status.code !== 3) throw new Error();
- * ```
- */
+/** A spawned server and everything it starts (see the module documentation). */
 export class ProcessTree {
   /** The child's pid (also its process group's id). */
   readonly pid: number;

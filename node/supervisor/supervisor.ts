@@ -25,9 +25,6 @@
  *            without limit (its requests finish), kill what is left of the tree, exit 0
  * ```
  *
- * The module runs past 400 lines: the generation loop and its option checks belong together
- * (about 280 lines of code), and the public parts carry runnable examples.
- *
  * @module
  */
 import { isValidNodeId } from "../../link/messages.ts";
@@ -113,17 +110,6 @@ export interface NodeServerEnvInput {
  * another supervisor), the routing variables (the server's slots use the same identity as the
  * control connection) and where to listen. The token travels only here, never on a command
  * line; it is left out when there is none.
- *
- * @example
- * ```ts
- * import { nodeServerEnv } from "./supervisor.ts";
- *
- * const env = nodeServerEnv({
- *   routerEndpoint: "http://10.0.0.1:9000", nodeId: "gpu-a", nodeToken: "s3cret",
- *   host: "[::1]", port: 8000,
- * });
- * if (env.KCORAL_SERVER_HOST !== "::1" || env.KCORAL_NODE_TOKEN !== "s3cret") throw new Error();
- * ```
  */
 export function nodeServerEnv(input: NodeServerEnvInput): Record<string, string> {
   const host = input.host.startsWith("[") && input.host.endsWith("]")
@@ -141,27 +127,9 @@ export function nodeServerEnv(input: NodeServerEnvInput): Record<string, string>
   return env;
 }
 
-/**
- * The status the node reports while its server starts.
- *
- * @example
- * ```ts
- * import { STARTING } from "./supervisor.ts";
- *
- * if (STARTING !== "KCoral Server is starting") throw new Error();
- * ```
- */
+/** The status the node reports while its server starts. */
 export const STARTING = "KCoral Server is starting";
-/**
- * The status the node reports once shutdown has begun.
- *
- * @example
- * ```ts
- * import { SHUTTING_DOWN } from "./supervisor.ts";
- *
- * if (SHUTTING_DOWN !== "Supervisor is shutting down") throw new Error();
- * ```
- */
+/** The status the node reports once shutdown has begun. */
 export const SHUTTING_DOWN = "Supervisor is shutting down";
 
 type Outcome = { kind: "restart"; reason: string } | { kind: "shutdown" };
@@ -170,22 +138,6 @@ type Outcome = { kind: "restart"; reason: string } | { kind: "shutdown" };
  * Runs the supervisor until `options.signal` aborts (exit status 0 once the server has drained)
  * or a fatal error: the server cannot be spawned, or its descendants survive 5 s of SIGKILLs
  * (exit status 1). Throws a `TypeError` for invalid options before anything starts.
- *
- * @example Shut down before the server ever starts
- * ```ts
- * import { runSupervisor } from "./supervisor.ts";
- *
- * const code = await runSupervisor({
- *   nodeId: "gpu-a", routerEndpoint: "http://127.0.0.1:9", nodeToken: null,
- *   serverUrl: "http://127.0.0.1:8000/",
- *   child: { command: "sleep", args: ["30"], env: {} },
- *   healthIntervalSeconds: 2, healthTimeoutSeconds: 1, failureThreshold: 3,
- *   startupGraceSeconds: 30, stableResetSeconds: 60, terminationGraceSeconds: 5,
- *   restartMinDelaySeconds: 1, restartMaxDelaySeconds: 30, restartJitter: 0.2,
- *   signal: AbortSignal.abort(), log: () => {},
- * });
- * if (code !== 0) throw new Error();
- * ```
  */
 export async function runSupervisor(options: SupervisorOptions): Promise<number> {
   checkOptions(options);
