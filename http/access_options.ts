@@ -18,16 +18,7 @@ import { errorMessage } from "../protocol/errors.ts";
 import { ClientTokens, splitTokens } from "./client_tokens.ts";
 import type { TlsFiles } from "./serve.ts";
 
-/**
- * The access options of `kcoral server` and `kcoral router`, in `--help` order.
- *
- * @example
- * ```ts
- * import { accessOptions } from "./access_options.ts";
- *
- * if (accessOptions.clientTokens.env !== "KCORAL_CLIENT_TOKEN") throw new Error();
- * ```
- */
+/** The access options of `kcoral server` and `kcoral router`, in `--help` order. */
 export const accessOptions = {
   /** Bearer tokens clients must send; comma-separated, repeatable. */
   clientTokens: {
@@ -102,18 +93,6 @@ export interface AccessConfig {
  * whose message starts with the flag at fault, never quoting a token): tokens split on commas
  * and of RFC 6750's characters, `--tls-cert` and `--tls-key` together, `--protect-health`
  * only with tokens. An empty `KCORAL_CLIENT_TOKEN` (an empty list here) means no token.
- *
- * @example
- * ```ts
- * import { checkAccessConfig } from "./access_options.ts";
- *
- * try {
- *   checkAccessConfig({ tlsCert: "cert.pem" });
- *   throw new Error("accepted");
- * } catch (error) {
- *   if ((error as Error).message !== "--tls-cert requires --tls-key") throw error;
- * }
- * ```
  */
 export function checkAccessConfig(values: Readonly<Partial<AccessConfig>>): AccessConfig {
   const flat = (values.clientTokens ?? []).filter((value) => value.trim() !== "");
@@ -149,17 +128,6 @@ export interface Access {
 /**
  * Reads what `config` names: the token file and the certificate and key files. Throws an
  * `Error` naming the file that cannot be read or used (never a token).
- *
- * @example
- * ```ts
- * import { loadAccess } from "./access_options.ts";
- *
- * const access = loadAccess({
- *   clientTokens: ["s3cret"], clientTokenFile: null, protectHealth: false,
- *   tlsCert: null, tlsKey: null,
- * });
- * if (access.tokens?.count !== 1 || access.tls !== null) throw new Error();
- * ```
  */
 export function loadAccess(config: AccessConfig): Access {
   const anyToken = config.clientTokens.length > 0 || config.clientTokenFile !== null;
@@ -190,20 +158,6 @@ function _readPem(path: string, what: string): string {
 /**
  * The PEM text of a CA file (`--ca-file`, `KCORAL_CA_FILE`); an `Error` naming the file when it
  * cannot be read or holds no PEM certificate.
- *
- * @example
- * ```ts
- * import { readCaFile } from "./access_options.ts";
- *
- * try {
- *   readCaFile("/nonexistent/ca.pem");
- *   throw new Error("read");
- * } catch (error) {
- *   if (!(error as Error).message.startsWith("cannot read the CA file /nonexistent/ca.pem")) {
- *     throw error;
- *   }
- * }
- * ```
  */
 export function readCaFile(path: string): string {
   let text: string;
@@ -222,17 +176,6 @@ export function readCaFile(path: string): string {
  * The warning for a server or Router that listens beyond this machine (`--host` not a loopback
  * name or address) with no client tokens: anyone who reaches the port runs code there. `null`
  * when it listens on loopback or checks tokens.
- *
- * @example
- * ```ts
- * import { openBindWarning } from "./access_options.ts";
- *
- * if (!openBindWarning("0.0.0.0", null, "kcoral server")?.includes("without client tokens")) {
- *   throw new Error();
- * }
- * if (openBindWarning("127.0.0.1", null, "kcoral server") !== null) throw new Error();
- * if (openBindWarning("::1", null, "kcoral router") !== null) throw new Error();
- * ```
  */
 export function openBindWarning(
   host: string,

@@ -6,21 +6,7 @@
  * @module
  */
 
-/**
- * A set of background tasks.
- *
- * @example
- * ```ts
- * import { Background } from "./background.ts";
- *
- * const background = new Background();
- * let done = false;
- * background.track(new Promise<void>((resolve) => setTimeout(() => { done = true; resolve(); }, 5)));
- * background.track(Promise.reject(new Error("ignored")));
- * await background.settled();
- * if (!done) throw new Error();
- * ```
- */
+/** A set of background tasks. */
 export class Background {
   readonly #tasks = new Set<Promise<void>>();
 

@@ -48,14 +48,6 @@ function _tokenProblem(token: string): string | null {
 /**
  * Whether `given` equals `expected`, in time that depends only on `expected`'s length (never
  * on where they differ, nor on `given`'s length).
- *
- * @example
- * ```ts
- * import { tokensEqual } from "./client_tokens.ts";
- *
- * if (!tokensEqual("s3cret", "s3cret") || tokensEqual("s3crex", "s3cret")) throw new Error();
- * if (tokensEqual("", "s3cret") || tokensEqual("s3cret-and-more", "s3cret")) throw new Error();
- * ```
  */
 export function tokensEqual(given: string, expected: string): boolean {
   const a = _encoder.encode(given);
@@ -97,13 +89,6 @@ function _readTokenFile(path: string): string[] {
 /**
  * Splits command-line token values on commas (`--client-token a,b`, `KCORAL_CLIENT_TOKEN=a,b`)
  * and checks each; throws a `TypeError` naming `flag` (never the token) for an invalid one.
- *
- * @example
- * ```ts
- * import { splitTokens } from "./client_tokens.ts";
- *
- * if (splitTokens(["a,b", "c"], "--client-token").join(" ") !== "a b c") throw new Error();
- * ```
  */
 export function splitTokens(values: readonly string[], flag: string): string[] {
   const tokens: string[] = [];
@@ -235,14 +220,6 @@ export class ClientTokens {
  * The 401 answer for `reason`: an ERROR body of kind `unauthorized` (spec protocol §3.5's
  * shape), `WWW-Authenticate: Bearer realm="kcoral"` (with `error="invalid_token"` for a
  * wrong token, as RFC 6750 §3.1) and `X-Request-ID`.
- *
- * @example
- * ```ts
- * import { unauthorizedResponse } from "./client_tokens.ts";
- *
- * const response = unauthorizedResponse("missing", "0f6c2b4e-1111-4222-8333-444455556666");
- * if (response.status !== 401 || !response.headers.get("www-authenticate")) throw new Error();
- * ```
  */
 export function unauthorizedResponse(reason: RefusalReason, requestId: string): Response {
   const challenge = reason === "missing"

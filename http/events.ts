@@ -47,17 +47,6 @@ export type LogFormat = "text" | "json";
  * A console message that is not an event (a listening line, a supervisor's message) in the
  * console's format: as it is for `"text"`, as `{"timestamp","level","event","message"}` for
  * `"json"`.
- *
- * @example
- * ```ts
- * import { consoleMessage } from "./events.ts";
- *
- * if (consoleMessage("text", "listening", "serve") !== "listening") throw new Error();
- * const record = JSON.parse(consoleMessage("json", "listening", "serve"));
- * if (record.event !== "serve" || record.message !== "listening" || record.level !== "INFO") {
- *   throw new Error();
- * }
- * ```
  */
 export function consoleMessage(
   format: LogFormat,
@@ -333,17 +322,6 @@ let _dayPrefix = "";
  * `new Date().toISOString()`, about five times cheaper: the date part is formatted once per
  * day, the time of day by arithmetic, and the text of the last millisecond is reused (an event
  * per request pays for its timestamp on every request).
- *
- * @example
- * ```ts
- * import { isoNow } from "./events.ts";
- *
- * const before = Date.now();
- * const text = isoNow();
- * const after = Date.now();
- * const ms = Date.parse(text);
- * if (!(ms >= before && ms <= after) || new Date(ms).toISOString() !== text) throw new Error(text);
- * ```
  */
 export function isoNow(): string {
   const ms = Date.now();

@@ -445,20 +445,7 @@ class _ClientWatch {
   }
 }
 
-/**
- * Closes `conn`, already closed or not.
- *
- * @example
- * ```ts
- * import { closeConnection } from "./http1_connection.ts";
- *
- * const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
- * const conn = await Deno.connect({ hostname: "127.0.0.1", port: (listener.addr as Deno.NetAddr).port });
- * closeConnection(conn);
- * closeConnection(conn); // no error
- * listener.close();
- * ```
- */
+/** Closes `conn`, already closed or not. */
 export function closeConnection(conn: Deno.Conn): void {
   try {
     conn.close();

@@ -25,15 +25,6 @@ const _fieldLines = new WeakMap<Response, readonly [string, string][]>();
  * where its `Headers` would join a repeated name into one line (`a: 1, 2`): for an answer that
  * passes on fields of another (the Router's answers from a node). `fields` are the entries
  * `response`'s headers were made from.
- *
- * @example
- * ```ts
- * import { withFieldLines } from "./http1_response.ts";
- *
- * const fields: [string, string][] = [["x-a", "1"], ["x-a", "2"]];
- * const response = withFieldLines(new Response("ok", { headers: fields }), fields);
- * if (response.headers.get("x-a") !== "1, 2") throw new Error(); // written as two lines
- * ```
  */
 export function withFieldLines(response: Response, fields: readonly [string, string][]): Response {
   _fieldLines.set(response, fields);

@@ -81,23 +81,7 @@ export {
 } from "./http1_connection.ts";
 export { type SwitchedConnection, switchProtocols } from "./http1_switch.ts";
 
-/**
- * Listens on `hostname:port` and serves `handler` over HTTP/1.1.
- *
- * @example
- * ```ts
- * import { serveHttp1 } from "./http1_server.ts";
- *
- * const server = serveHttp1({
- *   hostname: "127.0.0.1",
- *   port: 0,
- *   handler: (request) => Promise.resolve(new Response(`hello ${new URL(request.url).pathname}`)),
- * });
- * const response = await fetch(`http://127.0.0.1:${server.addr.port}/x`);
- * if ((await response.text()) !== "hello /x") throw new Error();
- * await server.shutdown();
- * ```
- */
+/** Listens on `hostname:port` and serves `handler` over HTTP/1.1. */
 export function serveHttp1(options: Http1ServeOptions): Http1Server {
   return new _Server(options);
 }

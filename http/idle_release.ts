@@ -22,18 +22,6 @@ export interface IdleReleaseOptions {
 /**
  * Runs `release` once, `afterMs` after the last {@linkcode touch} and when not `busy`. Its timer
  * never keeps the process alive; {@linkcode close} stops it.
- *
- * @example
- * ```ts
- * import { IdleRelease } from "./idle_release.ts";
- *
- * let released = 0;
- * const idle = new IdleRelease({ afterMs: 10, release: () => released++ });
- * idle.touch();
- * await new Promise((resolve) => setTimeout(resolve, 50));
- * if (released !== 1 || idle.pending) throw new Error();
- * idle.close();
- * ```
  */
 export class IdleRelease {
   readonly #o: Required<IdleReleaseOptions>;

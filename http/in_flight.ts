@@ -7,23 +7,7 @@
  */
 import type { EventLog } from "./events.ts";
 
-/**
- * Counts requests in flight and drains them.
- *
- * @example
- * ```ts
- * import { EventLog } from "./events.ts";
- * import { InFlight } from "./in_flight.ts";
- *
- * const events = new EventLog({ logDir: null, console: false, programs: false });
- * const inFlight = new InFlight(events);
- * inFlight.enter();
- * const drained = inFlight.drain(); // shutdown_started {remaining: 1}
- * if (!inFlight.closing) throw new Error();
- * inFlight.leave(); // shutdown_waiting {remaining: 0}
- * await drained;
- * ```
- */
+/** Counts requests in flight and drains them. */
 export class InFlight {
   readonly #events: EventLog;
   #count = 0;

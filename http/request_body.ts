@@ -58,15 +58,6 @@ function _read<T>(read: Promise<T>): Promise<T> {
  * length. `Deno.serve` joins a repeated header (`3, 3`); repeats of one value stand for it
  * (RFC 9110 §8.6; the HTTP parser has already refused differing ones). Past 2^53 the number is
  * not exact, but it is past any limit.
- *
- * @example
- * ```ts
- * import { declaredLength } from "./request_body.ts";
- *
- * if (declaredLength(new Headers({ "content-length": "3, 3" })) !== 3) throw new Error();
- * if (!Number.isNaN(declaredLength(new Headers({ "content-length": "3, 4" })))) throw new Error();
- * if (declaredLength(new Headers()) !== null) throw new Error();
- * ```
  */
 export function declaredLength(headers: Headers): number | null {
   const joined = headers.get("content-length");

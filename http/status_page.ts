@@ -6,15 +6,6 @@
  * caches; for a Router, its nodes and the recent forwarded requests. The timeline is SVG drawn
  * by the script itself: no chart library is needed for bars on a time axis.
  *
- * @example
- * ```ts
- * import { statusPageResponse } from "./status_page.ts";
- *
- * const response = statusPageResponse();
- * if (!response.headers.get("content-type")?.startsWith("text/html")) throw new Error();
- * if (!(await response.text()).includes('fetch("status/data"')) throw new Error();
- * ```
- *
  * @module
  */
 

@@ -5,16 +5,7 @@
  * @module
  */
 
-/**
- * Concatenates `chunks` into one new array.
- *
- * @example
- * ```ts
- * import { concatBytes } from "./bytes.ts";
- * const joined = concatBytes([new Uint8Array([1]), new Uint8Array([2, 3])]);
- * if (joined.length !== 3 || joined[2] !== 3) throw new Error("unexpected");
- * ```
- */
+/** Concatenates `chunks` into one new array. */
 export function concatBytes(chunks: readonly Uint8Array[]): Uint8Array<ArrayBuffer> {
   let length = 0;
   for (const chunk of chunks) length += chunk.length;
@@ -35,14 +26,6 @@ export function concatBytes(chunks: readonly Uint8Array[]): Uint8Array<ArrayBuff
  * after another (a 64 MiB answer as 256 KiB WebSocket messages) otherwise pile up until a
  * collection, and each new one lands on freshly mapped pages (page faults on every copy into
  * it). A buffer that cannot be detached (shared, WebAssembly memory) is left as it is.
- *
- * @example
- * ```ts
- * import { releaseBuffer } from "./bytes.ts";
- * const bytes = new Uint8Array(1 << 18).subarray(37);
- * releaseBuffer(bytes);
- * if (bytes.length !== 0 || bytes.buffer.byteLength !== 0) throw new Error("still attached");
- * ```
  */
 export function releaseBuffer(bytes: Uint8Array): void {
   const buffer = bytes.buffer;

@@ -13,15 +13,6 @@
 /**
  * Finds a byte pattern (Horspool's skip table), e.g. a multipart delimiter
  * `CRLF--boundary` in a large payload, at memory-scan speed from JavaScript.
- *
- * @example
- * ```ts
- * import { DelimiterFinder } from "./bytes_search.ts";
- *
- * const finder = new DelimiterFinder(new TextEncoder().encode("\r\n--B"));
- * const body = new TextEncoder().encode("data\r\n--B--");
- * if (finder.find(body, 0) !== 4 || finder.find(body, 5) !== -1) throw new Error();
- * ```
  */
 export class DelimiterFinder {
   /** The bytes searched for. */

@@ -112,19 +112,6 @@ const _MAX_REASONS = 64;
 /**
  * A receipt read from a parsed JSON value: the known fields only, checked (unknown keys are
  * left out); throws a `TypeError` that names the first field in the wrong shape.
- *
- * @example
- * ```ts
- * import { readGpuReceipt } from "./gpu_receipt.ts";
- *
- * const receipt = readGpuReceipt({
- *   gpus: [{ index: 0, name: null, uuid: "GPU-1", driver_version: null,
- *     cuda_driver_version: null, acquired: null, released: null, throttled: false, extra: 1 }],
- *   throttled: false, nvml_error: "cannot load NVML",
- * });
- * if (receipt.gpus[0].uuid !== "GPU-1" || "extra" in receipt.gpus[0]) throw new Error();
- * if (receipt.taken_by !== "worker" || receipt.server_reason !== null) throw new Error();
- * ```
  */
 export function readGpuReceipt(value: unknown): GpuReceipt {
   const top = _object(value, "receipt");
@@ -144,18 +131,6 @@ export function readGpuReceipt(value: unknown): GpuReceipt {
 /**
  * The header value of a receipt: compact JSON, every character beyond ASCII escaped (`\uXXXX`),
  * so the value is plain ASCII without control characters.
- *
- * @example
- * ```ts
- * import { encodeGpuReceiptHeader } from "./gpu_receipt.ts";
- *
- * const value = encodeGpuReceiptHeader({
- *   gpus: [], throttled: false, nvml_error: "é", taken_by: "server", server_reason: "crashed",
- * });
- * const json = '{"gpus":[],"throttled":false,"nvml_error":"\\u00e9","taken_by":"server",' +
- *   '"server_reason":"crashed"}';
- * if (value !== json) throw new Error(value);
- * ```
  */
 export function encodeGpuReceiptHeader(receipt: GpuReceipt): string {
   return JSON.stringify(readGpuReceipt(receipt)).replace(
@@ -167,18 +142,6 @@ export function encodeGpuReceiptHeader(receipt: GpuReceipt): string {
 /**
  * The receipt in a header value (`null` for `null`: no header); throws a `TypeError` for a value
  * that is not JSON or not a receipt.
- *
- * @example
- * ```ts
- * import { decodeGpuReceiptHeader, GPU_RECEIPT_HEADER } from "./gpu_receipt.ts";
- *
- * const headers = new Headers({
- *   [GPU_RECEIPT_HEADER]: '{"gpus":[],"throttled":false,"nvml_error":null}',
- * });
- * const receipt = decodeGpuReceiptHeader(headers.get(GPU_RECEIPT_HEADER));
- * if (receipt?.throttled !== false || decodeGpuReceiptHeader(null) !== null) throw new Error();
- * if (receipt.taken_by !== "worker") throw new Error(); // absent: the worker's
- * ```
  */
 export function decodeGpuReceiptHeader(value: string | null): GpuReceipt | null {
   if (value === null) return null;

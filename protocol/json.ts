@@ -71,19 +71,6 @@ export interface ParseJsonOptions {
    * Integer literals with more digits are refused with Python's message (Python's own limit,
    * `sys.get_int_max_str_digits()`, is 4300: a program is parsed with it, as upstream does).
    * Default: no limit.
-   *
-   * @example
-   * ```ts
-   * import { parseJson } from "./mod.ts";
-   *
-   * let refused = false;
-   * try {
-   *   parseJson("1".repeat(4301), { maxIntDigits: 4300 });
-   * } catch {
-   *   refused = true;
-   * }
-   * if (!refused) throw new Error("not refused");
-   * ```
    */
   maxIntDigits?: number;
 }
@@ -95,15 +82,6 @@ export interface ParseJsonOptions {
  * literals, invalid UTF-8 (for bytes), a leading BOM and trailing garbage.
  * Lone surrogate escapes are accepted (as in Python). Integers beyond
  * ±(2^53-1) become `bigint`; other numbers are `number`.
- *
- * @example Key order is the text's order, and big integers stay exact
- * ```ts
- * import { parseJson } from "./mod.ts";
- *
- * const value = parseJson('{"b":1,"10":2,"2":12345678901234567890}') as Map<string, unknown>;
- * if ([...value.keys()].join() !== "b,10,2") throw new Error("order");
- * if (value.get("2") !== 12345678901234567890n) throw new Error("bigint");
- * ```
  */
 export function parseJson(text: string | Uint8Array, options: ParseJsonOptions = {}): JsonValue {
   return new _Parser(_text(text), false, options.maxIntDigits).parseDocument() as JsonValue;
@@ -112,14 +90,6 @@ export function parseJson(text: string | Uint8Array, options: ParseJsonOptions =
 /**
  * Like {@linkcode parseJson}, but float-spelled numbers become
  * {@linkcode JsonFloat} so Python's `int`/`float` checks can be reproduced.
- *
- * @example
- * ```ts
- * import { JsonFloat, parseJsonTyped } from "./mod.ts";
- *
- * const [a, b] = parseJsonTyped("[5, 5.0]") as unknown[];
- * if (a !== 5 || !(b instanceof JsonFloat)) throw new Error();
- * ```
  */
 export function parseJsonTyped(
   text: string | Uint8Array,

@@ -20,14 +20,6 @@ import { pyFloatRepr } from "./python_repr.ts";
  * with Python's float spelling. Throws `TypeError` for NaN/±Infinity,
  * `undefined`, functions, symbols, class instances, non-string map keys and
  * cycles.
- *
- * @example
- * ```ts
- * import { stringifyJson } from "./json_stringify.ts";
- *
- * const text = stringifyJson(new Map<string, unknown>([["é", [1, 2n ** 64n, 0.5]]]));
- * if (text !== '{"é":[1,18446744073709551616,0.5]}') throw new Error(text);
- * ```
  */
 export function stringifyJson(value: unknown): string {
   const parts: string[] = [];

@@ -25,16 +25,6 @@ export const KEEP_RETURNS_HEADER = "x-kcoral-keep-returns";
 /**
  * The least size of a kept return that `headers` ask for: `null` without the header; a
  * `RangeError` naming the header for a value that is not a decimal byte count.
- *
- * @example
- * ```ts
- * import { keptReturnsMinBytes } from "./kept_returns.ts";
- *
- * if (keptReturnsMinBytes(new Headers({ "X-KCoral-Keep-Returns": "1048576" })) !== 1048576) {
- *   throw new Error();
- * }
- * if (keptReturnsMinBytes(new Headers()) !== null) throw new Error();
- * ```
  */
 export function keptReturnsMinBytes(headers: Headers): number | null {
   const value = headers.get(KEEP_RETURNS_HEADER);

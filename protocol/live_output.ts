@@ -44,66 +44,22 @@ export interface FinalAnswer {
 
 const _encoder = new TextEncoder();
 
-/**
- * Whether `headers` ask for live output.
- *
- * @example
- * ```ts
- * import { wantsLiveOutput } from "./live_output.ts";
- *
- * if (!wantsLiveOutput(new Headers({ "X-KCoral-Stream": "output" }))) throw new Error();
- * if (wantsLiveOutput(new Headers())) throw new Error();
- * ```
- */
+/** Whether `headers` ask for live output. */
 export function wantsLiveOutput(headers: Headers): boolean {
   return (headers.get(LIVE_OUTPUT_HEADER) ?? "").trim().toLowerCase() === LIVE_OUTPUT_VALUE;
 }
 
-/**
- * Whether a response is a live-output answer (by its content type).
- *
- * @example
- * ```ts
- * import { isLiveOutput } from "./live_output.ts";
- *
- * if (!isLiveOutput("application/vnd.kcoral.live-output")) throw new Error();
- * if (isLiveOutput("application/json")) throw new Error();
- * ```
- */
+/** Whether a response is a live-output answer (by its content type). */
 export function isLiveOutput(contentType: string | null): boolean {
   return (contentType ?? "").split(";")[0].trim().toLowerCase() === LIVE_OUTPUT_CONTENT_TYPE;
 }
 
-/**
- * One chunk line.
- *
- * @example
- * ```ts
- * import { encodeChunkLine } from "./live_output.ts";
- *
- * const line = new TextDecoder().decode(encodeChunkLine({ stream: "stdout", data: "hi\n" }));
- * if (line !== '{"stream":"stdout","data":"hi\\n"}\n') throw new Error(line);
- * ```
- */
+/** One chunk line. */
 export function encodeChunkLine(chunk: OutputChunk): Uint8Array {
   return _encoder.encode(`${JSON.stringify({ stream: chunk.stream, data: chunk.data })}\n`);
 }
 
-/**
- * The final line, announcing `length` bytes of the answer's body after it.
- *
- * @example
- * ```ts
- * import { encodeFinalLine } from "./live_output.ts";
- *
- * const line = new TextDecoder().decode(
- *   encodeFinalLine(200, new Headers({ "content-type": "application/json" }), 2),
- * );
- * if (line !== '{"final":{"status":200,"headers":[["content-type","application/json"]],"length":2}}\n') {
- *   throw new Error(line);
- * }
- * ```
- */
+/** The final line, announcing `length` bytes of the answer's body after it. */
 export function encodeFinalLine(status: number, headers: Headers, length: number): Uint8Array {
   const entries: [string, string][] = [];
   for (const [name, value] of headers) {
@@ -124,19 +80,6 @@ export class LiveOutputError extends Error {
 /**
  * Reads a live-output body as it arrives: `push` each piece; chunks go to `onChunk` as soon as
  * their line is complete; once the whole body is in, `finish` gives the final answer.
- *
- * @example
- * ```ts
- * import { encodeChunkLine, encodeFinalLine, LiveOutputReader } from "./live_output.ts";
- *
- * const seen: string[] = [];
- * const reader = new LiveOutputReader((chunk) => seen.push(chunk.data));
- * reader.push(encodeChunkLine({ stream: "stdout", data: "a" }));
- * reader.push(encodeFinalLine(200, new Headers({ "content-type": "application/json" }), 2));
- * reader.push(new TextEncoder().encode("{}"));
- * const final = reader.finish();
- * if (seen.join() !== "a" || new TextDecoder().decode(final.body) !== "{}") throw new Error();
- * ```
  */
 export class LiveOutputReader {
   readonly #onChunk: (chunk: OutputChunk) => void;

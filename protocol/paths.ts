@@ -35,13 +35,6 @@ function _utf8Length(s: string): number {
  * here they are a `PathError` like every other invalid path.
  *
  * @throws {PathError} with upstream's message.
- *
- * @example
- * ```ts
- * import { normalizeFilePath } from "./mod.ts";
- *
- * if (normalizeFilePath("./data//x.bin") !== "data/x.bin") throw new Error();
- * ```
  */
 export function normalizeFilePath(path: unknown): string {
   if (typeof path !== "string" || path.length === 0) {
@@ -92,19 +85,6 @@ function _comparePathComponents(a: string, b: string): number {
  *
  * @throws {PathError} `duplicate file upload path: 'p'` or
  * `conflicting file upload paths: 'a' and 'a/b'`.
- *
- * @example
- * ```ts
- * import { checkPathConflicts, PathError } from "./mod.ts";
- *
- * checkPathConflicts(["a-b", "a/c"]); // fine
- * try {
- *   checkPathConflicts(["a/b", "a-b", "a"]);
- *   throw new Error("expected a conflict");
- * } catch (error) {
- *   if (!(error instanceof PathError)) throw error;
- * }
- * ```
  */
 export function checkPathConflicts(paths: readonly string[]): void {
   const ordered = [...paths].sort(_comparePathComponents);

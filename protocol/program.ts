@@ -53,16 +53,7 @@ type _Obj = Map<string, TypedJsonValue>;
 
 const _BLOB_HASH = /^[0-9a-f]{64}$/;
 
-/**
- * Whether `value` is a lowercase hex SHA-256 digest (`^[0-9a-f]{64}$`).
- *
- * @example
- * ```ts
- * import { isBlobHash } from "./program.ts";
- *
- * if (!isBlobHash("a".repeat(64)) || isBlobHash("A".repeat(64))) throw new Error();
- * ```
- */
+/** Whether `value` is a lowercase hex SHA-256 digest (`^[0-9a-f]{64}$`). */
 export function isBlobHash(value: unknown): value is string {
   return typeof value === "string" && value.length === 64 && _BLOB_HASH.test(value);
 }

@@ -50,18 +50,6 @@ export class RequestParseError extends Error {
  * arrived (delimiter positions, digests); the outcome is the same.
  *
  * @throws {RequestParseError} with upstream's message.
- *
- * @example
- * ```ts
- * import { encodeMultipart, parseExecuteRequest } from "./mod.ts";
- *
- * const program = '{"instructions":[{"op":"upload","kind":"module","source":"","id":"m"}]}';
- * const { contentType, body } = encodeMultipart([
- *   { name: "program", contentType: "application/json", body: new TextEncoder().encode(program) },
- * ]);
- * const request = parseExecuteRequest(body, contentType);
- * if (request.program.instructionCount !== 1 || request.blobs.size !== 0) throw new Error();
- * ```
  */
 export function parseExecuteRequest(
   body: Uint8Array,
@@ -149,15 +137,6 @@ function _interpretParts(
  * Upstream's 400 for supplied blob parts no upload references (spec §2.8
  * step 2): `unreferenced blob part(s): <sorted, comma-separated hashes>`, or
  * `undefined` when every supplied blob is referenced.
- *
- * @example
- * ```ts
- * import { parseProgram, unreferencedBlobsError } from "./mod.ts";
- *
- * const program = parseProgram('{"instructions":[{"op":"upload","kind":"module","source":"","id":"m"}]}');
- * const message = unreferencedBlobsError(program, ["b".repeat(64), "a".repeat(64)]);
- * if (message !== `unreferenced blob part(s): ${"a".repeat(64)}, ${"b".repeat(64)}`) throw new Error();
- * ```
  */
 export function unreferencedBlobsError(
   program: ParsedProgram,
@@ -174,18 +153,6 @@ export function unreferencedBlobsError(
  * bytes have the wrong length (spec §2.8 step 5): `tensor upload '<id>'
  * expects <n> bytes, got <m>`, or `undefined`. `lengthOf` gives the byte
  * length of a resolved blob, `undefined` when it is missing.
- *
- * @example
- * ```ts
- * import { parseProgram, tensorLengthError } from "./mod.ts";
- *
- * const hash = "a".repeat(64);
- * const program = parseProgram(
- *   `{"instructions":[{"op":"upload","kind":"tensor","blob":"${hash}","dtype":"float32","shape":[4],"id":"x"}]}`,
- * );
- * if (tensorLengthError(program, () => 12) !== "tensor upload 'x' expects 16 bytes, got 12") throw new Error();
- * if (tensorLengthError(program, () => undefined) !== undefined) throw new Error();
- * ```
  */
 export function tensorLengthError(
   program: ParsedProgram,

@@ -19,20 +19,6 @@ function _timing(value: number, name: string): string {
  * (spec §3.1). Timings use Python's float spelling (`0.0`, `153.7`);
  * `gpu_ids` and `gpu_count` only when `gpuIds` is given; `error` only for
  * FAILED (required there, forbidden for COMPLETED).
- *
- * @example
- * ```ts
- * import { resultJson } from "./mod.ts";
- *
- * const text = resultJson({
- *   status: "COMPLETED", requestId: "r", queueMs: 0, elapsedMs: 1.5, leaseWaitMs: 0,
- *   leaseHeldMs: 1, stdout: "", stderr: "", stdoutTruncated: false, stderrTruncated: false,
- *   resultsJson: "{}",
- * });
- * if (!text.startsWith('{"status":"COMPLETED","request_id":"r","queue_ms":0.0,"elapsed_ms":1.5,')) {
- *   throw new Error(text);
- * }
- * ```
  */
 export function resultJson(fields: ResultFields): string {
   const failed = fields.status === "FAILED";
@@ -64,15 +50,6 @@ export function resultJson(fields: ResultFields): string {
 /**
  * The CACHE_MISS body (HTTP 200, `application/json`): missing hashes in
  * first-reference order.
- *
- * @example
- * ```ts
- * import { cacheMissJson } from "./mod.ts";
- *
- * if (cacheMissJson("r", ["ab"]) !== '{"status":"CACHE_MISS","request_id":"r","missing_blobs":["ab"]}') {
- *   throw new Error();
- * }
- * ```
  */
 export function cacheMissJson(requestId: string, missing: readonly string[]): string {
   return `{"status":"CACHE_MISS","request_id":${JSON.stringify(requestId)},"missing_blobs":[${
@@ -89,16 +66,6 @@ const _encoder = new TextEncoder();
  *
  * The server streams its own multipart from the worker's part files; this
  * whole-body form serves tests and tools that play a server.
- *
- * @example
- * ```ts
- * import { encodeExecuteResponse } from "./mod.ts";
- *
- * const plain = encodeExecuteResponse('{"status":"CACHE_MISS"}', []);
- * if (plain.contentType !== "application/json") throw new Error();
- * const multi = encodeExecuteResponse("{}", [new Uint8Array([1])]);
- * if (!multi.contentType.startsWith("multipart/form-data; boundary=kcoral-")) throw new Error();
- * ```
  */
 export function encodeExecuteResponse(
   json: string,

@@ -73,18 +73,6 @@ export interface CommonResultFields extends ResultMeta {
 /**
  * The fields of a COMPLETED/FAILED body, for `resultJson` (the encoder):
  * `results` and `error` as raw JSON text.
- *
- * @example
- * ```ts
- * import { type ResultFields, resultJson } from "./mod.ts";
- *
- * const fields: ResultFields = {
- *   status: "FAILED", requestId: "r", queueMs: 0, elapsedMs: 1, leaseWaitMs: 0, leaseHeldMs: 0,
- *   stdout: "", stderr: "", stdoutTruncated: false, stderrTruncated: false,
- *   resultsJson: "{}", errorJson: '{"kind":"runtime"}',
- * };
- * if (!resultJson(fields).endsWith(',"results":{},"error":{"kind":"runtime"}}')) throw new Error();
- * ```
  */
 export interface ResultFields extends CommonResultFields {
   /** Raw JSON text of the `results` object, inserted verbatim. */
@@ -149,16 +137,7 @@ export interface DecodedResult<T> extends CommonResultFields {
   gpuIds: number[];
 }
 
-/**
- * The fields of a FAILED body's `error` object, in wire order (spec §3.4).
- *
- * @example
- * ```ts
- * import { ERROR_FIELDS } from "./mod.ts";
- *
- * if (ERROR_FIELDS[0] !== "kind" || ERROR_FIELDS.at(-1) !== "traceback") throw new Error();
- * ```
- */
+/** The fields of a FAILED body's `error` object, in wire order (spec §3.4). */
 export const ERROR_FIELDS: readonly string[] = [
   "kind",
   "message",
@@ -170,13 +149,6 @@ export const ERROR_FIELDS: readonly string[] = [
 
 /**
  * The fields a `gpu_access` error adds after {@linkcode ERROR_FIELDS}, in wire order.
- *
- * @example
- * ```ts
- * import { GPU_ACCESS_FIELDS } from "./mod.ts";
- *
- * if (!GPU_ACCESS_FIELDS.includes("interfered_request_id")) throw new Error();
- * ```
  */
 export const GPU_ACCESS_FIELDS: readonly string[] = [
   "cuda_call",

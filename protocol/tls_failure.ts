@@ -48,17 +48,6 @@ const _FAILURES: readonly [RegExp, (match: RegExpExecArray) => string][] = [
 /**
  * The plain description of a TLS failure anywhere in `error`'s `cause` chain, or `null` when
  * it is not one.
- *
- * @example
- * ```ts
- * import { describeTlsFailure } from "./tls_failure.ts";
- *
- * const error = new TypeError("fetch failed", {
- *   cause: new Error("client error (Connect): invalid peer certificate: Expired"),
- * });
- * if (!describeTlsFailure(error)?.includes("has expired")) throw new Error();
- * if (describeTlsFailure(new Error("connection refused")) !== null) throw new Error();
- * ```
  */
 export function describeTlsFailure(error: unknown): string | null {
   const seen = new Set<unknown>();

@@ -24,21 +24,6 @@ export interface DecodeUtf8Options {
 /**
  * `bytes` as text, exactly as `new TextDecoder("utf-8", { fatal: true })` (with `ignoreBOM` when
  * `keepBom`) decodes them: a `TypeError` for bytes that are not UTF-8.
- *
- * @example
- * ```ts
- * import { decodeUtf8 } from "./utf8.ts";
- *
- * if (decodeUtf8(new Uint8Array([0x68, 0xc3, 0xa9])) !== "hé") throw new Error();
- * if (decodeUtf8(new Uint8Array([0xef, 0xbf, 0xbd])) !== "\uFFFD") throw new Error("a real U+FFFD");
- * let refused = false;
- * try {
- *   decodeUtf8(new Uint8Array([0x68, 0xc3]));
- * } catch (error) {
- *   refused = error instanceof TypeError;
- * }
- * if (!refused) throw new Error("invalid UTF-8 taken");
- * ```
  */
 export function decodeUtf8(bytes: Uint8Array, options: DecodeUtf8Options = {}): string {
   const keepBom = options.keepBom === true;

@@ -298,13 +298,6 @@ function _expectFields(value: TypedJsonObject, expected: string[]): void {
  * parent listed in `directories`.
  *
  * @throws {ResultValueError} with upstream's message.
- *
- * @example
- * ```ts
- * import { validateManifest } from "./mod.ts";
- *
- * validateManifest(["a/x.txt", "b.txt"], ["a", "a/empty"]);
- * ```
  */
 export function validateManifest(
   files: readonly string[],
