@@ -1,15 +1,8 @@
 /**
  * Who may talk to a server or Router, and over what: the client-token and TLS options shared
- * by `kcoral server` and `kcoral router` (all off by default), declared once as an options
- * table. They are kept out of the server's and the Router's configurations, so that no token
- * reaches the configuration a server logs at start.
- *
- * ```
- *  --client-token T[,T]  (repeatable) / KCORAL_CLIENT_TOKEN   ┐
- *  --client-token-file PATH           / KCORAL_CLIENT_TOKEN_FILE ├─▶ ClientTokens (401 on
- *  --protect-health                                            ┘    /execute /metrics /status)
- *  --tls-cert PATH / KCORAL_TLS_CERT, --tls-key PATH / KCORAL_TLS_KEY ─▶ Deno.serve's TLS
- * ```
+ * by `kcoral server` and `kcoral router` (all off by default). They are kept out of the
+ * server's and the Router's configurations, so no token reaches the configuration logged at
+ * start.
  *
  * @module
  */

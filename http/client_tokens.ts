@@ -1,20 +1,10 @@
 /**
- * Client tokens (opt-in, off by default): the bearer tokens a server or Router accepts from its
- * HTTP clients on `/execute`, `/metrics` and `/status` (and `/health` when asked). The accepted
- * set comes from `--client-token` (repeatable, comma-separated), `KCORAL_CLIENT_TOKEN`
- * (comma-separated) and `--client-token-file` (one token per line, `#` comments); the file is
- * read again by {@linkcode ClientTokens.reload} (SIGHUP in `serve`), and a failed reload keeps
- * the previous set.
- *
- * ```
- *  Authorization: Bearer <token> ─▶ compared in constant time with every accepted token
- *    absent / not Bearer / no match ─▶ 401 {"status":"ERROR",...,"error":{"kind":"unauthorized"}}
- *                                      + WWW-Authenticate: Bearer realm="kcoral"
- *  ?token=... in the URL             ─▶ ignored (the request counts as without a token)
- * ```
- *
- * No token ever reaches a message, an event or a log line: errors name the file or the rule a
- * token breaks, never its text.
+ * Client tokens (opt-in): the bearer tokens a server or Router accepts on `/execute`,
+ * `/metrics` and `/status` (and `/health` when asked), from `--client-token`,
+ * `KCORAL_CLIENT_TOKEN` and `--client-token-file` (reread by {@linkcode ClientTokens.reload}; a
+ * failed reload keeps the previous set). A missing or wrong token is a 401 ERROR body with
+ * `WWW-Authenticate: Bearer realm="kcoral"`; `?token=` in the URL is ignored. No token ever
+ * reaches a message, an event or a log line.
  *
  * @module
  */

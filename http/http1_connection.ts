@@ -1,11 +1,9 @@
 /**
- * One client connection of http/http1_server.ts: request heads in turn, each under its deadline
- * (the listener's sweep calls {@linkcode Http1Connection.expire}: an idle connection closed
- * quietly, a stalled head answered 408), the request handed to the handler with its body as a
- * byte stream (http1_input.ts), the answer written (http1_response.ts), keep-alive or close;
- * malformed framing answered with an ERROR body and a short drain; a read left pending once the
- * body has arrived, so that the client's end aborts `request.signal`; a protocol switch's `101`
- * (http1_switch.ts) handing the connection over.
+ * One client connection of http1_server.ts: request heads in turn under their deadlines (idle:
+ * closed quietly; a stalled head: 408), each request handed to the handler with its body as a
+ * byte stream, the answer written, keep-alive or close; malformed framing answered with an ERROR
+ * body; a read left pending after the body so the client's end aborts `request.signal`; a `101`
+ * handing the connection over.
  *
  * @module
  */

@@ -1,10 +1,8 @@
 /**
- * An HTTP/1.1 request head (RFC 9112 §2–§6), parsed strictly from the bytes a connection
- * received: the request line, the header fields, and how the body is framed. Anything a
- * request smuggler or a broken client could make two readers disagree on is refused with a
- * {@linkcode HeadError} that names it (the server answers 400 with an ERROR body): a field name
- * with spaces, folded lines, control characters, differing `Content-Length`s, a
- * `Transfer-Encoding` other than `chunked` or beside a `Content-Length`, no `Host`.
+ * A strict HTTP/1.1 request head parser (RFC 9112 §2–§6): request line, fields, body framing.
+ * Anything two readers could disagree on (request smuggling) is a {@linkcode HeadError} the
+ * server answers 400: spaces in names, folding, control characters, differing
+ * `Content-Length`s, a `Transfer-Encoding` other than `chunked` or beside a length, no `Host`.
  *
  * @module
  */

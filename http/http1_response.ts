@@ -1,11 +1,8 @@
 /**
- * Writing an answer on an HTTP/1.1 connection of http/http1_server.ts: the status line, the
- * headers (hop-by-hop ones dropped, a `Date` added), and the body with its `Content-Length` (a
- * small declared one, or a stream that has already ended, in one write with the head) or chunked
- * (a stream still coming, such as live output). An answer whose headers say
- * `Transfer-Encoding: chunked` goes chunked at once, and, as one of declared length, each chunk
- * is written before the next is read: its stream may reuse or give back a chunk's memory once
- * the next is asked for (the Router's streamed answers do).
+ * Writing an answer on an HTTP/1.1 connection: status line, headers (hop-by-hop dropped, `Date`
+ * added), and the body with `Content-Length` (one write with the head when small or already
+ * ended) or chunked. Each chunk is written before the next is read: a stream may reuse a chunk's
+ * memory once the next is asked for (the Router's streamed answers do).
  *
  * @module
  */

@@ -1,23 +1,10 @@
 /**
- * HTTP/1.1 served over connections this server owns (`Deno.listen` / `Deno.listenTls`), for
- * what `Deno.serve` cannot do (docs/decisions/own-http1-connections.md): notice a client that
- * left while its request waits, cut connections that stall, bound how many are open, and answer
- * malformed framing with an ERROR body. This module is the listener: accepting, the bound on
- * connections, the one sweep timer for their deadlines, the stop; one connection's requests are
- * http1_connection.ts's, a protocol switch http1_switch.ts's.
- *
- * ```
- *  accept ─▶ over maxConnections? ─▶ overflow: one GET of an overflow path (/health), else 503
- *  connection ─▶ idle (keepAliveTimeoutMs: closed quietly) ─▶ head (headerTimeoutMs from its
- *    first byte: 408; malformed: 400/431/505 ERROR body; then closed)
- *  ─▶ Request (body: a byte stream read straight into the reader's buffer; no progress for
- *    bodyTimeoutMs: 408 written here, connection closed, the stream fails with
- *    BodyTimeoutError) ─▶ body read whole ─▶ a read stays pending on the socket: the end of the
- *    connection aborts `request.signal` (the client has gone) and cancels an answer's stream
- *  ─▶ handler's Response ─▶ written (Content-Length, or chunked) ─▶ keep-alive or close
- *     (a switchProtocols answer to an upgrade: 101 written, the connection handed over)
- *  accept fails (no descriptor left) ─▶ logged once, retried with backoff, logged when it works
- * ```
+ * HTTP/1.1 on connections this server owns, for what `Deno.serve` cannot do
+ * (docs/decisions/own-http1-connections.md): notice a client that left, cut stalled connections,
+ * bound how many are open, answer malformed framing with an ERROR body. This module is the
+ * listener (accept, the bound, one sweep timer for deadlines, the stop); a connection's requests
+ * are http1_connection.ts's, a protocol switch http1_switch.ts's. A failing accept (no
+ * descriptor left) is logged once and retried with backoff.
  *
  * @module
  */

@@ -1,10 +1,7 @@
 /**
- * Routing as data (as Hono keeps `routes` and matches them): a table of paths, the methods each
- * answers and its handler, shared by the server and the Router; plus the small JSON answers
- * every route uses.
- *
- * A route marked `access: "client"` (or `"health"`) is guarded by the client tokens given to
- * {@linkcode route} (http/client_tokens.ts): without them every route is open, as upstream.
+ * Routing as data: a table of paths, methods and handlers shared by the server and the Router,
+ * and the small JSON answers routes use. A route with `access: "client"` (or `"health"`) is
+ * guarded by the client tokens given to {@linkcode route}; without tokens all are open.
  *
  * @module
  */

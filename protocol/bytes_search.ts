@@ -1,11 +1,7 @@
 /**
- * Fast search for a byte pattern in a large buffer, e.g. a multipart
- * delimiter in a 256 MiB body or the end of an HTTP head.
- *
- * Horspool's scan keyed on the pattern's last byte plus a check of its first
- * byte (which occurs nowhere else in it), so random or all-zero payloads are
- * skipped about one pattern length at a time and no input costs more than
- * linear time.
+ * Fast search for a byte pattern in a large buffer (a multipart delimiter, the end of an HTTP
+ * head): Horspool's scan keyed on the pattern's last byte plus a check of its first, linear
+ * time on any input.
  *
  * @module
  */

@@ -1,27 +1,11 @@
 /**
  * The GPU-state receipt of a request, an extension of `POST /execute` answers (docs/timing.md,
- * "The receipt of every request"). A 200 COMPLETED/FAILED answer whose request held a GPU lease
- * carries the header `X-KCoral-GPU-Receipt`: compact JSON (non-ASCII escaped) of which GPU(s) the
- * lease covered and one NVML reading of each when the request first held it and one when it
- * last gave it back.
- *
- * ```
- * X-KCoral-GPU-Receipt: {"gpus":[{"index":0,"name":"NVIDIA H100 80GB HBM3","uuid":"GPU-…",
- *   "driver_version":"580.95.05","cuda_driver_version":"13.0",
- *   "acquired":{"sm_clock_mhz":1980,"mem_clock_mhz":2619,"temperature_c":35,"power_w":72.5,
- *               "reasons":["gpu_idle"],"throttled":false},
- *   "released":{...},"throttled":false}],"throttled":false,"nvml_error":null,
- *   "taken_by":"worker","server_reason":null}
- * ```
- *
- * A request whose worker gave no receipt (it died, or was killed at its deadline) still gets
- * one: the server reads the GPUs itself once the worker is gone (`taken_by` `"server"`,
- * `server_reason` saying why; `acquired` is then `null`, the worker's reading died with it).
- *
- * The body stays upstream's, key for key; a client that does not know the header ignores it, and
- * a Router passes it on like any other response header. One reader ({@linkcode readGpuReceipt})
- * serves the server (the worker's report, before it becomes the header) and the client (the
- * header), so both accept the same shapes.
+ * "The receipt of every request"): a 200 COMPLETED/FAILED answer whose request held a GPU lease
+ * carries `X-KCoral-GPU-Receipt`, compact JSON (non-ASCII escaped) of the GPUs the lease covered
+ * with an NVML reading when first acquired and when last released. When the worker gave none
+ * (it died or was killed), the server reads the GPUs itself (`taken_by: "server"`). One reader,
+ * {@linkcode readGpuReceipt}, serves both the server and the client, so both accept the same
+ * shapes.
  *
  * @module
  */

@@ -1,9 +1,7 @@
 /**
- * SHA-256 on worker threads for large bodies: the reading thread copies each new stretch into
- * one of a few reused 4 MiB buffers (a copy costs a fraction of hashing) and goes on reading
- * while the worker hashes; or, for bytes it mirrors in a SharedArrayBuffer, only says which
- * range to hash, so reading never waits for hashing. A thread can also write shared bytes to a
- * new file ("spool" them) while another one hashes them. Used by protocol/part_digests.ts.
+ * SHA-256 of large bodies on worker threads: reading copies each stretch into a reused 4 MiB
+ * buffer (or, for SharedArrayBuffer bytes, just names the range) and goes on while a worker
+ * hashes; a thread can also spool shared bytes to a file. Used by part_digests.ts.
  *
  * @module
  */

@@ -1,15 +1,8 @@
 /**
- * Strict JSON with Python `json` semantics (spec protocol §2.3, §9 pitfalls 2 and 4).
- *
- * The parser reproduces upstream `strict_json_loads` exactly: the CPython
- * scanner's grammar and error messages (positions counted in code points),
- * duplicate keys reported when their object closes, `NaN`/`Infinity`
- * rejected when scanned. Objects become `Map`s so key order is kept exactly as
- * in the text, integer-like keys included. Serializing is in `json_stringify.ts`.
- *
- * The parser stays one module over 400 lines: it is one scanner state machine reproducing
- * CPython's `json` grammar and error messages, and split, its parts would share the cursor
- * state.
+ * Strict JSON with Python `json` semantics (spec protocol §2.3, §9 pitfalls 2 and 4), exactly
+ * as upstream `strict_json_loads`: CPython's grammar and messages (positions in code points),
+ * duplicate keys reported when their object closes, `NaN`/`Infinity` refused. Objects become
+ * `Map`s so key order is the text's. One scanner state machine, so one module.
  *
  * @module
  */

@@ -1,20 +1,9 @@
 /**
- * Kept returns, an opt-in extension of `POST /execute` (docs/kept-returns.md). A request with
- * `X-KCoral-Keep-Returns: <n>` asks the server to keep every `bytes` and tensor value of at
- * least `n` bytes that the program returns in its blob cache instead of sending it. Such a value
- * comes back as a `kept` node with no part:
- *
- * ```
- * {"type":"kept","kind":"bytes","sha256":"<64 hex>","size":N}
- * {"type":"kept","kind":"tensor","sha256":"<64 hex>","size":N,"dtype":"float32","shape":[...]}
- * ```
- *
- * The server hashed the bytes itself before it cached them under that SHA-256, so a later
- * program names the value as an ordinary blob (`{"op":"upload","kind":"bytes","blob":...}`)
- * and sends no bytes; a server that has dropped it since answers `CACHE_MISS` as for any blob.
- * A value the server cannot keep (over its share of the cache) is sent as usual, and a server
- * that does not know the header (upstream) sends everything: without the header nothing
- * changes.
+ * Kept returns, an opt-in extension of `POST /execute` (docs/kept-returns.md): with
+ * `X-KCoral-Keep-Returns: <n>` the server keeps every returned `bytes` or tensor value of at
+ * least `n` bytes in its blob cache and answers a `kept` node instead
+ * (`{"type":"kept","kind":"bytes"|"tensor","sha256":...,"size":N[,"dtype","shape"]}`), which a
+ * later program uploads by hash. Without the header nothing changes.
  *
  * @module
  */

@@ -1,18 +1,9 @@
 /**
- * Live output, an opt-in extension of `POST /execute` (docs/live-output.md). A client that
- * sends `X-KCoral-Stream: output` and whose program reaches a worker gets a 200 answer of type
- * `application/vnd.kcoral.live-output`: JSON lines, each ending in `\n`,
- *
- * ```
- * {"stream":"stdout","data":"step 1\n"}          while the program runs (stdout or stderr)
- * {"final":{"status":200,"headers":[["content-type","application/json"],...],"length":N}}
- * <exactly N bytes: the body of the answer the request would have had without the header>
- * ```
- *
- * The chunks of one stream, concatenated, are a prefix of that stream's `stdout`/`stderr` in the
- * final result (never past the output limit). Requests turned away before they reach a worker
- * (400, 413, CACHE_MISS, ...) get the ordinary answer; a server that does not know the header
- * (upstream) ignores it. Without the header nothing changes.
+ * Live output, an opt-in extension of `POST /execute` (docs/live-output.md): with
+ * `X-KCoral-Stream: output`, a request that reaches a worker gets a 200 of type
+ * `application/vnd.kcoral.live-output`, JSON lines of `{"stream","data"}` chunks, then
+ * `{"final":{"status","headers","length":N}}` and exactly N bytes of the ordinary answer.
+ * Requests turned away earlier get the ordinary answer; without the header nothing changes.
  *
  * @module
  */

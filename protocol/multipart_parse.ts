@@ -1,15 +1,7 @@
 /**
- * Strict multipart/form-data parsing (spec protocol §2.1), behaving like
- * upstream `parse_multipart`, with its messages: the Content-Type's boundary,
- * the delimiters, and each part's headers. Encoding is in
- * `multipart_encode.ts`.
- *
- * Speed: bodies reach 256 MiB. Delimiters are found with a Horspool scan
- * ({@linkcode DelimiterFinder}, keyed on the delimiter's last byte plus a
- * check of its first byte, which occurs nowhere else in it), so random or
- * all-zero payloads are skipped about one delimiter length at a time and no
- * input costs more than linear time. Parts are returned as subarray views;
- * nothing is copied.
+ * Strict multipart/form-data parsing (spec protocol §2.1) with upstream `parse_multipart`'s
+ * behaviour and messages. Bodies reach 256 MiB: delimiters are found by
+ * {@linkcode DelimiterFinder} in linear time, and parts are views, never copies.
  *
  * @module
  */

@@ -1,13 +1,9 @@
 /**
- * SHA-256 of a multipart body's parts computed while the body arrives, so verifying a large
- * returned tensor (client) or uploaded blob (server) overlaps the transfer instead of following
- * it; on the server, blob payloads also written to spool files meanwhile; and the padding that
- * puts the first binary payload at an 8-byte aligned address, so a typed array can view it in
- * place (no 64 MiB copy).
- *
- * This is only an accelerator. The strict parser (protocol/multipart_parse.ts) still decides what the
- * parts are; a digest computed here is used only for a part whose exact byte range it covers,
- * so a body the two read differently is simply hashed again.
+ * SHA-256 of a multipart body's parts while the body arrives, so hashing overlaps the transfer;
+ * on the server, blob payloads spooled to files meanwhile; and padding that 8-byte aligns the
+ * first binary payload so a typed array can view it in place. Only an accelerator: the strict
+ * parser decides what the parts are, and a digest is used only for a part whose exact byte
+ * range it covers.
  *
  * @module
  */

@@ -1,11 +1,7 @@
 /**
- * Python's `repr()` spellings used in wire messages: `repr()` of strings, of
- * JSON-derived values and of floats.
- *
- * Upstream KCoral builds its 400 messages with f-strings such as
- * `f"duplicate instruction id: {id!r}"`, so byte-identical messages need
- * Python's `repr` rules. The client and the command line use the same
- * functions for their own messages (`expected a relative file path: '../x'`).
+ * Python's `repr()` of strings, JSON-derived values and floats: upstream builds its 400 messages
+ * with f-strings such as `f"duplicate instruction id: {id!r}"`, so byte-identical messages need
+ * Python's rules.
  *
  * @module
  */
