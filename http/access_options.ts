@@ -11,6 +11,15 @@ import { errorMessage } from "../protocol/errors.ts";
 import { ClientTokens, splitTokens } from "./client_tokens.ts";
 import type { TlsFiles } from "./serve.ts";
 
+/** An optional file path option's fields. */
+const _PATH = {
+  type: "string",
+  nonEmpty: true,
+  nullable: true,
+  default: null,
+  placeholder: "path",
+} as const;
+
 /** The access options of `kcoral server` and `kcoral router`, in `--help` order. */
 export const accessOptions = {
   /** Bearer tokens clients must send; comma-separated, repeatable. */
@@ -29,11 +38,7 @@ export const accessOptions = {
   clientTokenFile: {
     flag: "--client-token-file",
     env: "KCORAL_CLIENT_TOKEN_FILE",
-    type: "string",
-    nonEmpty: true,
-    nullable: true,
-    default: null,
-    placeholder: "path",
+    ..._PATH,
     help: "accepted client tokens, one per line ('#' comments); read again on SIGHUP",
   },
   /** `/health` needs a token too. */
@@ -47,22 +52,14 @@ export const accessOptions = {
   tlsCert: {
     flag: "--tls-cert",
     env: "KCORAL_TLS_CERT",
-    type: "string",
-    nonEmpty: true,
-    nullable: true,
-    default: null,
-    placeholder: "path",
+    ..._PATH,
     help: "serve HTTPS with this PEM certificate chain (with --tls-key)",
   },
   /** The PEM private key of `--tls-cert`. */
   tlsKey: {
     flag: "--tls-key",
     env: "KCORAL_TLS_KEY",
-    type: "string",
-    nonEmpty: true,
-    nullable: true,
-    default: null,
-    placeholder: "path",
+    ..._PATH,
     help: "the PEM private key of --tls-cert",
   },
 } as const satisfies OptionTable;
@@ -138,14 +135,17 @@ export function loadAccess(config: AccessConfig): Access {
 }
 
 function _readPem(path: string, what: string): string {
-  let text: string;
-  try {
-    text = Deno.readTextFileSync(path);
-  } catch (error) {
-    throw new Error(`cannot read the TLS ${what} ${path}: ${errorMessage(error)}`);
-  }
+  const text = _readText(path, `the TLS ${what}`);
   if (!text.includes("-----BEGIN ")) throw new Error(`the TLS ${what} ${path} is not PEM`);
   return text;
+}
+
+function _readText(path: string, what: string): string {
+  try {
+    return Deno.readTextFileSync(path);
+  } catch (error) {
+    throw new Error(`cannot read ${what} ${path}: ${errorMessage(error)}`);
+  }
 }
 
 /**
@@ -153,12 +153,7 @@ function _readPem(path: string, what: string): string {
  * cannot be read or holds no PEM certificate.
  */
 export function readCaFile(path: string): string {
-  let text: string;
-  try {
-    text = Deno.readTextFileSync(path);
-  } catch (error) {
-    throw new Error(`cannot read the CA file ${path}: ${errorMessage(error)}`);
-  }
+  const text = _readText(path, "the CA file");
   if (!text.includes("-----BEGIN CERTIFICATE-----")) {
     throw new Error(`the CA file ${path} holds no PEM certificate`);
   }

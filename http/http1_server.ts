@@ -198,13 +198,18 @@ class _Server implements Http1Server {
         this.#serveOverflow(conn);
         continue;
       }
-      const connection = new Http1Connection(conn, this.#settings, false);
-      this.#open.add(connection);
-      connection.run().finally(() => {
-        this.#open.delete(connection);
-        this.#settle();
-      });
+      this.#run(conn, this.#open, false);
     }
+  }
+
+  /** Serves `conn`, counted in `set` while it runs. */
+  #run(conn: Deno.Conn, set: Set<Http1Connection>, overflow: boolean): void {
+    const connection = new Http1Connection(conn, this.#settings, overflow);
+    set.add(connection);
+    connection.run().finally(() => {
+      set.delete(connection);
+      this.#settle();
+    });
   }
 
   /** A connection beyond the bound: an overflow path answered once; anything else 503. */
@@ -214,11 +219,6 @@ class _Server implements Http1Server {
       closeConnection(conn);
       return;
     }
-    const connection = new Http1Connection(conn, this.#settings, true);
-    this.#overflow.add(connection);
-    connection.run().finally(() => {
-      this.#overflow.delete(connection);
-      this.#settle();
-    });
+    this.#run(conn, this.#overflow, true);
   }
 }
