@@ -1,8 +1,7 @@
 /**
- * Who may talk to a server or Router, and over what: the client-token and TLS options shared
- * by `kcoral server` and `kcoral router` (all off by default). They are kept out of the
- * server's and the Router's configurations, so no token reaches the configuration logged at
- * start.
+ * Who may talk to a server or Router, and over what: the client-token and TLS options shared by
+ * `kcoral server` and `kcoral router` (all off by default). They are kept out of the server's and
+ * the Router's configurations, so no token reaches the configuration logged at start.
  *
  * @module
  */
@@ -79,10 +78,10 @@ export interface AccessConfig {
 }
 
 /**
- * Completes and checks access settings as a command line gives them (throws a `TypeError`
- * whose message starts with the flag at fault, never quoting a token): tokens split on commas
- * and of RFC 6750's characters, `--tls-cert` and `--tls-key` together, `--protect-health`
- * only with tokens. An empty `KCORAL_CLIENT_TOKEN` (an empty list here) means no token.
+ * Completes and checks access settings as a command line gives them (throws a `TypeError` whose
+ * message starts with the flag at fault, never quoting a token): tokens split on commas and of RFC
+ * 6750's characters, `--tls-cert` and `--tls-key` together, `--protect-health` only with tokens. An
+ * empty `KCORAL_CLIENT_TOKEN` (an empty list here) means no token.
  */
 export function checkAccessConfig(values: Readonly<Partial<AccessConfig>>): AccessConfig {
   const flat = (values.clientTokens ?? []).filter((value) => value.trim() !== "");
@@ -116,8 +115,8 @@ export interface Access {
 }
 
 /**
- * Reads what `config` names: the token file and the certificate and key files. Throws an
- * `Error` naming the file that cannot be read or used (never a token).
+ * Reads what `config` names: the token file and the certificate and key files. Throws an `Error`
+ * naming the file that cannot be read or used (never a token).
  */
 export function loadAccess(config: AccessConfig): Access {
   const anyToken = config.clientTokens.length > 0 || config.clientTokenFile !== null;
@@ -161,9 +160,9 @@ export function readCaFile(path: string): string {
 }
 
 /**
- * The warning for a server or Router that listens beyond this machine (`--host` not a loopback
- * name or address) with no client tokens: anyone who reaches the port runs code there. `null`
- * when it listens on loopback or checks tokens.
+ * The warning for a server or Router that listens beyond this machine (`--host` not a loopback name
+ * or address) with no client tokens: anyone who reaches the port runs code there. `null` when it
+ * listens on loopback or checks tokens.
  */
 export function openBindWarning(
   host: string,

@@ -1,7 +1,7 @@
 /**
- * Work an application leaves running after a request has been answered (cache writes, a
- * finished workspace's removal, a GPU set's teardown): tracked so that a stop waits for it, and
- * so that its failure never becomes an unhandled rejection.
+ * Work an application leaves running after a request has been answered (cache writes, a finished
+ * workspace's removal, a GPU set's teardown): tracked so that a stop waits for it, and so that its
+ * failure never becomes an unhandled rejection.
  *
  * @module
  */

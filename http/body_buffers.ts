@@ -1,8 +1,8 @@
 /**
  * Reused receive buffers for large request bodies (first touch of fresh memory costs ~0.6 ms per
  * MiB on VMs). A buffer goes back only when nothing of its request can read it; a BYOB reader
- * transfers it on every read, so the last `ArrayBuffer` returned is the one to give back. The
- * owner drops idle buffers ({@linkcode BodyBuffers.clear}) a while after the last use.
+ * transfers it on every read, so the last `ArrayBuffer` returned is the one to give back. The owner
+ * drops idle buffers ({@linkcode BodyBuffers.clear}) a while after the last use.
  *
  * @module
  */
@@ -15,8 +15,7 @@ export interface BodyBuffersOptions {
 
 /**
  * A pool keeping up to `keep` buffers of at most `maxBytes` each (the largest are kept), made by
- * `create`: plain `ArrayBuffer`s for bodies, `SharedArrayBuffer` mirrors that hashing threads
- * read.
+ * `create`: plain `ArrayBuffer`s for bodies, `SharedArrayBuffer` mirrors that hashing threads read.
  */
 export class BodyBuffers<B extends ArrayBufferLike> {
   readonly #keep: number;

@@ -1,10 +1,10 @@
 /**
- * Client tokens (opt-in): the bearer tokens a server or Router accepts on `/execute`,
- * `/metrics` and `/status` (and `/health` when asked), from `--client-token`,
- * `KCORAL_CLIENT_TOKEN` and `--client-token-file` (reread by {@linkcode ClientTokens.reload}; a
- * failed reload keeps the previous set). A missing or wrong token is a 401 ERROR body with
- * `WWW-Authenticate: Bearer realm="kcoral"`; `?token=` in the URL is ignored. No token ever
- * reaches a message, an event or a log line.
+ * Client tokens (opt-in): the bearer tokens a server or Router accepts on `/execute`, `/metrics`
+ * and `/status` (and `/health` when asked), from `--client-token`, `KCORAL_CLIENT_TOKEN` and
+ * `--client-token-file` (reread by {@linkcode ClientTokens.reload}; a failed reload keeps the
+ * previous set). A missing or wrong token is a 401 ERROR body with `WWW-Authenticate: Bearer
+ * realm="kcoral"`; `?token=` in the URL is ignored. No token ever reaches a message, an event or a
+ * log line.
  *
  * @module
  */
@@ -36,8 +36,8 @@ function _tokenProblem(token: string): string | null {
 }
 
 /**
- * Whether `given` equals `expected`, in time that depends only on `expected`'s length (never
- * on where they differ, nor on `given`'s length).
+ * Whether `given` equals `expected`, in time that depends only on `expected`'s length (never on
+ * where they differ, nor on `given`'s length).
  */
 export function tokensEqual(given: string, expected: string): boolean {
   const a = _encoder.encode(given);
@@ -77,8 +77,8 @@ function _readTokenFile(path: string): string[] {
 }
 
 /**
- * Splits command-line token values on commas (`--client-token a,b`, `KCORAL_CLIENT_TOKEN=a,b`)
- * and checks each; throws a `TypeError` naming `flag` (never the token) for an invalid one.
+ * Splits command-line token values on commas (`--client-token a,b`, `KCORAL_CLIENT_TOKEN=a,b`) and
+ * checks each; throws a `TypeError` naming `flag` (never the token) for an invalid one.
  */
 export function splitTokens(values: readonly string[], flag: string): string[] {
   const tokens: string[] = [];
@@ -130,8 +130,8 @@ export class ClientTokens {
   #accepted: readonly string[];
 
   /**
-   * Reads the file, if any (throws its `Error` when it cannot be read); an empty set in all
-   * is a `TypeError` (nothing could ever be accepted).
+   * Reads the file, if any (throws its `Error` when it cannot be read); an empty set in all is a
+   * `TypeError` (nothing could ever be accepted).
    */
   constructor(options: ClientTokensOptions) {
     this.#given = [...(options.tokens ?? [])];
@@ -150,23 +150,8 @@ export class ClientTokens {
   }
 
   /**
-   * Reads the token file again (tokens given directly stay). On failure the previous set stays
-   * in force and the result says why (the file and line, never a token).
-   *
-   * @example
-   * ```ts
-   * import { ClientTokens } from "./client_tokens.ts";
-   *
-   * const file = await Deno.makeTempFile();
-   * await Deno.writeTextFile(file, "first\n");
-   * const tokens = new ClientTokens({ file });
-   * await Deno.writeTextFile(file, "second\n");
-   * const reloaded = tokens.reload();
-   * if (!reloaded.ok || reloaded.count !== 1) throw new Error();
-   * const first = new Request("http://x/", { headers: { authorization: "Bearer first" } });
-   * if (tokens.check(first) !== "invalid") throw new Error();
-   * await Deno.remove(file);
-   * ```
+   * Reads the token file again (tokens given directly stay). On failure the previous set stays in
+   * force and the result says why (the file and line, never a token).
    */
   reload(): ReloadResult {
     try {
@@ -178,9 +163,9 @@ export class ClientTokens {
   }
 
   /**
-   * Checks `request`'s `Authorization` header: `null` when it carries an accepted bearer
-   * token, otherwise why not. Every accepted token is compared, in constant time each, whatever
-   * matches. The URL is never looked at (a `?token=` is no token).
+   * Checks `request`'s `Authorization` header: `null` when it carries an accepted bearer token,
+   * otherwise why not. Every accepted token is compared, in constant time each, whatever matches.
+   * The URL is never looked at (a `?token=` is no token).
    */
   check(request: Request): RefusalReason | null {
     const header = request.headers.get("authorization");
@@ -207,9 +192,9 @@ export class ClientTokens {
 }
 
 /**
- * The 401 answer for `reason`: an ERROR body of kind `unauthorized` (spec protocol §3.5's
- * shape), `WWW-Authenticate: Bearer realm="kcoral"` (with `error="invalid_token"` for a
- * wrong token, as RFC 6750 §3.1) and `X-Request-ID`.
+ * The 401 answer for `reason`: an ERROR body of kind `unauthorized` (spec protocol §3.5's shape),
+ * `WWW-Authenticate: Bearer realm="kcoral"` (with `error="invalid_token"` for a wrong token, as RFC
+ * 6750 §3.1) and `X-Request-ID`.
  */
 export function unauthorizedResponse(reason: RefusalReason, requestId: string): Response {
   const challenge = reason === "missing"

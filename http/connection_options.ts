@@ -1,7 +1,7 @@
 /**
- * The connection options of `kcoral server` and `kcoral router`: the header, idle and body
- * timeouts and the bound on connections of http/http1_server.ts, declared once as an options
- * table, and the {@linkcode ConnectionLimits} they set.
+ * The connection options of `kcoral server` and `kcoral router`: the header, idle and body timeouts
+ * and the bound on connections of http/http1_server.ts, declared once as an options table, and the
+ * {@linkcode ConnectionLimits} they set.
  *
  * @module
  */
@@ -61,8 +61,8 @@ export interface ConnectionConfig {
 }
 
 /**
- * The limits a server's or Router's connections are served under (http/http1_server.ts), from
- * its options; `serve`'s `connections`.
+ * The limits a server's or Router's connections are served under (http/http1_server.ts), from its
+ * options; `serve`'s `connections`.
  */
 export function connectionLimits(config: ConnectionConfig): ConnectionLimits {
   return {

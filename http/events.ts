@@ -1,8 +1,8 @@
 /**
  * The server's event log (spec server §8): one ordered JSON-lines stream per server start under
- * `<log-dir>/runs/<stamp>/events.jsonl`, program records under `programs/`, and a console
- * mirror on stderr. Hand-written: each server instance needs its own sinks, lines are written
- * synchronously in order, and both formats are fixed by upstream.
+ * `<log-dir>/runs/<stamp>/events.jsonl`, program records under `programs/`, and a console mirror on
+ * stderr. Hand-written: each server instance needs its own sinks, lines are written synchronously
+ * in order, and both formats are fixed by upstream.
  *
  * @module
  */
@@ -21,13 +21,13 @@ export interface EventLogOptions {
   /** Where console lines go (default: stderr). */
   consoleWrite?: (line: string) => void;
   /**
-   * `"text"` (default): `TIMESTAMP LEVEL event key=value ...`; `"json"`: one JSON object per
-   * line, the record `events.jsonl` has, for log shippers.
+   * `"text"` (default): `TIMESTAMP LEVEL event key=value ...`; `"json"`: one JSON object per line,
+   * the record `events.jsonl` has, for log shippers.
    */
   consoleFormat?: LogFormat;
   /**
-   * Events whose console lines are gathered into one stderr write, at most `consoleBatchMs`
-   * later; any other line, `flush`, `close` and `unload` write them first (order is kept).
+   * Events whose console lines are gathered into one stderr write, at most `consoleBatchMs` later;
+   * any other line, `flush`, `close` and `unload` write them first (order is kept).
    */
   consoleBatched?: readonly string[];
   /** How long a gathered console line may wait (default 50 ms). */
@@ -138,27 +138,8 @@ export class EventLog {
   }
 
   /**
-   * Writes the console lines gathered so far (those of
-   * {@linkcode EventLogOptions.consoleBatched} events), in one write.
-   *
-   * @example
-   * ```ts
-   * import { EventLog } from "./events.ts";
-   *
-   * const lines: string[] = [];
-   * const log = new EventLog({
-   *   logDir: null, console: true, programs: false, consoleWrite: (text) => lines.push(text),
-   *   consoleBatched: ["request_finished"],
-   * });
-   * log.emit("INFO", "request_finished", { request_id: "r1" });
-   * log.emit("INFO", "request_finished", { request_id: "r2" });
-   * if (lines.length !== 0) throw new Error("written at once");
-   * log.flush();
-   * if (!lines[0].endsWith("request_id=r1") || !lines[1].endsWith("request_id=r2")) {
-   *   throw new Error(lines.join());
-   * }
-   * log.close();
-   * ```
+   * Writes the console lines gathered so far (those of {@linkcode EventLogOptions.consoleBatched}
+   * events), in one write.
    */
   flush(): void {
     if (this.#flushTimer !== null) clearTimeout(this.#flushTimer);

@@ -1,8 +1,8 @@
 /**
  * A strict HTTP/1.1 request head parser (RFC 9112 §2–§6): request line, fields, body framing.
- * Anything two readers could disagree on (request smuggling) is a {@linkcode HeadError} the
- * server answers 400: spaces in names, folding, control characters, differing
- * `Content-Length`s, a `Transfer-Encoding` other than `chunked` or beside a length, no `Host`.
+ * Anything two readers could disagree on (request smuggling) is a {@linkcode HeadError} the server
+ * answers 400: spaces in names, folding, control characters, differing `Content-Length`s, a
+ * `Transfer-Encoding` other than `chunked` or beside a length, no `Host`.
  *
  * @module
  */
@@ -54,8 +54,8 @@ const _TARGET = /^[\x21-\x7e\x80-\xff]+$/;
 const _latin1 = new TextDecoder("latin1");
 
 /**
- * Where the head in `bytes[0, end)` ends: the index just past its empty line, or -1 when the
- * head is not complete yet. Lines end with CRLF (a bare LF is accepted, RFC 9112 §2.2).
+ * Where the head in `bytes[0, end)` ends: the index just past its empty line, or -1 when the head
+ * is not complete yet. Lines end with CRLF (a bare LF is accepted, RFC 9112 §2.2).
  */
 export function headEnd(bytes: Uint8Array, start: number, end: number): number {
   const view = bytes.subarray(0, end);

@@ -1,8 +1,8 @@
 /**
  * Writing an answer on an HTTP/1.1 connection: status line, headers (hop-by-hop dropped, `Date`
- * added), and the body with `Content-Length` (one write with the head when small or already
- * ended) or chunked. Each chunk is written before the next is read: a stream may reuse a chunk's
- * memory once the next is asked for (the Router's streamed answers do).
+ * added), and the body with `Content-Length` (one write with the head when small or already ended)
+ * or chunked. Each chunk is written before the next is read: a stream may reuse a chunk's memory
+ * once the next is asked for (the Router's streamed answers do).
  *
  * @module
  */
@@ -29,10 +29,10 @@ export function withFieldLines(response: Response, fields: readonly [string, str
 }
 
 /**
- * Writes `response` to `conn` for a request with `head`; whether it was written whole (false:
- * the connection failed, or the body did; the connection must close). Once `gone` aborts (the
- * client's end came), a body still streaming is cancelled: its stream's `cancel` tells its
- * maker, and nothing more is written.
+ * Writes `response` to `conn` for a request with `head`; whether it was written whole (false: the
+ * connection failed, or the body did; the connection must close). Once `gone` aborts (the client's
+ * end came), a body still streaming is cancelled: its stream's `cancel` tells its maker, and
+ * nothing more is written.
  */
 export async function writeResponse(
   conn: Deno.Conn,
@@ -134,9 +134,9 @@ export async function writeResponse(
 }
 
 /**
- * The head and `first` chunk, then the rest of `reader` chunked: `pending`, a read already
- * begun, else each read only once the chunk before it is written; false once `gone` aborted
- * (the reader cancelled: its end is no answer's end).
+ * The head and `first` chunk, then the rest of `reader` chunked: `pending`, a read already begun,
+ * else each read only once the chunk before it is written; false once `gone` aborted (the reader
+ * cancelled: its end is no answer's end).
  */
 async function _writeChunked(
   conn: Deno.Conn,

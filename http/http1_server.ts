@@ -1,10 +1,10 @@
 /**
  * HTTP/1.1 on connections this server owns, for what `Deno.serve` cannot do
  * (docs/decisions/own-http1-connections.md): notice a client that left, cut stalled connections,
- * bound how many are open, answer malformed framing with an ERROR body. This module is the
- * listener (accept, the bound, one sweep timer for deadlines, the stop); a connection's requests
- * are http1_connection.ts's, a protocol switch http1_switch.ts's. A failing accept (no
- * descriptor left) is logged once and retried with backoff.
+ * bound how many are open, answer malformed framing with an ERROR body. This module is the listener
+ * (accept, the bound, one sweep timer for deadlines, the stop); a connection's requests are
+ * http1_connection.ts's, a protocol switch http1_switch.ts's. A failing accept (no descriptor left)
+ * is logged once and retried with backoff.
  *
  * @module
  */
@@ -47,8 +47,8 @@ export interface Http1Server {
   /** Connections open now (overflow ones included). */
   readonly connections: number;
   /**
-   * Stops accepting, closes connections between requests, lets requests in progress be
-   * answered (their connections close after); resolves like `finished`.
+   * Stops accepting, closes connections between requests, lets requests in progress be answered
+   * (their connections close after); resolves like `finished`.
    */
   shutdown(): Promise<void>;
 }
@@ -119,9 +119,9 @@ class _Server implements Http1Server {
   }
 
   /**
-   * Closes the connections whose deadline passed (answering stalled heads 408), a batch at a
-   * time with the event loop let go between batches: thousands timing out together must not
-   * hold `/health` for the length of the burst.
+   * Closes the connections whose deadline passed (answering stalled heads 408), a batch at a time
+   * with the event loop let go between batches: thousands timing out together must not hold
+   * `/health` for the length of the burst.
    */
   async #expireDue(): Promise<void> {
     if (this.#expiring) return;

@@ -1,8 +1,8 @@
 /**
- * A protocol switch on a connection of http/http1_server.ts: {@linkcode switchProtocols} makes
- * the answer a handler returns to an upgrade request; the connection (http1_connection.ts) finds
- * it with {@linkcode protocolSwitchOf}, writes {@linkcode switchingHead} (`101 Switching
- * Protocols`) and hands itself over (the Router's node links, link/websocket_server.ts).
+ * A protocol switch on a connection of http/http1_server.ts: {@linkcode switchProtocols} makes the
+ * answer a handler returns to an upgrade request; the connection (http1_connection.ts) finds it
+ * with {@linkcode protocolSwitchOf}, writes {@linkcode switchingHead} (`101 Switching Protocols`)
+ * and hands itself over (the Router's node links, link/websocket_server.ts).
  *
  * @module
  */

@@ -1,8 +1,8 @@
 /**
- * The moment to give memory back: a while after the last use of something large (a body
- * buffer taken or given back), once nothing is in flight. The release then runs once, off every
- * request's path, and not again before the next use (docs/decisions/memory-after-large-requests.md, "Memory comes back
- * after large requests").
+ * The moment to give memory back: a while after the last use of something large (a body buffer
+ * taken or given back), once nothing is in flight. The release then runs once, off every request's
+ * path, and not again before the next use (docs/decisions/memory-after-large-requests.md, "Memory
+ * comes back after large requests").
  *
  * @module
  */

@@ -1,7 +1,7 @@
 /**
- * Requests in flight and the drain of a graceful stop: once stopping, new requests are turned
- * away, and every request that finishes reports how many are left (`shutdown_waiting`), until
- * none is (spec server §1.1; seed 003: a stopped node "waits for active requests to finish").
+ * Requests in flight and the drain of a graceful stop: once stopping, new requests are turned away,
+ * and every request that finishes reports how many are left (`shutdown_waiting`), until none is
+ * (spec server §1.1; seed 003: a stopped node "waits for active requests to finish").
  *
  * @module
  */

@@ -41,9 +41,9 @@ export async function metricsResponse(registry: Registry): Promise<Response> {
 
 /**
  * Registers what every KCoral process exposes besides its own metrics:
- * `kcoral_build_info{version,deno,…} 1` (the labels of `extraLabels()` as well, read when
- * scraped) and prom-client's `process_*` metrics (CPU seconds, resident memory, open and maximum
- * file descriptors, start time), which read `/proc/self` under Deno as under Node. prom-client's
+ * `kcoral_build_info{version,deno,…} 1` (the labels of `extraLabels()` as well, read when scraped)
+ * and prom-client's `process_*` metrics (CPU seconds, resident memory, open and maximum file
+ * descriptors, start time), which read `/proc/self` under Deno as under Node. prom-client's
  * `nodejs_*` metrics are left out: under Deno its event-loop monitor reports nothing real.
  */
 export function registerProcessMetrics(

@@ -1,6 +1,6 @@
 /**
- * The last few records of one event, kept for a status page: a ring of at most `size` picked
- * fields (never program sources, outputs or tokens: only what `pick` takes).
+ * The last few records of one event, kept for a status page: a ring of at most `size` picked fields
+ * (never program sources, outputs or tokens: only what `pick` takes).
  *
  * @module
  */

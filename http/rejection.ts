@@ -1,7 +1,7 @@
 /**
- * A request turned away with an ERROR body (spec protocol §3.5): a typed error that any stage
- * of a request may throw, caught in one place that makes both the response and its log record
- * (as Hono's `HTTPException` with one `errorHandler`).
+ * A request turned away with an ERROR body (spec protocol §3.5): a typed error that any stage of a
+ * request may throw, caught in one place that makes both the response and its log record (as Hono's
+ * `HTTPException` with one `errorHandler`).
  *
  * @module
  */
@@ -21,8 +21,8 @@ export class Rejection extends Error {
   /** The rest of the log record (`error_kind`, `worker_id`, ...). */
   readonly fields: Record<string, unknown>;
   /**
-   * Extension headers the answer carries besides its own (a server's `X-KCoral-GPU-Receipt`);
-   * added to by the stage that knows them.
+   * Extension headers the answer carries besides its own (a server's `X-KCoral-GPU-Receipt`); added
+   * to by the stage that knows them.
    */
   readonly headers: Record<string, string> = {};
 
@@ -44,8 +44,8 @@ export class Rejection extends Error {
 
   /**
    * The ERROR response (`X-Request-ID`; `Retry-After: 1` with a 503; {@linkcode headers}), its
-   * length declared: a node's link then sends it to the Router in one frame with its head and
-   * end, where an answer of unknown length is streamed (node/tunnelled_request.ts).
+   * length declared: a node's link then sends it to the Router in one frame with its head and end,
+   * where an answer of unknown length is streamed (node/tunnelled_request.ts).
    */
   response(requestId: string): Response {
     const body = _encoder.encode(errorBody(requestId, this.kind, this.message));

@@ -1,7 +1,7 @@
 /**
  * Request ids (spec server §8): a client's `X-Request-ID` is kept only when it is exactly one
- * canonical lowercase UUID (never arbitrary header content in file names and logs); otherwise a
- * new one is made.
+ * canonical lowercase UUID (never arbitrary header content in file names and logs); otherwise a new
+ * one is made.
  *
  * @module
  */

@@ -1,7 +1,7 @@
 /**
- * Routing as data: a table of paths, methods and handlers shared by the server and the Router,
- * and the small JSON answers routes use. A route with `access: "client"` (or `"health"`) is
- * guarded by the client tokens given to {@linkcode route}; without tokens all are open.
+ * Routing as data: a table of paths, methods and handlers shared by the server and the Router, and
+ * the small JSON answers routes use. A route with `access: "client"` (or `"health"`) is guarded by
+ * the client tokens given to {@linkcode route}; without tokens all are open.
  *
  * @module
  */
@@ -24,9 +24,9 @@ export interface Route {
   /** Only loopback clients see it (others get 404), as upstream's `/internal/worker-status`. */
   loopbackOnly?: boolean;
   /**
-   * Who may call it when client tokens are configured: `"client"` needs a token, `"health"`
-   * needs one only with `protectHealth`; absent: always open (node links have their own
-   * token, the loopback-only routes none).
+   * Who may call it when client tokens are configured: `"client"` needs a token, `"health"` needs
+   * one only with `protectHealth`; absent: always open (node links have their own token, the
+   * loopback-only routes none).
    */
   access?: "client" | "health";
 }
@@ -40,10 +40,10 @@ export interface RouteGuard {
 }
 
 /**
- * Finds the route of `request` and runs it: 404 `{"detail":"Not Found"}` for an unknown path,
- * 405 with `Allow` for a method the route does not answer (FastAPI's bodies, as upstream),
- * and, with `guard`'s tokens, 401 `unauthorized` for a guarded route without an accepted
- * bearer token (checked before the method, so nothing about a guarded route shows).
+ * Finds the route of `request` and runs it: 404 `{"detail":"Not Found"}` for an unknown path, 405
+ * with `Allow` for a method the route does not answer (FastAPI's bodies, as upstream), and, with
+ * `guard`'s tokens, 401 `unauthorized` for a guarded route without an accepted bearer token
+ * (checked before the method, so nothing about a guarded route shows).
  */
 export async function route(
   routes: readonly Route[],

@@ -1,9 +1,9 @@
 /**
  * Runs an application (a KCoral server, or a Router) over HTTP/1.1 on connections of its own
- * (http1_server.ts): starts it, listens and prints `Application startup complete.`;
- * SIGTERM/SIGINT drain requests in flight and stop. Repeated signals never cut the drain short
- * (a second Ctrl+C must not lose benchmarks), each reports how many requests are left. With
- * `tls` it serves HTTPS; with `clientTokens`, SIGHUP rereads their token file.
+ * (http1_server.ts): starts it, listens and prints `Application startup complete.`; SIGTERM/SIGINT
+ * drain requests in flight and stop. Repeated signals never cut the drain short (a second Ctrl+C
+ * must not lose benchmarks), each reports how many requests are left. With `tls` it serves HTTPS;
+ * with `clientTokens`, SIGHUP rereads their token file.
  *
  * @module
  */
@@ -75,8 +75,8 @@ export interface RunningServer {
   /** Resolves when the listener's last connection has closed as well. */
   readonly closed: Promise<void>;
   /**
-   * Graceful stop (idempotent): requests in flight finish, bodies still arriving are answered
-   * 503, workers stop; resolves at most ~1 s after that even if a client keeps a connection.
+   * Graceful stop (idempotent): requests in flight finish, bodies still arriving are answered 503,
+   * workers stop; resolves at most ~1 s after that even if a client keeps a connection.
    */
   shutdown(): Promise<void>;
 }
@@ -184,8 +184,8 @@ export async function serve(app: HttpApp, options: ServeOptions = {}): Promise<R
 }
 
 /**
- * `app` served over connections of our own (http/http1_server.ts): what they cut or refuse,
- * and a listener that cannot accept, are logged as events and counted.
+ * `app` served over connections of our own (http/http1_server.ts): what they cut or refuse, and a
+ * listener that cannot accept, are logged as events and counted.
  */
 function _serveConnections(
   app: HttpApp,

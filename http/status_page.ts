@@ -1,7 +1,7 @@
 /**
- * The live status page (`GET /status`): one self-contained HTML document that polls
- * `/status/data` every second and draws a server's GPU lease timeline (SVG), workers, recent
- * requests and caches, or a Router's nodes and recent requests.
+ * The live status page (`GET /status`): one self-contained HTML document that polls `/status/data`
+ * every second and draws a server's GPU lease timeline (SVG), workers, recent requests and caches,
+ * or a Router's nodes and recent requests.
  *
  * @module
  */
@@ -146,8 +146,8 @@ setInterval(refresh, 1000);
 `;
 
 /**
- * The status page (the same document for a server and a Router; its script asks
- * `/status/data` which one it is).
+ * The status page (the same document for a server and a Router; its script asks `/status/data`
+ * which one it is).
  */
 export function statusPageResponse(): Response {
   return new Response(_PAGE, {

@@ -1,14 +1,14 @@
 /**
  * Fast search for a byte pattern in a large buffer (a multipart delimiter, the end of an HTTP
- * head): Horspool's scan keyed on the pattern's last byte plus a check of its first, linear
- * time on any input.
+ * head): Horspool's scan keyed on the pattern's last byte plus a check of its first, linear time on
+ * any input.
  *
  * @module
  */
 
 /**
- * Finds a byte pattern (Horspool's skip table), e.g. a multipart delimiter
- * `CRLF--boundary` in a large payload, at memory-scan speed from JavaScript.
+ * Finds a byte pattern (Horspool's skip table), e.g. a multipart delimiter `CRLF--boundary` in a
+ * large payload, at memory-scan speed from JavaScript.
  */
 export class DelimiterFinder {
   /** The bytes searched for. */
@@ -25,9 +25,9 @@ export class DelimiterFinder {
   }
 
   /**
-   * First index ≥ `from` where the pattern occurs, or -1. The pattern's first
-   * byte must not occur elsewhere in it (true for CR/LF-led delimiters),
-   * which bounds the verification work by the body length.
+   * First index ≥ `from` where the pattern occurs, or -1. The pattern's first byte must not occur
+   * elsewhere in it (true for CR/LF-led delimiters), which bounds the verification work by the body
+   * length.
    */
   find(hay: Uint8Array, from: number): number {
     const pattern = this.pattern;

@@ -52,9 +52,8 @@ export function isDType(x: unknown): x is DType {
 }
 
 /**
- * Expected byte length of a tensor: `prod(shape) * itemsize`, computed
- * exactly. Lengths above 2^53-1 are returned as `Infinity` (no real body can
- * have them).
+ * Expected byte length of a tensor: `prod(shape) * itemsize`, computed exactly. Lengths above
+ * 2^53-1 are returned as `Infinity` (no real body can have them).
  */
 export function tensorByteLength(dtype: DType, shape: readonly (number | bigint)[]): number {
   let total = BigInt(DTYPE_ITEM_SIZES[dtype]);

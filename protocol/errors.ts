@@ -1,6 +1,6 @@
 /**
- * ERROR bodies and fixed messages of non-200 responses (spec protocol §3.5), and an error said
- * as text.
+ * ERROR bodies and fixed messages of non-200 responses (spec protocol §3.5), and an error said as
+ * text.
  *
  * @module
  */

@@ -1,9 +1,9 @@
 /**
- * The GPU-state receipt of a request, an extension of `POST /execute` answers (docs/timing.md,
- * "The receipt of every request"): a 200 COMPLETED/FAILED answer whose request held a GPU lease
- * carries `X-KCoral-GPU-Receipt`, compact JSON (non-ASCII escaped) of the GPUs the lease covered
- * with an NVML reading when first acquired and when last released. When the worker gave none
- * (it died or was killed), the server reads the GPUs itself (`taken_by: "server"`). One reader,
+ * The GPU-state receipt of a request, an extension of `POST /execute` answers (docs/timing.md, "The
+ * receipt of every request"): a 200 COMPLETED/FAILED answer whose request held a GPU lease carries
+ * `X-KCoral-GPU-Receipt`, compact JSON (non-ASCII escaped) of the GPUs the lease covered with an
+ * NVML reading when first acquired and when last released. When the worker gave none (it died or
+ * was killed), the server reads the GPUs itself (`taken_by: "server"`). One reader,
  * {@linkcode readGpuReceipt}, serves both the server and the client, so both accept the same
  * shapes.
  *
@@ -58,9 +58,9 @@ export interface GpuReceipt {
   /** Why NVML gave nothing (or not everything), when it did not. */
   nvml_error: string | null;
   /**
-   * Who took the readings: `"worker"` (the process the program ran in, as it held and gave back
-   * the lease) or `"server"` (the worker gave none; see `server_reason`). A header without the
-   * field (a server from before it) reads as `"worker"`.
+   * Who took the readings: `"worker"` (the process the program ran in, as it held and gave back the
+   * lease) or `"server"` (the worker gave none; see `server_reason`). A header without the field (a
+   * server from before it) reads as `"worker"`.
    */
   taken_by: "worker" | "server";
   /**
@@ -75,9 +75,9 @@ export type GpuReceiptServerReason = (typeof SERVER_REASONS)[number];
 /**
  * Why the server took a request's receipt instead of its worker: `crashed` (the worker died),
  * `timeout` (killed at its deadline), `invalid_response` (killed for an answer that was not one),
- * `not_reported` (it answered without one though the request held the lease: a GPU set held for
- * a program that never asked for it), `refused` (its report had the wrong shape or named another
- * GPU; no reading then, `nvml_error` says why).
+ * `not_reported` (it answered without one though the request held the lease: a GPU set held for a
+ * program that never asked for it), `refused` (its report had the wrong shape or named another GPU;
+ * no reading then, `nvml_error` says why).
  */
 export const SERVER_REASONS = [
   "crashed",
@@ -94,8 +94,8 @@ const _MAX_ERROR = 1024;
 const _MAX_REASONS = 64;
 
 /**
- * A receipt read from a parsed JSON value: the known fields only, checked (unknown keys are
- * left out); throws a `TypeError` that names the first field in the wrong shape.
+ * A receipt read from a parsed JSON value: the known fields only, checked (unknown keys are left
+ * out); throws a `TypeError` that names the first field in the wrong shape.
  */
 export function readGpuReceipt(value: unknown): GpuReceipt {
   const top = _object(value, "receipt");
@@ -113,8 +113,8 @@ export function readGpuReceipt(value: unknown): GpuReceipt {
 }
 
 /**
- * The header value of a receipt: compact JSON, every character beyond ASCII escaped (`\uXXXX`),
- * so the value is plain ASCII without control characters.
+ * The header value of a receipt: compact JSON, every character beyond ASCII escaped (`\uXXXX`), so
+ * the value is plain ASCII without control characters.
  */
 export function encodeGpuReceiptHeader(receipt: GpuReceipt): string {
   return JSON.stringify(readGpuReceipt(receipt)).replace(

@@ -1,6 +1,6 @@
 /**
- * SHA-256 blob identities. node:crypto's createHash measured ~2 GB/s here,
- * about 4x Web Crypto's digest.
+ * SHA-256 blob identities. node:crypto's createHash measured ~2 GB/s here, about 4x Web Crypto's
+ * digest.
  *
  * @module
  */

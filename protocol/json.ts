@@ -1,8 +1,8 @@
 /**
- * Strict JSON with Python `json` semantics (spec protocol §2.3, §9 pitfalls 2 and 4), exactly
- * as upstream `strict_json_loads`: CPython's grammar and messages (positions in code points),
- * duplicate keys reported when their object closes, `NaN`/`Infinity` refused. Objects become
- * `Map`s so key order is the text's. One scanner state machine, so one module.
+ * Strict JSON with Python `json` semantics (spec protocol §2.3, §9 pitfalls 2 and 4), exactly as
+ * upstream `strict_json_loads`: CPython's grammar and messages (positions in code points),
+ * duplicate keys reported when their object closes, `NaN`/`Infinity` refused. Objects become `Map`s
+ * so key order is the text's. One scanner state machine, so one module.
  *
  * @module
  */
@@ -26,9 +26,8 @@ export type JsonValue =
 export type JsonObject = Map<string, JsonValue>;
 
 /**
- * A parsed JSON value that also keeps Python's int/float distinction:
- * float-spelled numbers (`1.0`, `1e3`) are {@linkcode JsonFloat}, integers
- * are `number` (or `bigint` beyond ±(2^53-1)).
+ * A parsed JSON value that also keeps Python's int/float distinction: float-spelled numbers (`1.0`,
+ * `1e3`) are {@linkcode JsonFloat}, integers are `number` (or `bigint` beyond ±(2^53-1)).
  */
 export type TypedJsonValue =
   | null
@@ -44,9 +43,8 @@ export type TypedJsonValue =
 export type TypedJsonObject = Map<string, TypedJsonValue>;
 
 /**
- * Invalid JSON. `message` is upstream's exact text: `malformed JSON: <Python
- * json error>`, `duplicate JSON key: '<key>'` or `non-finite number NaN is not
- * allowed`.
+ * Invalid JSON. `message` is upstream's exact text: `malformed JSON: <Python json error>`,
+ * `duplicate JSON key: '<key>'` or `non-finite number NaN is not allowed`.
  */
 export class JsonParseError extends Error {
   /** Create the error with upstream's message text. */
@@ -71,18 +69,17 @@ export interface ParseJsonOptions {
 /**
  * Parse strict JSON exactly as upstream KCoral does.
  *
- * Rejects duplicate keys in any object, the `NaN`/`Infinity`/`-Infinity`
- * literals, invalid UTF-8 (for bytes), a leading BOM and trailing garbage.
- * Lone surrogate escapes are accepted (as in Python). Integers beyond
- * ±(2^53-1) become `bigint`; other numbers are `number`.
+ * Rejects duplicate keys in any object, the `NaN`/`Infinity`/`-Infinity` literals, invalid UTF-8
+ * (for bytes), a leading BOM and trailing garbage. Lone surrogate escapes are accepted (as in
+ * Python). Integers beyond ±(2^53-1) become `bigint`; other numbers are `number`.
  */
 export function parseJson(text: string | Uint8Array, options: ParseJsonOptions = {}): JsonValue {
   return new _Parser(_text(text), false, options.maxIntDigits).parseDocument() as JsonValue;
 }
 
 /**
- * Like {@linkcode parseJson}, but float-spelled numbers become
- * {@linkcode JsonFloat} so Python's `int`/`float` checks can be reproduced.
+ * Like {@linkcode parseJson}, but float-spelled numbers become {@linkcode JsonFloat} so Python's
+ * `int`/`float` checks can be reproduced.
  */
 export function parseJsonTyped(
   text: string | Uint8Array,
@@ -151,10 +148,10 @@ const _CONTROL = /[\u0000-\u001f]/;
 
 /**
  * A string whose escapes the engine's own JSON decoder can turn into text (the same text as
- * CPython's strict `scanstring`), from just after its opening quote: `[text, end]`, or `null`
- * for an unterminated string, a control character or an invalid escape (the caller's scan then
- * finds the exact error). Source text is mostly escapes (`\n` on every line), which the scan
- * joins piece by piece; this finds the end and decodes it at once.
+ * CPython's strict `scanstring`), from just after its opening quote: `[text, end]`, or `null` for
+ * an unterminated string, a control character or an invalid escape (the caller's scan then finds
+ * the exact error). Source text is mostly escapes (`\n` on every line), which the scan joins piece
+ * by piece; this finds the end and decodes it at once.
  */
 function _fastString(s: string, begin: number): [string, number] | null {
   let close = s.indexOf('"', begin);

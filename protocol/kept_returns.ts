@@ -1,7 +1,7 @@
 /**
  * Kept returns, an opt-in extension of `POST /execute` (docs/kept-returns.md): with
- * `X-KCoral-Keep-Returns: <n>` the server keeps every returned `bytes` or tensor value of at
- * least `n` bytes in its blob cache and answers a `kept` node instead
+ * `X-KCoral-Keep-Returns: <n>` the server keeps every returned `bytes` or tensor value of at least
+ * `n` bytes in its blob cache and answers a `kept` node instead
  * (`{"type":"kept","kind":"bytes"|"tensor","sha256":...,"size":N[,"dtype","shape"]}`), which a
  * later program uploads by hash. Without the header nothing changes.
  *
@@ -12,8 +12,8 @@
 export const KEEP_RETURNS_HEADER = "x-kcoral-keep-returns";
 
 /**
- * The least size of a kept return that `headers` ask for: `null` without the header; a
- * `RangeError` naming the header for a value that is not a decimal byte count.
+ * The least size of a kept return that `headers` ask for: `null` without the header; a `RangeError`
+ * naming the header for a value that is not a decimal byte count.
  */
 export function keptReturnsMinBytes(headers: Headers): number | null {
   const value = headers.get(KEEP_RETURNS_HEADER);

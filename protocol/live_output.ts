@@ -2,8 +2,8 @@
  * Live output, an opt-in extension of `POST /execute` (docs/live-output.md): with
  * `X-KCoral-Stream: output`, a request that reaches a worker gets a 200 of type
  * `application/vnd.kcoral.live-output`, JSON lines of `{"stream","data"}` chunks, then
- * `{"final":{"status","headers","length":N}}` and exactly N bytes of the ordinary answer.
- * Requests turned away earlier get the ordinary answer; without the header nothing changes.
+ * `{"final":{"status","headers","length":N}}` and exactly N bytes of the ordinary answer. Requests
+ * turned away earlier get the ordinary answer; without the header nothing changes.
  *
  * @module
  */
@@ -87,8 +87,8 @@ export class LiveOutputReader {
   }
 
   /**
-   * The next piece of the body. Never throws: a malformed body (or an `onChunk` that throws)
-   * stops the reading, and `finish` throws that error.
+   * The next piece of the body. Never throws: a malformed body (or an `onChunk` that throws) stops
+   * the reading, and `finish` throws that error.
    */
   push(bytes: Uint8Array): void {
     if (this.#failure !== null) return;

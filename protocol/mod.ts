@@ -1,10 +1,8 @@
 /**
- * The KCoral wire protocol (spec `protocol.md`), without I/O: strict JSON,
- * multipart framing, program validation, path rules, dtypes, the
- * result-value codec, ERROR bodies, `/execute` request/response
- * encoding and decoding, the `/health` body, and Python's `repr` spellings
- * of wire messages. Shared by the client, the server and the router;
- * byte-compatible with upstream KCoral.
+ * The KCoral wire protocol (spec `protocol.md`), without I/O: strict JSON, multipart framing,
+ * program validation, path rules, dtypes, the result-value codec, ERROR bodies, `/execute`
+ * request/response encoding and decoding, the `/health` body, and Python's `repr` spellings of wire
+ * messages. Shared by the client, the server and the router; byte-compatible with upstream KCoral.
  *
  * @module
  */

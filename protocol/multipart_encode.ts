@@ -1,8 +1,7 @@
 /**
- * Multipart/form-data encoding (spec protocol §3.3), behaving like upstream
- * `encode_multipart`, with its messages: random boundaries checked against
- * every payload, part headers, and whole bodies or their ordered chunks.
- * Parsing is in `multipart_parse.ts`.
+ * Multipart/form-data encoding (spec protocol §3.3), behaving like upstream `encode_multipart`,
+ * with its messages: random boundaries checked against every payload, part headers, and whole
+ * bodies or their ordered chunks. Parsing is in `multipart_parse.ts`.
  *
  * @module
  */
@@ -27,8 +26,8 @@ function _delimiterFinder(boundary: string): DelimiterFinder {
 }
 
 /**
- * Whether `CRLF--boundary` occurs in `payload` (such a payload would end its
- * part early, so the boundary must be re-drawn).
+ * Whether `CRLF--boundary` occurs in `payload` (such a payload would end its part early, so the
+ * boundary must be re-drawn).
  */
 export function boundaryOccursIn(payload: Uint8Array, boundary: string): boolean {
   return _delimiterFinder(boundary).find(payload, 0) >= 0;
@@ -41,10 +40,9 @@ function _checkHeaderText(value: string, what: string): void {
 }
 
 /**
- * The bytes that open one part: `--B CRLF Content-Disposition: form-data;
- * name="N" CRLF Content-Type: T CRLF CRLF`. Write the payload and then
- * {@linkcode PART_SEPARATOR} after it; end the body with
- * {@linkcode closingDelimiter}.
+ * The bytes that open one part: `--B CRLF Content-Disposition: form-data; name="N" CRLF
+ * Content-Type: T CRLF CRLF`. Write the payload and then {@linkcode PART_SEPARATOR} after it; end
+ * the body with {@linkcode closingDelimiter}.
  */
 export function partHeader(
   boundary: string,
@@ -88,11 +86,10 @@ export interface EncodedMultipart {
 }
 
 /**
- * Encode parts as upstream does (spec §3.3): `--B CRLF` headers `CRLF CRLF`
- * payload `CRLF` per part, then `--B-- CRLF`. The body is one allocation
- * filled with `TypedArray.set`. Without `boundary`, random `kcoral-<hex>`
- * boundaries are drawn until `CRLF--B` occurs in no payload; a given
- * `boundary` that occurs in a payload is a `MultipartError`.
+ * Encode parts as upstream does (spec §3.3): `--B CRLF` headers `CRLF CRLF` payload `CRLF` per
+ * part, then `--B-- CRLF`. The body is one allocation filled with `TypedArray.set`. Without
+ * `boundary`, random `kcoral-<hex>` boundaries are drawn until `CRLF--B` occurs in no payload; a
+ * given `boundary` that occurs in a payload is a `MultipartError`.
  */
 export function encodeMultipart(
   parts: readonly MultipartInput[],
@@ -113,10 +110,9 @@ export interface MultipartChunks {
 }
 
 /**
- * Like {@linkcode encodeMultipart} but without joining: the body is `chunks` in order, so a
- * large body can be streamed without a second copy of its payloads. A given `boundary` is
- * checked against every payload except those in `scanned` (payloads the caller already knows
- * it does not occur in).
+ * Like {@linkcode encodeMultipart} but without joining: the body is `chunks` in order, so a large
+ * body can be streamed without a second copy of its payloads. A given `boundary` is checked against
+ * every payload except those in `scanned` (payloads the caller already knows it does not occur in).
  */
 export function encodeMultipartChunks(
   parts: readonly MultipartInput[],

@@ -1,7 +1,7 @@
 /**
  * Strict multipart/form-data parsing (spec protocol §2.1) with upstream `parse_multipart`'s
- * behaviour and messages. Bodies reach 256 MiB: delimiters are found by
- * {@linkcode DelimiterFinder} in linear time, and parts are views, never copies.
+ * behaviour and messages. Bodies reach 256 MiB: delimiters are found by {@linkcode DelimiterFinder}
+ * in linear time, and parts are views, never copies.
  *
  * @module
  */
@@ -102,10 +102,9 @@ function _unquote(raw: string): string | null {
 }
 
 /**
- * The boundary of a `multipart/form-data` Content-Type (spec §2.1 rule 1):
- * the media type must be `multipart/form-data` (case-insensitive) with a
- * non-empty `boundary` parameter (quoted allowed, trailing spaces dropped),
- * ASCII, without CR or LF.
+ * The boundary of a `multipart/form-data` Content-Type (spec §2.1 rule 1): the media type must be
+ * `multipart/form-data` (case-insensitive) with a non-empty `boundary` parameter (quoted allowed,
+ * trailing spaces dropped), ASCII, without CR or LF.
  *
  * @throws {MultipartError} `expected a multipart/form-data request` or
  * `malformed multipart/form-data boundary`.
@@ -130,16 +129,15 @@ export function boundaryFromContentType(contentType: string | null): string {
 /** Options of {@linkcode parseMultipart}. */
 export interface ParseMultipartOptions {
   /**
-   * Every position where `LF--boundary` starts in the body, ascending, found while the body
-   * arrived (see {@linkcode delimiterMarkPattern}): the parser then uses them instead of
-   * scanning the body again. They must be complete; the result is the same as without them.
+   * Every position where `LF--boundary` starts in the body, ascending, found while the body arrived
+   * (see {@linkcode delimiterMarkPattern}): the parser then uses them instead of scanning the body
+   * again. They must be complete; the result is the same as without them.
    */
   marks?: readonly number[];
 }
 
 /**
- * The byte pattern whose positions {@linkcode ParseMultipartOptions.marks} lists:
- * `LF--boundary`.
+ * The byte pattern whose positions {@linkcode ParseMultipartOptions.marks} lists: `LF--boundary`.
  */
 export function delimiterMarkPattern(boundary: string): Uint8Array {
   return boundaryBytes("\n--" + boundary);
@@ -177,15 +175,13 @@ export function boundaryBytes(text: string): Uint8Array {
 }
 
 /**
- * Parse a multipart body exactly as upstream does (spec §2.1): the first
- * delimiter at byte 0 or after a preamble (following an LF); a candidate
- * delimiter counts only when followed by optional `--`, optional spaces/tabs,
- * then CRLF, LF or — for the closing one — the end of the body; a payload
- * ends before the LF (and one optional CR) preceding the next delimiter;
- * bytes after the closing delimiter are ignored. Part headers (LF or CRLF
- * lines, folded lines allowed, ASCII) need exactly one `Content-Disposition:
- * form-data` with exactly one non-empty `name` (`filename` tolerated),
- * exactly one `Content-Type`, a `Content-Transfer-Encoding` (if any) of
+ * Parse a multipart body exactly as upstream does (spec §2.1): the first delimiter at byte 0 or
+ * after a preamble (following an LF); a candidate delimiter counts only when followed by optional
+ * `--`, optional spaces/tabs, then CRLF, LF or — for the closing one — the end of the body; a
+ * payload ends before the LF (and one optional CR) preceding the next delimiter; bytes after the
+ * closing delimiter are ignored. Part headers (LF or CRLF lines, folded lines allowed, ASCII) need
+ * exactly one `Content-Disposition: form-data` with exactly one non-empty `name` (`filename`
+ * tolerated), exactly one `Content-Type`, a `Content-Transfer-Encoding` (if any) of
  * `binary`/`8bit`, and no nested `multipart/*`. At least one part.
  *
  * @throws {MultipartError} with upstream's message.

@@ -25,14 +25,13 @@ function _utf8Length(s: string): number {
 }
 
 /**
- * Validate and canonicalize a request-workspace-relative POSIX path
- * (spec §2.6 rules 1–5): non-empty string without NUL or backslash, not
- * absolute, no `..` component (checked before normalization), empty and `.`
- * components dropped, at least one component left, components ≤ 255 UTF-8
- * bytes, result ≤ 4096 UTF-8 bytes.
+ * Validate and canonicalize a request-workspace-relative POSIX path (spec §2.6 rules 1–5):
+ * non-empty string without NUL or backslash, not absolute, no `..` component (checked before
+ * normalization), empty and `.` components dropped, at least one component left, components ≤ 255
+ * UTF-8 bytes, result ≤ 4096 UTF-8 bytes.
  *
- * Upstream crashes (HTTP 500) on paths holding unpaired UTF-16 surrogates;
- * here they are a `PathError` like every other invalid path.
+ * Upstream crashes (HTTP 500) on paths holding unpaired UTF-16 surrogates; here they are a
+ * `PathError` like every other invalid path.
  *
  * @throws {PathError} with upstream's message.
  */
@@ -79,12 +78,12 @@ function _comparePathComponents(a: string, b: string): number {
 }
 
 /**
- * Reject duplicate normalized paths and file/directory conflicts (`a` next to
- * `a/b`) among file uploads, exactly as upstream: sort by component lists
- * (Python code-point order) and compare neighbours.
+ * Reject duplicate normalized paths and file/directory conflicts (`a` next to `a/b`) among file
+ * uploads, exactly as upstream: sort by component lists (Python code-point order) and compare
+ * neighbours.
  *
- * @throws {PathError} `duplicate file upload path: 'p'` or
- * `conflicting file upload paths: 'a' and 'a/b'`.
+ * @throws {PathError} `duplicate file upload path: 'p'` or `conflicting file upload paths: 'a' and
+ * 'a/b'`.
  */
 export function checkPathConflicts(paths: readonly string[]): void {
   const ordered = [...paths].sort(_comparePathComponents);

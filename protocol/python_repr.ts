@@ -28,10 +28,9 @@ function _hex(code: number, width: number): string {
 }
 
 /**
- * `repr(s)` for a Python `str`: single quotes unless the text contains a
- * single quote and no double quote; `\\`, the quote, `\t`, `\n`, `\r`
- * escaped; other non-printable characters (lone surrogates included) as
- * `\xNN`, `\uNNNN` or `\UNNNNNNNN`, exactly as CPython does.
+ * `repr(s)` for a Python `str`: single quotes unless the text contains a single quote and no double
+ * quote; `\\`, the quote, `\t`, `\n`, `\r` escaped; other non-printable characters (lone surrogates
+ * included) as `\xNN`, `\uNNNN` or `\UNNNNNNNN`, exactly as CPython does.
  */
 export function pyStrRepr(s: string): string {
   const quote = s.includes("'") && !s.includes('"') ? '"' : "'";
@@ -66,8 +65,8 @@ export function pyStrRepr(s: string): string {
 }
 
 /**
- * `repr(x)` for a Python float: shortest round-trip digits, fixed notation
- * for decimal exponents in [-4, 16), otherwise `d.ddde+XX`.
+ * `repr(x)` for a Python float: shortest round-trip digits, fixed notation for decimal exponents in
+ * [-4, 16), otherwise `d.ddde+XX`.
  */
 export function pyFloatRepr(x: number): string {
   if (Number.isNaN(x)) return "nan";

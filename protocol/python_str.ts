@@ -1,7 +1,6 @@
 /**
- * Python `str` semantics on JavaScript's UTF-16 strings: ordering by code
- * points (Python's `sorted()` of strings) and code-point indices (the
- * positions Python's error messages count in).
+ * Python `str` semantics on JavaScript's UTF-16 strings: ordering by code points (Python's
+ * `sorted()` of strings) and code-point indices (the positions Python's error messages count in).
  *
  * @module
  */

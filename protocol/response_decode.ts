@@ -1,8 +1,8 @@
 /**
- * `/execute` response decoding with every client-side check of upstream's
- * client (spec protocol §3.3, §3.4): the body's JSON object and binary parts,
- * a CACHE_MISS body's missing hashes, and a COMPLETED/FAILED body's fields and
- * values. What a non-200 body says about itself is read in `server_error_decode.ts`.
+ * `/execute` response decoding with every client-side check of upstream's client (spec protocol
+ * §3.3, §3.4): the body's JSON object and binary parts, a CACHE_MISS body's missing hashes, and a
+ * COMPLETED/FAILED body's fields and values. What a non-200 body says about itself is read in
+ * `server_error_decode.ts`.
  *
  * @module
  */
@@ -76,12 +76,10 @@ export function decodeJsonObject(bytes: Uint8Array): TypedJsonObject {
 }
 
 /**
- * Split a 200 `/execute` response into its JSON object and binary parts
- * (spec §3.3): the media type must be `application/json` or
- * `multipart/form-data`; a multipart body needs exactly one `result` part
- * (`application/json`, an object) and unique `application/octet-stream`
- * parts otherwise. `options` go to {@linkcode parseMultipart} (e.g. delimiter
- * marks found while the body arrived).
+ * Split a 200 `/execute` response into its JSON object and binary parts (spec §3.3): the media type
+ * must be `application/json` or `multipart/form-data`; a multipart body needs exactly one `result`
+ * part (`application/json`, an object) and unique `application/octet-stream` parts otherwise.
+ * `options` go to {@linkcode parseMultipart} (e.g. delimiter marks found while the body arrived).
  *
  * @throws {ResponseError} with upstream's message.
  */
@@ -185,10 +183,9 @@ function _isInt(value: TypedJsonValue | undefined): value is number | bigint {
 }
 
 /**
- * Validate and decode a COMPLETED/FAILED body (spec §3.3 semantic checks,
- * §3.2 values, §3.4 error object) against the response's binary parts.
- * Every binary part must be used exactly once, numbered depth-first in JSON
- * text order.
+ * Validate and decode a COMPLETED/FAILED body (spec §3.3 semantic checks, §3.2 values, §3.4 error
+ * object) against the response's binary parts. Every binary part must be used exactly once,
+ * numbered depth-first in JSON text order.
  *
  * @throws {ResponseError} `malformed execution response: …` with upstream's detail.
  *

@@ -1,10 +1,8 @@
 /**
- * The fields of a COMPLETED/FAILED `/execute` body (spec protocol §3.1,
- * §3.4), declared once: what the server knows about an attempt
- * ({@linkcode ResultMeta}), what every such body carries
- * ({@linkcode CommonResultFields}), the encoder's input
- * ({@linkcode ResultFields}), the decoder's output ({@linkcode DecodedResult})
- * and the `error` object ({@linkcode ExecutionErrorInfo},
+ * The fields of a COMPLETED/FAILED `/execute` body (spec protocol §3.1, §3.4), declared once: what
+ * the server knows about an attempt ({@linkcode ResultMeta}), what every such body carries
+ * ({@linkcode CommonResultFields}), the encoder's input ({@linkcode ResultFields}), the decoder's
+ * output ({@linkcode DecodedResult}) and the `error` object ({@linkcode ExecutionErrorInfo},
  * {@linkcode ERROR_FIELDS}, {@linkcode GPU_ACCESS_FIELDS}).
  *
  * Names are the camelCase forms of the JSON keys (`queueMs` is `queue_ms`).
@@ -15,8 +13,7 @@
 import type { DecodedValue } from "./values.ts";
 
 /**
- * Identity and timings of one attempt: what the server knows before it reads
- * the worker's outcome.
+ * Identity and timings of one attempt: what the server knows before it reads the worker's outcome.
  *
  * @example
  * ```ts
@@ -38,10 +35,7 @@ export interface ResultMeta {
   leaseWaitMs: number;
   /** Part of `elapsedMs` spent holding the GPU lease. */
   leaseHeldMs: number;
-  /**
-   * Physical GPU ids; sent (with `gpu_count`) only when the request set
-   * `options.gpu_count`.
-   */
+  /** Physical GPU ids; sent (with `gpu_count`) only when the request set `options.gpu_count`. */
   gpuIds?: number[];
 }
 
@@ -71,8 +65,8 @@ export interface CommonResultFields extends ResultMeta {
 }
 
 /**
- * The fields of a COMPLETED/FAILED body, for `resultJson` (the encoder):
- * `results` and `error` as raw JSON text.
+ * The fields of a COMPLETED/FAILED body, for `resultJson` (the encoder): `results` and `error` as
+ * raw JSON text.
  */
 export interface ResultFields extends CommonResultFields {
   /** Raw JSON text of the `results` object, inserted verbatim. */

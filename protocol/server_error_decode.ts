@@ -33,8 +33,8 @@ function _truthy(value: TypedJsonValue | undefined): boolean {
 }
 
 /**
- * Read a non-200 body as upstream's client does: whatever it is, the result
- * describes the error (unparseable bodies give `HTTP <code>`).
+ * Read a non-200 body as upstream's client does: whatever it is, the result describes the error
+ * (unparseable bodies give `HTTP <code>`).
  */
 export function decodeServerError(statusCode: number, bytes: Uint8Array): ServerErrorInfo {
   let body: TypedJsonObject = new Map();

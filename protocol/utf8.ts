@@ -1,7 +1,7 @@
 /**
  * Strict UTF-8 decoding at the lenient decoder's speed (a fatal `TextDecoder` is ~3x slower,
- * docs/decisions/router-trivial-latency.md): only text holding U+FFFD after the lenient decode
- * is decoded again strictly, so results and errors are the strict decoder's.
+ * docs/decisions/router-trivial-latency.md): only text holding U+FFFD after the lenient decode is
+ * decoded again strictly, so results and errors are the strict decoder's.
  *
  * @module
  */

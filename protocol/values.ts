@@ -1,7 +1,7 @@
 /**
- * Result-value codec (spec protocol §3.2): decoding of `results` entries with
- * exact field sets, depth-first `return:k` numbering in JSON text order, hash
- * verification and folder manifest rules, with upstream's messages.
+ * Result-value codec (spec protocol §3.2): decoding of `results` entries with exact field sets,
+ * depth-first `return:k` numbering in JSON text order, hash verification and folder manifest rules,
+ * with upstream's messages.
  *
  * @module
  */
@@ -36,16 +36,16 @@ export interface ValueFactories<T> {
   /** A `folder` node: files in (sorted) manifest order, sorted directories. */
   folder(files: Map<string, T>, directories: string[]): T;
   /**
-   * A `kept` node (protocol/kept_returns.ts), valid only in the answer to a request that asked
-   * for kept returns: without this factory the node is refused as an unknown type.
+   * A `kept` node (protocol/kept_returns.ts), valid only in the answer to a request that asked for
+   * kept returns: without this factory the node is refused as an unknown type.
    */
   kept?(node: KeptNode): T;
 }
 
 /**
- * A decoded value: `null`, booleans, integers (`number`, or `bigint` beyond
- * ±(2^53-1)), numbers, strings, arrays, objects as `Map`s (keys in response
- * order), or what the factories built for binary nodes.
+ * A decoded value: `null`, booleans, integers (`number`, or `bigint` beyond ±(2^53-1)), numbers,
+ * strings, arrays, objects as `Map`s (keys in response order), or what the factories built for
+ * binary nodes.
  *
  * @example
  * ```ts
@@ -86,8 +86,8 @@ export class ValueDecoder<T> {
   readonly #knownDigest: KnownDigest | undefined;
 
   /**
-   * Decode against the response's binary parts (`return:<i>` → bytes). `knownDigest` may supply
-   * the SHA-256 of a part computed while it was received (else the part is hashed here).
+   * Decode against the response's binary parts (`return:<i>` → bytes). `knownDigest` may supply the
+   * SHA-256 of a part computed while it was received (else the part is hashed here).
    */
   constructor(
     parts: ReadonlyMap<string, Uint8Array>,
@@ -110,8 +110,8 @@ export class ValueDecoder<T> {
   }
 
   /**
-   * Decode one encoded node. Call in JSON text order: binary nodes must be
-   * numbered `return:0`, `return:1`, … in that depth-first order.
+   * Decode one encoded node. Call in JSON text order: binary nodes must be numbered `return:0`,
+   * `return:1`, … in that depth-first order.
    *
    * @throws {ResultValueError}
    */
@@ -285,10 +285,9 @@ function _expectFields(value: TypedJsonObject, expected: string[]): void {
 }
 
 /**
- * Check a folder manifest (spec §3.2): canonical relative paths (§2.6),
- * `files` keys and `directories` each sorted (code-point order), no
- * duplicates or names used as both file and directory, and every entry's
- * parent listed in `directories`.
+ * Check a folder manifest (spec §3.2): canonical relative paths (§2.6), `files` keys and
+ * `directories` each sorted (code-point order), no duplicates or names used as both file and
+ * directory, and every entry's parent listed in `directories`.
  *
  * @throws {ResultValueError} with upstream's message.
  */
