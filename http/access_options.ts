@@ -1,15 +1,7 @@
 /**
- * Who may talk to a server or Router, and over what: the client-token and TLS options shared
- * by `kcoral server` and `kcoral router` (all off by default), declared once as an options
- * table. They are kept out of the server's and the Router's configurations, so that no token
- * reaches the configuration a server logs at start.
- *
- * ```
- *  --client-token T[,T]  (repeatable) / KCORAL_CLIENT_TOKEN   ┐
- *  --client-token-file PATH           / KCORAL_CLIENT_TOKEN_FILE ├─▶ ClientTokens (401 on
- *  --protect-health                                            ┘    /execute /metrics /status)
- *  --tls-cert PATH / KCORAL_TLS_CERT, --tls-key PATH / KCORAL_TLS_KEY ─▶ Deno.serve's TLS
- * ```
+ * Who may talk to a server or Router, and over what: the client-token and TLS options shared by
+ * `kcoral server` and `kcoral router` (all off by default). They are kept out of the server's and
+ * the Router's configurations, so no token reaches the configuration logged at start.
  *
  * @module
  */
@@ -18,16 +10,16 @@ import { errorMessage } from "../protocol/errors.ts";
 import { ClientTokens, splitTokens } from "./client_tokens.ts";
 import type { TlsFiles } from "./serve.ts";
 
-/**
- * The access options of `kcoral server` and `kcoral router`, in `--help` order.
- *
- * @example
- * ```ts
- * import { accessOptions } from "./access_options.ts";
- *
- * if (accessOptions.clientTokens.env !== "KCORAL_CLIENT_TOKEN") throw new Error();
- * ```
- */
+/** An optional file path option's fields. */
+const _PATH = {
+  type: "string",
+  nonEmpty: true,
+  nullable: true,
+  default: null,
+  placeholder: "path",
+} as const;
+
+/** The access options of `kcoral server` and `kcoral router`, in `--help` order. */
 export const accessOptions = {
   /** Bearer tokens clients must send; comma-separated, repeatable. */
   clientTokens: {
@@ -45,11 +37,7 @@ export const accessOptions = {
   clientTokenFile: {
     flag: "--client-token-file",
     env: "KCORAL_CLIENT_TOKEN_FILE",
-    type: "string",
-    nonEmpty: true,
-    nullable: true,
-    default: null,
-    placeholder: "path",
+    ..._PATH,
     help: "accepted client tokens, one per line ('#' comments); read again on SIGHUP",
   },
   /** `/health` needs a token too. */
@@ -63,22 +51,14 @@ export const accessOptions = {
   tlsCert: {
     flag: "--tls-cert",
     env: "KCORAL_TLS_CERT",
-    type: "string",
-    nonEmpty: true,
-    nullable: true,
-    default: null,
-    placeholder: "path",
+    ..._PATH,
     help: "serve HTTPS with this PEM certificate chain (with --tls-key)",
   },
   /** The PEM private key of `--tls-cert`. */
   tlsKey: {
     flag: "--tls-key",
     env: "KCORAL_TLS_KEY",
-    type: "string",
-    nonEmpty: true,
-    nullable: true,
-    default: null,
-    placeholder: "path",
+    ..._PATH,
     help: "the PEM private key of --tls-cert",
   },
 } as const satisfies OptionTable;
@@ -98,22 +78,10 @@ export interface AccessConfig {
 }
 
 /**
- * Completes and checks access settings as a command line gives them (throws a `TypeError`
- * whose message starts with the flag at fault, never quoting a token): tokens split on commas
- * and of RFC 6750's characters, `--tls-cert` and `--tls-key` together, `--protect-health`
- * only with tokens. An empty `KCORAL_CLIENT_TOKEN` (an empty list here) means no token.
- *
- * @example
- * ```ts
- * import { checkAccessConfig } from "./access_options.ts";
- *
- * try {
- *   checkAccessConfig({ tlsCert: "cert.pem" });
- *   throw new Error("accepted");
- * } catch (error) {
- *   if ((error as Error).message !== "--tls-cert requires --tls-key") throw error;
- * }
- * ```
+ * Completes and checks access settings as a command line gives them (throws a `TypeError` whose
+ * message starts with the flag at fault, never quoting a token): tokens split on commas and of RFC
+ * 6750's characters, `--tls-cert` and `--tls-key` together, `--protect-health` only with tokens. An
+ * empty `KCORAL_CLIENT_TOKEN` (an empty list here) means no token.
  */
 export function checkAccessConfig(values: Readonly<Partial<AccessConfig>>): AccessConfig {
   const flat = (values.clientTokens ?? []).filter((value) => value.trim() !== "");
@@ -147,19 +115,8 @@ export interface Access {
 }
 
 /**
- * Reads what `config` names: the token file and the certificate and key files. Throws an
- * `Error` naming the file that cannot be read or used (never a token).
- *
- * @example
- * ```ts
- * import { loadAccess } from "./access_options.ts";
- *
- * const access = loadAccess({
- *   clientTokens: ["s3cret"], clientTokenFile: null, protectHealth: false,
- *   tlsCert: null, tlsKey: null,
- * });
- * if (access.tokens?.count !== 1 || access.tls !== null) throw new Error();
- * ```
+ * Reads what `config` names: the token file and the certificate and key files. Throws an `Error`
+ * naming the file that cannot be read or used (never a token).
  */
 export function loadAccess(config: AccessConfig): Access {
   const anyToken = config.clientTokens.length > 0 || config.clientTokenFile !== null;
@@ -177,41 +134,25 @@ export function loadAccess(config: AccessConfig): Access {
 }
 
 function _readPem(path: string, what: string): string {
-  let text: string;
-  try {
-    text = Deno.readTextFileSync(path);
-  } catch (error) {
-    throw new Error(`cannot read the TLS ${what} ${path}: ${errorMessage(error)}`);
-  }
+  const text = _readText(path, `the TLS ${what}`);
   if (!text.includes("-----BEGIN ")) throw new Error(`the TLS ${what} ${path} is not PEM`);
   return text;
+}
+
+function _readText(path: string, what: string): string {
+  try {
+    return Deno.readTextFileSync(path);
+  } catch (error) {
+    throw new Error(`cannot read ${what} ${path}: ${errorMessage(error)}`);
+  }
 }
 
 /**
  * The PEM text of a CA file (`--ca-file`, `KCORAL_CA_FILE`); an `Error` naming the file when it
  * cannot be read or holds no PEM certificate.
- *
- * @example
- * ```ts
- * import { readCaFile } from "./access_options.ts";
- *
- * try {
- *   readCaFile("/nonexistent/ca.pem");
- *   throw new Error("read");
- * } catch (error) {
- *   if (!(error as Error).message.startsWith("cannot read the CA file /nonexistent/ca.pem")) {
- *     throw error;
- *   }
- * }
- * ```
  */
 export function readCaFile(path: string): string {
-  let text: string;
-  try {
-    text = Deno.readTextFileSync(path);
-  } catch (error) {
-    throw new Error(`cannot read the CA file ${path}: ${errorMessage(error)}`);
-  }
+  const text = _readText(path, "the CA file");
   if (!text.includes("-----BEGIN CERTIFICATE-----")) {
     throw new Error(`the CA file ${path} holds no PEM certificate`);
   }
@@ -219,20 +160,9 @@ export function readCaFile(path: string): string {
 }
 
 /**
- * The warning for a server or Router that listens beyond this machine (`--host` not a loopback
- * name or address) with no client tokens: anyone who reaches the port runs code there. `null`
- * when it listens on loopback or checks tokens.
- *
- * @example
- * ```ts
- * import { openBindWarning } from "./access_options.ts";
- *
- * if (!openBindWarning("0.0.0.0", null, "kcoral server")?.includes("without client tokens")) {
- *   throw new Error();
- * }
- * if (openBindWarning("127.0.0.1", null, "kcoral server") !== null) throw new Error();
- * if (openBindWarning("::1", null, "kcoral router") !== null) throw new Error();
- * ```
+ * The warning for a server or Router that listens beyond this machine (`--host` not a loopback name
+ * or address) with no client tokens: anyone who reaches the port runs code there. `null` when it
+ * listens on loopback or checks tokens.
  */
 export function openBindWarning(
   host: string,

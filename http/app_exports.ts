@@ -3,13 +3,6 @@
  * export: {@linkcode serve} and its options, the client tokens, the event log's types and the
  * health body's.
  *
- * @example
- * ```ts
- * import { ClientTokens, serve } from "./app_exports.ts";
- *
- * if (typeof serve !== "function" || typeof ClientTokens !== "function") throw new Error();
- * ```
- *
  * @module
  */
 

@@ -1,26 +1,12 @@
 /**
- * Work an application leaves running after a request has been answered (cache writes, a
- * finished workspace's removal, a GPU set's teardown): tracked so that a stop waits for it, and
- * so that its failure never becomes an unhandled rejection.
+ * Work an application leaves running after a request has been answered (cache writes, a finished
+ * workspace's removal, a GPU set's teardown): tracked so that a stop waits for it, and so that its
+ * failure never becomes an unhandled rejection.
  *
  * @module
  */
 
-/**
- * A set of background tasks.
- *
- * @example
- * ```ts
- * import { Background } from "./background.ts";
- *
- * const background = new Background();
- * let done = false;
- * background.track(new Promise<void>((resolve) => setTimeout(() => { done = true; resolve(); }, 5)));
- * background.track(Promise.reject(new Error("ignored")));
- * await background.settled();
- * if (!done) throw new Error();
- * ```
- */
+/** A set of background tasks. */
 export class Background {
   readonly #tasks = new Set<Promise<void>>();
 

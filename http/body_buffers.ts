@@ -1,11 +1,8 @@
 /**
- * Reused receive buffers for large request bodies. Touching fresh memory is slow on VMs (the
- * H200 host pays ~0.6 ms per MiB on first touch), and a 128 MiB upload otherwise lands in a new
- * allocation every time. A buffer goes back to the pool only when nothing of its request can
- * read it any more. (A BYOB reader transfers the buffer on every read: what comes back is a new
- * `ArrayBuffer` object over the same memory, which is the one to give back.) The pool's owner
- * drops idle buffers ({@linkcode BodyBuffers.clear}) a while after the last use, which
- * {@linkcode BodyBuffersOptions.onUse} reports, so an idle server does not hold them.
+ * Reused receive buffers for large request bodies (first touch of fresh memory costs ~0.6 ms per
+ * MiB on VMs). A buffer goes back only when nothing of its request can read it; a BYOB reader
+ * transfers it on every read, so the last `ArrayBuffer` returned is the one to give back. The owner
+ * drops idle buffers ({@linkcode BodyBuffers.clear}) a while after the last use.
  *
  * @module
  */
@@ -18,8 +15,7 @@ export interface BodyBuffersOptions {
 
 /**
  * A pool keeping up to `keep` buffers of at most `maxBytes` each (the largest are kept), made by
- * `create`: plain `ArrayBuffer`s for bodies, `SharedArrayBuffer` mirrors that hashing threads
- * read.
+ * `create`: plain `ArrayBuffer`s for bodies, `SharedArrayBuffer` mirrors that hashing threads read.
  */
 export class BodyBuffers<B extends ArrayBufferLike> {
   readonly #keep: number;

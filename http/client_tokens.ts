@@ -1,20 +1,10 @@
 /**
- * Client tokens (opt-in, off by default): the bearer tokens a server or Router accepts from its
- * HTTP clients on `/execute`, `/metrics` and `/status` (and `/health` when asked). The accepted
- * set comes from `--client-token` (repeatable, comma-separated), `KCORAL_CLIENT_TOKEN`
- * (comma-separated) and `--client-token-file` (one token per line, `#` comments); the file is
- * read again by {@linkcode ClientTokens.reload} (SIGHUP in `serve`), and a failed reload keeps
- * the previous set.
- *
- * ```
- *  Authorization: Bearer <token> ─▶ compared in constant time with every accepted token
- *    absent / not Bearer / no match ─▶ 401 {"status":"ERROR",...,"error":{"kind":"unauthorized"}}
- *                                      + WWW-Authenticate: Bearer realm="kcoral"
- *  ?token=... in the URL             ─▶ ignored (the request counts as without a token)
- * ```
- *
- * No token ever reaches a message, an event or a log line: errors name the file or the rule a
- * token breaks, never its text.
+ * Client tokens (opt-in): the bearer tokens a server or Router accepts on `/execute`, `/metrics`
+ * and `/status` (and `/health` when asked), from `--client-token`, `KCORAL_CLIENT_TOKEN` and
+ * `--client-token-file` (reread by {@linkcode ClientTokens.reload}; a failed reload keeps the
+ * previous set). A missing or wrong token is a 401 ERROR body with `WWW-Authenticate: Bearer
+ * realm="kcoral"`; `?token=` in the URL is ignored. No token ever reaches a message, an event or a
+ * log line.
  *
  * @module
  */
@@ -46,16 +36,8 @@ function _tokenProblem(token: string): string | null {
 }
 
 /**
- * Whether `given` equals `expected`, in time that depends only on `expected`'s length (never
- * on where they differ, nor on `given`'s length).
- *
- * @example
- * ```ts
- * import { tokensEqual } from "./client_tokens.ts";
- *
- * if (!tokensEqual("s3cret", "s3cret") || tokensEqual("s3crex", "s3cret")) throw new Error();
- * if (tokensEqual("", "s3cret") || tokensEqual("s3cret-and-more", "s3cret")) throw new Error();
- * ```
+ * Whether `given` equals `expected`, in time that depends only on `expected`'s length (never on
+ * where they differ, nor on `given`'s length).
  */
 export function tokensEqual(given: string, expected: string): boolean {
   const a = _encoder.encode(given);
@@ -95,15 +77,8 @@ function _readTokenFile(path: string): string[] {
 }
 
 /**
- * Splits command-line token values on commas (`--client-token a,b`, `KCORAL_CLIENT_TOKEN=a,b`)
- * and checks each; throws a `TypeError` naming `flag` (never the token) for an invalid one.
- *
- * @example
- * ```ts
- * import { splitTokens } from "./client_tokens.ts";
- *
- * if (splitTokens(["a,b", "c"], "--client-token").join(" ") !== "a b c") throw new Error();
- * ```
+ * Splits command-line token values on commas (`--client-token a,b`, `KCORAL_CLIENT_TOKEN=a,b`) and
+ * checks each; throws a `TypeError` naming `flag` (never the token) for an invalid one.
  */
 export function splitTokens(values: readonly string[], flag: string): string[] {
   const tokens: string[] = [];
@@ -155,8 +130,8 @@ export class ClientTokens {
   #accepted: readonly string[];
 
   /**
-   * Reads the file, if any (throws its `Error` when it cannot be read); an empty set in all
-   * is a `TypeError` (nothing could ever be accepted).
+   * Reads the file, if any (throws its `Error` when it cannot be read); an empty set in all is a
+   * `TypeError` (nothing could ever be accepted).
    */
   constructor(options: ClientTokensOptions) {
     this.#given = [...(options.tokens ?? [])];
@@ -175,23 +150,8 @@ export class ClientTokens {
   }
 
   /**
-   * Reads the token file again (tokens given directly stay). On failure the previous set stays
-   * in force and the result says why (the file and line, never a token).
-   *
-   * @example
-   * ```ts
-   * import { ClientTokens } from "./client_tokens.ts";
-   *
-   * const file = await Deno.makeTempFile();
-   * await Deno.writeTextFile(file, "first\n");
-   * const tokens = new ClientTokens({ file });
-   * await Deno.writeTextFile(file, "second\n");
-   * const reloaded = tokens.reload();
-   * if (!reloaded.ok || reloaded.count !== 1) throw new Error();
-   * const first = new Request("http://x/", { headers: { authorization: "Bearer first" } });
-   * if (tokens.check(first) !== "invalid") throw new Error();
-   * await Deno.remove(file);
-   * ```
+   * Reads the token file again (tokens given directly stay). On failure the previous set stays in
+   * force and the result says why (the file and line, never a token).
    */
   reload(): ReloadResult {
     try {
@@ -203,9 +163,9 @@ export class ClientTokens {
   }
 
   /**
-   * Checks `request`'s `Authorization` header: `null` when it carries an accepted bearer
-   * token, otherwise why not. Every accepted token is compared, in constant time each, whatever
-   * matches. The URL is never looked at (a `?token=` is no token).
+   * Checks `request`'s `Authorization` header: `null` when it carries an accepted bearer token,
+   * otherwise why not. Every accepted token is compared, in constant time each, whatever matches.
+   * The URL is never looked at (a `?token=` is no token).
    */
   check(request: Request): RefusalReason | null {
     const header = request.headers.get("authorization");
@@ -232,17 +192,9 @@ export class ClientTokens {
 }
 
 /**
- * The 401 answer for `reason`: an ERROR body of kind `unauthorized` (spec protocol §3.5's
- * shape), `WWW-Authenticate: Bearer realm="kcoral"` (with `error="invalid_token"` for a
- * wrong token, as RFC 6750 §3.1) and `X-Request-ID`.
- *
- * @example
- * ```ts
- * import { unauthorizedResponse } from "./client_tokens.ts";
- *
- * const response = unauthorizedResponse("missing", "0f6c2b4e-1111-4222-8333-444455556666");
- * if (response.status !== 401 || !response.headers.get("www-authenticate")) throw new Error();
- * ```
+ * The 401 answer for `reason`: an ERROR body of kind `unauthorized` (spec protocol §3.5's shape),
+ * `WWW-Authenticate: Bearer realm="kcoral"` (with `error="invalid_token"` for a wrong token, as RFC
+ * 6750 §3.1) and `X-Request-ID`.
  */
 export function unauthorizedResponse(reason: RefusalReason, requestId: string): Response {
   const challenge = reason === "missing"

@@ -1,23 +1,14 @@
 /**
- * The connection options of `kcoral server` and `kcoral router`: the header, idle and body
- * timeouts and the bound on connections of http/http1_server.ts, declared once as an options
- * table, and the {@linkcode ConnectionLimits} they set.
+ * The connection options of `kcoral server` and `kcoral router`: the header, idle and body timeouts
+ * and the bound on connections of http/http1_server.ts, declared once as an options table, and the
+ * {@linkcode ConnectionLimits} they set.
  *
  * @module
  */
 import type { OptionTable } from "../options/spec.ts";
 import type { ConnectionLimits } from "./http1_connection.ts";
 
-/**
- * The connection options of `kcoral server` and `kcoral router`, in `--help` order.
- *
- * @example
- * ```ts
- * import { connectionOptions } from "./connection_options.ts";
- *
- * if (connectionOptions.maxConnections.flag !== "--max-connections") throw new Error();
- * ```
- */
+/** The connection options of `kcoral server` and `kcoral router`, in `--help` order. */
 export const connectionOptions = {
   /** A request head must arrive whole within this many seconds of its first byte (then 408). */
   headerTimeoutSeconds: {
@@ -70,24 +61,8 @@ export interface ConnectionConfig {
 }
 
 /**
- * The limits a server's or Router's connections are served under (http/http1_server.ts), from
- * its options; `serve`'s `connections`.
- *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * import { connectionLimits } from "./connection_options.ts";
- *
- * const limits = connectionLimits({
- *   headerTimeoutSeconds: 10,
- *   keepAliveTimeoutSeconds: 30,
- *   bodyTimeoutSeconds: 2,
- *   maxConnections: 1024,
- * });
- * assert.deepEqual(limits, {
- *   headerTimeoutMs: 10_000, keepAliveTimeoutMs: 30_000, bodyTimeoutMs: 2000, maxConnections: 1024,
- * });
- * ```
+ * The limits a server's or Router's connections are served under (http/http1_server.ts), from its
+ * options; `serve`'s `connections`.
  */
 export function connectionLimits(config: ConnectionConfig): ConnectionLimits {
   return {

@@ -1,11 +1,8 @@
 /**
  * The server's event log (spec server §8): one ordered JSON-lines stream per server start under
- * `<log-dir>/runs/<stamp>/events.jsonl`, program records under `programs/`, and a console
- * mirror on stderr.
- *
- * Written by hand rather than through a logging library: every server instance (tests run
- * several in one process) needs its own run directory and sinks, lines must be written
- * synchronously in order, and both formats are fixed by upstream.
+ * `<log-dir>/runs/<stamp>/events.jsonl`, program records under `programs/`, and a console mirror on
+ * stderr. Hand-written: each server instance needs its own sinks, lines are written synchronously
+ * in order, and both formats are fixed by upstream.
  *
  * @module
  */
@@ -24,16 +21,13 @@ export interface EventLogOptions {
   /** Where console lines go (default: stderr). */
   consoleWrite?: (line: string) => void;
   /**
-   * `"text"` (default): `TIMESTAMP LEVEL event key=value ...`; `"json"`: one JSON object per
-   * line, the record `events.jsonl` has, for log shippers.
+   * `"text"` (default): `TIMESTAMP LEVEL event key=value ...`; `"json"`: one JSON object per line,
+   * the record `events.jsonl` has, for log shippers.
    */
   consoleFormat?: LogFormat;
   /**
-   * Events whose console lines are gathered and written together (one write to stderr for
-   * many: a write per line cost a busy Router ~0.1 ms of CPU per request), at most
-   * {@linkcode EventLogOptions.consoleBatchMs} after the first of them; any other line, a
-   * {@linkcode EventLog.flush}, {@linkcode EventLog.close} and the process's `unload` write the
-   * gathered ones first, so the console keeps the events' order. Default: none.
+   * Events whose console lines are gathered into one stderr write, at most `consoleBatchMs` later;
+   * any other line, `flush`, `close` and `unload` write them first (order is kept).
    */
   consoleBatched?: readonly string[];
   /** How long a gathered console line may wait (default 50 ms). */
@@ -47,17 +41,6 @@ export type LogFormat = "text" | "json";
  * A console message that is not an event (a listening line, a supervisor's message) in the
  * console's format: as it is for `"text"`, as `{"timestamp","level","event","message"}` for
  * `"json"`.
- *
- * @example
- * ```ts
- * import { consoleMessage } from "./events.ts";
- *
- * if (consoleMessage("text", "listening", "serve") !== "listening") throw new Error();
- * const record = JSON.parse(consoleMessage("json", "listening", "serve"));
- * if (record.event !== "serve" || record.message !== "listening" || record.level !== "INFO") {
- *   throw new Error();
- * }
- * ```
  */
 export function consoleMessage(
   format: LogFormat,
@@ -83,21 +66,18 @@ export class EventLog {
   /** The run directory of this server start, or `null` without log files. */
   readonly runDir: string | null;
   #file: Deno.FsFile | null = null;
-  /** Writes console lines (many at once in one write to stderr); `null` without a console. */
   #console: ((lines: string[]) => void) | null;
   #programs: boolean;
   #json: boolean;
   #listeners = new Set<(record: Record<string, unknown>) => void>();
   readonly #batched: ReadonlySet<string>;
   readonly #batchMs: number;
-  /** Gathered console lines, formatted when written. */
   #pending: _PendingLine[] = [];
   #flushTimer: ReturnType<typeof setTimeout> | null = null;
   #onUnload: (() => void) | null = null;
 
   /** Opens the log, creating a fresh run directory when `logDir` is set. */
   constructor(options: EventLogOptions) {
-    // Gathered lines go to stderr in one write; a given writer still gets them one by one.
     const write = options.consoleWrite;
     this.#console = !options.console
       ? null
@@ -121,9 +101,7 @@ export class EventLog {
           append: true,
         });
         if (this.#programs) Deno.mkdirSync(`${this.runDir}/programs`, { recursive: true });
-        // Upstream keeps workers' capture files here while requests run; ours live in the
-        // server's results directories, and a crash's last output goes into `output_tail`.
-        // The folder exists (empty) for tools that look for it.
+        // Upstream's capture-file folder: kept (empty) for tools that look for it.
         Deno.mkdirSync(`${this.runDir}/output`, { recursive: true });
       } catch (error) {
         this.#console?.([`kcoral: cannot open the event log in ${options.logDir}: ${error}`]);
@@ -160,27 +138,8 @@ export class EventLog {
   }
 
   /**
-   * Writes the console lines gathered so far (those of
-   * {@linkcode EventLogOptions.consoleBatched} events), in one write.
-   *
-   * @example
-   * ```ts
-   * import { EventLog } from "./events.ts";
-   *
-   * const lines: string[] = [];
-   * const log = new EventLog({
-   *   logDir: null, console: true, programs: false, consoleWrite: (text) => lines.push(text),
-   *   consoleBatched: ["request_finished"],
-   * });
-   * log.emit("INFO", "request_finished", { request_id: "r1" });
-   * log.emit("INFO", "request_finished", { request_id: "r2" });
-   * if (lines.length !== 0) throw new Error("written at once");
-   * log.flush();
-   * if (!lines[0].endsWith("request_id=r1") || !lines[1].endsWith("request_id=r2")) {
-   *   throw new Error(lines.join());
-   * }
-   * log.close();
-   * ```
+   * Writes the console lines gathered so far (those of {@linkcode EventLogOptions.consoleBatched}
+   * events), in one write.
    */
   flush(): void {
     if (this.#flushTimer !== null) clearTimeout(this.#flushTimer);
@@ -329,22 +288,8 @@ let _isoText = "";
 let _dayStartMs = Number.NaN;
 let _dayPrefix = "";
 
-/**
- * `new Date().toISOString()`, about five times cheaper: the date part is formatted once per
- * day, the time of day by arithmetic, and the text of the last millisecond is reused (an event
- * per request pays for its timestamp on every request).
- *
- * @example
- * ```ts
- * import { isoNow } from "./events.ts";
- *
- * const before = Date.now();
- * const text = isoNow();
- * const after = Date.now();
- * const ms = Date.parse(text);
- * if (!(ms >= before && ms <= after) || new Date(ms).toISOString() !== text) throw new Error(text);
- * ```
- */
+/** `new Date().toISOString()`, cheaper: the date formatted once a day, the last ms's text reused. */
+
 export function isoNow(): string {
   const ms = Date.now();
   if (ms === _isoMs) return _isoText;

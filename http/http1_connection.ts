@@ -1,11 +1,9 @@
 /**
- * One client connection of http/http1_server.ts: request heads in turn, each under its deadline
- * (the listener's sweep calls {@linkcode Http1Connection.expire}: an idle connection closed
- * quietly, a stalled head answered 408), the request handed to the handler with its body as a
- * byte stream (http1_input.ts), the answer written (http1_response.ts), keep-alive or close;
- * malformed framing answered with an ERROR body and a short drain; a read left pending once the
- * body has arrived, so that the client's end aborts `request.signal`; a protocol switch's `101`
- * (http1_switch.ts) handing the connection over.
+ * One client connection of http1_server.ts: request heads in turn under their deadlines (idle:
+ * closed quietly; a stalled head: 408), each request handed to the handler with its body as a byte
+ * stream, the answer written, keep-alive or close; malformed framing answered with an ERROR body; a
+ * read left pending after the body so the client's end aborts `request.signal`; a `101` handing the
+ * connection over.
  *
  * @module
  */
@@ -29,9 +27,9 @@ export interface ConnectionLimits {
 }
 
 /**
- * The defaults of {@linkcode ConnectionLimits}: heads within 10 s, idle connections 30 s (above
- * the 4 s the TypeScript client reuses one for, and uvicorn's 5 s), bodies 30 s without a byte,
- * 1024 connections.
+ * The defaults of {@linkcode ConnectionLimits}: heads within 10 s, idle connections 30 s (above the
+ * 4 s the TypeScript client reuses one for, and uvicorn's 5 s), bodies 30 s without a byte, 1024
+ * connections.
  */
 export const DEFAULT_CONNECTION_LIMITS: Readonly<ConnectionLimits> = Object.freeze({
   headerTimeoutMs: 10_000,
@@ -156,8 +154,8 @@ export class Http1Connection {
   }
 
   /**
-   * The next request head; `null` once the connection should close (ended, idle too long, or
-   * a head refused and answered).
+   * The next request head; `null` once the connection should close (ended, idle too long, or a head
+   * refused and answered).
    */
   async #readHead(): Promise<RequestHead | null> {
     const input = this.#input;
@@ -230,8 +228,8 @@ export class Http1Connection {
   }
 
   /**
-   * Ends the write side and reads what the client still sends for a moment, so that closing
-   * does not reset a connection whose answer the client has not read yet.
+   * Ends the write side and reads what the client still sends for a moment, so that closing does
+   * not reset a connection whose answer the client has not read yet.
    */
   async #linger(): Promise<void> {
     try {
@@ -371,9 +369,9 @@ export class Http1Connection {
   }
 
   /**
-   * Writes the 101 of a switchProtocols answer and hands the connection to `take` (an answer
-   * to a request that is no bodyless upgrade is written as it is: a 500); whether the
-   * connection carries another request (never).
+   * Writes the 101 of a switchProtocols answer and hands the connection to `take` (an answer to a
+   * request that is no bodyless upgrade is written as it is: a 500); whether the connection carries
+   * another request (never).
    */
   async #switch(
     head: RequestHead,
@@ -413,8 +411,8 @@ export class Http1Connection {
 const _CONTINUE = _encoder.encode("HTTP/1.1 100 Continue\r\n\r\n");
 
 /**
- * Watches a request's connection once its body has arrived: a read stays pending (what comes,
- * a pipelined request, is kept for later), and the end of the connection aborts `gone`.
+ * Watches a request's connection once its body has arrived: a read stays pending (what comes, a
+ * pipelined request, is kept for later), and the end of the connection aborts `gone`.
  */
 class _ClientWatch {
   #on = false;
@@ -445,20 +443,7 @@ class _ClientWatch {
   }
 }
 
-/**
- * Closes `conn`, already closed or not.
- *
- * @example
- * ```ts
- * import { closeConnection } from "./http1_connection.ts";
- *
- * const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
- * const conn = await Deno.connect({ hostname: "127.0.0.1", port: (listener.addr as Deno.NetAddr).port });
- * closeConnection(conn);
- * closeConnection(conn); // no error
- * listener.close();
- * ```
- */
+/** Closes `conn`, already closed or not. */
 export function closeConnection(conn: Deno.Conn): void {
   try {
     conn.close();

@@ -100,9 +100,9 @@ export interface RequestBodyEvents {
 
 /**
  * A request body as a byte stream: a BYOB reader's reads go straight into its buffers; a default
- * reader's into a buffer of the body's own, given out whole when a read half-fills it (it
- * doubles, up to 64 KiB, while reads fill it) and else kept for the next read, the bytes given
- * as a copy: a body that trickles costs no fresh buffer per read.
+ * reader's into a buffer of the body's own, given out whole when a read half-fills it (it doubles,
+ * up to 64 KiB, while reads fill it) and else kept for the next read, the bytes given as a copy: a
+ * body that trickles costs no fresh buffer per read.
  */
 export class RequestBody {
   readonly stream: ReadableStream<Uint8Array>;

@@ -1,11 +1,8 @@
 /**
- * Writing an answer on an HTTP/1.1 connection of http/http1_server.ts: the status line, the
- * headers (hop-by-hop ones dropped, a `Date` added), and the body with its `Content-Length` (a
- * small declared one, or a stream that has already ended, in one write with the head) or chunked
- * (a stream still coming, such as live output). An answer whose headers say
- * `Transfer-Encoding: chunked` goes chunked at once, and, as one of declared length, each chunk
- * is written before the next is read: its stream may reuse or give back a chunk's memory once
- * the next is asked for (the Router's streamed answers do).
+ * Writing an answer on an HTTP/1.1 connection: status line, headers (hop-by-hop dropped, `Date`
+ * added), and the body with `Content-Length` (one write with the head when small or already ended)
+ * or chunked. Each chunk is written before the next is read: a stream may reuse a chunk's memory
+ * once the next is asked for (the Router's streamed answers do).
  *
  * @module
  */
@@ -25,15 +22,6 @@ const _fieldLines = new WeakMap<Response, readonly [string, string][]>();
  * where its `Headers` would join a repeated name into one line (`a: 1, 2`): for an answer that
  * passes on fields of another (the Router's answers from a node). `fields` are the entries
  * `response`'s headers were made from.
- *
- * @example
- * ```ts
- * import { withFieldLines } from "./http1_response.ts";
- *
- * const fields: [string, string][] = [["x-a", "1"], ["x-a", "2"]];
- * const response = withFieldLines(new Response("ok", { headers: fields }), fields);
- * if (response.headers.get("x-a") !== "1, 2") throw new Error(); // written as two lines
- * ```
  */
 export function withFieldLines(response: Response, fields: readonly [string, string][]): Response {
   _fieldLines.set(response, fields);
@@ -41,10 +29,10 @@ export function withFieldLines(response: Response, fields: readonly [string, str
 }
 
 /**
- * Writes `response` to `conn` for a request with `head`; whether it was written whole (false:
- * the connection failed, or the body did; the connection must close). Once `gone` aborts (the
- * client's end came), a body still streaming is cancelled: its stream's `cancel` tells its
- * maker, and nothing more is written.
+ * Writes `response` to `conn` for a request with `head`; whether it was written whole (false: the
+ * connection failed, or the body did; the connection must close). Once `gone` aborts (the client's
+ * end came), a body still streaming is cancelled: its stream's `cancel` tells its maker, and
+ * nothing more is written.
  */
 export async function writeResponse(
   conn: Deno.Conn,
@@ -146,9 +134,9 @@ export async function writeResponse(
 }
 
 /**
- * The head and `first` chunk, then the rest of `reader` chunked: `pending`, a read already
- * begun, else each read only once the chunk before it is written; false once `gone` aborted
- * (the reader cancelled: its end is no answer's end).
+ * The head and `first` chunk, then the rest of `reader` chunked: `pending`, a read already begun,
+ * else each read only once the chunk before it is written; false once `gone` aborted (the reader
+ * cancelled: its end is no answer's end).
  */
 async function _writeChunked(
   conn: Deno.Conn,

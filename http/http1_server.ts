@@ -1,23 +1,10 @@
 /**
- * HTTP/1.1 served over connections this server owns (`Deno.listen` / `Deno.listenTls`), for
- * what `Deno.serve` cannot do (docs/decisions/own-http1-connections.md): notice a client that
- * left while its request waits, cut connections that stall, bound how many are open, and answer
- * malformed framing with an ERROR body. This module is the listener: accepting, the bound on
- * connections, the one sweep timer for their deadlines, the stop; one connection's requests are
- * http1_connection.ts's, a protocol switch http1_switch.ts's.
- *
- * ```
- *  accept ─▶ over maxConnections? ─▶ overflow: one GET of an overflow path (/health), else 503
- *  connection ─▶ idle (keepAliveTimeoutMs: closed quietly) ─▶ head (headerTimeoutMs from its
- *    first byte: 408; malformed: 400/431/505 ERROR body; then closed)
- *  ─▶ Request (body: a byte stream read straight into the reader's buffer; no progress for
- *    bodyTimeoutMs: 408 written here, connection closed, the stream fails with
- *    BodyTimeoutError) ─▶ body read whole ─▶ a read stays pending on the socket: the end of the
- *    connection aborts `request.signal` (the client has gone) and cancels an answer's stream
- *  ─▶ handler's Response ─▶ written (Content-Length, or chunked) ─▶ keep-alive or close
- *     (a switchProtocols answer to an upgrade: 101 written, the connection handed over)
- *  accept fails (no descriptor left) ─▶ logged once, retried with backoff, logged when it works
- * ```
+ * HTTP/1.1 on connections this server owns, for what `Deno.serve` cannot do
+ * (docs/decisions/own-http1-connections.md): notice a client that left, cut stalled connections,
+ * bound how many are open, answer malformed framing with an ERROR body. This module is the listener
+ * (accept, the bound, one sweep timer for deadlines, the stop); a connection's requests are
+ * http1_connection.ts's, a protocol switch http1_switch.ts's. A failing accept (no descriptor left)
+ * is logged once and retried with backoff.
  *
  * @module
  */
@@ -60,8 +47,8 @@ export interface Http1Server {
   /** Connections open now (overflow ones included). */
   readonly connections: number;
   /**
-   * Stops accepting, closes connections between requests, lets requests in progress be
-   * answered (their connections close after); resolves like `finished`.
+   * Stops accepting, closes connections between requests, lets requests in progress be answered
+   * (their connections close after); resolves like `finished`.
    */
   shutdown(): Promise<void>;
 }
@@ -81,23 +68,7 @@ export {
 } from "./http1_connection.ts";
 export { type SwitchedConnection, switchProtocols } from "./http1_switch.ts";
 
-/**
- * Listens on `hostname:port` and serves `handler` over HTTP/1.1.
- *
- * @example
- * ```ts
- * import { serveHttp1 } from "./http1_server.ts";
- *
- * const server = serveHttp1({
- *   hostname: "127.0.0.1",
- *   port: 0,
- *   handler: (request) => Promise.resolve(new Response(`hello ${new URL(request.url).pathname}`)),
- * });
- * const response = await fetch(`http://127.0.0.1:${server.addr.port}/x`);
- * if ((await response.text()) !== "hello /x") throw new Error();
- * await server.shutdown();
- * ```
- */
+/** Listens on `hostname:port` and serves `handler` over HTTP/1.1. */
 export function serveHttp1(options: Http1ServeOptions): Http1Server {
   return new _Server(options);
 }
@@ -148,9 +119,9 @@ class _Server implements Http1Server {
   }
 
   /**
-   * Closes the connections whose deadline passed (answering stalled heads 408), a batch at a
-   * time with the event loop let go between batches: thousands timing out together must not
-   * hold `/health` for the length of the burst.
+   * Closes the connections whose deadline passed (answering stalled heads 408), a batch at a time
+   * with the event loop let go between batches: thousands timing out together must not hold
+   * `/health` for the length of the burst.
    */
   async #expireDue(): Promise<void> {
     if (this.#expiring) return;
@@ -227,13 +198,18 @@ class _Server implements Http1Server {
         this.#serveOverflow(conn);
         continue;
       }
-      const connection = new Http1Connection(conn, this.#settings, false);
-      this.#open.add(connection);
-      connection.run().finally(() => {
-        this.#open.delete(connection);
-        this.#settle();
-      });
+      this.#run(conn, this.#open, false);
     }
+  }
+
+  /** Serves `conn`, counted in `set` while it runs. */
+  #run(conn: Deno.Conn, set: Set<Http1Connection>, overflow: boolean): void {
+    const connection = new Http1Connection(conn, this.#settings, overflow);
+    set.add(connection);
+    connection.run().finally(() => {
+      set.delete(connection);
+      this.#settle();
+    });
   }
 
   /** A connection beyond the bound: an overflow path answered once; anything else 503. */
@@ -243,11 +219,6 @@ class _Server implements Http1Server {
       closeConnection(conn);
       return;
     }
-    const connection = new Http1Connection(conn, this.#settings, true);
-    this.#overflow.add(connection);
-    connection.run().finally(() => {
-      this.#overflow.delete(connection);
-      this.#settle();
-    });
+    this.#run(conn, this.#overflow, true);
   }
 }

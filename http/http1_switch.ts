@@ -1,8 +1,8 @@
 /**
- * A protocol switch on a connection of http/http1_server.ts: {@linkcode switchProtocols} makes
- * the answer a handler returns to an upgrade request; the connection (http1_connection.ts) finds
- * it with {@linkcode protocolSwitchOf}, writes {@linkcode switchingHead} (`101 Switching
- * Protocols`) and hands itself over (the Router's node links, link/websocket_server.ts).
+ * A protocol switch on a connection of http/http1_server.ts: {@linkcode switchProtocols} makes the
+ * answer a handler returns to an upgrade request; the connection (http1_connection.ts) finds it
+ * with {@linkcode protocolSwitchOf}, writes {@linkcode switchingHead} (`101 Switching Protocols`)
+ * and hands itself over (the Router's node links, link/websocket_server.ts).
  *
  * @module
  */
@@ -33,31 +33,6 @@ const _encoder = new TextEncoder();
  * connection to `take`. The connection leaves the server then: no timeout, no place in
  * `maxConnections`, no close at a stop. Served by anything else, or for a request that is no
  * upgrade, the answer is a 500 (`Response` cannot carry a 101 itself).
- *
- * @example
- * ```ts
- * import { serveHttp1 } from "./http1_server.ts";
- * import { switchProtocols } from "./http1_switch.ts";
- *
- * const server = serveHttp1({
- *   hostname: "127.0.0.1",
- *   port: 0,
- *   handler: () =>
- *     Promise.resolve(switchProtocols([["upgrade", "echo"], ["connection", "upgrade"]], ({ conn }) => {
- *       conn.write(new TextEncoder().encode("switched")).finally(() => conn.close());
- *     })),
- * });
- * const conn = await Deno.connect({ hostname: "127.0.0.1", port: server.addr.port });
- * await conn.write(new TextEncoder().encode(
- *   "GET / HTTP/1.1\r\nhost: x\r\nconnection: upgrade\r\nupgrade: echo\r\n\r\n",
- * ));
- * let text = "";
- * const buffer = new Uint8Array(1024);
- * for (let n; (n = await conn.read(buffer)) !== null;) text += new TextDecoder().decode(buffer.subarray(0, n));
- * conn.close();
- * if (!text.startsWith("HTTP/1.1 101 ") || !text.endsWith("\r\n\r\nswitched")) throw new Error(text);
- * await server.shutdown();
- * ```
  */
 export function switchProtocols(
   fields: readonly [string, string][],
@@ -72,30 +47,12 @@ export function switchProtocols(
 
 /**
  * The switch `response` asks for, if {@linkcode switchProtocols} made it.
- *
- * @example
- * ```ts
- * import { protocolSwitchOf, switchProtocols } from "./http1_switch.ts";
- *
- * if (protocolSwitchOf(switchProtocols([], () => {}))?.fields.length !== 0) throw new Error();
- * if (protocolSwitchOf(new Response("plain")) !== undefined) throw new Error();
- * ```
  */
 export function protocolSwitchOf(response: Response): ProtocolSwitch | undefined {
   return _switches.get(response);
 }
 
-/**
- * The head of a `101 Switching Protocols` with `fields` and a `Date`.
- *
- * @example
- * ```ts
- * import { switchingHead } from "./http1_switch.ts";
- *
- * const head = new TextDecoder().decode(switchingHead([["upgrade", "websocket"]]));
- * if (!head.startsWith("HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n")) throw new Error();
- * ```
- */
+/** The head of a `101 Switching Protocols` with `fields` and a `Date`. */
 export function switchingHead(fields: readonly [string, string][]): Uint8Array {
   let lines = "HTTP/1.1 101 Switching Protocols\r\n";
   for (const [name, value] of fields) lines += `${name}: ${value}\r\n`;

@@ -1,8 +1,8 @@
 /**
- * The moment to give memory back: a while after the last use of something large (a body
- * buffer taken or given back), once nothing is in flight. The release then runs once, off every
- * request's path, and not again before the next use (docs/decisions/memory-after-large-requests.md, "Memory comes back
- * after large requests").
+ * The moment to give memory back: a while after the last use of something large (a body buffer
+ * taken or given back), once nothing is in flight. The release then runs once, off every request's
+ * path, and not again before the next use (docs/decisions/memory-after-large-requests.md, "Memory
+ * comes back after large requests").
  *
  * @module
  */
@@ -22,18 +22,6 @@ export interface IdleReleaseOptions {
 /**
  * Runs `release` once, `afterMs` after the last {@linkcode touch} and when not `busy`. Its timer
  * never keeps the process alive; {@linkcode close} stops it.
- *
- * @example
- * ```ts
- * import { IdleRelease } from "./idle_release.ts";
- *
- * let released = 0;
- * const idle = new IdleRelease({ afterMs: 10, release: () => released++ });
- * idle.touch();
- * await new Promise((resolve) => setTimeout(resolve, 50));
- * if (released !== 1 || idle.pending) throw new Error();
- * idle.close();
- * ```
  */
 export class IdleRelease {
   readonly #o: Required<IdleReleaseOptions>;

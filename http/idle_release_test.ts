@@ -81,3 +81,12 @@ Deno.test("idle release: body buffers report every take and give", async () => {
     idle.close();
   }
 });
+
+Deno.test("idle_release: IdleRelease", async () => {
+  let released = 0;
+  const idle = new IdleRelease({ afterMs: 10, release: () => released++ });
+  idle.touch();
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  if (released !== 1 || idle.pending) throw new Error();
+  idle.close();
+});

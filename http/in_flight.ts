@@ -1,29 +1,13 @@
 /**
- * Requests in flight and the drain of a graceful stop: once stopping, new requests are turned
- * away, and every request that finishes reports how many are left (`shutdown_waiting`), until
- * none is (spec server §1.1; seed 003: a stopped node "waits for active requests to finish").
+ * Requests in flight and the drain of a graceful stop: once stopping, new requests are turned away,
+ * and every request that finishes reports how many are left (`shutdown_waiting`), until none is
+ * (spec server §1.1; seed 003: a stopped node "waits for active requests to finish").
  *
  * @module
  */
 import type { EventLog } from "./events.ts";
 
-/**
- * Counts requests in flight and drains them.
- *
- * @example
- * ```ts
- * import { EventLog } from "./events.ts";
- * import { InFlight } from "./in_flight.ts";
- *
- * const events = new EventLog({ logDir: null, console: false, programs: false });
- * const inFlight = new InFlight(events);
- * inFlight.enter();
- * const drained = inFlight.drain(); // shutdown_started {remaining: 1}
- * if (!inFlight.closing) throw new Error();
- * inFlight.leave(); // shutdown_waiting {remaining: 0}
- * await drained;
- * ```
- */
+/** Counts requests in flight and drains them. */
 export class InFlight {
   readonly #events: EventLog;
   #count = 0;

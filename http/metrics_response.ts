@@ -2,17 +2,6 @@
  * What the server's and the Router's `GET /metrics` share: the exposition format's content type,
  * the duration buckets of their histograms, the build and process metrics, and the response.
  *
- * @example
- * ```ts
- * import { Counter, Registry } from "prom-client";
- * import { metricsResponse } from "./metrics_response.ts";
- *
- * const registry = new Registry();
- * new Counter({ name: "kcoral_example_total", help: "An example.", registers: [registry] }).inc();
- * const response = await metricsResponse(registry);
- * if (!(await response.text()).includes("kcoral_example_total 1")) throw new Error();
- * ```
- *
  * @module
  */
 import { collectDefaultMetrics, Gauge, type Metric, Registry } from "prom-client";
@@ -52,24 +41,10 @@ export async function metricsResponse(registry: Registry): Promise<Response> {
 
 /**
  * Registers what every KCoral process exposes besides its own metrics:
- * `kcoral_build_info{version,deno,…} 1` (the labels of `extraLabels()` as well, read when
- * scraped) and prom-client's `process_*` metrics (CPU seconds, resident memory, open and maximum
- * file descriptors, start time), which read `/proc/self` under Deno as under Node. prom-client's
+ * `kcoral_build_info{version,deno,…} 1` (the labels of `extraLabels()` as well, read when scraped)
+ * and prom-client's `process_*` metrics (CPU seconds, resident memory, open and maximum file
+ * descriptors, start time), which read `/proc/self` under Deno as under Node. prom-client's
  * `nodejs_*` metrics are left out: under Deno its event-loop monitor reports nothing real.
- *
- * @example
- * ```ts
- * import { Registry } from "prom-client";
- * import { registerProcessMetrics } from "./metrics_response.ts";
- *
- * const registry = new Registry();
- * registerProcessMetrics(registry, () => ({ python: "3.11.2" }), ["python"]);
- * const text = await registry.metrics();
- * if (!/kcoral_build_info\{version="[^"]+",deno="[^"]+",python="3.11.2"\} 1/.test(text)) {
- *   throw new Error(text);
- * }
- * if (!/^process_open_fds \d+$/m.test(text) || text.includes("nodejs_")) throw new Error(text);
- * ```
  */
 export function registerProcessMetrics(
   registry: Registry,

@@ -5,15 +5,6 @@
  * stage throws for an ERROR answer, request ids, requests in flight and the drain of a stop,
  * background work, and the event log.
  *
- * @example
- * ```ts
- * import { Rejection, requestId } from "./mod.ts";
- *
- * const id = requestId(new Headers());
- * const response = new Rejection(503, "busy", "server saturated", "no_worker").response(id);
- * if (response.status !== 503) throw new Error();
- * ```
- *
  * @module
  */
 

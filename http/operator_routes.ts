@@ -3,17 +3,6 @@
  * the Prometheus exposition format), `GET /status` (the live page) and `GET /status/data` (the
  * page's data as JSON). All three need a client token when tokens are set.
  *
- * @example
- * ```ts
- * import { Registry } from "prom-client";
- * import { operatorRoutes } from "./operator_routes.ts";
- * import { route } from "./routes.ts";
- *
- * const routes = operatorRoutes(new Registry(), () => ({ kind: "server" }));
- * const data = await route(routes, new Request("http://x/status/data"), undefined);
- * if ((await data.json()).kind !== "server") throw new Error();
- * ```
- *
  * @module
  */
 import type { Registry } from "prom-client";

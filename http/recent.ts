@@ -1,15 +1,6 @@
 /**
- * The last few records of one event, kept for a status page: a ring of at most `size` picked
- * fields (never program sources, outputs or tokens: only what `pick` takes).
- *
- * @example
- * ```ts
- * import { Recent } from "./recent.ts";
- *
- * const recent = new Recent(2, (r) => ({ id: r.request_id }));
- * for (const id of ["a", "b", "c"]) recent.add({ request_id: id });
- * if (recent.list().map((r) => r.id).join() !== "c,b") throw new Error();
- * ```
+ * The last few records of one event, kept for a status page: a ring of at most `size` picked fields
+ * (never program sources, outputs or tokens: only what `pick` takes).
  *
  * @module
  */
@@ -38,30 +29,12 @@ export class Recent<T> {
   }
 }
 
-/**
- * A record field that should be a number, or `null` (for the picked entries of a status page).
- *
- * @example
- * ```ts
- * import { numberOrNull } from "./recent.ts";
- *
- * if (numberOrNull(1.5) !== 1.5 || numberOrNull("1.5") !== null) throw new Error();
- * ```
- */
+/** A record field that should be a number, or `null` (for the picked entries of a status page). */
 export function numberOrNull(value: unknown): number | null {
   return typeof value === "number" ? value : null;
 }
 
-/**
- * A record field that should be a string, or `null`.
- *
- * @example
- * ```ts
- * import { stringOrNull } from "./recent.ts";
- *
- * if (stringOrNull("ok") !== "ok" || stringOrNull(7) !== null) throw new Error();
- * ```
- */
+/** A record field that should be a string, or `null`. */
 export function stringOrNull(value: unknown): string | null {
   return typeof value === "string" ? value : null;
 }

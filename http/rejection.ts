@@ -1,7 +1,7 @@
 /**
- * A request turned away with an ERROR body (spec protocol §3.5): a typed error that any stage
- * of a request may throw, caught in one place that makes both the response and its log record
- * (as Hono's `HTTPException` with one `errorHandler`).
+ * A request turned away with an ERROR body (spec protocol §3.5): a typed error that any stage of a
+ * request may throw, caught in one place that makes both the response and its log record (as Hono's
+ * `HTTPException` with one `errorHandler`).
  *
  * @module
  */
@@ -10,20 +10,6 @@ import { errorBody } from "../protocol/errors.ts";
 /**
  * An ERROR answer: HTTP `status`, the body's `kind` and `message`, and for the log the
  * `finish_reason` and the fields of its `request_finished` record.
- *
- * @example
- * ```ts
- * import { Rejection } from "./rejection.ts";
- *
- * const busy = new Rejection(503, "busy", "server saturated", "no_worker", { queue_ms: 0 });
- * const response = busy.response("0f6c2b4e-1111-4222-8333-444455556666");
- * if (response.status !== 503 || response.headers.get("retry-after") !== "1") throw new Error();
- * const timeout = new Rejection(504, "timeout", "execution timed out", "timeout");
- * timeout.headers["x-kcoral-gpu-receipt"] = "{}";
- * if (timeout.response("r").headers.get("x-kcoral-gpu-receipt") !== "{}") throw new Error();
- * const body = await response.bytes();
- * if (response.headers.get("content-length") !== String(body.length)) throw new Error("length");
- * ```
  */
 export class Rejection extends Error {
   /** HTTP status (400, 413, 500, 502, 503, 504). */
@@ -35,8 +21,8 @@ export class Rejection extends Error {
   /** The rest of the log record (`error_kind`, `worker_id`, ...). */
   readonly fields: Record<string, unknown>;
   /**
-   * Extension headers the answer carries besides its own (a server's `X-KCoral-GPU-Receipt`);
-   * added to by the stage that knows them.
+   * Extension headers the answer carries besides its own (a server's `X-KCoral-GPU-Receipt`); added
+   * to by the stage that knows them.
    */
   readonly headers: Record<string, string> = {};
 
@@ -58,8 +44,8 @@ export class Rejection extends Error {
 
   /**
    * The ERROR response (`X-Request-ID`; `Retry-After: 1` with a 503; {@linkcode headers}), its
-   * length declared: a node's link then sends it to the Router in one frame with its head and
-   * end, where an answer of unknown length is streamed (node/tunnelled_request.ts).
+   * length declared: a node's link then sends it to the Router in one frame with its head and end,
+   * where an answer of unknown length is streamed (node/tunnelled_request.ts).
    */
   response(requestId: string): Response {
     const body = _encoder.encode(errorBody(requestId, this.kind, this.message));
@@ -79,14 +65,6 @@ const _encoder = new TextEncoder();
 /**
  * The log fields of an unexpected error (it becomes a 500 `engine` "internal server error"):
  * `error_kind` `unhandled`, `"Type: message"`, and the stack's last 8192 characters.
- *
- * @example
- * ```ts
- * import { unhandledFields } from "./rejection.ts";
- *
- * const fields = unhandledFields(new TypeError("x is undefined"));
- * if (fields.error_message !== "TypeError: x is undefined") throw new Error();
- * ```
  */
 export function unhandledFields(error: unknown): Record<string, unknown> {
   const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);

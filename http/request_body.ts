@@ -1,6 +1,6 @@
 /**
- * Receiving a `POST /execute` body: small bodies in one allocation; large ones read in place
- * into reused buffers while their multipart parts are scanned and hashed on other threads
+ * Receiving a `POST /execute` body: small bodies in one allocation; large ones read in place into
+ * reused buffers while their multipart parts are scanned and hashed on other threads
  * (docs/decisions.md, "The large-data path").
  *
  * @module
@@ -14,8 +14,8 @@ export const LARGE_BODY_BYTES = 8 * 1024 * 1024;
 const _READ_STEP = 4 * 1024 * 1024;
 
 /**
- * The body could not be read off its connection (cut short, framed wrongly): the request's
- * fault, not the server's. The message is the reading error's.
+ * The body could not be read off its connection (cut short, framed wrongly): the request's fault,
+ * not the server's. The message is the reading error's.
  */
 export class BodyReadError extends Error {
   /** `"BodyReadError"`. */
@@ -55,18 +55,9 @@ function _read<T>(read: Promise<T>): Promise<T> {
 
 /**
  * A request's declared body length: `null` without a `Content-Length`, `NaN` when it is not one
- * length. `Deno.serve` joins a repeated header (`3, 3`); repeats of one value stand for it
- * (RFC 9110 §8.6; the HTTP parser has already refused differing ones). Past 2^53 the number is
- * not exact, but it is past any limit.
- *
- * @example
- * ```ts
- * import { declaredLength } from "./request_body.ts";
- *
- * if (declaredLength(new Headers({ "content-length": "3, 3" })) !== 3) throw new Error();
- * if (!Number.isNaN(declaredLength(new Headers({ "content-length": "3, 4" })))) throw new Error();
- * if (declaredLength(new Headers()) !== null) throw new Error();
- * ```
+ * length. `Deno.serve` joins a repeated header (`3, 3`); repeats of one value stand for it (RFC
+ * 9110 §8.6; the HTTP parser has already refused differing ones). Past 2^53 the number is not
+ * exact, but it is past any limit.
  */
 export function declaredLength(headers: Headers): number | null {
   const joined = headers.get("content-length");
@@ -91,9 +82,9 @@ export interface ReceivedBody {
 /**
  * Reads a request body of at most `limit` bytes (`null` when it is larger). With `large`, a body
  * with a Content-Length of {@linkcode LARGE_BODY_BYTES} or more is read in place by a BYOB reader
- * into a buffer from `large.take` (give it back once nothing of the request can read it), and
- * the `large.observer` sees it arrive (delimiter marks, part digests on hashing threads). Without
- * it, such a body is held as it arrives: memory only for bytes received, never for bytes merely
+ * into a buffer from `large.take` (give it back once nothing of the request can read it), and the
+ * `large.observer` sees it arrive (delimiter marks, part digests on hashing threads). Without it,
+ * such a body is held as it arrives: memory only for bytes received, never for bytes merely
  * declared. Aborting `signal` stops the reading: the rest of the body is cancelled and the call
  * rejects with the signal's reason.
  */
@@ -188,8 +179,8 @@ export async function readRequestBody(
 }
 
 /**
- * The chunks of `body`; leaving early (or `signal` aborting, which rejects with its reason)
- * cancels the rest of it.
+ * The chunks of `body`; leaving early (or `signal` aborting, which rejects with its reason) cancels
+ * the rest of it.
  */
 async function* _chunks(
   body: ReadableStream<Uint8Array>,

@@ -7,6 +7,7 @@ import { encodeMultipart } from "../protocol/multipart_encode.ts";
 import { parseMultipart } from "../protocol/multipart_parse.ts";
 import { sha256Hex } from "../protocol/hash.ts";
 import { randomBytes } from "../tests/_bytes.ts";
+import { declaredLength } from "./request_body.ts";
 
 function request(body: Uint8Array<ArrayBuffer>, contentType = "application/octet-stream"): Request {
   return new Request("http://x/execute", {
@@ -85,3 +86,9 @@ for (const source of ["byte stream", "buffer"] as const) {
     assert.equal(digests!.lookup(parts[1].body), sha256Hex(blob));
   });
 }
+
+Deno.test("request_body: declaredLength", () => {
+  if (declaredLength(new Headers({ "content-length": "3, 3" })) !== 3) throw new Error();
+  if (!Number.isNaN(declaredLength(new Headers({ "content-length": "3, 4" })))) throw new Error();
+  if (declaredLength(new Headers()) !== null) throw new Error();
+});

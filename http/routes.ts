@@ -1,10 +1,7 @@
 /**
- * Routing as data (as Hono keeps `routes` and matches them): a table of paths, the methods each
- * answers and its handler, shared by the server and the Router; plus the small JSON answers
- * every route uses.
- *
- * A route marked `access: "client"` (or `"health"`) is guarded by the client tokens given to
- * {@linkcode route} (http/client_tokens.ts): without them every route is open, as upstream.
+ * Routing as data: a table of paths, methods and handlers shared by the server and the Router, and
+ * the small JSON answers routes use. A route with `access: "client"` (or `"health"`) is guarded by
+ * the client tokens given to {@linkcode route}; without tokens all are open.
  *
  * @module
  */
@@ -27,9 +24,9 @@ export interface Route {
   /** Only loopback clients see it (others get 404), as upstream's `/internal/worker-status`. */
   loopbackOnly?: boolean;
   /**
-   * Who may call it when client tokens are configured: `"client"` needs a token, `"health"`
-   * needs one only with `protectHealth`; absent: always open (node links have their own
-   * token, the loopback-only routes none).
+   * Who may call it when client tokens are configured: `"client"` needs a token, `"health"` needs
+   * one only with `protectHealth`; absent: always open (node links have their own token, the
+   * loopback-only routes none).
    */
   access?: "client" | "health";
 }
@@ -43,21 +40,10 @@ export interface RouteGuard {
 }
 
 /**
- * Finds the route of `request` and runs it: 404 `{"detail":"Not Found"}` for an unknown path,
- * 405 with `Allow` for a method the route does not answer (FastAPI's bodies, as upstream),
- * and, with `guard`'s tokens, 401 `unauthorized` for a guarded route without an accepted
- * bearer token (checked before the method, so nothing about a guarded route shows).
- *
- * @example
- * ```ts
- * import { route } from "./routes.ts";
- *
- * const routes = [{ path: "/health", methods: ["GET"], handler: () => new Response("ok") }];
- * const ok = await route(routes, new Request("http://x/health"), undefined);
- * const missing = await route(routes, new Request("http://x/nope"), undefined);
- * const wrong = await route(routes, new Request("http://x/health", { method: "POST" }), undefined);
- * if (ok.status !== 200 || missing.status !== 404 || wrong.status !== 405) throw new Error();
- * ```
+ * Finds the route of `request` and runs it: 404 `{"detail":"Not Found"}` for an unknown path, 405
+ * with `Allow` for a method the route does not answer (FastAPI's bodies, as upstream), and, with
+ * `guard`'s tokens, 401 `unauthorized` for a guarded route without an accepted bearer token
+ * (checked before the method, so nothing about a guarded route shows).
  */
 export async function route(
   routes: readonly Route[],
@@ -92,17 +78,7 @@ export async function route(
   return await match.handler(request, info);
 }
 
-/**
- * A JSON response (`X-Request-ID` when a request id is given).
- *
- * @example
- * ```ts
- * import { jsonResponse } from "./routes.ts";
- *
- * const response = jsonResponse(200, '{"status":"ok"}');
- * if (response.headers.get("content-type") !== "application/json") throw new Error();
- * ```
- */
+/** A JSON response (`X-Request-ID` when a request id is given). */
 export function jsonResponse(status: number, body: string, requestId?: string): Response {
   const headers: Record<string, string> = { "content-type": "application/json" };
   if (requestId) headers["x-request-id"] = requestId;
@@ -117,17 +93,7 @@ function _isLoopback(info: Deno.ServeHandlerInfo | undefined): boolean {
     addr.hostname === "::ffff:127.0.0.1";
 }
 
-/**
- * The client's host (as upstream logs `request.client.host`, without the port), or `null`.
- *
- * @example
- * ```ts
- * import { peerHost } from "./routes.ts";
- *
- * const info = { remoteAddr: { transport: "tcp", hostname: "10.0.0.7", port: 5 } };
- * if (peerHost(info as Deno.ServeHandlerInfo) !== "10.0.0.7") throw new Error();
- * ```
- */
+/** The client's host (as upstream logs `request.client.host`, without the port), or `null`. */
 export function peerHost(info: Deno.ServeHandlerInfo | undefined): string | null {
   const addr = info?.remoteAddr as Deno.NetAddr | undefined;
   return addr && "hostname" in addr ? addr.hostname : null;

@@ -1,16 +1,9 @@
 /**
  * Runs an application (a KCoral server, or a Router) over HTTP/1.1 on connections of its own
- * (http/http1_server.ts: header, idle and body timeouts, a bound on connections, malformed
- * framing answered with an ERROR body, the client's end aborting `request.signal`, protocol
- * switches for the Router's node links): starts the workers first, then listens and prints
- * `Application startup complete.`; SIGTERM/SIGINT drain requests in flight (new ones get 503),
- * stop every worker, and end the process with status 0. Repeated signals never cut the drain
- * short (an operator pressing Ctrl+C twice must not lose benchmarks): each one reports how many
- * requests are left, as every request that finishes meanwhile does. A listener that cannot
- * accept (no file descriptor left) keeps its address, says so in the log and accepts again
- * once it can. With `tls` it serves HTTPS; with `clientTokens`, SIGHUP reads their token file
- * again (a failed reload keeps the previous set and logs a warning naming the file, never a
- * token).
+ * (http1_server.ts): starts it, listens and prints `Application startup complete.`; SIGTERM/SIGINT
+ * drain requests in flight and stop. Repeated signals never cut the drain short (a second Ctrl+C
+ * must not lose benchmarks), each reports how many requests are left. With `tls` it serves HTTPS;
+ * with `clientTokens`, SIGHUP rereads their token file.
  *
  * @module
  */
@@ -82,8 +75,8 @@ export interface RunningServer {
   /** Resolves when the listener's last connection has closed as well. */
   readonly closed: Promise<void>;
   /**
-   * Graceful stop (idempotent): requests in flight finish, bodies still arriving are answered
-   * 503, workers stop; resolves at most ~1 s after that even if a client keeps a connection.
+   * Graceful stop (idempotent): requests in flight finish, bodies still arriving are answered 503,
+   * workers stop; resolves at most ~1 s after that even if a client keeps a connection.
    */
   shutdown(): Promise<void>;
 }
@@ -191,8 +184,8 @@ export async function serve(app: HttpApp, options: ServeOptions = {}): Promise<R
 }
 
 /**
- * `app` served over connections of our own (http/http1_server.ts): what they cut or refuse,
- * and a listener that cannot accept, are logged as events and counted.
+ * `app` served over connections of our own (http/http1_server.ts): what they cut or refuse, and a
+ * listener that cannot accept, are logged as events and counted.
  */
 function _serveConnections(
   app: HttpApp,

@@ -1,19 +1,7 @@
 /**
- * The live status page of a server or a Router (`GET /status`): one self-contained HTML
- * document (inline style and script, no build step, nothing fetched from outside) that polls
- * `/status/data` once a second and draws what it gets — for a server, a lease timeline per GPU
- * (one bar per hold, labelled with its request), the workers, the recent requests and the
- * caches; for a Router, its nodes and the recent forwarded requests. The timeline is SVG drawn
- * by the script itself: no chart library is needed for bars on a time axis.
- *
- * @example
- * ```ts
- * import { statusPageResponse } from "./status_page.ts";
- *
- * const response = statusPageResponse();
- * if (!response.headers.get("content-type")?.startsWith("text/html")) throw new Error();
- * if (!(await response.text()).includes('fetch("status/data"')) throw new Error();
- * ```
+ * The live status page (`GET /status`): one self-contained HTML document that polls `/status/data`
+ * every second and draws a server's GPU lease timeline (SVG), workers, recent requests and caches,
+ * or a Router's nodes and recent requests.
  *
  * @module
  */
@@ -158,8 +146,8 @@ setInterval(refresh, 1000);
 `;
 
 /**
- * The status page (the same document for a server and a Router; its script asks
- * `/status/data` which one it is).
+ * The status page (the same document for a server and a Router; its script asks `/status/data`
+ * which one it is).
  */
 export function statusPageResponse(): Response {
   return new Response(_PAGE, {

@@ -1,20 +1,11 @@
 /**
- * Byte chunks: joining them (one allocation, `TypedArray.set` copies), and giving a buffer's
- * memory back as soon as it is no longer read.
+ * Byte chunks: joining them (one allocation, `TypedArray.set` copies), and giving a buffer's memory
+ * back as soon as it is no longer read.
  *
  * @module
  */
 
-/**
- * Concatenates `chunks` into one new array.
- *
- * @example
- * ```ts
- * import { concatBytes } from "./bytes.ts";
- * const joined = concatBytes([new Uint8Array([1]), new Uint8Array([2, 3])]);
- * if (joined.length !== 3 || joined[2] !== 3) throw new Error("unexpected");
- * ```
- */
+/** Concatenates `chunks` into one new array. */
 export function concatBytes(chunks: readonly Uint8Array[]): Uint8Array<ArrayBuffer> {
   let length = 0;
   for (const chunk of chunks) length += chunk.length;
@@ -29,20 +20,12 @@ export function concatBytes(chunks: readonly Uint8Array[]): Uint8Array<ArrayBuff
 
 /**
  * Gives the memory behind `bytes` back now rather than at a later garbage collection: its
- * `ArrayBuffer` is detached (`transfer(0)`), so every view on it becomes empty. For a buffer
- * that nothing in JavaScript reads again; an op that took it (a socket write in flight) holds
- * its own reference, and the memory goes when that ends. Large buffers received or sent one
- * after another (a 64 MiB answer as 256 KiB WebSocket messages) otherwise pile up until a
- * collection, and each new one lands on freshly mapped pages (page faults on every copy into
- * it). A buffer that cannot be detached (shared, WebAssembly memory) is left as it is.
- *
- * @example
- * ```ts
- * import { releaseBuffer } from "./bytes.ts";
- * const bytes = new Uint8Array(1 << 18).subarray(37);
- * releaseBuffer(bytes);
- * if (bytes.length !== 0 || bytes.buffer.byteLength !== 0) throw new Error("still attached");
- * ```
+ * `ArrayBuffer` is detached (`transfer(0)`), so every view on it becomes empty. For a buffer that
+ * nothing in JavaScript reads again; an op that took it (a socket write in flight) holds its own
+ * reference, and the memory goes when that ends. Large buffers received or sent one after another
+ * (a 64 MiB answer as 256 KiB WebSocket messages) otherwise pile up until a collection, and each
+ * new one lands on freshly mapped pages (page faults on every copy into it). A buffer that cannot
+ * be detached (shared, WebAssembly memory) is left as it is.
  */
 export function releaseBuffer(bytes: Uint8Array): void {
   const buffer = bytes.buffer;

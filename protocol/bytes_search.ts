@@ -1,27 +1,14 @@
 /**
- * Fast search for a byte pattern in a large buffer, e.g. a multipart
- * delimiter in a 256 MiB body or the end of an HTTP head.
- *
- * Horspool's scan keyed on the pattern's last byte plus a check of its first
- * byte (which occurs nowhere else in it), so random or all-zero payloads are
- * skipped about one pattern length at a time and no input costs more than
- * linear time.
+ * Fast search for a byte pattern in a large buffer (a multipart delimiter, the end of an HTTP
+ * head): Horspool's scan keyed on the pattern's last byte plus a check of its first, linear time on
+ * any input.
  *
  * @module
  */
 
 /**
- * Finds a byte pattern (Horspool's skip table), e.g. a multipart delimiter
- * `CRLF--boundary` in a large payload, at memory-scan speed from JavaScript.
- *
- * @example
- * ```ts
- * import { DelimiterFinder } from "./bytes_search.ts";
- *
- * const finder = new DelimiterFinder(new TextEncoder().encode("\r\n--B"));
- * const body = new TextEncoder().encode("data\r\n--B--");
- * if (finder.find(body, 0) !== 4 || finder.find(body, 5) !== -1) throw new Error();
- * ```
+ * Finds a byte pattern (Horspool's skip table), e.g. a multipart delimiter `CRLF--boundary` in a
+ * large payload, at memory-scan speed from JavaScript.
  */
 export class DelimiterFinder {
   /** The bytes searched for. */
@@ -38,9 +25,9 @@ export class DelimiterFinder {
   }
 
   /**
-   * First index ≥ `from` where the pattern occurs, or -1. The pattern's first
-   * byte must not occur elsewhere in it (true for CR/LF-led delimiters),
-   * which bounds the verification work by the body length.
+   * First index ≥ `from` where the pattern occurs, or -1. The pattern's first byte must not occur
+   * elsewhere in it (true for CR/LF-led delimiters), which bounds the verification work by the body
+   * length.
    */
   find(hay: Uint8Array, from: number): number {
     const pattern = this.pattern;

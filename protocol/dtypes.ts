@@ -30,13 +30,6 @@ export type DType =
 
 /**
  * Bytes per element of every {@linkcode DType}.
- *
- * @example
- * ```ts
- * import { DTYPE_ITEM_SIZES } from "./mod.ts";
- *
- * if (DTYPE_ITEM_SIZES.bfloat16 !== 2) throw new Error();
- * ```
  */
 export const DTYPE_ITEM_SIZES: Readonly<Record<DType, number>> = Object.freeze({
   bool: 1,
@@ -53,31 +46,14 @@ export const DTYPE_ITEM_SIZES: Readonly<Record<DType, number>> = Object.freeze({
   float8_e5m2: 1,
 });
 
-/**
- * Whether `x` names one of the 12 wire dtypes (exact, case-sensitive).
- *
- * @example
- * ```ts
- * import { isDType } from "./mod.ts";
- *
- * if (!isDType("float32") || isDType("uint16") || isDType("toString")) throw new Error();
- * ```
- */
+/** Whether `x` names one of the 12 wire dtypes (exact, case-sensitive). */
 export function isDType(x: unknown): x is DType {
   return typeof x === "string" && Object.hasOwn(DTYPE_ITEM_SIZES, x);
 }
 
 /**
- * Expected byte length of a tensor: `prod(shape) * itemsize`, computed
- * exactly. Lengths above 2^53-1 are returned as `Infinity` (no real body can
- * have them).
- *
- * @example
- * ```ts
- * import { tensorByteLength } from "./mod.ts";
- *
- * if (tensorByteLength("float32", [2, 3]) !== 24) throw new Error();
- * ```
+ * Expected byte length of a tensor: `prod(shape) * itemsize`, computed exactly. Lengths above
+ * 2^53-1 are returned as `Infinity` (no real body can have them).
  */
 export function tensorByteLength(dtype: DType, shape: readonly (number | bigint)[]): number {
   let total = BigInt(DTYPE_ITEM_SIZES[dtype]);

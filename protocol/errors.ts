@@ -1,6 +1,6 @@
 /**
- * ERROR bodies and fixed messages of non-200 responses (spec protocol §3.5), and an error said
- * as text.
+ * ERROR bodies and fixed messages of non-200 responses (spec protocol §3.5), and an error said as
+ * text.
  *
  * @module
  */
@@ -18,16 +18,7 @@ export type ErrorKind =
   | "no_node"
   | "server_transport";
 
-/**
- * The fixed messages of ERROR bodies (400 messages are the validator's text).
- *
- * @example
- * ```ts
- * import { ERROR_MESSAGES } from "./mod.ts";
- *
- * if (ERROR_MESSAGES.busy !== "server saturated") throw new Error();
- * ```
- */
+/** The fixed messages of ERROR bodies (400 messages are the validator's text). */
 export const ERROR_MESSAGES: {
   readonly requestTooLarge: "request exceeds the configured size limit";
   readonly busy: "server saturated";
@@ -55,16 +46,6 @@ export const ERROR_MESSAGES: {
 /**
  * The compact JSON body of a non-200 response:
  * `{"status":"ERROR","request_id":…,"error":{"kind":…,"message":…}}`.
- *
- * @example
- * ```ts
- * import { errorBody } from "./mod.ts";
- *
- * const body = errorBody("r1", "busy", "server saturated");
- * if (body !== '{"status":"ERROR","request_id":"r1","error":{"kind":"busy","message":"server saturated"}}') {
- *   throw new Error(body);
- * }
- * ```
  */
 export function errorBody(requestId: string, kind: string, message: string): string {
   return `{"status":"ERROR","request_id":${JSON.stringify(requestId)},"error":{"kind":${
@@ -72,16 +53,7 @@ export function errorBody(requestId: string, kind: string, message: string): str
   },"message":${JSON.stringify(message)}}}`;
 }
 
-/**
- * What `error` says: an `Error`'s message, anything else as a string.
- *
- * @example
- * ```ts
- * import { errorMessage } from "./errors.ts";
- *
- * if (errorMessage(new Error("gone")) !== "gone" || errorMessage(7) !== "7") throw new Error();
- * ```
- */
+/** What `error` says: an `Error`'s message, anything else as a string. */
 export function errorMessage(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }

@@ -1,27 +1,11 @@
 /**
- * The GPU-state receipt of a request, an extension of `POST /execute` answers (docs/timing.md,
- * "The receipt of every request"). A 200 COMPLETED/FAILED answer whose request held a GPU lease
- * carries the header `X-KCoral-GPU-Receipt`: compact JSON (non-ASCII escaped) of which GPU(s) the
- * lease covered and one NVML reading of each when the request first held it and one when it
- * last gave it back.
- *
- * ```
- * X-KCoral-GPU-Receipt: {"gpus":[{"index":0,"name":"NVIDIA H100 80GB HBM3","uuid":"GPU-…",
- *   "driver_version":"580.95.05","cuda_driver_version":"13.0",
- *   "acquired":{"sm_clock_mhz":1980,"mem_clock_mhz":2619,"temperature_c":35,"power_w":72.5,
- *               "reasons":["gpu_idle"],"throttled":false},
- *   "released":{...},"throttled":false}],"throttled":false,"nvml_error":null,
- *   "taken_by":"worker","server_reason":null}
- * ```
- *
- * A request whose worker gave no receipt (it died, or was killed at its deadline) still gets
- * one: the server reads the GPUs itself once the worker is gone (`taken_by` `"server"`,
- * `server_reason` saying why; `acquired` is then `null`, the worker's reading died with it).
- *
- * The body stays upstream's, key for key; a client that does not know the header ignores it, and
- * a Router passes it on like any other response header. One reader ({@linkcode readGpuReceipt})
- * serves the server (the worker's report, before it becomes the header) and the client (the
- * header), so both accept the same shapes.
+ * The GPU-state receipt of a request, an extension of `POST /execute` answers (docs/timing.md, "The
+ * receipt of every request"): a 200 COMPLETED/FAILED answer whose request held a GPU lease carries
+ * `X-KCoral-GPU-Receipt`, compact JSON (non-ASCII escaped) of the GPUs the lease covered with an
+ * NVML reading when first acquired and when last released. When the worker gave none (it died or
+ * was killed), the server reads the GPUs itself (`taken_by: "server"`). One reader,
+ * {@linkcode readGpuReceipt}, serves both the server and the client, so both accept the same
+ * shapes.
  *
  * @module
  */
@@ -74,9 +58,9 @@ export interface GpuReceipt {
   /** Why NVML gave nothing (or not everything), when it did not. */
   nvml_error: string | null;
   /**
-   * Who took the readings: `"worker"` (the process the program ran in, as it held and gave back
-   * the lease) or `"server"` (the worker gave none; see `server_reason`). A header without the
-   * field (a server from before it) reads as `"worker"`.
+   * Who took the readings: `"worker"` (the process the program ran in, as it held and gave back the
+   * lease) or `"server"` (the worker gave none; see `server_reason`). A header without the field (a
+   * server from before it) reads as `"worker"`.
    */
   taken_by: "worker" | "server";
   /**
@@ -91,9 +75,9 @@ export type GpuReceiptServerReason = (typeof SERVER_REASONS)[number];
 /**
  * Why the server took a request's receipt instead of its worker: `crashed` (the worker died),
  * `timeout` (killed at its deadline), `invalid_response` (killed for an answer that was not one),
- * `not_reported` (it answered without one though the request held the lease: a GPU set held for
- * a program that never asked for it), `refused` (its report had the wrong shape or named another
- * GPU; no reading then, `nvml_error` says why).
+ * `not_reported` (it answered without one though the request held the lease: a GPU set held for a
+ * program that never asked for it), `refused` (its report had the wrong shape or named another GPU;
+ * no reading then, `nvml_error` says why).
  */
 export const SERVER_REASONS = [
   "crashed",
@@ -110,21 +94,8 @@ const _MAX_ERROR = 1024;
 const _MAX_REASONS = 64;
 
 /**
- * A receipt read from a parsed JSON value: the known fields only, checked (unknown keys are
- * left out); throws a `TypeError` that names the first field in the wrong shape.
- *
- * @example
- * ```ts
- * import { readGpuReceipt } from "./gpu_receipt.ts";
- *
- * const receipt = readGpuReceipt({
- *   gpus: [{ index: 0, name: null, uuid: "GPU-1", driver_version: null,
- *     cuda_driver_version: null, acquired: null, released: null, throttled: false, extra: 1 }],
- *   throttled: false, nvml_error: "cannot load NVML",
- * });
- * if (receipt.gpus[0].uuid !== "GPU-1" || "extra" in receipt.gpus[0]) throw new Error();
- * if (receipt.taken_by !== "worker" || receipt.server_reason !== null) throw new Error();
- * ```
+ * A receipt read from a parsed JSON value: the known fields only, checked (unknown keys are left
+ * out); throws a `TypeError` that names the first field in the wrong shape.
  */
 export function readGpuReceipt(value: unknown): GpuReceipt {
   const top = _object(value, "receipt");
@@ -142,20 +113,8 @@ export function readGpuReceipt(value: unknown): GpuReceipt {
 }
 
 /**
- * The header value of a receipt: compact JSON, every character beyond ASCII escaped (`\uXXXX`),
- * so the value is plain ASCII without control characters.
- *
- * @example
- * ```ts
- * import { encodeGpuReceiptHeader } from "./gpu_receipt.ts";
- *
- * const value = encodeGpuReceiptHeader({
- *   gpus: [], throttled: false, nvml_error: "é", taken_by: "server", server_reason: "crashed",
- * });
- * const json = '{"gpus":[],"throttled":false,"nvml_error":"\\u00e9","taken_by":"server",' +
- *   '"server_reason":"crashed"}';
- * if (value !== json) throw new Error(value);
- * ```
+ * The header value of a receipt: compact JSON, every character beyond ASCII escaped (`\uXXXX`), so
+ * the value is plain ASCII without control characters.
  */
 export function encodeGpuReceiptHeader(receipt: GpuReceipt): string {
   return JSON.stringify(readGpuReceipt(receipt)).replace(
@@ -167,18 +126,6 @@ export function encodeGpuReceiptHeader(receipt: GpuReceipt): string {
 /**
  * The receipt in a header value (`null` for `null`: no header); throws a `TypeError` for a value
  * that is not JSON or not a receipt.
- *
- * @example
- * ```ts
- * import { decodeGpuReceiptHeader, GPU_RECEIPT_HEADER } from "./gpu_receipt.ts";
- *
- * const headers = new Headers({
- *   [GPU_RECEIPT_HEADER]: '{"gpus":[],"throttled":false,"nvml_error":null}',
- * });
- * const receipt = decodeGpuReceiptHeader(headers.get(GPU_RECEIPT_HEADER));
- * if (receipt?.throttled !== false || decodeGpuReceiptHeader(null) !== null) throw new Error();
- * if (receipt.taken_by !== "worker") throw new Error(); // absent: the worker's
- * ```
  */
 export function decodeGpuReceiptHeader(value: string | null): GpuReceipt | null {
   if (value === null) return null;

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import {
   decodeGpuReceiptHeader,
   encodeGpuReceiptHeader,
+  GPU_RECEIPT_HEADER,
   type GpuReceipt,
   readGpuReceipt,
 } from "./gpu_receipt.ts";
@@ -76,4 +77,46 @@ Deno.test("gpu receipt header: no header is null, a malformed one names what is 
     () => readGpuReceipt({ ...RECEIPT, gpus: Array(65).fill(RECEIPT.gpus[0]) }),
     /at most 64/,
   );
+});
+
+Deno.test("gpu_receipt: readGpuReceipt", () => {
+  const receipt = readGpuReceipt({
+    gpus: [{
+      index: 0,
+      name: null,
+      uuid: "GPU-1",
+      driver_version: null,
+      cuda_driver_version: null,
+      acquired: null,
+      released: null,
+      throttled: false,
+      extra: 1,
+    }],
+    throttled: false,
+    nvml_error: "cannot load NVML",
+  });
+  if (receipt.gpus[0].uuid !== "GPU-1" || "extra" in receipt.gpus[0]) throw new Error();
+  if (receipt.taken_by !== "worker" || receipt.server_reason !== null) throw new Error();
+});
+
+Deno.test("gpu_receipt: encodeGpuReceiptHeader", () => {
+  const value = encodeGpuReceiptHeader({
+    gpus: [],
+    throttled: false,
+    nvml_error: "é",
+    taken_by: "server",
+    server_reason: "crashed",
+  });
+  const json = '{"gpus":[],"throttled":false,"nvml_error":"\\u00e9","taken_by":"server",' +
+    '"server_reason":"crashed"}';
+  if (value !== json) throw new Error(value);
+});
+
+Deno.test("gpu_receipt: decodeGpuReceiptHeader", () => {
+  const headers = new Headers({
+    [GPU_RECEIPT_HEADER]: '{"gpus":[],"throttled":false,"nvml_error":null}',
+  });
+  const receipt = decodeGpuReceiptHeader(headers.get(GPU_RECEIPT_HEADER));
+  if (receipt?.throttled !== false || decodeGpuReceiptHeader(null) !== null) throw new Error();
+  if (receipt.taken_by !== "worker") throw new Error(); // absent: the worker's
 });

@@ -1,9 +1,7 @@
 /**
- * SHA-256 on worker threads for large bodies: the reading thread copies each new stretch into
- * one of a few reused 4 MiB buffers (a copy costs a fraction of hashing) and goes on reading
- * while the worker hashes; or, for bytes it mirrors in a SharedArrayBuffer, only says which
- * range to hash, so reading never waits for hashing. A thread can also write shared bytes to a
- * new file ("spool" them) while another one hashes them. Used by protocol/part_digests.ts.
+ * SHA-256 of large bodies on worker threads: reading copies each stretch into a reused 4 MiB buffer
+ * (or, for SharedArrayBuffer bytes, just names the range) and goes on while a worker hashes; a
+ * thread can also spool shared bytes to a file. Used by part_digests.ts.
  *
  * @module
  */
@@ -16,8 +14,8 @@ export interface HashSink {
   /** A new incremental hash; end it with {@linkcode digest} (or {@linkcode drop}). */
   open(): number;
   /**
-   * A new spool: the bytes given to it are written to the new file `path` instead of hashed
-   * (only bytes in shared memory; any other update leaves it without file). End it with
+   * A new spool: the bytes given to it are written to the new file `path` instead of hashed (only
+   * bytes in shared memory; any other update leaves it without file). End it with
    * {@linkcode written} (or {@linkcode drop}).
    */
   spool(path: string): number;
@@ -31,8 +29,8 @@ export interface HashSink {
   /** Once spool `id`'s writes are done: the bytes its file got, or `null` when it has none. */
   written(id: number): Promise<number | null>;
   /**
-   * Forgets hash or spool `id` without an end; a spool's file is deleted by its thread.
-   * `false` when its thread is gone (nothing of `id` runs any more, and its file is left).
+   * Forgets hash or spool `id` without an end; a spool's file is deleted by its thread. `false`
+   * when its thread is gone (nothing of `id` runs any more, and its file is left).
    */
   drop(id: number): boolean;
 }
@@ -181,18 +179,18 @@ export class HashThread implements HashSink {
   }
 
   /**
-   * Starts spool `id` writing to `path`, numbered by the caller ({@linkcode HashThreads}, whose
-   * ids never meet this thread's own).
+   * Starts spool `id` writing to `path`, numbered by the caller ({@linkcode HashThreads}, whose ids
+   * never meet this thread's own).
    */
   startSpool(id: number, path: string): void {
     if (!this.#failure) this.#start().postMessage({ t: "spool", id, path });
   }
 
   /**
-   * Appends `bytes` to `id`. Bytes in ordinary memory are copied (they may change afterwards;
-   * when all transfer buffers are in flight this waits for one). Bytes in a
-   * `SharedArrayBuffer` are read there by the thread, without a copy and without waiting: they
-   * must stay unchanged until the digest or written of `id` resolves.
+   * Appends `bytes` to `id`. Bytes in ordinary memory are copied (they may change afterwards; when
+   * all transfer buffers are in flight this waits for one). Bytes in a `SharedArrayBuffer` are read
+   * there by the thread, without a copy and without waiting: they must stay unchanged until the
+   * digest or written of `id` resolves.
    */
   async update(id: number, bytes: Uint8Array): Promise<void> {
     if (bytes.buffer instanceof SharedArrayBuffer) {

@@ -1,13 +1,13 @@
 /**
- * The `GET /health` body (spec protocol §1.1), declared once for the server
- * that sends it, the router that aggregates it and the client that reads it.
+ * The `GET /health` body (spec protocol §1.1), declared once for the server that sends it, the
+ * router that aggregates it and the client that reads it.
  *
  * @module
  */
 
 /**
- * The `load` object of a `/health` body: how busy the server (or, for a
- * router, all of its nodes together) is.
+ * The `load` object of a `/health` body: how busy the server (or, for a router, all of its nodes
+ * together) is.
  *
  * @example
  * ```ts
@@ -64,8 +64,8 @@ export interface HealthBody {
 
 /**
  * A Router's `/health` body (spec router §2.5): a server's shape, with `status` `"unavailable"`
- * (and HTTP 503) while no ready node has a slot, `gpu_count` always `null`, `load` summed over
- * the nodes, and `target`/`versions` the pool's baseline.
+ * (and HTTP 503) while no ready node has a slot, `gpu_count` always `null`, `load` summed over the
+ * nodes, and `target`/`versions` the pool's baseline.
  *
  * @example
  * ```ts

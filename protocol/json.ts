@@ -1,15 +1,8 @@
 /**
- * Strict JSON with Python `json` semantics (spec protocol §2.3, §9 pitfalls 2 and 4).
- *
- * The parser reproduces upstream `strict_json_loads` exactly: the CPython
- * scanner's grammar and error messages (positions counted in code points),
- * duplicate keys reported when their object closes, `NaN`/`Infinity`
- * rejected when scanned. Objects become `Map`s so key order is kept exactly as
- * in the text, integer-like keys included. Serializing is in `json_stringify.ts`.
- *
- * The parser stays one module over 400 lines: it is one scanner state machine reproducing
- * CPython's `json` grammar and error messages, and split, its parts would share the cursor
- * state.
+ * Strict JSON with Python `json` semantics (spec protocol §2.3, §9 pitfalls 2 and 4), exactly as
+ * upstream `strict_json_loads`: CPython's grammar and messages (positions in code points),
+ * duplicate keys reported when their object closes, `NaN`/`Infinity` refused. Objects become `Map`s
+ * so key order is the text's. One scanner state machine, so one module.
  *
  * @module
  */
@@ -33,9 +26,8 @@ export type JsonValue =
 export type JsonObject = Map<string, JsonValue>;
 
 /**
- * A parsed JSON value that also keeps Python's int/float distinction:
- * float-spelled numbers (`1.0`, `1e3`) are {@linkcode JsonFloat}, integers
- * are `number` (or `bigint` beyond ±(2^53-1)).
+ * A parsed JSON value that also keeps Python's int/float distinction: float-spelled numbers (`1.0`,
+ * `1e3`) are {@linkcode JsonFloat}, integers are `number` (or `bigint` beyond ±(2^53-1)).
  */
 export type TypedJsonValue =
   | null
@@ -51,9 +43,8 @@ export type TypedJsonValue =
 export type TypedJsonObject = Map<string, TypedJsonValue>;
 
 /**
- * Invalid JSON. `message` is upstream's exact text: `malformed JSON: <Python
- * json error>`, `duplicate JSON key: '<key>'` or `non-finite number NaN is not
- * allowed`.
+ * Invalid JSON. `message` is upstream's exact text: `malformed JSON: <Python json error>`,
+ * `duplicate JSON key: '<key>'` or `non-finite number NaN is not allowed`.
  */
 export class JsonParseError extends Error {
   /** Create the error with upstream's message text. */
@@ -71,19 +62,6 @@ export interface ParseJsonOptions {
    * Integer literals with more digits are refused with Python's message (Python's own limit,
    * `sys.get_int_max_str_digits()`, is 4300: a program is parsed with it, as upstream does).
    * Default: no limit.
-   *
-   * @example
-   * ```ts
-   * import { parseJson } from "./mod.ts";
-   *
-   * let refused = false;
-   * try {
-   *   parseJson("1".repeat(4301), { maxIntDigits: 4300 });
-   * } catch {
-   *   refused = true;
-   * }
-   * if (!refused) throw new Error("not refused");
-   * ```
    */
   maxIntDigits?: number;
 }
@@ -91,35 +69,17 @@ export interface ParseJsonOptions {
 /**
  * Parse strict JSON exactly as upstream KCoral does.
  *
- * Rejects duplicate keys in any object, the `NaN`/`Infinity`/`-Infinity`
- * literals, invalid UTF-8 (for bytes), a leading BOM and trailing garbage.
- * Lone surrogate escapes are accepted (as in Python). Integers beyond
- * ±(2^53-1) become `bigint`; other numbers are `number`.
- *
- * @example Key order is the text's order, and big integers stay exact
- * ```ts
- * import { parseJson } from "./mod.ts";
- *
- * const value = parseJson('{"b":1,"10":2,"2":12345678901234567890}') as Map<string, unknown>;
- * if ([...value.keys()].join() !== "b,10,2") throw new Error("order");
- * if (value.get("2") !== 12345678901234567890n) throw new Error("bigint");
- * ```
+ * Rejects duplicate keys in any object, the `NaN`/`Infinity`/`-Infinity` literals, invalid UTF-8
+ * (for bytes), a leading BOM and trailing garbage. Lone surrogate escapes are accepted (as in
+ * Python). Integers beyond ±(2^53-1) become `bigint`; other numbers are `number`.
  */
 export function parseJson(text: string | Uint8Array, options: ParseJsonOptions = {}): JsonValue {
   return new _Parser(_text(text), false, options.maxIntDigits).parseDocument() as JsonValue;
 }
 
 /**
- * Like {@linkcode parseJson}, but float-spelled numbers become
- * {@linkcode JsonFloat} so Python's `int`/`float` checks can be reproduced.
- *
- * @example
- * ```ts
- * import { JsonFloat, parseJsonTyped } from "./mod.ts";
- *
- * const [a, b] = parseJsonTyped("[5, 5.0]") as unknown[];
- * if (a !== 5 || !(b instanceof JsonFloat)) throw new Error();
- * ```
+ * Like {@linkcode parseJson}, but float-spelled numbers become {@linkcode JsonFloat} so Python's
+ * `int`/`float` checks can be reproduced.
  */
 export function parseJsonTyped(
   text: string | Uint8Array,
@@ -188,10 +148,10 @@ const _CONTROL = /[\u0000-\u001f]/;
 
 /**
  * A string whose escapes the engine's own JSON decoder can turn into text (the same text as
- * CPython's strict `scanstring`), from just after its opening quote: `[text, end]`, or `null`
- * for an unterminated string, a control character or an invalid escape (the caller's scan then
- * finds the exact error). Source text is mostly escapes (`\n` on every line), which the scan
- * joins piece by piece; this finds the end and decodes it at once.
+ * CPython's strict `scanstring`), from just after its opening quote: `[text, end]`, or `null` for
+ * an unterminated string, a control character or an invalid escape (the caller's scan then finds
+ * the exact error). Source text is mostly escapes (`\n` on every line), which the scan joins piece
+ * by piece; this finds the end and decodes it at once.
  */
 function _fastString(s: string, begin: number): [string, number] | null {
   let close = s.indexOf('"', begin);

@@ -1,17 +1,16 @@
 /**
- * {@linkcode JsonFloat}: a JSON number spelled as a float, kept apart from
- * integers as Python's `json` module keeps `float` apart from `int`.
+ * {@linkcode JsonFloat}: a JSON number spelled as a float, kept apart from integers as Python's
+ * `json` module keeps `float` apart from `int`.
  *
  * @module
  */
 
 /**
- * A JSON number that was spelled as a float (with a fraction or an exponent),
- * kept distinct from integers the way Python's `json` module keeps `float`
- * apart from `int`.
+ * A JSON number that was spelled as a float (with a fraction or an exponent), kept distinct from
+ * integers the way Python's `json` module keeps `float` apart from `int`.
  *
- * {@linkcode parseJsonTyped} produces it; {@linkcode stringifyJson} writes it
- * with Python's float spelling (`30.0`, `1e+16`).
+ * {@linkcode parseJsonTyped} produces it; {@linkcode stringifyJson} writes it with Python's float
+ * spelling (`30.0`, `1e+16`).
  *
  * @example Keep "30.0" a float on the wire
  * ```ts

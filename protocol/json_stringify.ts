@@ -1,6 +1,6 @@
 /**
- * Compact JSON serialization with Python `json.dumps` semantics (spec protocol §2.3): the
- * program JSON a client sends, written as upstream writes it.
+ * Compact JSON serialization with Python `json.dumps` semantics (spec protocol §2.3): the program
+ * JSON a client sends, written as upstream writes it.
  *
  * @module
  */
@@ -9,25 +9,14 @@ import { JsonFloat } from "./json_float.ts";
 import { pyFloatRepr } from "./python_repr.ts";
 
 /**
- * Serialize compactly (`,` and `:` separators, non-ASCII written raw), as
- * upstream's `json.dumps(..., ensure_ascii=False, separators=(",", ":"),
- * allow_nan=False)`.
+ * Serialize compactly (`,` and `:` separators, non-ASCII written raw), as upstream's
+ * `json.dumps(..., ensure_ascii=False, separators=(",", ":"), allow_nan=False)`.
  *
- * Accepts `JsonValue` trees (`json.ts`), `Map`s with string keys (insertion
- * order), plain objects (own enumerable keys, in JS order), arrays, `bigint`
- * (written as integer digits) and {@linkcode JsonFloat} (Python float
- * spelling). Integral numbers are written as integer digits, other numbers
- * with Python's float spelling. Throws `TypeError` for NaN/±Infinity,
- * `undefined`, functions, symbols, class instances, non-string map keys and
- * cycles.
- *
- * @example
- * ```ts
- * import { stringifyJson } from "./json_stringify.ts";
- *
- * const text = stringifyJson(new Map<string, unknown>([["é", [1, 2n ** 64n, 0.5]]]));
- * if (text !== '{"é":[1,18446744073709551616,0.5]}') throw new Error(text);
- * ```
+ * Accepts `JsonValue` trees (`json.ts`), `Map`s with string keys (insertion order), plain objects
+ * (own enumerable keys, in JS order), arrays, `bigint` (written as integer digits) and
+ * {@linkcode JsonFloat} (Python float spelling). Integral numbers are written as integer digits,
+ * other numbers with Python's float spelling. Throws `TypeError` for NaN/±Infinity, `undefined`,
+ * functions, symbols, class instances, non-string map keys and cycles.
  */
 export function stringifyJson(value: unknown): string {
   const parts: string[] = [];

@@ -200,3 +200,24 @@ Deno.test("Python repr, float repr and code-point sort match CPython", () => {
   );
   assert.equal(codePointIndex("a\u{1f600}b", 3), 2);
 });
+
+Deno.test("json: ParseJsonOptions.maxIntDigits", () => {
+  let refused = false;
+  try {
+    parseJson("1".repeat(4301), { maxIntDigits: 4300 });
+  } catch {
+    refused = true;
+  }
+  if (!refused) throw new Error("not refused");
+});
+
+Deno.test("json: parseJson (Key order is the text's order, and big integers stay exact)", () => {
+  const value = parseJson('{"b":1,"10":2,"2":12345678901234567890}') as Map<string, unknown>;
+  if ([...value.keys()].join() !== "b,10,2") throw new Error("order");
+  if (value.get("2") !== 12345678901234567890n) throw new Error("bigint");
+});
+
+Deno.test("json: parseJsonTyped", () => {
+  const [a, b] = parseJsonTyped("[5, 5.0]") as unknown[];
+  if (a !== 5 || !(b instanceof JsonFloat)) throw new Error();
+});

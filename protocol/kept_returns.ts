@@ -1,20 +1,9 @@
 /**
- * Kept returns, an opt-in extension of `POST /execute` (docs/kept-returns.md). A request with
- * `X-KCoral-Keep-Returns: <n>` asks the server to keep every `bytes` and tensor value of at
- * least `n` bytes that the program returns in its blob cache instead of sending it. Such a value
- * comes back as a `kept` node with no part:
- *
- * ```
- * {"type":"kept","kind":"bytes","sha256":"<64 hex>","size":N}
- * {"type":"kept","kind":"tensor","sha256":"<64 hex>","size":N,"dtype":"float32","shape":[...]}
- * ```
- *
- * The server hashed the bytes itself before it cached them under that SHA-256, so a later
- * program names the value as an ordinary blob (`{"op":"upload","kind":"bytes","blob":...}`)
- * and sends no bytes; a server that has dropped it since answers `CACHE_MISS` as for any blob.
- * A value the server cannot keep (over its share of the cache) is sent as usual, and a server
- * that does not know the header (upstream) sends everything: without the header nothing
- * changes.
+ * Kept returns, an opt-in extension of `POST /execute` (docs/kept-returns.md): with
+ * `X-KCoral-Keep-Returns: <n>` the server keeps every returned `bytes` or tensor value of at least
+ * `n` bytes in its blob cache and answers a `kept` node instead
+ * (`{"type":"kept","kind":"bytes"|"tensor","sha256":...,"size":N[,"dtype","shape"]}`), which a
+ * later program uploads by hash. Without the header nothing changes.
  *
  * @module
  */
@@ -23,18 +12,8 @@
 export const KEEP_RETURNS_HEADER = "x-kcoral-keep-returns";
 
 /**
- * The least size of a kept return that `headers` ask for: `null` without the header; a
- * `RangeError` naming the header for a value that is not a decimal byte count.
- *
- * @example
- * ```ts
- * import { keptReturnsMinBytes } from "./kept_returns.ts";
- *
- * if (keptReturnsMinBytes(new Headers({ "X-KCoral-Keep-Returns": "1048576" })) !== 1048576) {
- *   throw new Error();
- * }
- * if (keptReturnsMinBytes(new Headers()) !== null) throw new Error();
- * ```
+ * The least size of a kept return that `headers` ask for: `null` without the header; a `RangeError`
+ * naming the header for a value that is not a decimal byte count.
  */
 export function keptReturnsMinBytes(headers: Headers): number | null {
   const value = headers.get(KEEP_RETURNS_HEADER);

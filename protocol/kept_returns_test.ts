@@ -75,3 +75,10 @@ Deno.test("X-KCoral-Keep-Returns: a byte count, or a RangeError that names the h
     );
   }
 });
+
+Deno.test("kept_returns: keptReturnsMinBytes", () => {
+  if (keptReturnsMinBytes(new Headers({ "X-KCoral-Keep-Returns": "1048576" })) !== 1048576) {
+    throw new Error();
+  }
+  if (keptReturnsMinBytes(new Headers()) !== null) throw new Error();
+});

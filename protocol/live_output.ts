@@ -1,18 +1,9 @@
 /**
- * Live output, an opt-in extension of `POST /execute` (docs/live-output.md). A client that
- * sends `X-KCoral-Stream: output` and whose program reaches a worker gets a 200 answer of type
- * `application/vnd.kcoral.live-output`: JSON lines, each ending in `\n`,
- *
- * ```
- * {"stream":"stdout","data":"step 1\n"}          while the program runs (stdout or stderr)
- * {"final":{"status":200,"headers":[["content-type","application/json"],...],"length":N}}
- * <exactly N bytes: the body of the answer the request would have had without the header>
- * ```
- *
- * The chunks of one stream, concatenated, are a prefix of that stream's `stdout`/`stderr` in the
- * final result (never past the output limit). Requests turned away before they reach a worker
- * (400, 413, CACHE_MISS, ...) get the ordinary answer; a server that does not know the header
- * (upstream) ignores it. Without the header nothing changes.
+ * Live output, an opt-in extension of `POST /execute` (docs/live-output.md): with
+ * `X-KCoral-Stream: output`, a request that reaches a worker gets a 200 of type
+ * `application/vnd.kcoral.live-output`, JSON lines of `{"stream","data"}` chunks, then
+ * `{"final":{"status","headers","length":N}}` and exactly N bytes of the ordinary answer. Requests
+ * turned away earlier get the ordinary answer; without the header nothing changes.
  *
  * @module
  */
@@ -44,66 +35,22 @@ export interface FinalAnswer {
 
 const _encoder = new TextEncoder();
 
-/**
- * Whether `headers` ask for live output.
- *
- * @example
- * ```ts
- * import { wantsLiveOutput } from "./live_output.ts";
- *
- * if (!wantsLiveOutput(new Headers({ "X-KCoral-Stream": "output" }))) throw new Error();
- * if (wantsLiveOutput(new Headers())) throw new Error();
- * ```
- */
+/** Whether `headers` ask for live output. */
 export function wantsLiveOutput(headers: Headers): boolean {
   return (headers.get(LIVE_OUTPUT_HEADER) ?? "").trim().toLowerCase() === LIVE_OUTPUT_VALUE;
 }
 
-/**
- * Whether a response is a live-output answer (by its content type).
- *
- * @example
- * ```ts
- * import { isLiveOutput } from "./live_output.ts";
- *
- * if (!isLiveOutput("application/vnd.kcoral.live-output")) throw new Error();
- * if (isLiveOutput("application/json")) throw new Error();
- * ```
- */
+/** Whether a response is a live-output answer (by its content type). */
 export function isLiveOutput(contentType: string | null): boolean {
   return (contentType ?? "").split(";")[0].trim().toLowerCase() === LIVE_OUTPUT_CONTENT_TYPE;
 }
 
-/**
- * One chunk line.
- *
- * @example
- * ```ts
- * import { encodeChunkLine } from "./live_output.ts";
- *
- * const line = new TextDecoder().decode(encodeChunkLine({ stream: "stdout", data: "hi\n" }));
- * if (line !== '{"stream":"stdout","data":"hi\\n"}\n') throw new Error(line);
- * ```
- */
+/** One chunk line. */
 export function encodeChunkLine(chunk: OutputChunk): Uint8Array {
   return _encoder.encode(`${JSON.stringify({ stream: chunk.stream, data: chunk.data })}\n`);
 }
 
-/**
- * The final line, announcing `length` bytes of the answer's body after it.
- *
- * @example
- * ```ts
- * import { encodeFinalLine } from "./live_output.ts";
- *
- * const line = new TextDecoder().decode(
- *   encodeFinalLine(200, new Headers({ "content-type": "application/json" }), 2),
- * );
- * if (line !== '{"final":{"status":200,"headers":[["content-type","application/json"]],"length":2}}\n') {
- *   throw new Error(line);
- * }
- * ```
- */
+/** The final line, announcing `length` bytes of the answer's body after it. */
 export function encodeFinalLine(status: number, headers: Headers, length: number): Uint8Array {
   const entries: [string, string][] = [];
   for (const [name, value] of headers) {
@@ -124,19 +71,6 @@ export class LiveOutputError extends Error {
 /**
  * Reads a live-output body as it arrives: `push` each piece; chunks go to `onChunk` as soon as
  * their line is complete; once the whole body is in, `finish` gives the final answer.
- *
- * @example
- * ```ts
- * import { encodeChunkLine, encodeFinalLine, LiveOutputReader } from "./live_output.ts";
- *
- * const seen: string[] = [];
- * const reader = new LiveOutputReader((chunk) => seen.push(chunk.data));
- * reader.push(encodeChunkLine({ stream: "stdout", data: "a" }));
- * reader.push(encodeFinalLine(200, new Headers({ "content-type": "application/json" }), 2));
- * reader.push(new TextEncoder().encode("{}"));
- * const final = reader.finish();
- * if (seen.join() !== "a" || new TextDecoder().decode(final.body) !== "{}") throw new Error();
- * ```
  */
 export class LiveOutputReader {
   readonly #onChunk: (chunk: OutputChunk) => void;
@@ -153,8 +87,8 @@ export class LiveOutputReader {
   }
 
   /**
-   * The next piece of the body. Never throws: a malformed body (or an `onChunk` that throws)
-   * stops the reading, and `finish` throws that error.
+   * The next piece of the body. Never throws: a malformed body (or an `onChunk` that throws) stops
+   * the reading, and `finish` throws that error.
    */
   push(bytes: Uint8Array): void {
     if (this.#failure !== null) return;

@@ -1,27 +1,8 @@
 /**
- * The KCoral wire protocol (spec `protocol.md`), without I/O: strict JSON,
- * multipart framing, program validation, path rules, dtypes, the
- * result-value codec, ERROR bodies, `/execute` request/response
- * encoding and decoding, the `/health` body, and Python's `repr` spellings
- * of wire messages. Shared by the client, the server and the router;
- * byte-compatible with upstream KCoral.
- *
- * @example Parse a request the way the server does
- * ```ts
- * import { encodeMultipart, parseExecuteRequest, sha256Hex } from "./mod.ts";
- *
- * const blob = new Uint8Array([0, 0, 128, 63]);
- * const hash = sha256Hex(blob);
- * const program = JSON.stringify({
- *   instructions: [{ op: "upload", kind: "tensor", blob: hash, dtype: "float32", shape: [1], id: "x" }],
- * });
- * const { contentType, body } = encodeMultipart([
- *   { name: "program", contentType: "application/json", body: new TextEncoder().encode(program) },
- *   { name: `blob:${hash}`, contentType: "application/octet-stream", body: blob },
- * ]);
- * const request = parseExecuteRequest(body, contentType);
- * if (request.program.blobs[0].tensorByteLengths[0] !== 4) throw new Error();
- * ```
+ * The KCoral wire protocol (spec `protocol.md`), without I/O: strict JSON, multipart framing,
+ * program validation, path rules, dtypes, the result-value codec, ERROR bodies, `/execute`
+ * request/response encoding and decoding, the `/health` body, and Python's `repr` spellings of wire
+ * messages. Shared by the client, the server and the router; byte-compatible with upstream KCoral.
  *
  * @module
  */

@@ -1,8 +1,7 @@
 /**
- * Multipart/form-data encoding (spec protocol §3.3), behaving like upstream
- * `encode_multipart`, with its messages: random boundaries checked against
- * every payload, part headers, and whole bodies or their ordered chunks.
- * Parsing is in `multipart_parse.ts`.
+ * Multipart/form-data encoding (spec protocol §3.3), behaving like upstream `encode_multipart`,
+ * with its messages: random boundaries checked against every payload, part headers, and whole
+ * bodies or their ordered chunks. Parsing is in `multipart_parse.ts`.
  *
  * @module
  */
@@ -13,16 +12,7 @@ import { boundaryBytes, MultipartError } from "./multipart_parse.ts";
 
 const _encoder = new TextEncoder();
 
-/**
- * A fresh random boundary: `kcoral-` + 32 lowercase hex digits (128 random bits).
- *
- * @example
- * ```ts
- * import { newBoundary } from "./multipart_encode.ts";
- *
- * if (!/^kcoral-[0-9a-f]{32}$/.test(newBoundary())) throw new Error();
- * ```
- */
+/** A fresh random boundary: `kcoral-` + 32 lowercase hex digits (128 random bits). */
 export function newBoundary(): string {
   const bytes = crypto.getRandomValues(new Uint8Array(16));
   let hex = "";
@@ -36,16 +26,8 @@ function _delimiterFinder(boundary: string): DelimiterFinder {
 }
 
 /**
- * Whether `CRLF--boundary` occurs in `payload` (such a payload would end its
- * part early, so the boundary must be re-drawn).
- *
- * @example
- * ```ts
- * import { boundaryOccursIn } from "./multipart_encode.ts";
- *
- * const data = new TextEncoder().encode("x\r\n--B");
- * if (!boundaryOccursIn(data, "B") || boundaryOccursIn(data, "C")) throw new Error();
- * ```
+ * Whether `CRLF--boundary` occurs in `payload` (such a payload would end its part early, so the
+ * boundary must be re-drawn).
  */
 export function boundaryOccursIn(payload: Uint8Array, boundary: string): boolean {
   return _delimiterFinder(boundary).find(payload, 0) >= 0;
@@ -58,25 +40,9 @@ function _checkHeaderText(value: string, what: string): void {
 }
 
 /**
- * The bytes that open one part: `--B CRLF Content-Disposition: form-data;
- * name="N" CRLF Content-Type: T CRLF CRLF`. Write the payload and then
- * {@linkcode PART_SEPARATOR} after it; end the body with
- * {@linkcode closingDelimiter}.
- *
- * @example Stream a body part by part
- * ```ts
- * import { closingDelimiter, PART_SEPARATOR, partHeader } from "./multipart_encode.ts";
- * import { parseMultipart } from "./multipart_parse.ts";
- *
- * const chunks = [
- *   partHeader("B", "result", "application/json"),
- *   new TextEncoder().encode("{}"),
- *   PART_SEPARATOR,
- *   closingDelimiter("B"),
- * ];
- * const body = new Uint8Array(await new Blob(chunks).arrayBuffer());
- * if (parseMultipart(body, "B")[0].name !== "result") throw new Error();
- * ```
+ * The bytes that open one part: `--B CRLF Content-Disposition: form-data; name="N" CRLF
+ * Content-Type: T CRLF CRLF`. Write the payload and then {@linkcode PART_SEPARATOR} after it; end
+ * the body with {@linkcode closingDelimiter}.
  */
 export function partHeader(
   boundary: string,
@@ -92,28 +58,10 @@ export function partHeader(
   );
 }
 
-/**
- * `CRLF`, written after every part payload (shared: do not modify).
- *
- * @example
- * ```ts
- * import { PART_SEPARATOR } from "./multipart_encode.ts";
- *
- * if (new TextDecoder().decode(PART_SEPARATOR) !== "\r\n") throw new Error();
- * ```
- */
+/** `CRLF`, written after every part payload (shared: do not modify). */
 export const PART_SEPARATOR: Uint8Array<ArrayBuffer> = new Uint8Array([0x0d, 0x0a]);
 
-/**
- * `--B--` CRLF, the closing delimiter that ends a body.
- *
- * @example
- * ```ts
- * import { closingDelimiter } from "./multipart_encode.ts";
- *
- * if (new TextDecoder().decode(closingDelimiter("B")) !== "--B--\r\n") throw new Error();
- * ```
- */
+/** `--B--` CRLF, the closing delimiter that ends a body. */
 export function closingDelimiter(boundary: string): Uint8Array<ArrayBuffer> {
   _checkHeaderText(boundary, "boundary");
   return _encoder.encode(`--${boundary}--\r\n`);
@@ -138,22 +86,10 @@ export interface EncodedMultipart {
 }
 
 /**
- * Encode parts as upstream does (spec §3.3): `--B CRLF` headers `CRLF CRLF`
- * payload `CRLF` per part, then `--B-- CRLF`. The body is one allocation
- * filled with `TypedArray.set`. Without `boundary`, random `kcoral-<hex>`
- * boundaries are drawn until `CRLF--B` occurs in no payload; a given
- * `boundary` that occurs in a payload is a `MultipartError`.
- *
- * @example
- * ```ts
- * import { encodeMultipart } from "./multipart_encode.ts";
- * import { boundaryFromContentType, parseMultipart } from "./multipart_parse.ts";
- *
- * const data = new Uint8Array([1, 2, 3]);
- * const encoded = encodeMultipart([{ name: "return:0", contentType: "application/octet-stream", body: data }]);
- * const [part] = parseMultipart(encoded.body, boundaryFromContentType(encoded.contentType));
- * if (part.name !== "return:0" || part.body.length !== 3) throw new Error();
- * ```
+ * Encode parts as upstream does (spec §3.3): `--B CRLF` headers `CRLF CRLF` payload `CRLF` per
+ * part, then `--B-- CRLF`. The body is one allocation filled with `TypedArray.set`. Without
+ * `boundary`, random `kcoral-<hex>` boundaries are drawn until `CRLF--B` occurs in no payload; a
+ * given `boundary` that occurs in a payload is a `MultipartError`.
  */
 export function encodeMultipart(
   parts: readonly MultipartInput[],
@@ -174,20 +110,9 @@ export interface MultipartChunks {
 }
 
 /**
- * Like {@linkcode encodeMultipart} but without joining: the body is `chunks` in order, so a
- * large body can be streamed without a second copy of its payloads. A given `boundary` is
- * checked against every payload except those in `scanned` (payloads the caller already knows
- * it does not occur in).
- *
- * @example
- * ```ts
- * import { encodeMultipartChunks } from "./multipart_encode.ts";
- *
- * const big = new Uint8Array(1 << 20); // checked once, when it was made
- * const parts = [{ name: "blob", contentType: "application/octet-stream", body: big }];
- * const encoded = encodeMultipartChunks(parts, "B", { scanned: new Set([big]) });
- * if (encoded.chunks[1] !== big || !encoded.contentType.endsWith("boundary=B")) throw new Error();
- * ```
+ * Like {@linkcode encodeMultipart} but without joining: the body is `chunks` in order, so a large
+ * body can be streamed without a second copy of its payloads. A given `boundary` is checked against
+ * every payload except those in `scanned` (payloads the caller already knows it does not occur in).
  */
 export function encodeMultipartChunks(
   parts: readonly MultipartInput[],

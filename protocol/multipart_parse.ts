@@ -1,15 +1,7 @@
 /**
- * Strict multipart/form-data parsing (spec protocol §2.1), behaving like
- * upstream `parse_multipart`, with its messages: the Content-Type's boundary,
- * the delimiters, and each part's headers. Encoding is in
- * `multipart_encode.ts`.
- *
- * Speed: bodies reach 256 MiB. Delimiters are found with a Horspool scan
- * ({@linkcode DelimiterFinder}, keyed on the delimiter's last byte plus a
- * check of its first byte, which occurs nowhere else in it), so random or
- * all-zero payloads are skipped about one delimiter length at a time and no
- * input costs more than linear time. Parts are returned as subarray views;
- * nothing is copied.
+ * Strict multipart/form-data parsing (spec protocol §2.1) with upstream `parse_multipart`'s
+ * behaviour and messages. Bodies reach 256 MiB: delimiters are found by {@linkcode DelimiterFinder}
+ * in linear time, and parts are views, never copies.
  *
  * @module
  */
@@ -26,22 +18,7 @@ export interface MultipartPart {
   body: Uint8Array;
 }
 
-/**
- * Malformed multipart framing; `message` is upstream's 400 text.
- *
- * @example
- * ```ts
- * import { MultipartError, parseMultipart } from "./multipart_parse.ts";
- *
- * try {
- *   parseMultipart(new TextEncoder().encode("--B--"), "B");
- *   throw new Error("accepted");
- * } catch (error) {
- *   if (!(error instanceof MultipartError)) throw error;
- *   if (error.message !== "multipart body has no parts") throw error;
- * }
- * ```
- */
+/** Malformed multipart framing; `message` is upstream's 400 text. */
 export class MultipartError extends Error {
   /** Create the error with upstream's message text. */
   constructor(message: string) {
@@ -125,20 +102,12 @@ function _unquote(raw: string): string | null {
 }
 
 /**
- * The boundary of a `multipart/form-data` Content-Type (spec §2.1 rule 1):
- * the media type must be `multipart/form-data` (case-insensitive) with a
- * non-empty `boundary` parameter (quoted allowed, trailing spaces dropped),
- * ASCII, without CR or LF.
+ * The boundary of a `multipart/form-data` Content-Type (spec §2.1 rule 1): the media type must be
+ * `multipart/form-data` (case-insensitive) with a non-empty `boundary` parameter (quoted allowed,
+ * trailing spaces dropped), ASCII, without CR or LF.
  *
  * @throws {MultipartError} `expected a multipart/form-data request` or
  * `malformed multipart/form-data boundary`.
- *
- * @example
- * ```ts
- * import { boundaryFromContentType } from "./multipart_parse.ts";
- *
- * if (boundaryFromContentType('Multipart/Form-Data; boundary="a b"') !== "a b") throw new Error();
- * ```
  */
 export function boundaryFromContentType(contentType: string | null): string {
   if (!contentType || !contentType.toLowerCase().startsWith("multipart/form-data")) {
@@ -160,23 +129,15 @@ export function boundaryFromContentType(contentType: string | null): string {
 /** Options of {@linkcode parseMultipart}. */
 export interface ParseMultipartOptions {
   /**
-   * Every position where `LF--boundary` starts in the body, ascending, found while the body
-   * arrived (see {@linkcode delimiterMarkPattern}): the parser then uses them instead of
-   * scanning the body again. They must be complete; the result is the same as without them.
+   * Every position where `LF--boundary` starts in the body, ascending, found while the body arrived
+   * (see {@linkcode delimiterMarkPattern}): the parser then uses them instead of scanning the body
+   * again. They must be complete; the result is the same as without them.
    */
   marks?: readonly number[];
 }
 
 /**
- * The byte pattern whose positions {@linkcode ParseMultipartOptions.marks} lists:
- * `LF--boundary`.
- *
- * @example
- * ```ts
- * import { delimiterMarkPattern } from "./multipart_parse.ts";
- *
- * if (new TextDecoder().decode(delimiterMarkPattern("B")) !== "\n--B") throw new Error();
- * ```
+ * The byte pattern whose positions {@linkcode ParseMultipartOptions.marks} lists: `LF--boundary`.
  */
 export function delimiterMarkPattern(boundary: string): Uint8Array {
   return boundaryBytes("\n--" + boundary);
@@ -207,13 +168,6 @@ class _MarkFinder {
  * The bytes of `text`, a boundary or a delimiter made of one, which must be ASCII.
  *
  * @throws {MultipartError} `the boundary must be ASCII`.
- *
- * @example
- * ```ts
- * import { boundaryBytes } from "./multipart_parse.ts";
- *
- * if (boundaryBytes("--B").length !== 3) throw new Error();
- * ```
  */
 export function boundaryBytes(text: string): Uint8Array {
   if (/[\u0080-\uffff]/.test(text)) throw new MultipartError("the boundary must be ASCII");
@@ -221,29 +175,16 @@ export function boundaryBytes(text: string): Uint8Array {
 }
 
 /**
- * Parse a multipart body exactly as upstream does (spec §2.1): the first
- * delimiter at byte 0 or after a preamble (following an LF); a candidate
- * delimiter counts only when followed by optional `--`, optional spaces/tabs,
- * then CRLF, LF or — for the closing one — the end of the body; a payload
- * ends before the LF (and one optional CR) preceding the next delimiter;
- * bytes after the closing delimiter are ignored. Part headers (LF or CRLF
- * lines, folded lines allowed, ASCII) need exactly one `Content-Disposition:
- * form-data` with exactly one non-empty `name` (`filename` tolerated),
- * exactly one `Content-Type`, a `Content-Transfer-Encoding` (if any) of
+ * Parse a multipart body exactly as upstream does (spec §2.1): the first delimiter at byte 0 or
+ * after a preamble (following an LF); a candidate delimiter counts only when followed by optional
+ * `--`, optional spaces/tabs, then CRLF, LF or — for the closing one — the end of the body; a
+ * payload ends before the LF (and one optional CR) preceding the next delimiter; bytes after the
+ * closing delimiter are ignored. Part headers (LF or CRLF lines, folded lines allowed, ASCII) need
+ * exactly one `Content-Disposition: form-data` with exactly one non-empty `name` (`filename`
+ * tolerated), exactly one `Content-Type`, a `Content-Transfer-Encoding` (if any) of
  * `binary`/`8bit`, and no nested `multipart/*`. At least one part.
  *
  * @throws {MultipartError} with upstream's message.
- *
- * @example
- * ```ts
- * import { parseMultipart } from "./multipart_parse.ts";
- *
- * const body = new TextEncoder().encode(
- *   'preamble\n--B\nContent-Disposition: form-data; name="x"\nContent-Type: text/plain\n\nhi\n--B--',
- * );
- * const [part] = parseMultipart(body, "B");
- * if (part.name !== "x" || new TextDecoder().decode(part.body) !== "hi") throw new Error();
- * ```
  */
 export function parseMultipart(
   body: Uint8Array,

@@ -1,10 +1,14 @@
 import assert from "node:assert/strict";
 import {
+  boundaryBytes,
   boundaryFromContentType,
   boundaryOccursIn,
   closingDelimiter,
+  delimiterMarkPattern,
   encodeMultipart,
+  encodeMultipartChunks,
   MultipartError,
+  newBoundary,
   parseMultipart,
   PART_SEPARATOR,
   partHeader,
@@ -365,4 +369,80 @@ Deno.test("multipart: parsing with precomputed delimiter marks gives the same pa
     if (Array.isArray(plain)) parsed++;
   }
   assert.ok(parsed > 100, `only ${parsed} bodies parsed`); // both outcomes are exercised
+});
+
+Deno.test("multipart_encode: newBoundary", () => {
+  if (!/^kcoral-[0-9a-f]{32}$/.test(newBoundary())) throw new Error();
+});
+
+Deno.test("multipart_encode: boundaryOccursIn", () => {
+  const data = new TextEncoder().encode("x\r\n--B");
+  if (!boundaryOccursIn(data, "B") || boundaryOccursIn(data, "C")) throw new Error();
+});
+
+Deno.test("multipart_encode: partHeader (Stream a body part by part)", async () => {
+  const chunks = [
+    partHeader("B", "result", "application/json"),
+    new TextEncoder().encode("{}"),
+    PART_SEPARATOR,
+    closingDelimiter("B"),
+  ];
+  const body = new Uint8Array(await new Blob(chunks).arrayBuffer());
+  if (parseMultipart(body, "B")[0].name !== "result") throw new Error();
+});
+
+Deno.test("multipart_encode: PART_SEPARATOR", () => {
+  if (new TextDecoder().decode(PART_SEPARATOR) !== "\r\n") throw new Error();
+});
+
+Deno.test("multipart_encode: closingDelimiter", () => {
+  if (new TextDecoder().decode(closingDelimiter("B")) !== "--B--\r\n") throw new Error();
+});
+
+Deno.test("multipart_encode: encodeMultipart", () => {
+  const data = new Uint8Array([1, 2, 3]);
+  const encoded = encodeMultipart([{
+    name: "return:0",
+    contentType: "application/octet-stream",
+    body: data,
+  }]);
+  const [part] = parseMultipart(encoded.body, boundaryFromContentType(encoded.contentType));
+  if (part.name !== "return:0" || part.body.length !== 3) throw new Error();
+});
+
+Deno.test("multipart_encode: encodeMultipartChunks", () => {
+  const big = new Uint8Array(1 << 20); // checked once, when it was made
+  const parts = [{ name: "blob", contentType: "application/octet-stream", body: big }];
+  const encoded = encodeMultipartChunks(parts, "B", { scanned: new Set([big]) });
+  if (encoded.chunks[1] !== big || !encoded.contentType.endsWith("boundary=B")) throw new Error();
+});
+
+Deno.test("multipart_parse: MultipartError", () => {
+  try {
+    parseMultipart(new TextEncoder().encode("--B--"), "B");
+    throw new Error("accepted");
+  } catch (error) {
+    if (!(error instanceof MultipartError)) throw error;
+    if (error.message !== "multipart body has no parts") throw error;
+  }
+});
+
+Deno.test("multipart_parse: boundaryFromContentType", () => {
+  if (boundaryFromContentType('Multipart/Form-Data; boundary="a b"') !== "a b") throw new Error();
+});
+
+Deno.test("multipart_parse: delimiterMarkPattern", () => {
+  if (new TextDecoder().decode(delimiterMarkPattern("B")) !== "\n--B") throw new Error();
+});
+
+Deno.test("multipart_parse: boundaryBytes", () => {
+  if (boundaryBytes("--B").length !== 3) throw new Error();
+});
+
+Deno.test("multipart_parse: parseMultipart", () => {
+  const body = new TextEncoder().encode(
+    'preamble\n--B\nContent-Disposition: form-data; name="x"\nContent-Type: text/plain\n\nhi\n--B--',
+  );
+  const [part] = parseMultipart(body, "B");
+  if (part.name !== "x" || new TextDecoder().decode(part.body) !== "hi") throw new Error();
 });

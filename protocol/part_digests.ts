@@ -1,13 +1,9 @@
 /**
- * SHA-256 of a multipart body's parts computed while the body arrives, so verifying a large
- * returned tensor (client) or uploaded blob (server) overlaps the transfer instead of following
- * it; on the server, blob payloads also written to spool files meanwhile; and the padding that
- * puts the first binary payload at an 8-byte aligned address, so a typed array can view it in
- * place (no 64 MiB copy).
- *
- * This is only an accelerator. The strict parser (protocol/multipart_parse.ts) still decides what the
- * parts are; a digest computed here is used only for a part whose exact byte range it covers,
- * so a body the two read differently is simply hashed again.
+ * SHA-256 of a multipart body's parts while the body arrives, so hashing overlaps the transfer; on
+ * the server, blob payloads spooled to files meanwhile; and padding that 8-byte aligns the first
+ * binary payload so a typed array can view it in place. Only an accelerator: the strict parser
+ * decides what the parts are, and a digest is used only for a part whose exact byte range it
+ * covers.
  *
  * @module
  */
@@ -75,13 +71,13 @@ export class PartDigests {
   }
 
   /**
-   * An observer for a multipart body (request or response), or `undefined` for anything else.
-   * With `thread`, payloads are hashed there while this thread keeps reading. With
-   * `shared.mirror` (called once, for a buffer at least as long as the body), the bytes are also
-   * copied into shared memory and hashed there, so reading never waits for a hashing thread (the
-   * buffer must not be reused before {@linkcode settle} resolves); then `shared.spool` may name,
-   * from a part's header text, a new file another thread writes that payload to while it is
-   * hashed (see {@linkcode spooled} and {@linkcode discardSpooled}).
+   * An observer for a multipart body (request or response), or `undefined` for anything else. With
+   * `thread`, payloads are hashed there while this thread keeps reading. With `shared.mirror`
+   * (called once, for a buffer at least as long as the body), the bytes are also copied into shared
+   * memory and hashed there, so reading never waits for a hashing thread (the buffer must not be
+   * reused before {@linkcode settle} resolves); then `shared.spool` may name, from a part's header
+   * text, a new file another thread writes that payload to while it is hashed (see
+   * {@linkcode spooled} and {@linkcode discardSpooled}).
    */
   static forMultipart(
     headers: Headers,
@@ -259,9 +255,8 @@ export class PartDigests {
   }
 
   /**
-   * The file the hashing thread wrote with exactly the bytes of `part` (if it asked for one and
-   * the part is exactly a payload seen here); the caller takes it over (after
-   * {@linkcode settle}).
+   * The file the hashing thread wrote with exactly the bytes of `part` (if it asked for one and the
+   * part is exactly a payload seen here); the caller takes it over (after {@linkcode settle}).
    */
   spooled(part: Uint8Array): string | undefined {
     const key = this.#key(part);
@@ -272,10 +267,10 @@ export class PartDigests {
   }
 
   /**
-   * Deletes every spool file nobody took (call when the body is done with; a payload still
-   * being hashed or spooled — of a body given up while arriving, or one whose last part never
-   * ended — is dropped, with its file). Resolves `true` when no thread can still read the body
-   * (nothing was dropped on a live thread): only then may a shared mirror be reused.
+   * Deletes every spool file nobody took (call when the body is done with; a payload still being
+   * hashed or spooled — of a body given up while arriving, or one whose last part never ended — is
+   * dropped, with its file). Resolves `true` when no thread can still read the body (nothing was
+   * dropped on a live thread): only then may a shared mirror be reused.
    */
   async discardSpooled(): Promise<boolean> {
     let idle = true;

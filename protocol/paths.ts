@@ -25,23 +25,15 @@ function _utf8Length(s: string): number {
 }
 
 /**
- * Validate and canonicalize a request-workspace-relative POSIX path
- * (spec §2.6 rules 1–5): non-empty string without NUL or backslash, not
- * absolute, no `..` component (checked before normalization), empty and `.`
- * components dropped, at least one component left, components ≤ 255 UTF-8
- * bytes, result ≤ 4096 UTF-8 bytes.
+ * Validate and canonicalize a request-workspace-relative POSIX path (spec §2.6 rules 1–5):
+ * non-empty string without NUL or backslash, not absolute, no `..` component (checked before
+ * normalization), empty and `.` components dropped, at least one component left, components ≤ 255
+ * UTF-8 bytes, result ≤ 4096 UTF-8 bytes.
  *
- * Upstream crashes (HTTP 500) on paths holding unpaired UTF-16 surrogates;
- * here they are a `PathError` like every other invalid path.
+ * Upstream crashes (HTTP 500) on paths holding unpaired UTF-16 surrogates; here they are a
+ * `PathError` like every other invalid path.
  *
  * @throws {PathError} with upstream's message.
- *
- * @example
- * ```ts
- * import { normalizeFilePath } from "./mod.ts";
- *
- * if (normalizeFilePath("./data//x.bin") !== "data/x.bin") throw new Error();
- * ```
  */
 export function normalizeFilePath(path: unknown): string {
   if (typeof path !== "string" || path.length === 0) {
@@ -86,25 +78,12 @@ function _comparePathComponents(a: string, b: string): number {
 }
 
 /**
- * Reject duplicate normalized paths and file/directory conflicts (`a` next to
- * `a/b`) among file uploads, exactly as upstream: sort by component lists
- * (Python code-point order) and compare neighbours.
+ * Reject duplicate normalized paths and file/directory conflicts (`a` next to `a/b`) among file
+ * uploads, exactly as upstream: sort by component lists (Python code-point order) and compare
+ * neighbours.
  *
- * @throws {PathError} `duplicate file upload path: 'p'` or
- * `conflicting file upload paths: 'a' and 'a/b'`.
- *
- * @example
- * ```ts
- * import { checkPathConflicts, PathError } from "./mod.ts";
- *
- * checkPathConflicts(["a-b", "a/c"]); // fine
- * try {
- *   checkPathConflicts(["a/b", "a-b", "a"]);
- *   throw new Error("expected a conflict");
- * } catch (error) {
- *   if (!(error instanceof PathError)) throw error;
- * }
- * ```
+ * @throws {PathError} `duplicate file upload path: 'p'` or `conflicting file upload paths: 'a' and
+ * 'a/b'`.
  */
 export function checkPathConflicts(paths: readonly string[]): void {
   const ordered = [...paths].sort(_comparePathComponents);

@@ -1,6 +1,6 @@
 /**
- * Program JSON validation (spec protocol §2.3–§2.7), message for message as
- * upstream `parse_program`. The types of what it reports are in `program_types.ts`.
+ * Program JSON validation (spec protocol §2.3–§2.7), message for message as upstream
+ * `parse_program`. The types of what it reports are in `program_types.ts`.
  *
  * @module
  */
@@ -9,8 +9,8 @@ import { JsonFloat } from "./json_float.ts";
 import { JsonParseError, parseJsonTyped, type TypedJsonValue } from "./json.ts";
 
 /**
- * Python's default `sys.get_int_max_str_digits()`: a program with a longer integer is refused
- * as upstream's parser refuses it (a worker could not read it either).
+ * Python's default `sys.get_int_max_str_digits()`: a program with a longer integer is refused as
+ * upstream's parser refuses it (a worker could not read it either).
  */
 const PYTHON_INT_DIGITS = 4300;
 import { pyRepr, pyStrRepr } from "./python_repr.ts";
@@ -53,29 +53,19 @@ type _Obj = Map<string, TypedJsonValue>;
 
 const _BLOB_HASH = /^[0-9a-f]{64}$/;
 
-/**
- * Whether `value` is a lowercase hex SHA-256 digest (`^[0-9a-f]{64}$`).
- *
- * @example
- * ```ts
- * import { isBlobHash } from "./program.ts";
- *
- * if (!isBlobHash("a".repeat(64)) || isBlobHash("A".repeat(64))) throw new Error();
- * ```
- */
+/** Whether `value` is a lowercase hex SHA-256 digest (`^[0-9a-f]{64}$`). */
 export function isBlobHash(value: unknown): value is string {
   return typeof value === "string" && value.length === 64 && _BLOB_HASH.test(value);
 }
 
 /**
- * Parse the program part: strict JSON, then the full schema of spec
- * §2.3–§2.7 — exact field sets (unknown fields reported before missing ones,
- * both as sorted lists), references to earlier handles only, return keys in
- * their own namespace, literal paths normalized, file-upload path conflicts,
- * options validation.
+ * Parse the program part: strict JSON, then the full schema of spec §2.3–§2.7 — exact field sets
+ * (unknown fields reported before missing ones, both as sorted lists), references to earlier
+ * handles only, return keys in their own namespace, literal paths normalized, file-upload path
+ * conflicts, options validation.
  *
- * @throws {ProgramError} with upstream's exact message, which names the
- * instruction index and the field.
+ * @throws {ProgramError} with upstream's exact message, which names the instruction index and the
+ * field.
  *
  * @example
  * ```ts

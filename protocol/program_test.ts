@@ -6,6 +6,7 @@ import {
   PathError,
   ProgramError,
 } from "./mod.ts";
+import { isBlobHash } from "./program.ts";
 
 const A = "a".repeat(64);
 const B = "b".repeat(64);
@@ -378,4 +379,8 @@ Deno.test("paths: the rules of spec §2.6 with upstream's messages", () => {
     () => checkPathConflicts(["a/b/c", "a-b", "a/b"]),
     /conflicting file upload paths: 'a\/b' and 'a\/b\/c'/,
   );
+});
+
+Deno.test("program: isBlobHash", () => {
+  if (!isBlobHash("a".repeat(64)) || isBlobHash("A".repeat(64))) throw new Error();
 });

@@ -45,8 +45,8 @@ export interface BlobReference {
   /** Every upload kind that uses this blob. */
   uses: Set<BlobUse>;
   /**
-   * Expected byte length (`prod(shape) * itemsize`) of every tensor upload
-   * using this blob, in program order (`Infinity` beyond 2^53-1).
+   * Expected byte length (`prod(shape) * itemsize`) of every tensor upload using this blob, in
+   * program order (`Infinity` beyond 2^53-1).
    */
   tensorByteLengths: number[];
 }
@@ -128,8 +128,8 @@ export interface ParsedProgram {
   /** Every tensor upload in program order: id, blob and expected byte length. */
   tensorUploads: TensorUpload[];
   /**
-   * The first instruction takes the GPU lease (a module, tensor or library upload; spec
-   * protocol §2.5), so a server may grant it together with the program.
+   * The first instruction takes the GPU lease (a module, tensor or library upload; spec protocol
+   * §2.5), so a server may grant it together with the program.
    */
   leaseFirst: boolean;
 }

@@ -1,28 +1,14 @@
 /**
- * Python's `repr()` spellings used in wire messages: `repr()` of strings, of
- * JSON-derived values and of floats.
- *
- * Upstream KCoral builds its 400 messages with f-strings such as
- * `f"duplicate instruction id: {id!r}"`, so byte-identical messages need
- * Python's `repr` rules. The client and the command line use the same
- * functions for their own messages (`expected a relative file path: '../x'`).
+ * Python's `repr()` of strings, JSON-derived values and floats: upstream builds its 400 messages
+ * with f-strings such as `f"duplicate instruction id: {id!r}"`, so byte-identical messages need
+ * Python's rules.
  *
  * @module
  */
 
 import { JsonFloat } from "./json_float.ts";
 
-/**
- * A value shaped like a Python JSON value, as produced by the typed parser.
- *
- * @example
- * ```ts
- * import { type PyValue, pyRepr } from "./python_repr.ts";
- *
- * const value: PyValue = new Map([["k", [1, null]]]);
- * if (pyRepr(value) !== "{'k': [1, None]}") throw new Error();
- * ```
- */
+/** A value shaped like a Python JSON value, as produced by the typed parser. */
 export type PyValue =
   | null
   | boolean
@@ -42,19 +28,9 @@ function _hex(code: number, width: number): string {
 }
 
 /**
- * `repr(s)` for a Python `str`: single quotes unless the text contains a
- * single quote and no double quote; `\\`, the quote, `\t`, `\n`, `\r`
- * escaped; other non-printable characters (lone surrogates included) as
- * `\xNN`, `\uNNNN` or `\UNNNNNNNN`, exactly as CPython does.
- *
- * @example
- * ```ts
- * import { pyStrRepr } from "./python_repr.ts";
- *
- * if (pyStrRepr("../x") !== "'../x'") throw new Error();
- * if (pyStrRepr("it's") !== `"it's"`) throw new Error();
- * if (pyStrRepr("a\u00a0\n") !== "'a\\xa0\\n'") throw new Error();
- * ```
+ * `repr(s)` for a Python `str`: single quotes unless the text contains a single quote and no double
+ * quote; `\\`, the quote, `\t`, `\n`, `\r` escaped; other non-printable characters (lone surrogates
+ * included) as `\xNN`, `\uNNNN` or `\UNNNNNNNN`, exactly as CPython does.
  */
 export function pyStrRepr(s: string): string {
   const quote = s.includes("'") && !s.includes('"') ? '"' : "'";
@@ -89,15 +65,8 @@ export function pyStrRepr(s: string): string {
 }
 
 /**
- * `repr(x)` for a Python float: shortest round-trip digits, fixed notation
- * for decimal exponents in [-4, 16), otherwise `d.ddde+XX`.
- *
- * @example
- * ```ts
- * import { pyFloatRepr } from "./python_repr.ts";
- *
- * if (pyFloatRepr(1) !== "1.0" || pyFloatRepr(1e16) !== "1e+16") throw new Error();
- * ```
+ * `repr(x)` for a Python float: shortest round-trip digits, fixed notation for decimal exponents in
+ * [-4, 16), otherwise `d.ddde+XX`.
  */
 export function pyFloatRepr(x: number): string {
   if (Number.isNaN(x)) return "nan";
@@ -119,16 +88,7 @@ export function pyFloatRepr(x: number): string {
   return sign + body + "e" + (exponent < 0 ? "-" : "+") + (e < 10 ? "0" + e : String(e));
 }
 
-/**
- * `repr()` of a JSON-derived Python value (`None`, `True`, `[1, 'a']`, `{'k': 1.0}`).
- *
- * @example
- * ```ts
- * import { pyRepr } from "./python_repr.ts";
- *
- * if (pyRepr(null) !== "None" || pyRepr([true, "a"]) !== "[True, 'a']") throw new Error();
- * ```
- */
+/** `repr()` of a JSON-derived Python value (`None`, `True`, `[1, 'a']`, `{'k': 1.0}`). */
 export function pyRepr(value: PyValue | undefined): string {
   if (value === null || value === undefined) return "None";
   if (value === true) return "True";
@@ -147,16 +107,7 @@ export function pyRepr(value: PyValue | undefined): string {
   return "{" + entries.join(", ") + "}";
 }
 
-/**
- * `repr(list_of_str)`, e.g. `['a', 'b']`.
- *
- * @example
- * ```ts
- * import { pyListRepr } from "./python_repr.ts";
- *
- * if (pyListRepr(["a", "b"]) !== "['a', 'b']") throw new Error();
- * ```
- */
+/** `repr(list_of_str)`, e.g. `['a', 'b']`. */
 export function pyListRepr(items: readonly string[]): string {
   return "[" + items.map(pyStrRepr).join(", ") + "]";
 }

@@ -39,29 +39,16 @@ export class RequestParseError extends Error {
 }
 
 /**
- * Parse a `POST /execute` body in upstream's order: multipart framing → part
- * checks (`program`: at most once, `application/json`; `blob:<sha256>`: name
- * `^[0-9a-f]{64}$`, no duplicates, `application/octet-stream`, SHA-256 of
- * the bytes equals the name) → missing `program` → strict JSON → program
- * schema. Any other part name is `unsupported multipart part: '<name>'`.
+ * Parse a `POST /execute` body in upstream's order: multipart framing → part checks (`program`: at
+ * most once, `application/json`; `blob:<sha256>`: name `^[0-9a-f]{64}$`, no duplicates,
+ * `application/octet-stream`, SHA-256 of the bytes equals the name) → missing `program` → strict
+ * JSON → program schema. Any other part name is `unsupported multipart part: '<name>'`.
  *
- * Unreferenced blob parts, tensor lengths and CACHE_MISS are the server's
- * next step (spec §2.8). `options` may supply what was found while the body
- * arrived (delimiter positions, digests); the outcome is the same.
+ * Unreferenced blob parts, tensor lengths and CACHE_MISS are the server's next step (spec §2.8).
+ * `options` may supply what was found while the body arrived (delimiter positions, digests); the
+ * outcome is the same.
  *
  * @throws {RequestParseError} with upstream's message.
- *
- * @example
- * ```ts
- * import { encodeMultipart, parseExecuteRequest } from "./mod.ts";
- *
- * const program = '{"instructions":[{"op":"upload","kind":"module","source":"","id":"m"}]}';
- * const { contentType, body } = encodeMultipart([
- *   { name: "program", contentType: "application/json", body: new TextEncoder().encode(program) },
- * ]);
- * const request = parseExecuteRequest(body, contentType);
- * if (request.program.instructionCount !== 1 || request.blobs.size !== 0) throw new Error();
- * ```
  */
 export function parseExecuteRequest(
   body: Uint8Array,
@@ -76,9 +63,9 @@ export function parseExecuteRequest(
 }
 
 /**
- * Options of {@linkcode parseExecuteRequest}: delimiter `marks` for
- * {@linkcode parseMultipart}, and `knownDigest`, the SHA-256 of a part
- * computed while the body arrived (parts it does not know are hashed here).
+ * Options of {@linkcode parseExecuteRequest}: delimiter `marks` for {@linkcode parseMultipart}, and
+ * `knownDigest`, the SHA-256 of a part computed while the body arrived (parts it does not know are
+ * hashed here).
  */
 export interface ParseExecuteOptions extends ParseMultipartOptions {
   /** The SHA-256 (lowercase hex) of exactly these bytes, if already known. */
@@ -146,18 +133,9 @@ function _interpretParts(
 }
 
 /**
- * Upstream's 400 for supplied blob parts no upload references (spec §2.8
- * step 2): `unreferenced blob part(s): <sorted, comma-separated hashes>`, or
- * `undefined` when every supplied blob is referenced.
- *
- * @example
- * ```ts
- * import { parseProgram, unreferencedBlobsError } from "./mod.ts";
- *
- * const program = parseProgram('{"instructions":[{"op":"upload","kind":"module","source":"","id":"m"}]}');
- * const message = unreferencedBlobsError(program, ["b".repeat(64), "a".repeat(64)]);
- * if (message !== `unreferenced blob part(s): ${"a".repeat(64)}, ${"b".repeat(64)}`) throw new Error();
- * ```
+ * Upstream's 400 for supplied blob parts no upload references (spec §2.8 step 2): `unreferenced
+ * blob part(s): <sorted, comma-separated hashes>`, or `undefined` when every supplied blob is
+ * referenced.
  */
 export function unreferencedBlobsError(
   program: ParsedProgram,
@@ -170,22 +148,9 @@ export function unreferencedBlobsError(
 }
 
 /**
- * Upstream's 400 for the first tensor upload (program order) whose resolved
- * bytes have the wrong length (spec §2.8 step 5): `tensor upload '<id>'
- * expects <n> bytes, got <m>`, or `undefined`. `lengthOf` gives the byte
- * length of a resolved blob, `undefined` when it is missing.
- *
- * @example
- * ```ts
- * import { parseProgram, tensorLengthError } from "./mod.ts";
- *
- * const hash = "a".repeat(64);
- * const program = parseProgram(
- *   `{"instructions":[{"op":"upload","kind":"tensor","blob":"${hash}","dtype":"float32","shape":[4],"id":"x"}]}`,
- * );
- * if (tensorLengthError(program, () => 12) !== "tensor upload 'x' expects 16 bytes, got 12") throw new Error();
- * if (tensorLengthError(program, () => undefined) !== undefined) throw new Error();
- * ```
+ * Upstream's 400 for the first tensor upload (program order) whose resolved bytes have the wrong
+ * length (spec §2.8 step 5): `tensor upload '<id>' expects <n> bytes, got <m>`, or `undefined`.
+ * `lengthOf` gives the byte length of a resolved blob, `undefined` when it is missing.
  */
 export function tensorLengthError(
   program: ParsedProgram,

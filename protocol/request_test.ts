@@ -198,3 +198,54 @@ Deno.test("request: digests known in advance are used for exactly their parts", 
   const request = parseExecuteRequest(body, contentType, { knownDigest: () => undefined });
   assert.deepEqual([...request.blobs.keys()], [TENSOR_HASH]);
 });
+
+Deno.test("request: parseExecuteRequest", () => {
+  const program = '{"instructions":[{"op":"upload","kind":"module","source":"","id":"m"}]}';
+  const { contentType, body } = encodeMultipart([
+    { name: "program", contentType: "application/json", body: new TextEncoder().encode(program) },
+  ]);
+  const request = parseExecuteRequest(body, contentType);
+  if (request.program.instructionCount !== 1 || request.blobs.size !== 0) throw new Error();
+});
+
+Deno.test("request: unreferencedBlobsError", () => {
+  const program = parseProgram(
+    '{"instructions":[{"op":"upload","kind":"module","source":"","id":"m"}]}',
+  );
+  const message = unreferencedBlobsError(program, ["b".repeat(64), "a".repeat(64)]);
+  if (message !== `unreferenced blob part(s): ${"a".repeat(64)}, ${"b".repeat(64)}`) {
+    throw new Error();
+  }
+});
+
+Deno.test("request: tensorLengthError", () => {
+  const hash = "a".repeat(64);
+  const program = parseProgram(
+    `{"instructions":[{"op":"upload","kind":"tensor","blob":"${hash}","dtype":"float32","shape":[4],"id":"x"}]}`,
+  );
+  if (tensorLengthError(program, () => 12) !== "tensor upload 'x' expects 16 bytes, got 12") {
+    throw new Error();
+  }
+  if (tensorLengthError(program, () => undefined) !== undefined) throw new Error();
+});
+
+Deno.test("mod: @module (Parse a request the way the server does)", () => {
+  const blob = new Uint8Array([0, 0, 128, 63]);
+  const hash = sha256Hex(blob);
+  const program = JSON.stringify({
+    instructions: [{
+      op: "upload",
+      kind: "tensor",
+      blob: hash,
+      dtype: "float32",
+      shape: [1],
+      id: "x",
+    }],
+  });
+  const { contentType, body } = encodeMultipart([
+    { name: "program", contentType: "application/json", body: new TextEncoder().encode(program) },
+    { name: `blob:${hash}`, contentType: "application/octet-stream", body: blob },
+  ]);
+  const request = parseExecuteRequest(body, contentType);
+  if (request.program.blobs[0].tensorByteLengths[0] !== 4) throw new Error();
+});

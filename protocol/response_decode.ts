@@ -1,8 +1,8 @@
 /**
- * `/execute` response decoding with every client-side check of upstream's
- * client (spec protocol §3.3, §3.4): the body's JSON object and binary parts,
- * a CACHE_MISS body's missing hashes, and a COMPLETED/FAILED body's fields and
- * values. What a non-200 body says about itself is read in `server_error_decode.ts`.
+ * `/execute` response decoding with every client-side check of upstream's client (spec protocol
+ * §3.3, §3.4): the body's JSON object and binary parts, a CACHE_MISS body's missing hashes, and a
+ * COMPLETED/FAILED body's fields and values. What a non-200 body says about itself is read in
+ * `server_error_decode.ts`.
  *
  * @module
  */
@@ -35,21 +35,7 @@ import {
   type ValueFactories,
 } from "./values.ts";
 
-/**
- * A response that violates the protocol; `message` is upstream's client text.
- *
- * @example
- * ```ts
- * import { decodeJsonObject, ResponseError } from "./response_decode.ts";
- *
- * try {
- *   decodeJsonObject(new TextEncoder().encode("[]"));
- *   throw new Error("expected a ResponseError");
- * } catch (error) {
- *   if (!(error instanceof ResponseError)) throw error;
- * }
- * ```
- */
+/** A response that violates the protocol; `message` is upstream's client text. */
 export class ResponseError extends Error {
   /** Create the error with upstream's message text. */
   constructor(message: string, options?: ErrorOptions) {
@@ -58,17 +44,7 @@ export class ResponseError extends Error {
   }
 }
 
-/**
- * A decoded 200 body: its JSON object and binary parts by name.
- *
- * @example
- * ```ts
- * import { decodeResponseBody, type ResponseBody } from "./response_decode.ts";
- *
- * const decoded: ResponseBody = decodeResponseBody("application/json", new TextEncoder().encode("{}"));
- * if (decoded.body.size !== 0 || decoded.parts.size !== 0) throw new Error();
- * ```
- */
+/** A decoded 200 body: its JSON object and binary parts by name. */
 export interface ResponseBody {
   /** The JSON body (or the multipart `result` part), parsed with float spellings kept. */
   body: TypedJsonObject;
@@ -94,37 +70,18 @@ function _jsonObject(bytes: Uint8Array, invalid: string, notObject: string): Typ
  * Parse a JSON response body that must be an object (strict JSON).
  *
  * @throws {ResponseError} `response is not valid JSON: …` / `JSON response must be an object`.
- *
- * @example
- * ```ts
- * import { decodeJsonObject } from "./response_decode.ts";
- *
- * if (decodeJsonObject(new TextEncoder().encode('{"status":"ok"}')).get("status") !== "ok") {
- *   throw new Error();
- * }
- * ```
  */
 export function decodeJsonObject(bytes: Uint8Array): TypedJsonObject {
   return _jsonObject(bytes, "response is not valid JSON", "JSON response must be an object");
 }
 
 /**
- * Split a 200 `/execute` response into its JSON object and binary parts
- * (spec §3.3): the media type must be `application/json` or
- * `multipart/form-data`; a multipart body needs exactly one `result` part
- * (`application/json`, an object) and unique `application/octet-stream`
- * parts otherwise. `options` go to {@linkcode parseMultipart} (e.g. delimiter
- * marks found while the body arrived).
+ * Split a 200 `/execute` response into its JSON object and binary parts (spec §3.3): the media type
+ * must be `application/json` or `multipart/form-data`; a multipart body needs exactly one `result`
+ * part (`application/json`, an object) and unique `application/octet-stream` parts otherwise.
+ * `options` go to {@linkcode parseMultipart} (e.g. delimiter marks found while the body arrived).
  *
  * @throws {ResponseError} with upstream's message.
- *
- * @example
- * ```ts
- * import { decodeResponseBody } from "./mod.ts";
- *
- * const { body, parts } = decodeResponseBody("application/json", new TextEncoder().encode('{"a":1}'));
- * if (body.get("a") !== 1 || parts.size !== 0) throw new Error();
- * ```
  */
 export function decodeResponseBody(
   contentType: string | null,
@@ -179,14 +136,6 @@ export function decodeResponseBody(
  * The hashes of a CACHE_MISS body: a non-empty array of distinct valid hashes.
  *
  * @throws {ResponseError} with upstream's message.
- *
- * @example
- * ```ts
- * import { decodeMissingBlobs } from "./response_decode.ts";
- *
- * const hash = "a".repeat(64);
- * if (decodeMissingBlobs(new Map([["missing_blobs", [hash]]]))[0] !== hash) throw new Error();
- * ```
  */
 export function decodeMissingBlobs(body: TypedJsonObject): string[] {
   const missing = body.get("missing_blobs");
@@ -234,27 +183,13 @@ function _isInt(value: TypedJsonValue | undefined): value is number | bigint {
 }
 
 /**
- * Validate and decode a COMPLETED/FAILED body (spec §3.3 semantic checks,
- * §3.2 values, §3.4 error object) against the response's binary parts.
- * Every binary part must be used exactly once, numbered depth-first in JSON
- * text order.
+ * Validate and decode a COMPLETED/FAILED body (spec §3.3 semantic checks, §3.2 values, §3.4 error
+ * object) against the response's binary parts. Every binary part must be used exactly once,
+ * numbered depth-first in JSON text order.
  *
  * @throws {ResponseError} `malformed execution response: …` with upstream's detail.
  *
  * `knownDigest` may supply SHA-256 digests of parts already computed while receiving them.
- *
- * @example
- * ```ts
- * import { decodeProgramResult, parseJsonTyped } from "./mod.ts";
- *
- * const body = parseJsonTyped(
- *   '{"status":"COMPLETED","request_id":"r","queue_ms":0,"elapsed_ms":1.0,"lease_wait_ms":0.0,' +
- *     '"lease_held_ms":0.5,"stdout":"","stderr":"","results":{"n":{"type":"integer","value":6}}}',
- * ) as Map<string, never>;
- * const factories = { tensor: () => 0, bytes: () => 0, file: () => 0, folder: () => 0 };
- * const result = decodeProgramResult(body, new Map(), factories);
- * if (result.results.get("n") !== 6 || result.stdoutTruncated) throw new Error();
- * ```
  */
 export function decodeProgramResult<T>(
   body: TypedJsonObject,

@@ -1,6 +1,6 @@
 /**
- * `/execute` response encoding (spec protocol §3.1, §3.3, §2.8): the JSON of
- * a COMPLETED/FAILED body and of a CACHE_MISS body, and a whole 200 body.
+ * `/execute` response encoding (spec protocol §3.1, §3.3, §2.8): the JSON of a COMPLETED/FAILED
+ * body and of a CACHE_MISS body, and a whole 200 body.
  *
  * @module
  */
@@ -15,24 +15,9 @@ function _timing(value: number, name: string): string {
 }
 
 /**
- * The JSON body of a COMPLETED or FAILED response, keys in upstream's order
- * (spec §3.1). Timings use Python's float spelling (`0.0`, `153.7`);
- * `gpu_ids` and `gpu_count` only when `gpuIds` is given; `error` only for
- * FAILED (required there, forbidden for COMPLETED).
- *
- * @example
- * ```ts
- * import { resultJson } from "./mod.ts";
- *
- * const text = resultJson({
- *   status: "COMPLETED", requestId: "r", queueMs: 0, elapsedMs: 1.5, leaseWaitMs: 0,
- *   leaseHeldMs: 1, stdout: "", stderr: "", stdoutTruncated: false, stderrTruncated: false,
- *   resultsJson: "{}",
- * });
- * if (!text.startsWith('{"status":"COMPLETED","request_id":"r","queue_ms":0.0,"elapsed_ms":1.5,')) {
- *   throw new Error(text);
- * }
- * ```
+ * The JSON body of a COMPLETED or FAILED response, keys in upstream's order (spec §3.1). Timings
+ * use Python's float spelling (`0.0`, `153.7`); `gpu_ids` and `gpu_count` only when `gpuIds` is
+ * given; `error` only for FAILED (required there, forbidden for COMPLETED).
  */
 export function resultJson(fields: ResultFields): string {
   const failed = fields.status === "FAILED";
@@ -61,19 +46,7 @@ export function resultJson(fields: ResultFields): string {
   return text + "}";
 }
 
-/**
- * The CACHE_MISS body (HTTP 200, `application/json`): missing hashes in
- * first-reference order.
- *
- * @example
- * ```ts
- * import { cacheMissJson } from "./mod.ts";
- *
- * if (cacheMissJson("r", ["ab"]) !== '{"status":"CACHE_MISS","request_id":"r","missing_blobs":["ab"]}') {
- *   throw new Error();
- * }
- * ```
- */
+/** The CACHE_MISS body (HTTP 200, `application/json`): missing hashes in first-reference order. */
 export function cacheMissJson(requestId: string, missing: readonly string[]): string {
   return `{"status":"CACHE_MISS","request_id":${JSON.stringify(requestId)},"missing_blobs":[${
     missing.map((hash) => JSON.stringify(hash)).join(",")
@@ -83,22 +56,12 @@ export function cacheMissJson(requestId: string, missing: readonly string[]): st
 const _encoder = new TextEncoder();
 
 /**
- * Encode a 200 body (spec §3.3): `application/json` when there are no binary
- * parts, else multipart with `result` first and `return:<i>` in index order
- * (boundary `kcoral-<32 hex>`, re-drawn until absent from every payload).
+ * Encode a 200 body (spec §3.3): `application/json` when there are no binary parts, else multipart
+ * with `result` first and `return:<i>` in index order (boundary `kcoral-<32 hex>`, re-drawn until
+ * absent from every payload).
  *
- * The server streams its own multipart from the worker's part files; this
- * whole-body form serves tests and tools that play a server.
- *
- * @example
- * ```ts
- * import { encodeExecuteResponse } from "./mod.ts";
- *
- * const plain = encodeExecuteResponse('{"status":"CACHE_MISS"}', []);
- * if (plain.contentType !== "application/json") throw new Error();
- * const multi = encodeExecuteResponse("{}", [new Uint8Array([1])]);
- * if (!multi.contentType.startsWith("multipart/form-data; boundary=kcoral-")) throw new Error();
- * ```
+ * The server streams its own multipart from the worker's part files; this whole-body form serves
+ * tests and tools that play a server.
  */
 export function encodeExecuteResponse(
   json: string,

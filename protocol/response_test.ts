@@ -1,17 +1,22 @@
 import assert from "node:assert/strict";
 import {
   cacheMissJson,
+  decodeJsonObject,
   decodeMissingBlobs,
   decodeProgramResult,
   decodeResponseBody,
   decodeServerError,
   encodeExecuteResponse,
   encodeMultipart,
+  ERROR_FIELDS,
   ERROR_MESSAGES,
   errorBody,
+  GPU_ACCESS_FIELDS,
   type MultipartInput,
   parseJsonTyped,
+  type ResponseBody,
   ResponseError,
+  type ResultFields,
   resultJson,
   sha256Hex,
   type TypedJsonObject,
@@ -617,4 +622,110 @@ Deno.test("response: CACHE_MISS lists and non-200 bodies", () => {
     kind: null,
     requestId: null,
   });
+});
+
+Deno.test("response_encode: resultJson", () => {
+  const text = resultJson({
+    status: "COMPLETED",
+    requestId: "r",
+    queueMs: 0,
+    elapsedMs: 1.5,
+    leaseWaitMs: 0,
+    leaseHeldMs: 1,
+    stdout: "",
+    stderr: "",
+    stdoutTruncated: false,
+    stderrTruncated: false,
+    resultsJson: "{}",
+  });
+  if (!text.startsWith('{"status":"COMPLETED","request_id":"r","queue_ms":0.0,"elapsed_ms":1.5,')) {
+    throw new Error(text);
+  }
+});
+
+Deno.test("response_encode: cacheMissJson", () => {
+  if (
+    cacheMissJson("r", ["ab"]) !== '{"status":"CACHE_MISS","request_id":"r","missing_blobs":["ab"]}'
+  ) {
+    throw new Error();
+  }
+});
+
+Deno.test("response_encode: encodeExecuteResponse", () => {
+  const plain = encodeExecuteResponse('{"status":"CACHE_MISS"}', []);
+  if (plain.contentType !== "application/json") throw new Error();
+  const multi = encodeExecuteResponse("{}", [new Uint8Array([1])]);
+  if (!multi.contentType.startsWith("multipart/form-data; boundary=kcoral-")) throw new Error();
+});
+
+Deno.test("response_decode: ResponseError", () => {
+  try {
+    decodeJsonObject(new TextEncoder().encode("[]"));
+    throw new Error("expected a ResponseError");
+  } catch (error) {
+    if (!(error instanceof ResponseError)) throw error;
+  }
+});
+
+Deno.test("response_decode: ResponseBody", () => {
+  const decoded: ResponseBody = decodeResponseBody(
+    "application/json",
+    new TextEncoder().encode("{}"),
+  );
+  if (decoded.body.size !== 0 || decoded.parts.size !== 0) throw new Error();
+});
+
+Deno.test("response_decode: decodeJsonObject", () => {
+  if (decodeJsonObject(new TextEncoder().encode('{"status":"ok"}')).get("status") !== "ok") {
+    throw new Error();
+  }
+});
+
+Deno.test("response_decode: decodeResponseBody", () => {
+  const { body, parts } = decodeResponseBody(
+    "application/json",
+    new TextEncoder().encode('{"a":1}'),
+  );
+  if (body.get("a") !== 1 || parts.size !== 0) throw new Error();
+});
+
+Deno.test("response_decode: decodeMissingBlobs", () => {
+  const hash = "a".repeat(64);
+  if (decodeMissingBlobs(new Map([["missing_blobs", [hash]]]))[0] !== hash) throw new Error();
+});
+
+Deno.test("response_decode: decodeProgramResult", () => {
+  const body = parseJsonTyped(
+    '{"status":"COMPLETED","request_id":"r","queue_ms":0,"elapsed_ms":1.0,"lease_wait_ms":0.0,' +
+      '"lease_held_ms":0.5,"stdout":"","stderr":"","results":{"n":{"type":"integer","value":6}}}',
+  ) as Map<string, never>;
+  const factories = { tensor: () => 0, bytes: () => 0, file: () => 0, folder: () => 0 };
+  const result = decodeProgramResult(body, new Map(), factories);
+  if (result.results.get("n") !== 6 || result.stdoutTruncated) throw new Error();
+});
+
+Deno.test("result_fields: ResultFields", () => {
+  const fields: ResultFields = {
+    status: "FAILED",
+    requestId: "r",
+    queueMs: 0,
+    elapsedMs: 1,
+    leaseWaitMs: 0,
+    leaseHeldMs: 0,
+    stdout: "",
+    stderr: "",
+    stdoutTruncated: false,
+    stderrTruncated: false,
+    resultsJson: "{}",
+    errorJson: '{"kind":"runtime"}',
+  };
+  if (!resultJson(fields).endsWith(',"results":{},"error":{"kind":"runtime"}}')) throw new Error();
+});
+
+Deno.test("result_fields: ERROR_FIELDS", () => {
+  if (ERROR_FIELDS[0] !== "kind" || ERROR_FIELDS.at(-1) !== "traceback") throw new Error();
+});
+
+Deno.test("result_fields: GPU_ACCESS_FIELDS", () => {
+  if (!GPU_ACCESS_FIELDS.includes("interfered_request_id")) throw new Error();
 });

@@ -1,10 +1,8 @@
 /**
- * The fields of a COMPLETED/FAILED `/execute` body (spec protocol §3.1,
- * §3.4), declared once: what the server knows about an attempt
- * ({@linkcode ResultMeta}), what every such body carries
- * ({@linkcode CommonResultFields}), the encoder's input
- * ({@linkcode ResultFields}), the decoder's output ({@linkcode DecodedResult})
- * and the `error` object ({@linkcode ExecutionErrorInfo},
+ * The fields of a COMPLETED/FAILED `/execute` body (spec protocol §3.1, §3.4), declared once: what
+ * the server knows about an attempt ({@linkcode ResultMeta}), what every such body carries
+ * ({@linkcode CommonResultFields}), the encoder's input ({@linkcode ResultFields}), the decoder's
+ * output ({@linkcode DecodedResult}) and the `error` object ({@linkcode ExecutionErrorInfo},
  * {@linkcode ERROR_FIELDS}, {@linkcode GPU_ACCESS_FIELDS}).
  *
  * Names are the camelCase forms of the JSON keys (`queueMs` is `queue_ms`).
@@ -15,8 +13,7 @@
 import type { DecodedValue } from "./values.ts";
 
 /**
- * Identity and timings of one attempt: what the server knows before it reads
- * the worker's outcome.
+ * Identity and timings of one attempt: what the server knows before it reads the worker's outcome.
  *
  * @example
  * ```ts
@@ -38,10 +35,7 @@ export interface ResultMeta {
   leaseWaitMs: number;
   /** Part of `elapsedMs` spent holding the GPU lease. */
   leaseHeldMs: number;
-  /**
-   * Physical GPU ids; sent (with `gpu_count`) only when the request set
-   * `options.gpu_count`.
-   */
+  /** Physical GPU ids; sent (with `gpu_count`) only when the request set `options.gpu_count`. */
   gpuIds?: number[];
 }
 
@@ -71,20 +65,8 @@ export interface CommonResultFields extends ResultMeta {
 }
 
 /**
- * The fields of a COMPLETED/FAILED body, for `resultJson` (the encoder):
- * `results` and `error` as raw JSON text.
- *
- * @example
- * ```ts
- * import { type ResultFields, resultJson } from "./mod.ts";
- *
- * const fields: ResultFields = {
- *   status: "FAILED", requestId: "r", queueMs: 0, elapsedMs: 1, leaseWaitMs: 0, leaseHeldMs: 0,
- *   stdout: "", stderr: "", stdoutTruncated: false, stderrTruncated: false,
- *   resultsJson: "{}", errorJson: '{"kind":"runtime"}',
- * };
- * if (!resultJson(fields).endsWith(',"results":{},"error":{"kind":"runtime"}}')) throw new Error();
- * ```
+ * The fields of a COMPLETED/FAILED body, for `resultJson` (the encoder): `results` and `error` as
+ * raw JSON text.
  */
 export interface ResultFields extends CommonResultFields {
   /** Raw JSON text of the `results` object, inserted verbatim. */
@@ -149,16 +131,7 @@ export interface DecodedResult<T> extends CommonResultFields {
   gpuIds: number[];
 }
 
-/**
- * The fields of a FAILED body's `error` object, in wire order (spec §3.4).
- *
- * @example
- * ```ts
- * import { ERROR_FIELDS } from "./mod.ts";
- *
- * if (ERROR_FIELDS[0] !== "kind" || ERROR_FIELDS.at(-1) !== "traceback") throw new Error();
- * ```
- */
+/** The fields of a FAILED body's `error` object, in wire order (spec §3.4). */
 export const ERROR_FIELDS: readonly string[] = [
   "kind",
   "message",
@@ -170,13 +143,6 @@ export const ERROR_FIELDS: readonly string[] = [
 
 /**
  * The fields a `gpu_access` error adds after {@linkcode ERROR_FIELDS}, in wire order.
- *
- * @example
- * ```ts
- * import { GPU_ACCESS_FIELDS } from "./mod.ts";
- *
- * if (!GPU_ACCESS_FIELDS.includes("interfered_request_id")) throw new Error();
- * ```
  */
 export const GPU_ACCESS_FIELDS: readonly string[] = [
   "cuda_call",

@@ -10,17 +10,7 @@ import { JsonFloat } from "./json_float.ts";
 import { pyRepr } from "./python_repr.ts";
 import { decodeJsonObject, ResponseError } from "./response_decode.ts";
 
-/**
- * What a non-200 response says about itself (for `KCoralError`).
- *
- * @example
- * ```ts
- * import { decodeServerError, type ServerErrorInfo } from "./server_error_decode.ts";
- *
- * const info: ServerErrorInfo = decodeServerError(502, new TextEncoder().encode("bad gateway"));
- * if (info.message !== "HTTP 502" || info.kind !== null) throw new Error();
- * ```
- */
+/** What a non-200 response says about itself (for `KCoralError`). */
 export interface ServerErrorInfo {
   /** `error.message`, `str(error)` when `error` is not an object, or `HTTP <code>`. */
   message: string;
@@ -43,20 +33,8 @@ function _truthy(value: TypedJsonValue | undefined): boolean {
 }
 
 /**
- * Read a non-200 body as upstream's client does: whatever it is, the result
- * describes the error (unparseable bodies give `HTTP <code>`).
- *
- * @example
- * ```ts
- * import { decodeServerError } from "./server_error_decode.ts";
- *
- * const info = decodeServerError(503, new TextEncoder().encode(
- *   '{"status":"ERROR","request_id":"r","error":{"kind":"busy","message":"server saturated"}}',
- * ));
- * if (info.message !== "server saturated" || info.kind !== "busy" || info.requestId !== "r") {
- *   throw new Error();
- * }
- * ```
+ * Read a non-200 body as upstream's client does: whatever it is, the result describes the error
+ * (unparseable bodies give `HTTP <code>`).
  */
 export function decodeServerError(statusCode: number, bytes: Uint8Array): ServerErrorInfo {
   let body: TypedJsonObject = new Map();

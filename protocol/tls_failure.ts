@@ -1,8 +1,8 @@
 /**
  * A failed TLS connection, said plainly: Deno reports certificate problems as rustls names them
- * (`invalid peer certificate: UnknownIssuer`), deep in an error's `cause` chain. The client and
- * a node's links to its Router (which share nothing else) turn them into one sentence that
- * says what is wrong and what to do. Text only, no I/O.
+ * (`invalid peer certificate: UnknownIssuer`), deep in an error's `cause` chain. The client and a
+ * node's links to its Router (which share nothing else) turn them into one sentence that says what
+ * is wrong and what to do. Text only, no I/O.
  *
  * @module
  */
@@ -46,19 +46,8 @@ const _FAILURES: readonly [RegExp, (match: RegExpExecArray) => string][] = [
 ];
 
 /**
- * The plain description of a TLS failure anywhere in `error`'s `cause` chain, or `null` when
- * it is not one.
- *
- * @example
- * ```ts
- * import { describeTlsFailure } from "./tls_failure.ts";
- *
- * const error = new TypeError("fetch failed", {
- *   cause: new Error("client error (Connect): invalid peer certificate: Expired"),
- * });
- * if (!describeTlsFailure(error)?.includes("has expired")) throw new Error();
- * if (describeTlsFailure(new Error("connection refused")) !== null) throw new Error();
- * ```
+ * The plain description of a TLS failure anywhere in `error`'s `cause` chain, or `null` when it is
+ * not one.
  */
 export function describeTlsFailure(error: unknown): string | null {
   const seen = new Set<unknown>();

@@ -1,11 +1,7 @@
 /**
- * Strict UTF-8 decoding at the lenient decoder's speed. Deno's `TextDecoder` with `fatal: true`
- * takes a general path about three times slower than the lenient one (0.82 against 0.28 µs for a
- * 243-byte node-link head, docs/decisions/router-trivial-latency.md); on a
- * request's path that is paid for every head and program. The lenient decoder turns every
- * invalid sequence into U+FFFD, so only a text holding U+FFFD is decoded again strictly (a real
- * U+FFFD in the input is valid UTF-8 and decodes the same): the result, and the error for invalid
- * input, are the strict decoder's.
+ * Strict UTF-8 decoding at the lenient decoder's speed (a fatal `TextDecoder` is ~3x slower,
+ * docs/decisions/router-trivial-latency.md): only text holding U+FFFD after the lenient decode is
+ * decoded again strictly, so results and errors are the strict decoder's.
  *
  * @module
  */
@@ -24,21 +20,6 @@ export interface DecodeUtf8Options {
 /**
  * `bytes` as text, exactly as `new TextDecoder("utf-8", { fatal: true })` (with `ignoreBOM` when
  * `keepBom`) decodes them: a `TypeError` for bytes that are not UTF-8.
- *
- * @example
- * ```ts
- * import { decodeUtf8 } from "./utf8.ts";
- *
- * if (decodeUtf8(new Uint8Array([0x68, 0xc3, 0xa9])) !== "hé") throw new Error();
- * if (decodeUtf8(new Uint8Array([0xef, 0xbf, 0xbd])) !== "\uFFFD") throw new Error("a real U+FFFD");
- * let refused = false;
- * try {
- *   decodeUtf8(new Uint8Array([0x68, 0xc3]));
- * } catch (error) {
- *   refused = error instanceof TypeError;
- * }
- * if (!refused) throw new Error("invalid UTF-8 taken");
- * ```
  */
 export function decodeUtf8(bytes: Uint8Array, options: DecodeUtf8Options = {}): string {
   const keepBom = options.keepBom === true;

@@ -54,3 +54,15 @@ Deno.test("utf8: decodeUtf8 decodes and refuses exactly as the strict TextDecode
   }
   assert.ok(refused > 100, "the samples hold invalid input");
 });
+
+Deno.test("utf8: decodeUtf8", () => {
+  if (decodeUtf8(new Uint8Array([0x68, 0xc3, 0xa9])) !== "hé") throw new Error();
+  if (decodeUtf8(new Uint8Array([0xef, 0xbf, 0xbd])) !== "\uFFFD") throw new Error("a real U+FFFD");
+  let refused = false;
+  try {
+    decodeUtf8(new Uint8Array([0x68, 0xc3]));
+  } catch (error) {
+    refused = error instanceof TypeError;
+  }
+  if (!refused) throw new Error("invalid UTF-8 taken");
+});

@@ -1,7 +1,7 @@
 /**
- * Result-value codec (spec protocol §3.2): decoding of `results` entries with
- * exact field sets, depth-first `return:k` numbering in JSON text order, hash
- * verification and folder manifest rules, with upstream's messages.
+ * Result-value codec (spec protocol §3.2): decoding of `results` entries with exact field sets,
+ * depth-first `return:k` numbering in JSON text order, hash verification and folder manifest rules,
+ * with upstream's messages.
  *
  * @module
  */
@@ -36,16 +36,16 @@ export interface ValueFactories<T> {
   /** A `folder` node: files in (sorted) manifest order, sorted directories. */
   folder(files: Map<string, T>, directories: string[]): T;
   /**
-   * A `kept` node (protocol/kept_returns.ts), valid only in the answer to a request that asked
-   * for kept returns: without this factory the node is refused as an unknown type.
+   * A `kept` node (protocol/kept_returns.ts), valid only in the answer to a request that asked for
+   * kept returns: without this factory the node is refused as an unknown type.
    */
   kept?(node: KeptNode): T;
 }
 
 /**
- * A decoded value: `null`, booleans, integers (`number`, or `bigint` beyond
- * ±(2^53-1)), numbers, strings, arrays, objects as `Map`s (keys in response
- * order), or what the factories built for binary nodes.
+ * A decoded value: `null`, booleans, integers (`number`, or `bigint` beyond ±(2^53-1)), numbers,
+ * strings, arrays, objects as `Map`s (keys in response order), or what the factories built for
+ * binary nodes.
  *
  * @example
  * ```ts
@@ -64,6 +64,13 @@ export type DecodedValue<T> =
   | Map<string, DecodedValue<T>>
   | T;
 
+/** The type check of each scalar node's `value`. */
+const _SCALARS: Record<string, (value: unknown) => boolean> = {
+  boolean: (value) => typeof value === "boolean",
+  integer: (value) => typeof value === "number" || typeof value === "bigint",
+  string: (value) => typeof value === "string",
+};
+
 function _fail(message: string): never {
   throw new ResultValueError(message);
 }
@@ -79,8 +86,8 @@ export class ValueDecoder<T> {
   readonly #knownDigest: KnownDigest | undefined;
 
   /**
-   * Decode against the response's binary parts (`return:<i>` → bytes). `knownDigest` may supply
-   * the SHA-256 of a part computed while it was received (else the part is hashed here).
+   * Decode against the response's binary parts (`return:<i>` → bytes). `knownDigest` may supply the
+   * SHA-256 of a part computed while it was received (else the part is hashed here).
    */
   constructor(
     parts: ReadonlyMap<string, Uint8Array>,
@@ -103,8 +110,8 @@ export class ValueDecoder<T> {
   }
 
   /**
-   * Decode one encoded node. Call in JSON text order: binary nodes must be
-   * numbered `return:0`, `return:1`, … in that depth-first order.
+   * Decode one encoded node. Call in JSON text order: binary nodes must be numbered `return:0`,
+   * `return:1`, … in that depth-first order.
    *
    * @throws {ResultValueError}
    */
@@ -117,19 +124,13 @@ export class ValueDecoder<T> {
       case "null":
         _expectFields(encoded, ["type"]);
         return null;
-      case "boolean": {
+      case "boolean":
+      case "integer":
+      case "string": {
         _expectFields(encoded, ["type", "value"]);
         const value = encoded.get("value");
-        if (typeof value !== "boolean") _fail("boolean value has the wrong type");
-        return value;
-      }
-      case "integer": {
-        _expectFields(encoded, ["type", "value"]);
-        const value = encoded.get("value");
-        if (typeof value !== "number" && typeof value !== "bigint") {
-          _fail("integer value has the wrong type");
-        }
-        return value;
+        if (!_SCALARS[type](value)) _fail(`${type} value has the wrong type`);
+        return value as boolean | number | bigint | string;
       }
       case "number": {
         _expectFields(encoded, ["type", "value"]);
@@ -137,12 +138,7 @@ export class ValueDecoder<T> {
         if (value === undefined) _fail("number value has the wrong type");
         return value;
       }
-      case "string": {
-        _expectFields(encoded, ["type", "value"]);
-        const value = encoded.get("value");
-        if (typeof value !== "string") _fail("string value has the wrong type");
-        return value;
-      }
+
       case "array": {
         _expectFields(encoded, ["type", "value"]);
         const value = encoded.get("value");
@@ -169,16 +165,9 @@ export class ValueDecoder<T> {
         return this.#folder(encoded);
       case "tensor": {
         _expectFields(encoded, ["type", "dtype", "shape", "part", "sha256"]);
-        const dtype = encoded.get("dtype");
-        const shape = encoded.get("shape");
-        if (
-          !isDType(dtype) || !Array.isArray(shape) ||
-          // A dimension beyond 2^53 (a bigint) makes no array here, even with zero elements.
-          !shape.every((d) => typeof d === "number" && Number.isSafeInteger(d) && d >= 0)
-        ) {
-          _fail("tensor metadata is invalid");
-        }
-        const dims = shape as number[];
+        const meta = _tensorMeta(encoded);
+        if (meta === null) _fail("tensor metadata is invalid");
+        const [dtype, dims] = meta;
         const data = this.#binaryPart(encoded);
         if (data.length !== tensorByteLength(dtype, dims)) {
           _fail("tensor binary length does not match dtype and shape");
@@ -259,18 +248,22 @@ function _kept(encoded: TypedJsonObject): KeptNode {
     _fail("kept value size must be a non-negative integer");
   }
   if (!tensor) return { kind: "bytes", sha256, size };
-  const dtype = encoded.get("dtype");
-  const shape = encoded.get("shape");
-  if (
-    !isDType(dtype) || !Array.isArray(shape) ||
-    !shape.every((d) => typeof d === "number" && Number.isSafeInteger(d) && d >= 0)
-  ) {
-    _fail("kept tensor metadata is invalid");
-  }
-  if (tensorByteLength(dtype, shape as number[]) !== size) {
+  const meta = _tensorMeta(encoded);
+  if (meta === null) _fail("kept tensor metadata is invalid");
+  const [dtype, shape] = meta;
+  if (tensorByteLength(dtype, shape) !== size) {
     _fail("kept tensor size does not match dtype and shape");
   }
-  return { kind: "tensor", sha256, size, dtype, shape: shape as number[] };
+  return { kind: "tensor", sha256, size, dtype, shape };
+}
+
+/** `dtype` and `shape` when valid (a bigint dimension makes no array here, even if empty). */
+function _tensorMeta(encoded: TypedJsonObject): [DType, number[]] | null {
+  const dtype = encoded.get("dtype");
+  const shape = encoded.get("shape");
+  const valid = isDType(dtype) && Array.isArray(shape) &&
+    shape.every((d) => typeof d === "number" && Number.isSafeInteger(d) && d >= 0);
+  return valid ? [dtype, shape as number[]] : null;
 }
 
 function _finiteNumber(value: TypedJsonValue | undefined): number | undefined {
@@ -292,19 +285,11 @@ function _expectFields(value: TypedJsonObject, expected: string[]): void {
 }
 
 /**
- * Check a folder manifest (spec §3.2): canonical relative paths (§2.6),
- * `files` keys and `directories` each sorted (code-point order), no
- * duplicates or names used as both file and directory, and every entry's
- * parent listed in `directories`.
+ * Check a folder manifest (spec §3.2): canonical relative paths (§2.6), `files` keys and
+ * `directories` each sorted (code-point order), no duplicates or names used as both file and
+ * directory, and every entry's parent listed in `directories`.
  *
  * @throws {ResultValueError} with upstream's message.
- *
- * @example
- * ```ts
- * import { validateManifest } from "./mod.ts";
- *
- * validateManifest(["a/x.txt", "b.txt"], ["a", "a/empty"]);
- * ```
  */
 export function validateManifest(
   files: readonly string[],
