@@ -107,7 +107,7 @@ export const evalOptions = {
     nullable: true,
     default: null,
     placeholder: "N",
-    help: "untimed calls before timing (default 25 on a GPU, 2 on a CPU)",
+    help: "untimed calls before timing (default 10 on a GPU, 2 on a CPU)",
   },
   repeat: {
     flag: "--repeat",
@@ -115,13 +115,15 @@ export const evalOptions = {
     nullable: true,
     default: null,
     placeholder: "N",
-    help: "timed calls (default 100 on a GPU, 10 on a CPU)",
+    help: "time this fixed count of calls (default on a GPU: adaptive rounds of 20 until the " +
+      "median's 95 % CI is within 0.5 % or 1 s; on a CPU: 10)",
   },
   adaptive: {
     flag: "--adaptive",
     type: "boolean",
     default: false,
-    help: "GPU: time in rounds until the median's 95 % CI is within 0.5 %",
+    help: "GPU: with --repeat N, time rounds of N calls until the median's 95 % CI is within " +
+      "0.5 % (without --repeat this is the default)",
   },
   noBracket: {
     flag: "--no-bracket",

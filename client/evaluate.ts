@@ -50,17 +50,22 @@ export interface EvaluateFile {
   data: Uint8Array;
 }
 
-/** Timing settings of both models (the runtime's `benchmark` settings on a GPU). */
+/**
+ * Timing settings of both models (the runtime's `benchmark` settings on a GPU). On a GPU a verdict
+ * times adaptively by default: 10 warmup calls, then rounds of 20 until the median's 95 % CI
+ * half-width is within 0.5 % or 1 s has passed; `repeat` without `adaptive` (or `adaptive: false`)
+ * times a fixed count instead.
+ */
 export interface EvaluateTiming {
-  /** Untimed calls first (GPU default 25, CPU 2). */
+  /** Untimed calls first (GPU default 10, or 25 with a fixed count; CPU 2). */
   warmup?: number;
-  /** Timed calls (GPU default 100, CPU 10). */
+  /** Timed calls: a fixed count (GPU default 100 when fixed; CPU 10), or the round size. */
   repeat?: number;
   /** GPU: rounds of `repeat` calls until the median's CI half-width is within `targetRelCi`. */
   adaptive?: boolean;
   /** GPU: the adaptive target (default 0.005). */
   targetRelCi?: number;
-  /** GPU: the adaptive time budget, s (default 10). */
+  /** GPU: the adaptive time budget per model, s (default 1). */
   budgetS?: number;
   /** GPU: flush the L2 before every call (default true). */
   flushL2?: boolean;

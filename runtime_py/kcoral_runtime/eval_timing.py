@@ -82,6 +82,8 @@ def same_value(a: Any, b: Any, tolerance: Optional[Dict[str, float]] = None,
             return bool(torch.equal(a, b)) or bool(
                 a.dtype.is_floating_point and torch.equal(torch.isnan(a), torch.isnan(b))
                 and torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)))
+        if torch.equal(a, b):  # the usual case, a deterministic kernel: one pass, no temporaries
+            return True
         atol, rtol = tolerance_for(str(a.dtype).replace("torch.", ""), tolerance)
         wide = torch.float64 if a.dtype == torch.float64 else torch.float32
         return bool(torch.isclose(a.to(wide), b.to(wide), rtol=rtol, atol=atol,

@@ -425,6 +425,28 @@ def test_same_value_tolerance_and_nan() -> None:
     assert same_value({"y": torch.ones(2)}, {"y": torch.ones(2)})
     assert not same_value({"y": torch.ones(2)}, {"y": torch.zeros(2)})
     assert not same_value({"y": torch.ones(2)}, {"z": torch.ones(2)})
+    # Bit-equal tensors short-cut the tolerance comparison; NaN in both still compares equal.
+    b = torch.tensor([1.0, float("nan"), 2.0])
+    assert same_value(b, b.clone(), None, exact=False)
+    assert not same_value(b, torch.tensor([1.0, 0.0, 2.0]), None, exact=False)
+
+
+def test_timing_settings_gpu_defaults_and_overrides() -> None:
+    defaults = eval_worker.timing_settings(None, "cuda")
+    assert defaults == eval_worker.EVAL_TIMING and defaults["adaptive"] is True
+    # A request's keys win; `repeat` alone is a fixed count, as is adaptive false.
+    assert eval_worker.timing_settings({"warmup": 3}, "cuda") == dict(eval_worker.EVAL_TIMING,
+                                                                       warmup=3)
+    assert eval_worker.timing_settings({"repeat": 100}, "cuda") == {"repeat": 100}
+    assert eval_worker.timing_settings({"adaptive": False}, "cuda") == {"adaptive": False}
+    assert eval_worker.timing_settings({"repeat": 50, "adaptive": True}, "cuda") == dict(
+        eval_worker.EVAL_TIMING, repeat=50)
+    # The CPU path times a fixed count, as the request says.
+    assert eval_worker.timing_settings(None, "cpu") == {}
+    assert eval_worker.timing_settings({"repeat": 4}, "cpu") == {"repeat": 4}
+    # The bracket takes the defaults as a fixed count of at most its bounds.
+    bracket = eval_worker._bracket_settings(defaults, "cuda")
+    assert bracket == {"warmup": 10, "repeat": 20}
 
 
 # --------------------------------------------------------------------------- verdict
