@@ -12,6 +12,7 @@ import type { EventLog } from "../../http/events.ts";
 import { Rejection, unhandledFields } from "../../http/rejection.ts";
 import type { GpuReceipt, GpuReceiptServerReason } from "../../protocol/gpu_receipt.ts";
 import type { Admitted } from "./admission.ts";
+import { busyRejection } from "./intake.ts";
 import type { ServerConfig } from "../config.ts";
 import { retireReason, type RunEnd, runProgram, type RunResult } from "./execution.ts";
 import type { ProgramOutcome } from "./finish.ts";
@@ -68,9 +69,7 @@ export async function dispatchRequest(
     );
   } catch (error) {
     if (error instanceof PoolBusy) {
-      throw new Rejection(503, "busy", ERROR_MESSAGES.busy, "no_worker", {
-        queue_ms: performance.now() - queueStart,
-      });
+      throw busyRejection(performance.now() - queueStart);
     }
     if (clientGone?.aborted && error === clientGone.reason) {
       admitted.releaseBlobs();

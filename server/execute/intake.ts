@@ -118,7 +118,7 @@ export class Intake {
       );
     } catch (error) {
       this.#endBody(observed, mirror);
-      if (error === _SHUTTING_DOWN) throw _stopping();
+      if (error === _SHUTTING_DOWN) throw busyRejection();
       // A body cut short or framed wrongly is the request's fault (400); one that stalled, 408.
       if (!(error instanceof BodyReadError)) throw error;
       if (error instanceof BodyTimeoutError || error.cause instanceof BodyTimeoutError) {
@@ -151,7 +151,7 @@ export class Intake {
     } catch (error) {
       if (error === _SHUTTING_DOWN) {
         request.discard();
-        throw _stopping();
+        throw busyRejection();
       }
       throw invalidRequest(`the request body could not be read: ${errorMessage(error)}`);
     } finally {
@@ -234,8 +234,9 @@ export function invalidRequest(message: string): Rejection {
   });
 }
 
-function _stopping(): Rejection {
-  return new Rejection(503, "busy", ERROR_MESSAGES.busy, "no_worker", { queue_ms: 0 });
+/** A 503 `busy`: no worker (or the server is stopping), after `queueMs` waiting. */
+export function busyRejection(queueMs = 0): Rejection {
+  return new Rejection(503, "busy", ERROR_MESSAGES.busy, "no_worker", { queue_ms: queueMs });
 }
 
 function _tooLarge(): Rejection {

@@ -55,6 +55,7 @@ export async function readGpuState(
       try {
         child.kill("SIGKILL");
       } catch {
+        // gone already
       }
       await output.catch(() => {});
       return { error: `the server's NVML reading took over ${timeoutMs} ms` };

@@ -326,6 +326,7 @@ export async function probeSandbox(launch: SlotLaunch, timeoutMs = 10_000): Prom
     try {
       Deno.kill(-child.pid, "SIGKILL");
     } catch {
+      // gone
     }
     await child.status;
     return `the bubblewrap probe did not finish within ${timeoutMs / 1000} s`;
