@@ -120,14 +120,12 @@ class _ServerApp implements App {
       consoleFormat: config.logFormat,
     });
     this.#inFlight = new InFlight(this.events);
-    this.#metrics = new ServerMetrics(this.events, () => {
-      const s = this.services;
-      return s && { pool: s.pool, store: s.store, disk: s.caches.disk };
-    });
-    this.#status = new ServerStatus(this.events, () => {
+    const sources = () => {
       const s = this.services;
       return s && { pool: s.pool, leases: s.leases, store: s.store, disk: s.caches.disk };
-    });
+    };
+    this.#metrics = new ServerMetrics(this.events, sources);
+    this.#status = new ServerStatus(this.events, sources);
     this.#guard = {
       tokens: options.clientTokens ?? null,
       onRefused: (refusal) => this.events.emit("WARNING", "client_unauthorized", refusal),

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { appInternals, createApp, executeTunnelled } from "./app.ts";
 
-Deno.test("app: before start there is no pool, and a tunnelled request is answered busy", async () => {
+Deno.test("app: not started, no pool; a tunnelled request is answered busy", async () => {
   const app = createApp({ device: "cpu", sandbox: "none", logConsole: false, diskCacheDir: null });
   assert.equal(appInternals(app).pool, null);
   const answer = await executeTunnelled(app, {

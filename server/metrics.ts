@@ -9,20 +9,8 @@
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { EventLog } from "../http/events.ts";
 import { DURATION_BUCKETS, registerProcessMetrics } from "../http/metrics_response.ts";
-import type { BlobStore } from "./cache/cache_memory.ts";
 import type { CacheCounters } from "./cache/cache_counters.ts";
-import type { DiskFileCache } from "./cache/cache_disk.ts";
-import type { WorkerPool } from "./workers/pool.ts";
-
-/** The running parts the gauges read (absent before the server has started). */
-export interface MetricSources {
-  /** The worker pool. */
-  pool: WorkerPool;
-  /** The memory cache. */
-  store: BlobStore;
-  /** The disk cache. */
-  disk: DiskFileCache;
-}
+import type { StatusSources } from "./status.ts";
 
 /** Requests received and not yet finished that the duration histogram keeps a start time for. */
 const _OPEN_REQUESTS_KEPT = 65_536;
@@ -55,7 +43,7 @@ export class ServerMetrics {
   readonly #connectionsCut: Counter<"reason">;
 
   /** Observes `events`; `sources` gives the running parts (or `null`) at scrape time. */
-  constructor(events: EventLog, sources: () => MetricSources | null) {
+  constructor(events: EventLog, sources: () => StatusSources | null) {
     const registers = [this.registry];
     this.#requests = new Counter({
       name: "kcoral_requests_total",

@@ -196,7 +196,7 @@ export async function startServices(
   }
 }
 
-/** Stops what exists of a server (after its requests): workers, background work, caches, threads. */
+/** Stops what exists of a server (after its requests): workers, background, caches, threads. */
 export async function stopServices(parts: {
   config: ServerConfig;
   pool: WorkerPool | null;
