@@ -139,14 +139,7 @@ export class WorkerPool {
         readies.push(await this.#newChild(seat, true));
       }
     } catch (error) {
-      const seat = phaseSeat ?? this.seats[0];
-      this.#options.events.emit("ERROR", "worker_failed", {
-        worker_id: seat?.label ?? null,
-        gpu_id: seat?.gpus[0] ?? null,
-        generation: seat?.generation ?? 0,
-        phase: "startup",
-        error: _errorText(error),
-      });
+      this.#failed(phaseSeat ?? this.seats[0], "startup", error);
       throw error;
     }
     const first = readies[0];
@@ -351,16 +344,21 @@ export class WorkerPool {
   /** {@linkcode Seat.ready} after a kept child's request; a seat that fails has its slot ended. */
   #readied(seat: Seat): Promise<boolean> {
     const ready = this.#refresh(seat).then(() => true, (error) => {
-      this.#options.events.emit("ERROR", "worker_failed", {
-        ..._seatFields(seat),
-        phase: "sandbox_cleanup",
-        error: _errorText(error),
-      });
+      this.#failed(seat, "sandbox_cleanup", error);
       seat.slot?.destroy();
       return false;
     });
     this.#runBackground(ready.then(() => {}));
     return ready;
+  }
+
+  /** Logs `worker_failed` for `seat` in `phase`. */
+  #failed(seat: Seat, phase: string, error: unknown): void {
+    this.#options.events.emit("ERROR", "worker_failed", {
+      ..._seatFields(seat),
+      phase,
+      error: _errorText(error),
+    });
   }
 
   #runBackground(task: Promise<void>): void {
@@ -487,11 +485,7 @@ export class WorkerPool {
         this.#makeIdle(seat);
         return;
       } catch (error) {
-        this.#options.events.emit("ERROR", "worker_failed", {
-          ..._seatFields(seat),
-          phase: "respawn",
-          error: _errorText(error),
-        });
+        this.#failed(seat, "respawn", error);
         this.#options.events.emit("ERROR", "worker_replace_failed", {
           worker_id: seat.label,
           gpu_id: seat.gpus[0] ?? null,
