@@ -1,9 +1,7 @@
 /**
- * A KCoral server as an HTTP application: the routes (`GET /health`, `POST /execute`,
- * `GET /metrics`, the status page `GET /status` and its `GET /status/data`, the loopback-only
- * `GET /internal/worker-status`) and the lifecycle (start, graceful stop). The
- * work is elsewhere: startup in `services.ts`, `/execute` in `pipeline.ts` (intake → admission
- * → dispatch → finish). The front-end never touches a GPU.
+ * A KCoral server as an HTTP application: the routes (`/health`, `/execute`, `/metrics`,
+ * `/status`, the loopback-only `/internal/worker-status`) and the lifecycle. Startup is in
+ * `services.ts`, `/execute` in `execute/pipeline.ts`. The front-end never touches a GPU.
  *
  * @module
  */
@@ -29,15 +27,9 @@ import { type Services, startServices, stopServices } from "./services.ts";
 export interface AppOptions {
   /** Replaces the console sink of the event log (tests). */
   consoleWrite?: (line: string) => void;
-  /**
-   * The environment workers start with, and whose `PATH` finds `bwrap` (default: this
-   * process's environment).
-   */
+  /** The environment workers start with, whose `PATH` finds `bwrap` (default: this process's). */
   env?: Record<string, string>;
-  /**
-   * Client tokens (http/client_tokens.ts): `/execute`, `/metrics` and `/status` then need an
-   * accepted bearer token, `/health` too with `protectHealth` (default: every route open).
-   */
+  /** Client tokens: `/execute`, `/metrics`, `/status` (and `/health` if protected) need one. */
   clientTokens?: ClientTokens | null;
 }
 
@@ -51,24 +43,11 @@ export interface App extends HttpApp {
   readonly sandbox: "bubblewrap" | "none";
   /** Observes every event the server logs; returns a function that stops observing. */
   subscribe(listener: (event: Record<string, unknown>) => void): () => void;
-  /**
-   * Runs one `/execute` request through the pipeline (intake → admission → dispatch → finish)
-   * without HTTP routing or a listener. `client` is the client's host, for the log.
-   */
+  /** Runs one `/execute` request through the pipeline without HTTP routing (`client`: its host). */
   execute(request: Request, client?: string | null): Promise<Response>;
 }
 
-/**
- * Internal parts of an application (tests and benchmarks; not public API).
- *
- * @example
- * ```ts
- * import { appInternals, createApp } from "./app.ts";
- *
- * const app = createApp({ device: "cpu", sandbox: "none", logConsole: false, diskCacheDir: null });
- * if (appInternals(app).pool !== null) throw new Error("not started yet");
- * ```
- */
+/** Internal parts of an application (tests and benchmarks; not public API). */
 export function appInternals(
   app: App,
 ): { pool: WorkerPool | null; events: EventLogType; blobDir: string | null } {
@@ -78,23 +57,8 @@ export function appInternals(
 }
 
 /**
- * Runs one `/execute` request a node's slot link tunnels (node/) through `app`'s pipeline, as
- * {@linkcode App.execute} does: a `Request`, or a small body taken whole from its frames (a
- * {@linkcode WholeBodyRequest}: its headers and bytes, no `Request`, no stream). Internal to the
- * node's links (not exported by the package).
- *
- * @example
- * ```ts
- * import { createApp, executeTunnelled } from "./app.ts";
- *
- * const app = createApp({ device: "cpu", sandbox: "none", logConsole: false, diskCacheDir: null });
- * const answer = await executeTunnelled(app, {
- *   headers: new Headers({ "content-length": "0" }),
- *   bytes: () => Promise.resolve(new Uint8Array(0)),
- *   discard: () => {},
- * }, "outbound-tunnel");
- * if (answer.status !== 503) throw new Error("not started: busy");
- * ```
+ * Runs one `/execute` request a node's slot link tunnels through `app`'s pipeline: a `Request`,
+ * or a small body taken whole ({@linkcode WholeBodyRequest}). Internal to the node's links.
  */
 export function executeTunnelled(
   app: App,
@@ -156,14 +120,12 @@ class _ServerApp implements App {
       consoleFormat: config.logFormat,
     });
     this.#inFlight = new InFlight(this.events);
-    this.#metrics = new ServerMetrics(this.events, () => {
-      const s = this.services;
-      return s && { pool: s.pool, store: s.store, disk: s.caches.disk };
-    });
-    this.#status = new ServerStatus(this.events, () => {
+    const sources = () => {
       const s = this.services;
       return s && { pool: s.pool, leases: s.leases, store: s.store, disk: s.caches.disk };
-    });
+    };
+    this.#metrics = new ServerMetrics(this.events, sources);
+    this.#status = new ServerStatus(this.events, sources);
     this.#guard = {
       tokens: options.clientTokens ?? null,
       onRefused: (refusal) => this.events.emit("WARNING", "client_unauthorized", refusal),
@@ -265,7 +227,7 @@ class _ServerApp implements App {
   /** {@linkcode App.execute} for either kind of request ({@linkcode executeTunnelled}). */
   async run(request: Request | WholeBodyRequest, client: string | null): Promise<Response> {
     if (!this.services) {
-      // Not started, or failed to: nothing can run (as a stopping server answers).
+      // Not started, or failed to: nothing can run.
       await discardBody(request);
       const busy = new Rejection(503, "busy", ERROR_MESSAGES.busy, "no_worker");
       return busy.response(crypto.randomUUID());

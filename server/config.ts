@@ -1,7 +1,6 @@
 /**
  * Server configuration: the `ServerConfig` type and its validation, both produced from the one
- * table of server options ({@link ./config_options.ts}), with the defaults of the server guide
- * (seed 002).
+ * table of server options ({@link ./config_options.ts}).
  *
  * @module
  */
@@ -17,20 +16,7 @@ export { defaultDiskCacheDir } from "./config_options.ts";
  */
 export type ServerConfig = OptionTableValues<typeof serverConfigOptions>;
 
-/**
- * Defaults and validation of server configurations, produced from
- * {@linkcode serverConfigOptions} and {@linkcode serverConfigRules}.
- *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * import { serverConfigSchema } from "./config.ts";
- *
- * assert.equal(serverConfigSchema.defaults({ HOME: "/h" }).diskCacheDir, "/h/.cache/kcoral/files");
- * const checked = serverConfigSchema.check({ numWorkers: 0 });
- * assert.ok(!checked.ok && checked.problems[0].flag === "--num-workers");
- * ```
- */
+/** Defaults and validation of server configurations, from the option table and its rules. */
 export const serverConfigSchema: OptionTableSchema<ServerConfig> = optionTableSchema(
   serverConfigOptions,
   serverConfigRules,
@@ -69,18 +55,7 @@ export function resolveServerConfig(input: Partial<ServerConfig> = {}): ServerCo
   );
 }
 
-/**
- * Number of distinct configured GPUs (0 on a CPU server).
- *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * import { distinctGpuCount, resolveServerConfig } from "./config.ts";
- *
- * assert.equal(distinctGpuCount(resolveServerConfig({ gpus: [0, 1, 1] })), 2);
- * assert.equal(distinctGpuCount(resolveServerConfig({ device: "cpu" })), 0);
- * ```
- */
+/** Number of distinct configured GPUs (0 on a CPU server). */
 export function distinctGpuCount(config: ServerConfig): number {
   return config.device === "gpu" ? new Set(config.gpus).size : 0;
 }

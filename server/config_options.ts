@@ -1,11 +1,7 @@
 /**
- * The options of `kcoral server`, defined once: each entry gives the configuration field, the
- * flag, the environment variable, the kind of value with its limits, the default and the help
- * text. The defaults are the server guide's (seed 002; where upstream's code disagrees, the
- * guide wins: 256 MiB responses, 16 MiB maximum captured output per stream).
- *
- * `ServerConfig` ({@link ./config.ts}), its schema, the command line of `kcoral server` and
- * its `--help` are all produced from these tables (see `options/`).
+ * The options of `kcoral server`, defined once (field, flag, environment variable, kind and
+ * limits, default, help), with the server guide's defaults. `ServerConfig`, its schema, the
+ * command line and its `--help` are all produced from these tables.
  *
  * @module
  */
@@ -236,10 +232,7 @@ export const serverConfigOptions = {
     placeholder: "n",
     help: "memory cache for tensors, bytes, libraries",
   },
-  /**
-   * Disk cache directory for file uploads; `null` (or `""`) disables the disk cache. By default
-   * {@linkcode defaultDiskCacheDir}; the command line computes it from its own environment.
-   */
+  /** File upload cache directory (default: {@linkcode defaultDiskCacheDir}); `null`: none. */
   diskCacheDir: {
     flag: "--disk-cache-dir",
     type: "string",
@@ -259,10 +252,7 @@ export const serverConfigOptions = {
     placeholder: "n",
     help: "file cache capacity in MiB; 0 disables",
   },
-  /**
-   * Directory for event logs; `null` (or `""`) disables log files (the console mirror stays).
-   * The command line's default is `logs`.
-   */
+  /** Event log directory (the command line's default: `logs`); `null` or `""`: no log files. */
   logDir: {
     flag: "--log-dir",
     env: "KCORAL_LOG_DIR",
@@ -308,9 +298,8 @@ export const serverConfigOptions = {
     help: "worker Python interpreter",
   },
   /**
-   * Python modules every worker process starts with: each seat's zygote imports them before it
-   * forks workers (a CPU zygote imports no torch of its own; `torch` here makes `kcoral eval`
-   * on a CPU server several times faster, at the cost of a slower start and ~0.5 GB per seat).
+   * Python modules each seat's zygote imports before it forks workers (`torch` speeds up
+   * `kcoral eval` on a CPU server, at the cost of a slower start and ~0.5 GB per seat).
    */
   preloadModules: {
     flag: "--preload-modules",
@@ -323,10 +312,7 @@ export const serverConfigOptions = {
     placeholder: "names",
     help: "comma-separated Python modules each worker starts with (e.g. torch)",
   },
-  /**
-   * Test mode: GPU workers use torch CPU tensors in place of CUDA devices, one simulated
-   * device per entry of `gpus`. Never the default; `/health` reports it.
-   */
+  /** Test mode: GPU workers use torch CPU tensors, one simulated device per entry of `gpus`. */
   simulateGpus: {
     flag: "--simulate-gpus",
     type: "boolean",
@@ -334,11 +320,7 @@ export const serverConfigOptions = {
     hidden: true,
     help: "TEST MODE: simulate the --gpus devices with torch CPU tensors",
   },
-  /**
-   * The GPU gate (server/workers/gate_library.ts): the processes of a `kcoral run
-   * python`/`shell` request take the lease at their first CUDA call. Off: every run holds it from
-   * start to end, as before the gate. Hidden: for A/B measurements.
-   */
+  /** The GPU gate: a script request's processes take the lease at their first CUDA call (A/B). */
   gpuGate: {
     flag: "--no-gpu-gate",
     type: "boolean",

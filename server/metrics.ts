@@ -1,47 +1,16 @@
 /**
- * The server's Prometheus metrics (`GET /metrics`, text exposition format, through the
- * `prom-client` library). Nothing here runs on the measured path: counters and histograms move
- * when the event log records what happened (one listener on {@linkcode EventLog}), and the
- * gauges (workers, queue, caches) are read from the running parts when scraped.
- *
- * ```
- *  request_received ┐
- *  request_finished ┴▶ kcoral_request_duration_seconds{gpu} (received → answer ready)
- *  request_finished ─▶ kcoral_requests_total{code,finish_reason,error_kind}
- *                      kcoral_request_queue_seconds / lease_wait / lease_held {gpu}
- *                      kcoral_response_bytes_total
- *  request_accepted ─▶ kcoral_request_bytes_total
- *  worker_retired   ─▶ kcoral_worker_replacements_total{reason}
- *  worker_ready     ─▶ kcoral_worker_replacement_seconds (retired → ready again)
- *                      kcoral_workers_ready_total{context} (created, deferred, none on CPU)
- *  connection_cut   ─▶ kcoral_connections_cut_total{reason} (timeouts, malformed, over the bound)
- *  scrape           ─▶ kcoral_requests_in_flight, kcoral_requests_queued, kcoral_workers{device,state},
- *                      kcoral_cache_{hits,misses,evictions}_total{cache}, kcoral_cache_bytes{cache},
- *                      kcoral_request_capacity, kcoral_cache_capacity_bytes{cache},
- *                      kcoral_build_info{version,deno,torch,cuda}, process_* (prom-client)
- * ```
- *
- * Label values are bounded: status codes, finish reasons and error kinds of the protocol, GPU
- * ids of the configuration, worker states; never request ids or paths.
+ * The server's Prometheus metrics (`GET /metrics`, through `prom-client`). Nothing here runs on
+ * the measured path: counters and histograms move when the event log records what happened, and
+ * gauges (workers, queue, caches) are read from the running parts when scraped. Label values are
+ * bounded (status codes, finish reasons, error kinds, GPU ids, worker states; never request ids).
  *
  * @module
  */
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { EventLog } from "../http/events.ts";
 import { DURATION_BUCKETS, registerProcessMetrics } from "../http/metrics_response.ts";
-import type { BlobStore } from "./cache/cache_memory.ts";
-import type { DiskFileCache } from "./cache/cache_disk.ts";
-import type { WorkerPool } from "./workers/pool.ts";
-
-/** The running parts the gauges read (absent before the server has started). */
-export interface MetricSources {
-  /** The worker pool. */
-  pool: WorkerPool;
-  /** The memory cache. */
-  store: BlobStore;
-  /** The disk cache. */
-  disk: DiskFileCache;
-}
+import type { CacheCounters } from "./cache/cache_counters.ts";
+import type { StatusSources } from "./status.ts";
 
 /** Requests received and not yet finished that the duration histogram keeps a start time for. */
 const _OPEN_REQUESTS_KEPT = 65_536;
@@ -54,29 +23,7 @@ function _gpu(value: unknown): string {
   return typeof value === "number" ? String(value) : "cpu";
 }
 
-/**
- * A server's metrics: its own registry (several servers may share a process), fed by its event
- * log and read from `sources()` when scraped.
- *
- * @example
- * ```ts
- * import { EventLog } from "../http/events.ts";
- * import { ServerMetrics } from "./metrics.ts";
- *
- * const events = new EventLog({ logDir: null, console: false, programs: false });
- * const metrics = new ServerMetrics(events, () => null);
- * events.emit("INFO", "request_finished", {
- *   http_status: 200, finish_reason: "completed", error_kind: null, gpu_id: 0,
- *   queue_ms: 1.5, lease_wait_ms: 0.2, lease_held_ms: 12, response_bytes: 300,
- * });
- * const text = await metrics.render();
- * if (!text.includes('kcoral_requests_total{code="200",finish_reason="completed",error_kind="none"} 1')) {
- *   throw new Error(text);
- * }
- * if (!text.includes('kcoral_lease_held_seconds_count{gpu="0"} 1')) throw new Error(text);
- * metrics.close();
- * ```
- */
+/** A server's metrics: its own registry, fed by its event log and read from `sources()`. */
 export class ServerMetrics {
   /** The registry `render` exposes. */
   readonly registry: Registry = new Registry();
@@ -96,7 +43,7 @@ export class ServerMetrics {
   readonly #connectionsCut: Counter<"reason">;
 
   /** Observes `events`; `sources` gives the running parts (or `null`) at scrape time. */
-  constructor(events: EventLog, sources: () => MetricSources | null) {
+  constructor(events: EventLog, sources: () => StatusSources | null) {
     const registers = [this.registry];
     this.#requests = new Counter({
       name: "kcoral_requests_total",
@@ -165,22 +112,21 @@ export class ServerMetrics {
       labelNames: ["context"],
       registers,
     });
-    new Gauge({
-      name: "kcoral_requests_in_flight",
-      help: "Requests holding a worker.",
-      registers,
-      collect() {
-        this.set(sources()?.pool.load().requests_in_progress ?? 0);
-      },
-    });
-    new Gauge({
-      name: "kcoral_requests_queued",
-      help: "Requests waiting for a worker.",
-      registers,
-      collect() {
-        this.set(sources()?.pool.load().requests_waiting ?? 0);
-      },
-    });
+    const loadGauge = (
+      name: string,
+      help: string,
+      key: "requests_in_progress" | "requests_waiting" | "request_capacity",
+    ) =>
+      new Gauge({
+        name,
+        help,
+        registers,
+        collect() {
+          this.set(sources()?.pool.load()[key] ?? 0);
+        },
+      });
+    loadGauge("kcoral_requests_in_flight", "Requests holding a worker.", "requests_in_progress");
+    loadGauge("kcoral_requests_queued", "Requests waiting for a worker.", "requests_waiting");
     new Gauge({
       name: "kcoral_workers",
       help: "Worker seats by device and state (starting, idle, busy, replacing, broken).",
@@ -193,7 +139,7 @@ export class ServerMetrics {
         }
       },
     });
-    const caches = (pick: (c: { hits: number; misses: number; evictions: number }) => number) =>
+    const caches = (pick: (c: CacheCounters) => number) =>
       function (this: Counter<"cache">) {
         const s = sources();
         this.reset();
@@ -201,27 +147,23 @@ export class ServerMetrics {
         this.inc({ cache: "memory" }, pick(s.store.counters));
         this.inc({ cache: "disk" }, pick(s.disk.counters));
       };
-    new Counter({
-      name: "kcoral_cache_hits_total",
-      help: "Blob lookups found in the memory cache or the disk file cache.",
-      labelNames: ["cache"],
-      registers,
-      collect: caches((c) => c.hits),
-    });
-    new Counter({
-      name: "kcoral_cache_misses_total",
-      help: "Blob lookups not found (the client is asked to send them).",
-      labelNames: ["cache"],
-      registers,
-      collect: caches((c) => c.misses),
-    });
-    new Counter({
-      name: "kcoral_cache_evictions_total",
-      help: "Objects evicted to keep a cache within its capacity.",
-      labelNames: ["cache"],
-      registers,
-      collect: caches((c) => c.evictions),
-    });
+    const cacheCounter = (name: string, help: string, pick: (c: CacheCounters) => number) =>
+      new Counter({ name, help, labelNames: ["cache"], registers, collect: caches(pick) });
+    cacheCounter(
+      "kcoral_cache_hits_total",
+      "Blob lookups found in the memory cache or the disk file cache.",
+      (c) => c.hits,
+    );
+    cacheCounter(
+      "kcoral_cache_misses_total",
+      "Blob lookups not found (the client is asked to send them).",
+      (c) => c.misses,
+    );
+    cacheCounter(
+      "kcoral_cache_evictions_total",
+      "Objects evicted to keep a cache within its capacity.",
+      (c) => c.evictions,
+    );
     new Gauge({
       name: "kcoral_cache_bytes",
       help: "Bytes a cache holds (memory: retained blobs; disk: as of its last write batch).",
@@ -233,14 +175,11 @@ export class ServerMetrics {
         this.set({ cache: "disk" }, s?.disk.bytes ?? 0);
       },
     });
-    new Gauge({
-      name: "kcoral_request_capacity",
-      help: "Requests the server can run at once (worker seats not being replaced).",
-      registers,
-      collect() {
-        this.set(sources()?.pool.load().request_capacity ?? 0);
-      },
-    });
+    loadGauge(
+      "kcoral_request_capacity",
+      "Requests the server can run at once (worker seats not being replaced).",
+      "request_capacity",
+    );
     new Gauge({
       name: "kcoral_cache_capacity_bytes",
       help: "The capacity of a cache in bytes (0: disabled), beside kcoral_cache_bytes.",
@@ -316,22 +255,7 @@ export class ServerMetrics {
     }
   }
 
-  /**
-   * The exposition text.
-   *
-   * @example
-   * ```ts
-   * import { EventLog } from "../http/events.ts";
-   * import { ServerMetrics } from "./metrics.ts";
-   *
-   * const metrics = new ServerMetrics(
-   *   new EventLog({ logDir: null, console: false, programs: false }),
-   *   () => null,
-   * );
-   * if (!(await metrics.render()).includes("# TYPE kcoral_workers gauge")) throw new Error();
-   * metrics.close();
-   * ```
-   */
+  /** The exposition text. */
   render(): Promise<string> {
     return this.registry.metrics();
   }

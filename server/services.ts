@@ -1,9 +1,7 @@
 /**
- * Startup: the one place where a server's parts are made and wired together — the memory and
- * disk caches, the body buffers and hashing threads of intake, the worker launch (interpreter,
- * runtime files, GPUs, the sandbox probe), the GPU leases and the worker pool — and taken down
- * again. The stages of `/execute` (intake → admission → dispatch → finish) run over the
- * {@linkcode Services} made here.
+ * Startup: the one place where a server's parts are made and wired together (caches, intake's
+ * buffers and hashing threads, the worker launch, GPU leases, the worker pool) and taken down
+ * again. The stages of `/execute` run over the {@linkcode Services} made here.
  *
  * @module
  */
@@ -30,11 +28,7 @@ import { pythonInfo } from "./workers/python_info.ts";
 
 /** Large-body receive buffers and mirrors up to this size are pooled (two of each). */
 const _POOLED_BODY_BYTES = 256 * 1024 * 1024;
-/**
- * This long after the last large body, once no request is in flight, the pools are emptied, the
- * hashing threads stopped and the garbage collected (docs/decisions/memory-after-large-requests.md, "Memory comes back after
- * large requests").
- */
+/** This long after the last large body, with nothing in flight, large-body memory is given back. */
 const _IDLE_RELEASE_MS = 10_000;
 
 /** A running server's parts. */
@@ -61,16 +55,13 @@ export interface Services extends AdmissionServices, DispatchServices {
 
 /** What startup takes besides the configuration. */
 export interface StartupOptions {
-  /** The environment workers start with, and whose `PATH` finds `bwrap` (default: this process's). */
+  /** The environment workers start with, whose `PATH` finds `bwrap` (default: this process's). */
   env?: Record<string, string>;
 }
 
 /**
- * Makes and starts every part of a server for `config`; its workers are ready on return
- * (`pool_ready` is logged). On failure whatever was made is taken down again and the error
- * thrown.
- *
- * Exercised by every server test (tests/_server.ts starts servers through it).
+ * Makes and starts every part of a server for `config`; its workers are ready on return. On
+ * failure whatever was made is taken down again and the error thrown.
  */
 export async function startServices(
   config: ServerConfig,
@@ -95,7 +86,6 @@ export async function startServices(
   });
   const onUse = () => idleRelease.touch();
   const bodies = new BodyBuffers(2, _POOLED_BODY_BYTES, (size) => new ArrayBuffer(size), { onUse });
-  // Shared copies of large bodies that the hashing threads read (reading never waits).
   const mirrors = new BodyBuffers(2, _POOLED_BODY_BYTES, (size) => new SharedArrayBuffer(size), {
     onUse,
   });
@@ -191,7 +181,7 @@ export async function startServices(
       idleRelease,
     };
   } catch (error) {
-    await _takeDown({
+    await stopServices({
       config,
       pool,
       background,
@@ -206,13 +196,8 @@ export async function startServices(
   }
 }
 
-/** Stops every part of a running server (after its requests have finished). */
-export async function stopServices(services: Services): Promise<void> {
-  await _takeDown(services);
-}
-
-/** Stops what exists of a server: workers, background work, caches, threads, its directory. */
-async function _takeDown(parts: {
+/** Stops what exists of a server (after its requests): workers, background, caches, threads. */
+export async function stopServices(parts: {
   config: ServerConfig;
   pool: WorkerPool | null;
   background: Background;

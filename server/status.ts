@@ -1,9 +1,7 @@
 /**
- * What the server's status page shows (`GET /status`, data at `GET /status/data`): per GPU the
- * lease holder now and the holds of the last minutes (one per request, or worker
- * initialization), the queue, the workers and their states, the recent requests with their
- * timings, and the caches. Read from the running parts when asked; the recent requests come
- * from the event log. Nothing of a program (source, outputs, error text) is included.
+ * What the server's status page shows (`GET /status`, data at `/status/data`): per GPU the lease
+ * holder and recent holds, the queue, the workers, the recent requests with their timings, and
+ * the caches. Nothing of a program (source, outputs, error text) is included.
  *
  * @module
  */
@@ -45,7 +43,7 @@ export interface RecentRequest {
   lease_held_ms: number | null;
 }
 
-/** The running parts the page reads. */
+/** The running parts the status page and the metrics read. */
 export interface StatusSources {
   /** The worker pool. */
   pool: WorkerPool;
@@ -57,30 +55,7 @@ export interface StatusSources {
   disk: DiskFileCache;
 }
 
-/**
- * The server's status: the recent requests (observed on `events`) and the live parts.
- *
- * @example
- * ```ts
- * import { EventLog } from "../http/events.ts";
- * import { ServerStatus } from "./status.ts";
- *
- * const events = new EventLog({ logDir: null, console: false, programs: false });
- * const status = new ServerStatus(events, () => null);
- * events.emit("INFO", "request_finished", {
- *   request_id: "r1", http_status: 200, finish_reason: "completed", output_tail: "secret",
- * });
- * const data = status.data({
- *   status: "ok", instance_id: "i", started_at: "s", gpu_count: 0,
- *   load: { request_capacity: 1, requests_in_progress: 0, requests_waiting: 0 },
- *   target: {}, versions: {},
- * });
- * if (data.requests[0].request_id !== "r1" || JSON.stringify(data).includes("secret")) {
- *   throw new Error();
- * }
- * status.close();
- * ```
- */
+/** The server's status: the recent requests (observed on `events`) and the live parts. */
 export class ServerStatus {
   readonly #recent = new Recent<RecentRequest>(50, (r) => ({
     request_id: String(r.request_id),
@@ -207,11 +182,7 @@ export interface ServerStatusData {
   versions: Record<string, string>;
   /** Requests waiting for a GPU lease. */
   lease_waiting: number;
-  /**
-   * Per GPU: the holder now (a request if one holds it), every holder now (a new worker's
-   * context may be created beside a retiring worker's teardown) and the holds of the last
-   * {@linkcode _TIMELINE_MS}.
-   */
+  /** Per GPU: the holder now (a request if one holds it), every holder, and recent holds. */
   gpus: {
     id: number;
     holder: { id: string; initialization: boolean; teardown: boolean; since: number } | null;

@@ -1,8 +1,8 @@
 /**
- * Blob resolution and the CACHE_MISS negotiation (spec protocol §2.8): supplied parts are
- * offered to the caches, every referenced hash is resolved from the request, the disk cache
- * (file uploads) or the memory cache (tensor, bytes, library uploads), and what remains is
- * reported missing. Resolved blobs stay pinned as files until the request releases them.
+ * Blob resolution and the CACHE_MISS negotiation: supplied parts are offered to the caches, every
+ * referenced hash is resolved from the request, the disk cache (file uploads) or the memory cache
+ * (tensor, bytes, library uploads), and what remains is reported missing. Resolved blobs stay
+ * pinned until the request releases them.
  *
  * @module
  */
@@ -29,7 +29,7 @@ export type BlobResolution =
     paths: Record<string, string>;
     /** Total bytes of all resolved blobs. */
     bytes: number;
-    /** Supplied blobs whose files were written while the request arrived and renamed into place. */
+    /** Supplied blobs whose files were spooled while the request arrived and renamed into place. */
     spooled: number;
     /** Unpins every blob (call once, when the request is done with them). */
     release: () => void;
@@ -43,17 +43,13 @@ export interface BlobCaches {
   disk: DiskFileCache;
   /** Pending disk writes are registered here so shutdown can wait for them. */
   track?: (write: Promise<void>) => void;
-  /**
-   * A file in the memory cache's directory already holding exactly these supplied bytes
-   * (written while the request arrived), taken over instead of writing them again.
-   */
+  /** A file in the memory cache's directory already holding these supplied bytes, to take over. */
   spooled?: (bytes: Uint8Array) => string | undefined;
 }
 
 /**
- * Resolves the blobs of `program` given the `supplied` parts.
- * Throws {@linkcode BlobRejected} for unreferenced parts or a tensor length mismatch (which
- * wins over missing blobs).
+ * Resolves the blobs of `program` given the `supplied` parts. Throws {@linkcode BlobRejected} for
+ * unreferenced parts or a tensor length mismatch (which wins over missing blobs).
  */
 export async function resolveBlobs(
   program: ParsedProgram,
@@ -74,12 +70,11 @@ export async function resolveBlobs(
   const diskWrites: [string, Uint8Array][] = [];
   let spooled = 0;
   try {
-    // Supplied blobs are written to the store concurrently (each write runs off the event loop).
     const writes: Promise<void>[] = [];
     for (const ref of program.blobs) {
       const bytes = supplied.get(ref.sha256);
       if (!bytes) continue;
-      const otherUse = ref.uses.has("tensor") || ref.uses.has("bytes") || ref.uses.has("library");
+      const otherUse = _otherUse(ref);
       pinned.push(ref.sha256);
       sizes.set(ref.sha256, bytes.length);
       const spoolFile = caches.spooled?.(bytes);
@@ -89,7 +84,7 @@ export async function resolveBlobs(
           : store.adoptPinned(ref.sha256, spoolFile, bytes.length, otherUse).then(
             (renamed) => void (renamed && spooled++),
             async () => {
-              // Not taken over (the rename failed): the bytes are written anew, the file goes.
+              // Not taken over: the bytes are written anew, the file goes.
               await Deno.remove(spoolFile).catch(() => {});
               await store.putPinned(ref.sha256, bytes, otherUse);
             },
@@ -103,7 +98,7 @@ export async function resolveBlobs(
     for (const ref of program.blobs) {
       const sha = ref.sha256;
       const fileUse = ref.uses.has("file");
-      const otherUse = ref.uses.has("tensor") || ref.uses.has("bytes") || ref.uses.has("library");
+      const otherUse = _otherUse(ref);
       if (supplied.has(sha)) continue;
       if (fileUse && disk.enabled) {
         const cached = await disk.get(sha);
@@ -130,7 +125,7 @@ export async function resolveBlobs(
       const write = disk.putBatch(diskWrites);
       caches.track?.(write);
     }
-    // Upstream's wording ("tensor upload 'x' expects 4 bytes, got 3"), before CACHE_MISS.
+    // Before CACHE_MISS, in upstream's wording.
     const wrongLength = tensorLengthError(program, (sha) => sizes.get(sha));
     if (wrongLength !== undefined) throw new BlobRejected(wrongLength);
   } catch (error) {
@@ -160,4 +155,8 @@ export async function resolveBlobs(
       }
     },
   };
+}
+
+function _otherUse(ref: ParsedProgram["blobs"][number]): boolean {
+  return ref.uses.has("tensor") || ref.uses.has("bytes") || ref.uses.has("library");
 }

@@ -1,17 +1,5 @@
 /**
- * What a cache counts for the operator's metrics (`GET /metrics`): lookups that found the
- * object, lookups that did not, and objects evicted to stay within capacity. Plain numbers
- * bumped where the event happens; the metrics module reads them when scraped.
- *
- * @example
- * ```ts
- * import { CacheCounters } from "./cache_counters.ts";
- *
- * const counters = new CacheCounters();
- * counters.hits++;
- * counters.evictions += 2;
- * if (counters.hits !== 1 || counters.misses !== 0 || counters.evictions !== 2) throw new Error();
- * ```
+ * What a cache counts for `GET /metrics`: hits, misses and evictions, bumped where they happen.
  *
  * @module
  */

@@ -1,8 +1,7 @@
 /**
- * The persistent disk cache for file uploads (spec server §6.3):
- * `<dir>/v1/<first two hex>/<sha256>`, atomic writes under an exclusive lock, SHA-256
- * re-verified on every read, mtime as the LRU clock, eviction after each write batch and at
- * start. Best effort: every storage error is a miss or a skipped write.
+ * The persistent disk cache for file uploads: `<dir>/v1/<first two hex>/<sha256>`, atomic writes
+ * under an exclusive lock, SHA-256 re-verified on every read, mtime as the LRU clock. Best
+ * effort: every storage error is a miss or a skipped write.
  *
  * @module
  */

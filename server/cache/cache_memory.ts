@@ -1,8 +1,7 @@
 /**
- * The memory cache for tensor, bytes and library blobs (spec server §6.2), kept as
- * content-addressed files in a RAM-backed directory so workers read them without the bytes
- * crossing a pipe. LRU by use; objects larger than a quarter of the capacity are not kept
- * (they still serve the request that brought them); entries in use by a request are pinned.
+ * The memory cache for tensor, bytes and library blobs: content-addressed files in a RAM-backed
+ * directory, so workers read them without the bytes crossing a pipe. LRU by use; objects over a
+ * quarter of the capacity are not kept; entries in use by a request are pinned.
  *
  * @module
  */
@@ -11,12 +10,7 @@ import { CacheCounters } from "./cache_counters.ts";
 
 /** Blobs up to this size are written without leaving the event loop. */
 const _SYNC_WRITE_BYTES = 64 * 1024;
-/**
- * Blob files up to this size are unlinked without leaving the event loop. A larger one is moved
- * aside and unlinked on the thread pool: freeing a tmpfs file's pages takes the unlink ~0.12–0.15
- * ms per MiB (64 MiB: 8–10 ms, 256 MiB: 30–40 ms; bench/probes/tmpfs_unlink.ts), a stall for every
- * request the server holds.
- */
+/** Larger files are moved aside and unlinked on the thread pool (a tmpfs unlink is slow). */
 const _SYNC_UNLINK_BYTES = 64 * 1024;
 
 interface _Entry {
@@ -41,10 +35,7 @@ export class BlobStore {
 
   #unlinkLarge: (path: string) => Promise<void>;
 
-  /**
-   * Uses `dir` (created if missing; existing blob files are discarded). `unlinkLarge` unlinks a
-   * dropped blob's file that is too large to unlink on the event loop (after it was moved aside).
-   */
+  /** Uses `dir` (created if missing); `unlinkLarge` unlinks a large dropped file off the loop. */
   constructor(
     dir: string,
     capacityBytes: number,
@@ -75,19 +66,14 @@ export class BlobStore {
     return true;
   }
 
-  /**
-   * Stores a blob and pins it once (release with {@linkcode unpin}). `retain` offers it to
-   * the LRU; objects over a quarter of the capacity are kept only while pinned.
-   */
+  /** Stores a blob pinned once; `retain` offers it to the LRU (if under a quarter of capacity). */
   async putPinned(sha256: string, bytes: Uint8Array, retain: boolean): Promise<void> {
     await this.#put(sha256, bytes.length, retain, () => this.#write(sha256, bytes), null);
   }
 
   /**
-   * Like {@linkcode putPinned} for bytes already in the file `path` (in this directory, e.g. one
-   * written while the request arrived): the file is renamed into place (resolves `true`), or
-   * deleted when the blob is already stored (`false`). On failure nothing is stored and the
-   * file is left to the caller.
+   * {@linkcode putPinned} for bytes already in file `path` (in this directory): renamed into place
+   * (`true`) or deleted when the blob is already stored (`false`); on failure left to the caller.
    */
   async adoptPinned(sha256: string, path: string, size: number, retain: boolean): Promise<boolean> {
     let renamed = false;
@@ -165,10 +151,7 @@ export class BlobStore {
     this.#evict();
   }
 
-  /**
-   * Resolves once the files of blobs dropped so far are unlinked (large ones go on the thread
-   * pool, after the blob is already gone from the store).
-   */
+  /** Resolves once the files of blobs dropped so far are unlinked. */
   async unlinked(): Promise<void> {
     while (this.#unlinks.size > 0) await Promise.all(this.#unlinks);
   }
@@ -187,8 +170,7 @@ export class BlobStore {
   async #write(sha256: string, bytes: Uint8Array): Promise<void> {
     const tmp = `${this.dir}/.tmp-${crypto.randomUUID()}`;
     if (bytes.length <= _SYNC_WRITE_BYTES) {
-      // A small file costs more in thread-pool round trips than in copying: programs with
-      // thousands of small blobs store them ~5x faster this way (tmpfs, page cache).
+      // Small files: a thread-pool round trip costs more than the copy.
       Deno.writeFileSync(tmp, bytes, { createNew: true, mode: 0o644 });
       Deno.renameSync(tmp, this.path(sha256));
       return;
@@ -218,8 +200,7 @@ export class BlobStore {
         Deno.removeSync(path);
         return;
       }
-      // Out of the blob's name at once (a request storing the same blob again writes a new
-      // file there), then unlinked off the event loop.
+      // Out of the blob's name at once (it may be stored again), then unlinked off the loop.
       const aside = `${this.dir}/.dropped-${crypto.randomUUID()}`;
       Deno.renameSync(path, aside);
       const unlink = this.#unlinkLarge(aside).catch(() => {}).finally(() =>

@@ -1,9 +1,7 @@
 /**
- * Admission, the second stage of `/execute`: the strict parse of the body (spec protocol §2.1–2.7,
- * reusing the delimiter marks and digests taken while it arrived), blob resolution against the
- * caches with the CACHE_MISS answer (§2.8), the `gpu_count` check and the option clamps (§2.9),
- * and the `request_accepted` record. What passes is an {@linkcode Admitted} request, ready for
- * a worker.
+ * Admission, the second stage of `/execute`: the strict parse of the body (reusing the marks and
+ * digests taken while it arrived), blob resolution against the caches (or a CACHE_MISS), the
+ * `gpu_count` check, the option clamps and the `request_accepted` record.
  *
  * @module
  */
@@ -60,38 +58,8 @@ export interface AdmissionServices {
 }
 
 /**
- * Admits `received` (the body of a request with `contentType`). Throws a 400
- * {@linkcode Rejection} for a malformed request, an unreferenced blob, a tensor of the wrong
- * length, or a `gpu_count` beyond the server's GPUs.
- *
- * @example
- * ```ts
- * import { admitRequest } from "./admission.ts";
- * import { BlobStore } from "../cache/cache_memory.ts";
- * import { DiskFileCache } from "../cache/cache_disk.ts";
- * import { resolveServerConfig } from "../config.ts";
- * import { EventLog } from "../../http/events.ts";
- * import { encodeMultipart } from "../../protocol/multipart_encode.ts";
- *
- * const program = '{"instructions":[{"op":"upload","kind":"module","source":"","id":"m"}]}';
- * const { body, contentType } = encodeMultipart([
- *   { name: "program", contentType: "application/json", body: new TextEncoder().encode(program) },
- * ]);
- * const dir = await Deno.makeTempDir();
- * const store = new BlobStore(dir, 1 << 20);
- * const admitted = await admitRequest({
- *   config: resolveServerConfig({ device: "cpu", diskCacheDir: null }),
- *   events: new EventLog({ logDir: null, console: false, programs: false }),
- *   caches: { store, disk: new DiskFileCache(null, 0) },
- * }, {
- *   body, digests: undefined, receiveStart: 0,
- *   blobsResolved() {}, noteDiskWrite() {}, release() {},
- * },
- *   contentType, "0f6c2b4e-1111-4222-8333-444455556666");
- * if (admitted.kind !== "admitted" || admitted.timeoutSeconds !== 300) throw new Error();
- * admitted.releaseBlobs();
- * store.close(); // removes `dir`
- * ```
+ * Admits `received` (a body of `contentType`). Throws a 400 {@linkcode Rejection} for a malformed
+ * request, an unreferenced blob, a tensor of the wrong length, or too large a `gpu_count`.
  */
 export async function admitRequest(
   services: AdmissionServices,
@@ -104,8 +72,7 @@ export async function admitRequest(
   const parseStart = performance.now();
   let parsed;
   try {
-    // A large body was scanned and hashed on other threads while it arrived: the parser
-    // reuses those delimiter positions and digests (anything not covered is hashed here).
+    // A large body's delimiter marks and digests were taken on other threads as it arrived.
     await digests?.settle();
     parsed = parseExecuteRequest(
       body,

@@ -1,15 +1,9 @@
 /**
- * Dispatch, the third stage of `/execute`: an admitted request takes a seat (waiting in the
- * pool's FIFO; 503 when none frees up in time), takes its GPU set when it asks for one, runs on
- * the seat's child ({@linkcode runProgram}), and becomes a result: a built result body (200),
- * or a {@linkcode Rejection} for a timeout (504), a dead worker (500, or a 200 FAILED when it
- * died inside an instruction), a worker that answered nonsense (500), an answer over the
- * response limit (500). A `cpu_only` function that touched CUDA is attributed to the request
- * that held the GPU at that moment. The seat goes back to the pool before the answer goes out.
- *
- * Every answer of a request that held a GPU lease carries its GPU-state receipt, error answers
- * included: the worker's, or, when the worker gave none (it died, was killed, or never asked for
- * a GPU set's lease), the server's own reading (server/execute/gpu_receipt.ts).
+ * Dispatch, the third stage of `/execute`: an admitted request takes a seat (503 when none frees
+ * up in time) and its GPU set if it asks for one, runs on the seat's child, and becomes a result
+ * body or a {@linkcode Rejection} (504 timeout, 500 dead or nonsensical worker or answer over the
+ * limit, 200 FAILED for a death inside an instruction). Every answer of a request that held a GPU
+ * lease carries its GPU-state receipt: the worker's, else the server's own reading.
  *
  * @module
  */
@@ -18,6 +12,7 @@ import type { EventLog } from "../../http/events.ts";
 import { Rejection, unhandledFields } from "../../http/rejection.ts";
 import type { GpuReceipt, GpuReceiptServerReason } from "../../protocol/gpu_receipt.ts";
 import type { Admitted } from "./admission.ts";
+import { busyRejection } from "./intake.ts";
 import type { ServerConfig } from "../config.ts";
 import { retireReason, type RunEnd, runProgram, type RunResult } from "./execution.ts";
 import type { ProgramOutcome } from "./finish.ts";
@@ -56,15 +51,8 @@ export interface DispatchServices {
 }
 
 /**
- * Runs `admitted` on a seat; resolves with its 200 outcome or throws a {@linkcode Rejection}
- * (any other error is unexpected: the seat's child is then retired).
- *
- * With `live`, the capture files are read while the program runs and what they gain goes to it
- * (server/execute/live_output.ts); the last of it before this resolves or throws.
- *
- * Exercised end to end by the server tests (tests/server_execute_test.ts and others); the
- * run itself by server/execute/execution_test.ts with a fake child; live output by
- * tests/live_output_test.ts.
+ * Runs `admitted` on a seat; resolves with its 200 outcome or throws a {@linkcode Rejection}.
+ * With `live`, the capture files are streamed to it while the program runs.
  */
 export async function dispatchRequest(
   services: DispatchServices,
@@ -81,9 +69,7 @@ export async function dispatchRequest(
     );
   } catch (error) {
     if (error instanceof PoolBusy) {
-      throw new Rejection(503, "busy", ERROR_MESSAGES.busy, "no_worker", {
-        queue_ms: performance.now() - queueStart,
-      });
+      throw busyRejection(performance.now() - queueStart);
     }
     if (clientGone?.aborted && error === clientGone.reason) {
       admitted.releaseBlobs();
@@ -99,11 +85,7 @@ export async function dispatchRequest(
   }
 }
 
-/**
- * The record of a request whose client went away before its program started: it never runs
- * (`finish_reason` `client_disconnected`; 499, as nginx logs a client that closed first; nobody
- * reads the answer).
- */
+/** A client gone before its program started: never run (499, as nginx logs it). */
 function _clientDisconnected(queueMs: number): Rejection {
   return new Rejection(
     499,
@@ -118,22 +100,16 @@ function _clientDisconnected(queueMs: number): Rejection {
 class _SeatRun {
   readonly #s: DispatchServices;
   readonly #a: Admitted;
-  /** Where the request's kept returns go (`X-KCoral-Keep-Returns`), `null` without the header. */
   readonly #keep: KeepTarget | null;
   readonly #seat: Seat;
   readonly #queueMs: number;
   readonly #holder: LeaseHolder;
-  /** The workspace the request runs in (its own: nothing else ever runs there). */
   readonly #workspace: string;
-  /** The seat's child leaves it after this request (set once known). */
   #retiring: Retiring | null = null;
-  /** The worker answered before its reuse hygiene (see `runProgram`'s `cleanup`). */
   #workerCleanup: Promise<string | null> | null = null;
   #released = false;
   readonly #live: LiveOutput | undefined;
-  /** Aborts once the client has gone: the program is then not started. */
   readonly #clientGone: AbortSignal | undefined;
-  /** The request held a GPU lease: its receipt, for whatever answer it gets. */
   #receipt: GpuReceipt | null = null;
 
   constructor(
@@ -148,7 +124,6 @@ class _SeatRun {
     this.#clientGone = clientGone;
     this.#s = services;
     this.#a = admitted;
-    // A request's kept returns may take a quarter of the cache (what it retains at most).
     this.#keep = admitted.keepMinBytes === undefined ? null : {
       store: services.caches.store,
       maxBytes: Math.floor(services.caches.store.capacityBytes / 4),
@@ -177,20 +152,16 @@ class _SeatRun {
     }
   }
 
-  /** What the run's `error` is answered with (a request that held the lease: a Rejection). */
   #rejection(error: unknown): unknown {
     if (error instanceof Rejection) return error;
     this.#retireOnError(error);
-    // The program tampered with its result files: the answer cannot be trusted.
     if (error instanceof WorkerFileError) return this.#invalidAnswer();
     if (this.#receipt === null) return error;
-    // finish.ts's answer to an unexpected error, made here to carry the receipt.
     return new Rejection(500, "engine", ERROR_MESSAGES.internal, "server_error", {
       ...unhandledFields(error),
     });
   }
 
-  /** The receipt of a run whose request held the lease (`null`: it never did). */
   #receiptOf(run: RunResult, gpus: readonly number[]): GpuReceipt | null {
     const devices = this.#s.launch.devices(gpus);
     const end = run.end;
@@ -212,8 +183,7 @@ class _SeatRun {
     let child: SeatChild = seat.child!;
     let gpus: readonly number[] = seat.gpus;
     let timeoutMs = this.#a.timeoutSeconds * 1000;
-    // A client that left while its request waited (or while the seat was readied): the seat
-    // goes back unused.
+    // A client that left while its request waited: the seat goes back unused.
     if (this.#clientGone?.aborted) throw _clientDisconnected(this.#queueMs);
     events.emit("INFO", "request_routed", {
       request_id: requestId,
@@ -239,13 +209,11 @@ class _SeatRun {
       child = set.child;
       gpus = set.gpus;
       if (this.#clientGone?.aborted) {
-        // Gone while the set's lease was awaited: its program is not started.
         leases.release(this.#holder);
         await set.dispose();
         throw _clientDisconnected(this.#queueMs);
       }
       if (timeoutMs <= 0) {
-        // The set's lease was held for it: the server's reading, under it.
         this.#receipt = gpuReceiptFromServer(
           await launch.readGpus(set.gpus),
           launch.devices(set.gpus),
@@ -263,7 +231,6 @@ class _SeatRun {
       }
     }
 
-    // This request's own lines on the slot's stderr (where output goes when capture is off).
     const stderrMark = child.slot.stderrSeen;
     const liveTail = this.#live && this.#a.outputLimit > 0
       ? this.#live.tail(seat.resultsDir, this.#a.outputLimit, this.#s.stagingDir(requestId))
@@ -288,14 +255,12 @@ class _SeatRun {
         output_limit_bytes: this.#a.outputLimit,
         max_return_bytes: config.maxResponseBytes,
         sandbox: launch.sandboxed,
-        // A kept worker answers before its reuse hygiene (sandboxed, the checks that decide
-        // whether the workspace is clean still come before the answer, their verdict with it).
+        // A kept worker answers before its reuse hygiene.
         reply_before_reset: true,
         ...(this.#keep &&
           { keep_min_bytes: this.#a.keepMinBytes, keep_max_bytes: this.#keep.maxBytes }),
       },
     });
-    // The tail's last read comes before anything takes the capture files.
     const run = await running.finally(() => liveTail?.stop());
     this.#workerCleanup = run.cleanup;
     this.#receipt = this.#receiptOf(run, gpus);
@@ -305,8 +270,7 @@ class _SeatRun {
     } else {
       const reason = retireReason(end);
       if (reason !== null) {
-        // The teardown (under the lease) began when the run ended, not after the seat's
-        // directories are emptied: worker_exited's teardown_ms counts from here.
+        // worker_exited's teardown_ms counts from the end of the run.
         this.#retiring = {
           oldExit: Promise.all([child.exited, run.teardown]),
           since: performance.now(),
@@ -325,7 +289,6 @@ class _SeatRun {
 
     switch (end.kind) {
       case "timeout": {
-        // Its last output, read before the results directory is emptied (for the log only).
         const tail = await outputTail(seat.resultsDir, child.slot.stderrTail(stderrMark));
         throw new Rejection(504, "timeout", ERROR_MESSAGES.timeout, "timeout", {
           ...this.#worker,
@@ -395,7 +358,6 @@ class _SeatRun {
         interfered_request_id: interfered,
       });
     }
-    // The worker keeps an answer over the limit to itself (it would only cost a frame).
     if (typeof outcome.too_large === "number") throw this.#tooLarge(meta, outcome.too_large);
     const body = await buildResultBody(
       outcome,
@@ -476,11 +438,7 @@ class _SeatRun {
     };
   }
 
-  /**
-   * Gives the seat back: the request's workspace stops existing before its answer goes out
-   * (one rename; what it held is removed in the background); the pool readies the seat for its
-   * next request, or replaces its child.
-   */
+  /** Gives the seat back; the request's workspace is retired before its answer goes out. */
   #release(): void {
     if (this.#released) return;
     this.#released = true;
@@ -491,7 +449,6 @@ class _SeatRun {
       this.#s.pool.release(seat, this.#retiring);
       return;
     }
-    // The worker answered before its reuse hygiene: the seat stays busy until it is done.
     this.#s.pool.releaseAfter(
       seat,
       pending.then((reason) => {
@@ -506,14 +463,5 @@ class _SeatRun {
 
 /** Why the server, not the worker, took the receipt of a run that ended with `end`. */
 function _serverReason(end: RunEnd): GpuReceiptServerReason {
-  switch (end.kind) {
-    case "crashed":
-      return "crashed";
-    case "timeout":
-      return "timeout";
-    case "invalid":
-      return "invalid_response";
-    case "outcome":
-      return "not_reported";
-  }
+  return end.kind === "outcome" ? "not_reported" : retireReason(end) as GpuReceiptServerReason;
 }

@@ -1,27 +1,8 @@
 /**
- * Runs one program on one worker child (docs/architecture.md §3.2): sends `run`, serves the
- * child's lease requests, enforces the execution deadline (which pauses while the child waits
- * for the lease), and turns the end of the run into an outcome, a crash, or a timeout kill.
- *
- * ```
- *   start ──run──▶ child            deadline running
- *     ◀── lease acquire ──  pause the deadline; wait in the lease FIFO; grant; deadline runs again
- *     ◀── lease release ──  release (the time held is counted)
- *     ◀── instr k ──        remember k (a crash is attributed to instruction k; a child marks
- *                           k in a page its zygote reads, and `exited` carries it instead)
- *     ◀── outcome ──        kept child: done (or its hygiene after the answer, until `clean`:
- *                           lease frames served as before, whatever is held released at `clean`)
- *                           retiring child: done; the lease is released once it has exited
- *   deadline passes ──▶     take the lease, kill the child's tree, release      (timeout)
- *   child exits ──▶         release                                             (crashed)
- * ```
- *
- * A run that ends without the worker's GPU-state receipt although the request held the lease (a
- * crash, a timeout or invalid-answer kill, a GPU set never asked for) gets the server's own NVML
- * reading (`readGpus`), taken before the lease is released where it is still held.
- *
- * The child is anything that exchanges frames ({@linkcode ChildChannel}); tests drive the
- * state machine with a fake one.
+ * Runs one program on one worker child: sends `run`, serves the child's lease requests, enforces
+ * the execution deadline (paused while the child waits for the lease), and turns the end of the
+ * run into an outcome, a crash, or a timeout kill. A run that held the lease but got no GPU-state
+ * receipt from the worker gets the server's own reading (`readGpus`) before the lease goes.
  *
  * @module
  */
@@ -55,16 +36,9 @@ export interface RunResult {
   leaseHeldMs: number;
   /** Resolves once the child's lease is released after a retiring child exited. */
   teardown: Promise<void>;
-  /**
-   * A kept child answered before its reuse hygiene (`cleanup` in the outcome frame): resolves
-   * once that is done and the lease released, with `null` (the child stays) or the reason it
-   * retires (it is gone by then). `null` when nothing is pending.
-   */
+  /** A kept child's pending reuse hygiene: resolves with `null` (kept) or why it retires. */
   cleanup: Promise<string | null> | null;
-  /**
-   * The server's reading of the GPUs when the request held the lease and the worker sent no
-   * receipt (`null` otherwise, or without `readGpus`).
-   */
+  /** The server's GPU reading when the request held the lease and got no worker receipt. */
   serverReading: GpuStateReading | null;
 }
 
@@ -84,52 +58,17 @@ export interface RunParams {
   timeoutMs: number;
   /** SIGTERM → SIGKILL grace for kills. */
   graceSeconds: number;
-  /**
-   * The holder already holds the lease for `gpus` since this `performance.now()` (a GPU set
-   * kept from its worker's initialization): counted in `leaseHeldMs`.
-   */
+  /** The lease is held already since this `performance.now()` (a GPU set's from its init). */
   heldSince?: number;
   /** Time already spent waiting for the lease before the run (a GPU set's). */
   waitedMs?: number;
-  /**
-   * The program's first instruction takes the lease: when it is free, take it before sending
-   * `run` and grant it with the program (`lease_held` in the request), saving a round trip.
-   */
+  /** The first instruction takes the lease: take it now if free and send `lease_held`. */
   leaseFirst?: boolean;
-  /**
-   * Reads the GPUs' state in the server (server/workers/gpu_reading.ts): called when the request
-   * held the lease and the run ends without the worker's receipt.
-   */
+  /** Reads the GPUs' state in the server when the run ends without the worker's receipt. */
   readGpus?: () => Promise<GpuStateReading>;
 }
 
-/**
- * Runs the program and returns how it ended; never throws for worker failures.
- *
- * @example A fake child that answers at once
- * ```ts
- * import { runProgram } from "./execution.ts";
- *
- * let handler: ((frame: { t: string; [k: string]: unknown }) => void) | null = null;
- * const outcome = { status: "COMPLETED", results: "{}", error: null, parts: [], stdout: null, stderr: null };
- * const never = new Promise<never>(() => {});
- * const child = {
- *   send: () => handler?.({ t: "outcome", c: 1, outcome, retire: null }),
- *   setHandler: (h: typeof handler) => (handler = h),
- *   watchExit: () => ({ exited: never, stop: () => {} }),
- *   kill: () => never,
- *   exited: never,
- *   destroySlot: () => Promise.resolve(),
- * };
- * const run = await runProgram({
- *   child, leases: null, gpus: [], holder: { id: "r1" }, timeoutMs: 1000, graceSeconds: 1,
- *   request: { request_id: "r1", program: new TextEncoder().encode("{}"), blobs: {},
- *     workspace: "/w", results: "/r",
- *     output_limit_bytes: 0, max_return_bytes: 1024, sandbox: false },
- * });
- * if (run.end.kind !== "outcome") throw new Error(run.end.kind);
- * ```
- */
+/** Runs the program and returns how it ended; never throws for worker failures. */
 export function runProgram(params: RunParams): Promise<RunResult> {
   return new _ProgramRun(params).run();
 }
@@ -142,7 +81,6 @@ class _ProgramRun {
   #leaseHeldMs = 0;
   #heldSince: number | null;
   #lastInstruction: number | null = null;
-  // The deadline, paused while the child waits for the lease.
   #remainingMs: number;
   #runningSince = performance.now();
   #timer: ReturnType<typeof setTimeout> | undefined;
@@ -163,8 +101,7 @@ class _ProgramRun {
     if (
       leases && this.#heldSince === null && this.#p.leaseFirst && leases.tryAcquire(holder, gpus)
     ) {
-      // What the child's first `acquire` would get at once, one round trip earlier. When the
-      // lease is busy the child asks as usual (its setup overlaps the wait).
+      // What the child's first `acquire` would get at once, one round trip earlier.
       this.#heldSince = performance.now();
       request = { ...request, lease_held: true };
     }
@@ -186,8 +123,6 @@ class _ProgramRun {
     if ("kind" in first) return await this.#endAnswered(first);
     return await this.#endCrashed(first);
   }
-
-  // ---------------------------------------------------------------- frames
 
   #onFrame(frame: Frame): void {
     let report;
@@ -223,7 +158,6 @@ class _ProgramRun {
   #onAcquire(deadline = true): void {
     const { child, leases, gpus, holder } = this.#p;
     if (!leases || this.#heldSince !== null) {
-      // No leases on a CPU server (its lease times stay 0), or held already.
       child.send({ t: "lease", a: "granted" });
       return;
     }
@@ -234,9 +168,7 @@ class _ProgramRun {
       if (deadline) this.#armDeadline();
       this.#heldSince = performance.now();
       child.send({ t: "lease", a: "granted" });
-    }, () => {
-      // cancelled: the run is ending anyway
-    });
+    }, () => {}); // cancelled: the run is ending anyway
   }
 
   /** Takes the lease for a kill (a pending wait of the child's is cancelled first). */
@@ -257,8 +189,6 @@ class _ProgramRun {
     this.#heldSince = null;
   }
 
-  // ---------------------------------------------------------------- deadline
-
   #armDeadline(): void {
     this.#runningSince = performance.now();
     this.#timer = setTimeout(this.#timedOut, Math.max(0, this.#remainingMs));
@@ -268,8 +198,6 @@ class _ProgramRun {
     clearTimeout(this.#timer);
     this.#remainingMs -= performance.now() - this.#runningSince;
   }
-
-  // ---------------------------------------------------------------- ends
 
   #heldNow(): number {
     return this.#leaseHeldMs + (this.#heldSince === null ? 0 : performance.now() - this.#heldSince);
@@ -292,10 +220,7 @@ class _ProgramRun {
     };
   }
 
-  /**
-   * The worker gave no receipt though the request held the lease: the server reads the GPUs
-   * itself, now (still under the lease where it is held: callers release after this).
-   */
+  /** No worker receipt though the lease was held: read the GPUs now, still under the lease. */
   async #readUnreported(end: RunEnd): Promise<void> {
     const { readGpus, leases, gpus } = this.#p;
     if (!readGpus || !leases || gpus.length === 0 || this.#heldNow() <= 0) return;
@@ -328,18 +253,14 @@ class _ProgramRun {
       const held = this.#heldNow();
       await this.#readUnreported(end);
       if (!end.cleanup) {
-        // A kept child released its lease itself after cleanup; make sure nothing is held.
         this.#releaseLease();
         return this.#result(end, held);
       }
-      // The outcome is final, the child's reuse hygiene is not done yet: it keeps its seat
-      // (and the rest of the execution budget, at least 1 s) until its `clean` frame.
+      // Final answer, hygiene pending: the seat stays until `clean` (rest of the budget, >= 1 s).
       const budgetMs = Math.max(1000, this.#remainingMs - (performance.now() - this.#runningSince));
       return this.#result(end, held, Promise.resolve(), this.#awaitClean(budgetMs));
     }
-    // Retiring: the lease stays held through the child's teardown, released once it is gone;
-    // held no longer as the request's but as the teardown's, beside which a new context may
-    // be created (server/workers/lease.ts).
+    // Retiring: the lease passes to the teardown and is released once the child is gone.
     const held = this.#heldNow();
     this.#killIfOverdue(child);
     await this.#readUnreported(end);
@@ -353,12 +274,7 @@ class _ProgramRun {
     return this.#result(end, held, child.exited.then(() => this.#releaseLease()));
   }
 
-  /**
-   * A retiring child exits right after its answer (its teardown is the process's exit). One
-   * still there after the termination grace (at least 1 s): a program that outlived its answer
-   * (say, by stalling the flush of its streams at exit), or a teardown that hangs, is killed, so
-   * neither the lease nor the seat waits on it for good.
-   */
+  /** Kills a retiring child still there after the grace (>= 1 s), so nothing waits on it. */
   #killIfOverdue(child: ChildChannel): void {
     const graceSeconds = this.#p.graceSeconds;
     const timer = setTimeout(
@@ -369,11 +285,8 @@ class _ProgramRun {
   }
 
   /**
-   * The reuse hygiene of a kept child after its answer, until its `clean` frame. The child asks
-   * for and gives back the lease as during the run (its GPU part runs under the lease, the rest
-   * without it; a retiring child takes it again, so its exit stays under it). Resolves with
-   * `null` (kept) or the reason it retires, once a retiring child is gone: killed, under the
-   * lease, if it overran `budgetMs` or sent anything else. Whatever it holds is released then.
+   * A kept child's reuse hygiene until its `clean` frame, lease frames served as in the run.
+   * Resolves with `null` (kept) or why it retires; an overrun or stray frame is killed.
    */
   async #awaitClean(budgetMs: number): Promise<string | null> {
     const { child, leases, holder, graceSeconds } = this.#p;
@@ -406,8 +319,7 @@ class _ProgramRun {
   async #endCrashed(exit: ChildExit): Promise<RunResult> {
     this.#p.leases?.cancel(this.#p.holder);
     const held = this.#heldNow();
-    // The child marks each instruction in a page its zygote reads after the crash; `instr`
-    // frames (a runtime that still sends them) are the fallback.
+    // The zygote's instruction page first; `instr` frames are the fallback.
     const instructionIndex = exit.instruction ?? this.#lastInstruction;
     const end: RunEnd = { kind: "crashed", exit, instructionIndex };
     await this.#readUnreported(end);
@@ -441,7 +353,6 @@ async function _killWithin(child: ChildChannel, graceSeconds: number): Promise<C
   ]);
   clearTimeout(timer);
   if (exit === null) {
-    // The zygote did not confirm: kill the whole slot, which takes every process with it.
     await child.destroySlot();
     return await child.exited;
   }

@@ -1,8 +1,7 @@
 /**
- * Finish, the last stage of `/execute`: the one place where how a request ended becomes both its
- * HTTP response and its `request_finished` record (spec server §8). Every ERROR answer
- * (400/413/500/503/504) arrives here as a {@linkcode Rejection} thrown by an earlier stage; any
- * other error is an unhandled one (500 `engine`, logged with its stack).
+ * Finish, the last stage of `/execute`: how a request ended becomes both its HTTP response and its
+ * `request_finished` record. Error answers arrive as a {@linkcode Rejection}; any other error is
+ * an unhandled one (500 `engine`, logged with its stack).
  *
  * @module
  */
@@ -60,7 +59,7 @@ export interface ProgramRecord {
 /** How a request ended, short of an ERROR answer. */
 export type Outcome = ProgramOutcome | CacheMiss;
 
-/** `request_finished` levels by `finish_reason` (spec server §8); others are INFO. */
+/** `request_finished` levels by `finish_reason`; others are INFO. */
 const _LEVELS: Record<string, EventLevel> = {
   completed: "INFO",
   program_failed: "INFO",
@@ -72,25 +71,7 @@ const _LEVELS: Record<string, EventLevel> = {
   server_error: "ERROR",
 };
 
-/**
- * The response to request `requestId`, which ended with `ended` (an {@linkcode Outcome}, a
- * {@linkcode Rejection}, or any other error), and its `request_finished` record.
- *
- * @example
- * ```ts
- * import { EventLog } from "../../http/events.ts";
- * import { Rejection } from "../../http/rejection.ts";
- * import { finishRequest } from "./finish.ts";
- *
- * const events = new EventLog({ logDir: null, console: false, programs: false });
- * const seen: Record<string, unknown>[] = [];
- * events.subscribe((e) => seen.push(e));
- * const id = "0f6c2b4e-1111-4222-8333-444455556666";
- * const response = finishRequest(events, id, new Rejection(413, "request_too_large",
- *   "request exceeds the configured size limit", "rejected", { error_kind: "request_too_large" }));
- * if (response.status !== 413 || seen[0].finish_reason !== "rejected") throw new Error();
- * ```
- */
+/** The response to request `requestId`, which ended with `ended`, and its `request_finished`. */
 export function finishRequest(
   events: EventLog,
   requestId: string,
@@ -110,7 +91,6 @@ export function finishRequest(
     }
     return _program(events, requestId, ended);
   }
-  // Anything unexpected is a 500 `engine` with the spec's body; the server keeps serving.
   return _rejected(
     events,
     requestId,

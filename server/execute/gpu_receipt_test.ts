@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { gpuReceiptFromServer, gpuReceiptFromWorker } from "./gpu_receipt.ts";
+import { gpuReceiptFromServer, gpuReceiptFromWorker, receiptHeaders } from "./gpu_receipt.ts";
 
 const UUID = "GPU-11111111-2222-3333-4444-555555555555";
 
@@ -86,4 +86,16 @@ Deno.test("gpu receipt: a worker cannot say the server took it; the server's own
     assert.deepEqual(receipt.gpus.map((g) => [g.index, g.uuid, g.released]), [[4, UUID, null]]);
     assert.equal(receipt.taken_by, "server");
   }
+});
+
+Deno.test("gpu receipt: the header carries a receipt, and nothing for none", () => {
+  const headers = receiptHeaders({
+    gpus: [],
+    throttled: false,
+    nvml_error: null,
+    taken_by: "worker",
+    server_reason: null,
+  });
+  assert.ok(headers["x-kcoral-gpu-receipt"]?.startsWith('{"gpus":[]'));
+  assert.deepEqual(receiptHeaders(null), {});
 });

@@ -1,10 +1,7 @@
 /**
- * Intake, the first stage of `/execute` (docs/architecture.md, request flow): admits a request
- * body and reads it. A declared `Content-Length` over the limit is refused before anything is
- * read (413); up to four large bodies at once are read in place into reused buffers while their
- * parts are scanned, hashed and spooled on other threads (docs/decisions.md, "The large-data path"); a body
- * cut short is a 400; a stop ends bodies still arriving with a 503. A {@linkcode WholeBodyRequest}
- * (a small body a node's link takes whole) skips the stream, under the same rules.
+ * Intake, the first stage of `/execute`: admits a request body and reads it (413 over the limit,
+ * 400 cut short, 503 at a stop). Up to four large bodies at once are read in place into reused
+ * buffers while their parts are hashed and spooled on other threads.
  *
  * @module
  */
@@ -43,38 +40,15 @@ export interface ReceivedBody {
   blobsResolved(): void;
   /** A cache write reading from the body began (the buffer is not reused before it ends). */
   noteDiskWrite(write: Promise<void>): void;
-  /**
-   * The request is done with the body (views of it, such as the program text, are dead): a
-   * reused buffer goes back once the cache writes reading from it have ended. Idempotent.
-   */
+  /** The request is done with the body; a reused buffer goes back once cache writes end. */
   release(): void;
 }
 
-/**
- * An `/execute` request whose body comes whole, without a stream: a small body a node's link
- * takes whole from its frames (node/tunnelled_request.ts). The pipeline reads the same headers
- * as a `Request`'s and applies the same limits and answers.
- *
- * @example
- * ```ts
- * import type { WholeBodyRequest } from "./intake.ts";
- *
- * const body = new TextEncoder().encode("--b--\r\n");
- * const request: WholeBodyRequest = {
- *   headers: new Headers({ "content-length": String(body.length) }),
- *   bytes: () => Promise.resolve(body),
- *   discard: () => {},
- * };
- * if ((await request.bytes()).length !== 7) throw new Error();
- * ```
- */
+/** An `/execute` request whose small body comes whole from a node's link, not as a stream. */
 export interface WholeBodyRequest {
   /** Its headers (`content-length`, `content-type`, `x-request-id`, `x-kcoral-stream`, ...). */
   readonly headers: Headers;
-  /**
-   * The whole body once it has arrived (called at most once); rejects with the reason it could
-   * not (a 400 `parse`, as a body cut short).
-   */
+  /** The whole body (called at most once); rejects when it could not arrive. */
   bytes(): Promise<Uint8Array>;
   /** The body is not wanted (a 413, a stop): what still arrives is dropped. */
   discard(): void;
@@ -82,54 +56,13 @@ export interface WholeBodyRequest {
   readonly signal?: AbortSignal;
 }
 
-/**
- * Drops `request`'s body unread: a `Request`'s stream is cancelled, a
- * {@linkcode WholeBodyRequest}'s discarded.
- *
- * @example
- * ```ts
- * import { discardBody } from "./intake.ts";
- *
- * let discarded = false;
- * await discardBody({
- *   headers: new Headers(),
- *   bytes: () => Promise.resolve(new Uint8Array(0)),
- *   discard: () => (discarded = true),
- * });
- * if (!discarded) throw new Error();
- * await discardBody(new Request("http://x/", { method: "POST", body: "unwanted" })); // cancelled
- * ```
- */
+/** Drops `request`'s body unread. */
 export async function discardBody(request: Request | WholeBodyRequest): Promise<void> {
   if (request instanceof Request) await request.body?.cancel().catch(() => {});
   else request.discard();
 }
 
-/**
- * The body reader of a server: its buffer pools, hashing threads and the bodies still arriving.
- *
- * @example A small body
- * ```ts
- * import { BodyBuffers } from "../../http/body_buffers.ts";
- * import { HashThreads } from "../../protocol/hash_threads.ts";
- * import { Intake } from "./intake.ts";
- *
- * const hashes = new HashThreads(1);
- * const intake = new Intake({
- *   maxRequestBytes: 1024,
- *   hashes,
- *   bodies: new BodyBuffers(1, 1 << 20, (n) => new ArrayBuffer(n)),
- *   mirrors: new BodyBuffers(1, 1 << 20, (n) => new SharedArrayBuffer(n)),
- *   store: null,
- *   track: () => {},
- * });
- * const request = new Request("http://x/", { method: "POST", body: "hi" });
- * const received = await intake.receive(request);
- * if (received.body.length !== 2) throw new Error();
- * received.release();
- * hashes.close();
- * ```
- */
+/** The body reader of a server: its buffer pools, hashing threads and the bodies still arriving. */
 export class Intake {
   readonly #o: IntakeOptions;
   /** Large bodies being read into buffers sized by their Content-Length. */
@@ -142,11 +75,7 @@ export class Intake {
     this.#o = options;
   }
 
-  /**
-   * Reads `request`'s body. Throws a {@linkcode Rejection}: 413 `request_too_large` (declared or
-   * read past the limit), 400 `parse` (cut short or framed wrongly), 503 `busy` (the server
-   * began stopping while it arrived).
-   */
+  /** Reads `request`'s body; throws a {@linkcode Rejection} (413, 400, 408 or 503). */
   async receive(request: Request | WholeBodyRequest): Promise<ReceivedBody> {
     const { maxRequestBytes, hashes, bodies, mirrors, store } = this.#o;
     const declared = declaredLength(request.headers); // NaN (not one length) passes both checks
@@ -189,11 +118,8 @@ export class Intake {
       );
     } catch (error) {
       this.#endBody(observed, mirror);
-      if (error === _SHUTTING_DOWN) {
-        throw new Rejection(503, "busy", ERROR_MESSAGES.busy, "no_worker", { queue_ms: 0 });
-      }
-      // A body cut short (the client hung up) or framed wrongly is the request's fault: 400,
-      // logged with its id, not an unhandled server error; one that stopped arriving, 408.
+      if (error === _SHUTTING_DOWN) throw busyRejection();
+      // A body cut short or framed wrongly is the request's fault (400); one that stalled, 408.
       if (!(error instanceof BodyReadError)) throw error;
       if (error instanceof BodyTimeoutError || error.cause instanceof BodyTimeoutError) {
         throw new Rejection(408, "timeout", error.message, "rejected", {
@@ -212,10 +138,7 @@ export class Intake {
     return this.#received(read.body, read.digests, read.pooled, mirror, receiveStart);
   }
 
-  /**
-   * A {@linkcode WholeBodyRequest}'s body, under the rules a streamed small body is read by:
-   * past the limit 413, not arriving 400, a stop meanwhile 503.
-   */
+  /** A {@linkcode WholeBodyRequest}'s body, under the rules of a streamed small body. */
   async #receiveWhole(request: WholeBodyRequest): Promise<ReceivedBody> {
     const receiveStart = performance.now();
     const receiving = new AbortController();
@@ -228,7 +151,7 @@ export class Intake {
     } catch (error) {
       if (error === _SHUTTING_DOWN) {
         request.discard();
-        throw new Rejection(503, "busy", ERROR_MESSAGES.busy, "no_worker", { queue_ms: 0 });
+        throw busyRejection();
       }
       throw invalidRequest(`the request body could not be read: ${errorMessage(error)}`);
     } finally {
@@ -264,7 +187,6 @@ export class Intake {
         ended = true;
         if (released || !pooled) return;
         released = true;
-        // A reused body buffer goes back once nothing of this request can read it.
         const buffer = body.buffer as ArrayBuffer;
         if (diskWrite) diskWrite.finally(() => bodies.give(buffer));
         else bodies.give(buffer);
@@ -277,11 +199,7 @@ export class Intake {
     for (const receiving of this.#receiving) receiving.abort(_SHUTTING_DOWN);
   }
 
-  /**
-   * Spool files no blob took over are deleted, and the shared mirror goes back to its pool if
-   * no thread can still read it (a payload dropped half-way may still have updates queued: its
-   * mirror is not reused).
-   */
+  /** Deletes spool files no blob took over; the mirror goes back unless a thread may read it. */
   #endBody(digests: PartDigests | undefined, mirror: SharedArrayBuffer | undefined): void {
     if (!digests) return;
     this.#o.track(
@@ -308,23 +226,17 @@ export interface IntakeOptions {
   track: (task: Promise<void>) => void;
 }
 
-/**
- * A 400 `parse` for a request that breaks the protocol: its log record is upstream's
- * `rejected` / `invalid_request`.
- *
- * @example
- * ```ts
- * import { invalidRequest } from "./intake.ts";
- *
- * const rejection = invalidRequest("duplicate JSON key: 'a'");
- * if (rejection.status !== 400 || rejection.fields.error_kind !== "invalid_request") throw new Error();
- * ```
- */
+/** A 400 `parse` for a request that breaks the protocol (logged as `invalid_request`). */
 export function invalidRequest(message: string): Rejection {
   return new Rejection(400, "parse", message, "rejected", {
     error_kind: "invalid_request",
     error_message: message.slice(0, 2048),
   });
+}
+
+/** A 503 `busy`: no worker (or the server is stopping), after `queueMs` waiting. */
+export function busyRejection(queueMs = 0): Rejection {
+  return new Rejection(503, "busy", ERROR_MESSAGES.busy, "no_worker", { queue_ms: queueMs });
 }
 
 function _tooLarge(): Rejection {

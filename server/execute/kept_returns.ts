@@ -1,12 +1,8 @@
 /**
- * Kept returns (protocol/kept_returns.ts, docs/kept-returns.md): the values a worker wrote for
- * the blob cache instead of the answer are copied into the memory cache under the SHA-256 the
- * server computes while it copies, and kept there (LRU) for later programs to name.
- *
- * The copy is what was hashed: the worker may still hold its file open, so the file itself is
- * never what the cache serves. A file whose bytes do not hash to what the worker said, more
- * kept bytes than the request allowed, or kept values a request did not ask for are the
- * worker's fault ({@linkcode WorkerFileError}).
+ * Kept returns (docs/kept-returns.md): values a worker wrote for the blob cache instead of the
+ * answer are copied into the memory cache under the SHA-256 the server computes while copying
+ * (the worker may still hold its file open, so the copy is what is served). A hash mismatch, too
+ * many bytes or values not asked for are the worker's fault ({@linkcode WorkerFileError}).
  *
  * @module
  */
@@ -28,26 +24,9 @@ export interface KeepTarget {
 const _CHUNK = 4 << 20;
 
 /**
- * Puts every kept value of an answer into `target`'s cache (its files already taken out of the
- * worker's reach), each checked against its stated SHA-256 and retained, not pinned. Resolves
- * once all are in the cache, so that a program sent after the answer finds them.
- *
- * @example
- * ```ts
- * import { BlobStore } from "../cache/cache_memory.ts";
- * import { sha256Hex } from "../../protocol/hash.ts";
- * import { keepReturns } from "./kept_returns.ts";
- *
- * const dir = await Deno.makeTempDir();
- * const store = new BlobStore(`${dir}/blobs`, 1 << 20);
- * const bytes = new TextEncoder().encode("kept");
- * await Deno.writeFile(`${dir}/kept-0`, bytes);
- * const sha256 = sha256Hex(bytes);
- * await keepReturns([{ path: `${dir}/kept-0`, size: 4, sha256 }], { store, maxBytes: 1024 });
- * if (!store.has(sha256)) throw new Error();
- * store.close();
- * await Deno.remove(dir, { recursive: true });
- * ```
+ * Puts every kept value of an answer into `target`'s cache (retained, not pinned), each checked
+ * against its stated SHA-256; resolves once all are in (a program sent after the answer finds
+ * them).
  */
 export async function keepReturns(
   kept: readonly OutcomePart[],
@@ -85,10 +64,7 @@ async function _keep(part: OutcomePart, store: BlobStore): Promise<void> {
   }
 }
 
-/**
- * Copies `source` into `target` and returns the SHA-256 of what it copied: the next piece is read
- * and the last one written (on the thread pool) while this one is hashed, in three buffers.
- */
+/** Copies `source` into `target`, hashing a piece while the next is read and the last written. */
 async function _copyHashing(
   source: Deno.FsFile,
   target: Deno.FsFile,

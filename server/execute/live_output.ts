@@ -1,17 +1,9 @@
 /**
- * Live output on the server (protocol/live_output.ts, docs/live-output.md): the answer of a
- * request that asked for it, and the tail that feeds it while the program runs.
- *
- * The worker already captures fds 1 and 2 into `stdout` and `stderr` in its results directory
- * (runtime_py/kcoral_runtime/capture.py). {@linkcode LiveOutput.tail} reads what they gain every
- * 50 ms, never past the output limit, decoding as the final result does (UTF-8 with
- * replacement, here incrementally), so the chunks of a stream are a prefix of that stream in
- * the final result (all of it once the tail stops after the program ends).
- *
- * A capture file is the worker's: before opening one, the tail hard-links it into a private
- * directory, checks that link is a regular file and opens the link, never the worker's path (a
- * FIFO swapped in between a check and an open would block the open for good). A stream whose
- * file cannot be taken that way is not streamed (its final result is unaffected).
+ * Live output on the server (docs/live-output.md): the answer of a request that asked for it, and
+ * the tail that reads the worker's capture files every 50 ms while the program runs, up to the
+ * output limit and decoded as the final result is, so streamed chunks are a prefix of it. A
+ * capture file is opened only through a private hard link checked to be a regular file (a FIFO
+ * swapped in would block an open for good); a stream that cannot be taken so is not streamed.
  *
  * @module
  */
@@ -29,23 +21,7 @@ import { readFully } from "../workers/worker_files.ts";
 /** How often a running program's capture files are read. */
 const _LIVE_OUTPUT_INTERVAL_MS = 50;
 
-/**
- * One live-output answer: chunks are queued with `send` (or by a `tail`), and `response` is
- * the answer, which ends with the final answer once it is known.
- *
- * @example
- * ```ts
- * import { LiveOutput } from "./live_output.ts";
- *
- * const live = new LiveOutput();
- * live.send({ stream: "stdout", data: "hi\n" });
- * const response = live.response("r", Promise.resolve(new Response("{}")));
- * const text = await response.text();
- * if (!text.startsWith('{"stream":"stdout","data":"hi\\n"}\n') || !text.endsWith("\n{}")) {
- *   throw new Error(text);
- * }
- * ```
- */
+/** One live-output answer: chunks queued with `send` (or by a `tail`), then the final answer. */
 export class LiveOutput {
   #queue: Uint8Array[] = [];
   #wake: (() => void) | null = null;
@@ -66,18 +42,14 @@ export class LiveOutput {
   }
 
   /**
-   * Starts reading the capture files in `resultsDir` (host path) for a program whose output
-   * limit is `limit` bytes per stream; `privateDir` is a new directory out of the worker's
-   * reach (made here, removed by `stop`). Resolves `stop` after a last read.
+   * Starts reading the capture files in `resultsDir` (per-stream `limit` bytes); `privateDir`
+   * is a new directory out of the worker's reach, removed by `stop`.
    */
   tail(resultsDir: string, limit: number, privateDir: string): OutputTail {
     return new OutputTail(resultsDir, limit, privateDir, (chunk) => this.send(chunk));
   }
 
-  /**
-   * The 200 answer: queued chunks as they come, then the final line and `final`'s body. A
-   * client that goes away cancels the final body once it is there.
-   */
+  /** The 200 answer: queued chunks as they come, then the final line and `final`'s body. */
   response(requestId: string, final: Promise<Response>): Response {
     final.then((r) => {
       this.#answer = r;
@@ -141,10 +113,7 @@ interface _Stream {
   off: boolean;
 }
 
-/**
- * Reads a running program's capture files (see the module doc); made by
- * {@linkcode LiveOutput.tail}.
- */
+/** Reads a running program's capture files; made by {@linkcode LiveOutput.tail}. */
 export class OutputTail {
   readonly #dir: string;
   readonly #limit: number;

@@ -1,7 +1,6 @@
 /**
- * The `output_tail` of a request whose worker died or was killed (spec server §4.3): the last
- * bytes of what the program wrote to stdout and stderr, for the event log only (never for the
- * client). Read from the capture files the child left in its results directory.
+ * The `output_tail` of a request whose worker died or was killed, for the event log only: the
+ * last bytes of the program's stdout and stderr capture files.
  *
  * @module
  */
@@ -11,23 +10,9 @@ import { openWorkerFile, readFully } from "../workers/worker_files.ts";
 const _OUTPUT_TAIL_BYTES = 4096;
 
 /**
- * `"[out] <tail of stdout>\n[err] <tail of stderr>"` (a stream that holds nothing is left out),
- * or `""` when neither holds anything. `resultsDir` is the host path of the results directory
- * the child captured into (`stdout` and `stderr` files). A file that is not a regular file is
- * skipped, never followed. NUL bytes are dropped: past the capture limit the files may end in a
- * hole (the capture guard cut them back). With capture off (`output_limit_bytes` 0) a program
- * writes to the slot's own stderr: `slotStderr`, what the slot wrote during the request, is then
- * the stderr tail.
- *
- * @example
- * ```ts
- * import { outputTail } from "./output_tail.ts";
- *
- * const dir = await Deno.makeTempDir();
- * await Deno.writeTextFile(`${dir}/stderr`, "fatal: simulated device-side assert\n");
- * if (await outputTail(dir) !== "[err] fatal: simulated device-side assert\n") throw new Error();
- * await Deno.remove(dir, { recursive: true });
- * ```
+ * `"[out] <tail>\n[err] <tail>"` (empty streams left out). Non-regular files are skipped and NUL
+ * bytes dropped (a capture cut back may end in a hole); with capture off, `slotStderr` (what the
+ * slot wrote during the request) is the stderr tail.
  */
 export async function outputTail(resultsDir: string, slotStderr = ""): Promise<string> {
   const chunks: string[] = [];

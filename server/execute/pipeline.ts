@@ -1,43 +1,29 @@
 /**
- * `POST /execute` as a pipeline of named stages over a running server's {@linkcode Services}:
- *
- * ```
- *   Request ─▶ intake      read the body (413, 400, 503)                     intake.ts
- *           ─▶ admission   parse, blobs and CACHE_MISS, clamps (400)          admission.ts
- *           ─▶ dispatch    seat, GPU set, run, attribution (503, 504, 500)    dispatch.ts
- *           ─▶ finish      the response and its request_finished record       finish.ts
- * ```
- *
- * It takes a Web `Request` and gives a Web `Response`, so `Deno.serve` is only one way to drive
- * it: a node linked to a Router feeds it the requests it tunnels, a small body as a
- * {@linkcode WholeBodyRequest} (its bytes, no `Request` or stream).
- *
- * A request with `X-KCoral-Stream: output` that is admitted as a program is answered at once
- * with a live-output stream (server/execute/live_output.ts): dispatch and finish then run behind
- * it, and the answer finish makes becomes the stream's final part. One with
- * `X-KCoral-Keep-Returns: <n>` has its large returns kept in the blob cache rather than sent
- * (protocol/kept_returns.ts; dispatch passes the request on, result_body caches them).
+ * `POST /execute` as a pipeline of stages over a running server's {@linkcode Services}: intake
+ * (read the body), admission (parse, blobs, clamps), dispatch (seat, run) and finish (the
+ * response and its record). It maps a Web `Request` (or a node link's
+ * {@linkcode WholeBodyRequest}) to a `Response`. A program with `X-KCoral-Stream: output` is
+ * answered at once with a live-output stream whose final part is what finish makes.
  *
  * @module
  */
-import { ERROR_MESSAGES } from "../../protocol/errors.ts";
 import { wantsLiveOutput } from "../../protocol/live_output.ts";
 import { keptReturnsMinBytes } from "../../protocol/kept_returns.ts";
-import { Rejection } from "../../http/rejection.ts";
 import { requestId } from "../../http/request_id.ts";
 import { admitRequest } from "./admission.ts";
 import { dispatchRequest } from "./dispatch.ts";
 import { finishRequest } from "./finish.ts";
-import { discardBody, invalidRequest, type ReceivedBody, type WholeBodyRequest } from "./intake.ts";
+import {
+  busyRejection,
+  discardBody,
+  invalidRequest,
+  type ReceivedBody,
+  type WholeBodyRequest,
+} from "./intake.ts";
 import { LiveOutput } from "./live_output.ts";
 import type { Services } from "../services.ts";
 
-/**
- * Executes one `/execute` request from a client at `client` (its host, for the log).
- *
- * Exercised through HTTP by the server tests, and without `Deno.serve` by
- * tests/server_pipeline_test.ts.
- */
+/** Executes one `/execute` request from a client at `client` (its host, for the log). */
 export async function executeRequest(
   services: Services,
   request: Request | WholeBodyRequest,
@@ -55,7 +41,7 @@ export async function executeRequest(
   try {
     if (services.inFlight.closing) {
       await discardBody(request);
-      throw new Rejection(503, "busy", ERROR_MESSAGES.busy, "no_worker", { queue_ms: 0 });
+      throw busyRejection();
     }
     const keepMinBytes = await _keepMinBytes(request);
     received = await services.intake.receive(request);
@@ -95,10 +81,7 @@ export async function executeRequest(
   }
 }
 
-/**
- * The request's `X-KCoral-Keep-Returns` (protocol/kept_returns.ts); a malformed one is a 400
- * (its body read and dropped first, so the connection stays usable).
- */
+/** The request's `X-KCoral-Keep-Returns`; a malformed one is a 400 (its body dropped first). */
 async function _keepMinBytes(request: Request | WholeBodyRequest): Promise<number | null> {
   try {
     return keptReturnsMinBytes(request.headers);

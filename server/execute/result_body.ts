@@ -1,9 +1,8 @@
 /**
- * The one place where result bodies are made (spec protocol §3.1, §3.3): a finished program's
- * result JSON and, when binary results exist, a multipart body streamed from the part files the
- * worker wrote (moved out of the worker's results directory first, so the worker can take its
- * next request while the response streams); and the FAILED body of a worker that died inside an
- * instruction.
+ * The one place where result bodies are made: a finished program's result JSON and, with binary
+ * results, a multipart body streamed from the worker's part files (moved out of its results
+ * directory first, so it can take its next request meanwhile); and the FAILED body of a worker
+ * that died inside an instruction.
  *
  * @module
  */
@@ -48,11 +47,9 @@ const _encoder = new TextEncoder();
 const _IN_MEMORY_LIMIT = 1 << 20;
 
 /**
- * Assembles the result body of `outcome`. Every file of it (captured output, parts) is first
- * moved into `stagingDir` (created here), out of the worker's reach: there the worker can no
- * longer swap a file for a FIFO between the check and the open (an open that would block for
- * good). The directory is deleted once the body has been sent or cancelled. Kept returns go to
- * `keep`'s cache first (server/execute/kept_returns.ts).
+ * Assembles the result body of `outcome`. Every file is first moved into `stagingDir`, out of the
+ * worker's reach (it could swap one for a FIFO between check and open); the directory is deleted
+ * once the body is sent or cancelled. Kept returns go to `keep`'s cache first.
  */
 export async function buildResultBody(
   outcome: WorkerOutcome,
@@ -62,7 +59,6 @@ export async function buildResultBody(
   stagingDir: string,
   keep: KeepTarget | null = null,
 ): Promise<ResultBody> {
-  // Created on the first file to take: most answers have none (a trivial one pays nothing).
   const staging = new _Staging(stagingDir);
   let built: ResultBody | undefined;
   try {
@@ -103,7 +99,6 @@ class _Staging {
   /** Moves a worker's file here (a missing one is the worker's fault). */
   claim<F extends { path: string }>(file: F, name: string): Promise<F> {
     const claimed = this.#claim(file, name);
-    // Removal waits for every move begun (one still in flight would land after it).
     const settled = claimed.then(() => {}, () => {});
     this.#moving.add(settled);
     settled.finally(() => this.#moving.delete(settled));
@@ -169,7 +164,6 @@ async function _build(
     };
   }
 
-  // Taken out of the worker's reach before anything reads them (a new boundary reads them all).
   const claimed: OutcomePart[] = [];
   for (const [i, part] of parts.entries()) {
     claimed.push(await staging.claim(part, `part-${i}`));
@@ -209,8 +203,7 @@ async function _build(
     return { kind: "ok", status: outcome.status, body, contentType, bytes: total };
   }
 
-  // Large parts stream from their open files; small ones are read now (a file kept open for
-  // each of thousands of small parts ran the process out of descriptors).
+  // Large parts stream from their open files; small ones are read now (descriptors run out).
   const sources: (Deno.FsFile | Uint8Array)[] = [];
   try {
     for (const part of claimed) {
@@ -228,18 +221,7 @@ async function _build(
   return { kind: "ok", status: outcome.status, body, contentType, bytes: total };
 }
 
-/**
- * The error of an instruction whose worker died while executing it (spec server §5.4): kind
- * `runtime`, "worker exited while executing the instruction", no traceback.
- *
- * @example
- * ```ts
- * import { crashError } from "./result_body.ts";
- *
- * const error = crashError(2, { op: "run", id: "boom" });
- * if (error.instruction_index !== 2 || error.traceback !== "") throw new Error();
- * ```
- */
+/** The error of an instruction whose worker died while running it: `runtime`, no traceback. */
 export function crashError(
   index: number,
   instruction: { op: string; id: string | null },
@@ -254,21 +236,7 @@ export function crashError(
   };
 }
 
-/**
- * The FAILED body of a worker that died inside an instruction (`error` from
- * {@linkcode crashError}): no output, no results.
- *
- * @example
- * ```ts
- * import { crashError, crashResultBody } from "./result_body.ts";
- *
- * const body = crashResultBody(
- *   { requestId: "r", queueMs: 0, elapsedMs: 1, leaseWaitMs: 0, leaseHeldMs: 0 },
- *   crashError(2, { op: "run", id: "boom" }),
- * );
- * if (JSON.parse(body).error.instruction_id !== "boom") throw new Error();
- * ```
- */
+/** The FAILED body of a worker that died inside an instruction (see {@linkcode crashError}). */
 export function crashResultBody(meta: ResponseMeta, error: Record<string, unknown>): string {
   return resultJson({
     ...meta, // the timings, the request id and the GPU ids
@@ -315,7 +283,7 @@ async function _safeBoundary(json: Uint8Array, parts: OutcomeFile[]): Promise<st
   }
 }
 
-/** Streamed parts are read in 4 MiB chunks: far fewer hops through the HTTP stack than 64 KiB. */
+/** Streamed parts are read in 4 MiB chunks (fewer hops through the HTTP stack). */
 const _STREAM_CHUNK = 4 << 20;
 
 async function* _fileChunks(file: Deno.FsFile): AsyncGenerator<Uint8Array> {
@@ -338,9 +306,8 @@ function _streamBody(
   closing: Uint8Array,
   cleanup: () => Promise<void>,
 ): ReadableStream<Uint8Array> {
-  // Every file is closed and the staging directory removed once, however the body ends: sent,
-  // failed, or cancelled at any point (before its first read too, when a generator's own
-  // `finally` would never run).
+  // Every file is closed and the staging removed once however the body ends (a cancel before
+  // the first read included, where a generator's own `finally` would never run).
   let released: Promise<void> | null = null;
   const release = () =>
     released ??= (async () => {

@@ -1,7 +1,7 @@
 // Building a response from a worker's outcome (server/execute/result_body.ts): the files it uses,
 // and that nothing of them is left however the body ends.
 import assert from "node:assert/strict";
-import { buildResultBody as buildResponse } from "./result_body.ts";
+import { buildResultBody as buildResponse, crashError, crashResultBody } from "./result_body.ts";
 import type { WorkerOutcome } from "../workers/worker_protocol.ts";
 
 const _META = { requestId: "r", queueMs: 0, elapsedMs: 0, leaseWaitMs: 0, leaseHeldMs: 0 };
@@ -93,4 +93,15 @@ Deno.test("response: a file the worker reported but did not leave fails the answ
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+Deno.test("crash body: a FAILED runtime error naming the instruction, no traceback", () => {
+  const error = crashError(2, { op: "run", id: "boom" });
+  assert.equal(error.instruction_index, 2);
+  assert.equal(error.traceback, "");
+  const body = crashResultBody(
+    { requestId: "r", queueMs: 0, elapsedMs: 1, leaseWaitMs: 0, leaseHeldMs: 0 },
+    error,
+  );
+  assert.equal(JSON.parse(body).error.instruction_id, "boom");
 });

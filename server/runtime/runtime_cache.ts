@@ -1,13 +1,8 @@
 /**
- * The Python worker runtime's copy in the user's cache directory, keyed by the package hash of
- * its manifest: `<cache>/runtime/<package-hash>/kcoral_runtime/…`. A node that does not run from
- * a checkout (a registry, an HTTP URL, a `deno compile` binary) writes the files it carries in
- * its module graph there once, for Python, and reuses the copy on every later start.
- *
- * A copy is written in a temporary directory beside its place and renamed into place whole, so
- * two nodes starting at once never see half a runtime (the loser of the rename uses the winner's
- * copy). Every start checks the cached files against the manifest again (a few milliseconds); a
- * damaged copy is moved aside and written anew.
+ * The Python worker runtime's copy in the user's cache, `<cache>/runtime/<package-hash>/`: a node
+ * not running from a checkout writes the files it carries there once and reuses the copy. A copy
+ * is written beside its place and renamed in whole (two nodes starting at once never see half a
+ * runtime); every start checks it against the manifest, and a damaged copy is written anew.
  *
  * @module
  */
@@ -24,17 +19,6 @@ const _LEFTOVER_MS = 60 * 60 * 1000;
 /**
  * The user's KCoral cache directory: `$KCORAL_CACHE_DIR`, else `$XDG_CACHE_HOME/kcoral`, else
  * `~/.cache/kcoral` (each variable only when it is an absolute path).
- *
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * import { userCacheDir } from "./runtime_cache.ts";
- *
- * assert.equal(userCacheDir({ KCORAL_CACHE_DIR: "/srv/kc/", HOME: "/h" }), "/srv/kc");
- * assert.equal(userCacheDir({ XDG_CACHE_HOME: "/x", HOME: "/h" }), "/x/kcoral");
- * assert.equal(userCacheDir({ XDG_CACHE_HOME: "rel", HOME: "/h" }), "/h/.cache/kcoral");
- * assert.throws(() => userCacheDir({}), /KCORAL_CACHE_DIR/);
- * ```
  */
 export function userCacheDir(env: Env = processEnv()): string {
   const absolute = (value: string | undefined) =>
@@ -56,17 +40,7 @@ export class RuntimeCacheError extends Error {
   /** The cached runtime's directory (`<cache>/runtime/<package-hash>`). */
   readonly dir: string;
 
-  /**
-   * `message`, about the cached runtime at `dir`.
-   *
-   * @example
-   * ```ts
-   * import { RuntimeCacheError } from "./runtime_cache.ts";
-   *
-   * const error = new RuntimeCacheError("no copy", "/c/runtime/ab");
-   * if (error.dir !== "/c/runtime/ab" || error.name !== "RuntimeCacheError") throw new Error();
-   * ```
-   */
+  /** `message`, about the cached runtime at `dir`. */
   constructor(message: string, dir: string, options?: ErrorOptions) {
     super(message, options);
     this.name = "RuntimeCacheError";
@@ -92,23 +66,7 @@ export interface CachedRuntime {
   readonly replaced?: string;
 }
 
-/**
- * The runtime's directory in the cache, written from `texts` first when there is no good copy.
- *
- * @example
- * ```ts
- * import { cachedRuntime } from "./runtime_cache.ts";
- * import { readRuntimeFiles } from "../../runtime_py/runtime_files.ts";
- *
- * const cacheDir = await Deno.makeTempDir();
- * const texts = await readRuntimeFiles();
- * const first = await cachedRuntime({ cacheDir, texts });
- * if (first.how !== "made") throw new Error();
- * const again = await cachedRuntime({ cacheDir, texts });
- * if (again.how !== "cached" || again.pythonPath !== first.pythonPath) throw new Error();
- * await Deno.remove(cacheDir, { recursive: true });
- * ```
- */
+/** The runtime's directory in the cache, written from `texts` first when there is no good copy. */
 export async function cachedRuntime(options: CachedRuntimeOptions): Promise<CachedRuntime> {
   const { cacheDir, texts } = options;
   const manifest = runtimeManifest(texts);

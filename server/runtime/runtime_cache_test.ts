@@ -4,7 +4,7 @@
  * copy a compiled binary makes (Python never gets the embedded paths).
  */
 import assert from "node:assert/strict";
-import { cachedRuntime, RuntimeCacheError } from "./runtime_cache.ts";
+import { cachedRuntime, RuntimeCacheError, userCacheDir } from "./runtime_cache.ts";
 import { runtimePythonPath } from "./runtime_files.ts";
 import { runtimeManifest } from "./runtime_manifest.ts";
 import { readRuntimeFiles } from "../../runtime_py/runtime_files.ts";
@@ -130,4 +130,11 @@ Deno.test("runtime cache: a compiled binary's runtime is written to the cache, a
       decodeURIComponent(new URL("..", PACKAGE).pathname).replace(/\/$/, ""),
     );
   });
+});
+
+Deno.test("userCacheDir: KCORAL_CACHE_DIR, else XDG_CACHE_HOME, else HOME, absolute only", () => {
+  assert.equal(userCacheDir({ KCORAL_CACHE_DIR: "/srv/kc/", HOME: "/h" }), "/srv/kc");
+  assert.equal(userCacheDir({ XDG_CACHE_HOME: "/x", HOME: "/h" }), "/x/kcoral");
+  assert.equal(userCacheDir({ XDG_CACHE_HOME: "rel", HOME: "/h" }), "/h/.cache/kcoral");
+  assert.throws(() => userCacheDir({}), /KCORAL_CACHE_DIR/);
 });

@@ -1,12 +1,7 @@
 /**
- * The manifest of the Python worker runtime (`runtime_py/kcoral_runtime`): every file's SHA-256,
- * and one package hash over them that names the runtime's place in the user's cache. It is
- * computed from the files' texts, which travel in the module graph (`runtime_py/runtime_files.ts`).
- *
- * The package hash is the SHA-256 of the lines `<sha256>  <path>\n` sorted by path, the output
- * of `sha256sum` over the files, so it can be checked by hand:
- * `cd runtime_py/kcoral_runtime && find . -name '*.py' -not -path '*__pycache__*' | sed 's|^\./||'
- * | LC_ALL=C sort | xargs sha256sum | sha256sum`.
+ * The manifest of the Python worker runtime: every file's SHA-256, and one package hash over them
+ * that names the runtime's place in the user's cache. The package hash is the SHA-256 of the
+ * `sha256sum` listing of the files (sorted by path), so it can be checked by hand.
  *
  * @module
  */
@@ -21,17 +16,7 @@ export interface RuntimeManifest {
   readonly files: Readonly<Record<string, string>>;
 }
 
-/**
- * The manifest of the runtime files `texts` (path → text, written as UTF-8).
- *
- * @example
- * ```ts
- * import { runtimeManifest } from "./runtime_manifest.ts";
- *
- * const manifest = runtimeManifest(new Map([["a.py", "x = 1\n"]]));
- * if (!/^[0-9a-f]{64}$/.test(manifest.hash) || !manifest.files["a.py"]) throw new Error();
- * ```
- */
+/** The manifest of the runtime files `texts` (path → text, written as UTF-8). */
 export function runtimeManifest(texts: ReadonlyMap<string, string>): RuntimeManifest {
   const encoder = new TextEncoder();
   const files: Record<string, string> = {};

@@ -1,7 +1,6 @@
 /**
- * The GPUs a server owns: physical index → UUID and device-node minor number, read through NVML
- * without creating a CUDA context. Simulated GPUs (test mode)
- * get `sim-<index>` identities and no device nodes.
+ * The GPUs a server owns: physical index → UUID and device-node minor, read through NVML without
+ * creating a CUDA context. Simulated GPUs get `sim-<index>` identities and no device nodes.
  *
  * @module
  */
@@ -30,10 +29,7 @@ export function simulatedDevices(indices: readonly number[]): GpuDevice[] {
   return [...new Set(indices)].map((index) => ({ index, uuid: `sim-${index}`, minor: null }));
 }
 
-/**
- * Reads the physical GPUs `indices` through NVML (`python -m kcoral_runtime.nvml`, which creates
- * no CUDA context); throws if any is absent.
- */
+/** Reads the physical GPUs `indices` through NVML (no CUDA context); throws if any is absent. */
 export async function detectDevices(
   indices: readonly number[],
   python: string,

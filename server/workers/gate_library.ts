@@ -1,44 +1,18 @@
 /**
- * The GPU gate's shim (runtime_py/kcoral_runtime/gate_shim.py), built once when a GPU server
- * (real or simulated) starts: the worker interpreter runs `python -m kcoral_runtime.gate_shim
- * DIR`, which compiles the C source it holds with `cc`. Workers are told where the library is
- * (`KCORAL_GATE_LIB`, server/workers/sandbox.ts): the processes a `kcoral run python` or `shell`
- * request starts then take the GPU lease at their first CUDA call instead of holding it from start
- * to end (docs/decisions/script-gpu-gate.md, "A script holds the GPU only while it uses it").
- * Without a compiler, or when the build fails, the server runs without the gate (every run holds the lease for its
- * whole life, as before) and says why.
+ * The GPU gate's shim, built once when a GPU server starts (`python -m kcoral_runtime.gate_shim
+ * DIR`, compiled with `cc`): with it, a script request's processes take the GPU lease at their
+ * first CUDA call instead of for their whole life (docs/decisions/script-gpu-gate.md). Without a
+ * compiler the server runs without the gate and says why.
  *
  * @module
  */
 
-/**
- * The outcome of {@linkcode buildGateLibrary}: the library's path, or why there is none.
- *
- * @example
- * ```ts
- * import type { GateLibrary } from "./gate_library.ts";
- *
- * const none: GateLibrary = { path: null, error: "no C compiler" };
- * if (none.path !== null) throw new Error();
- * ```
- */
+/** The outcome of {@linkcode buildGateLibrary}: the library's path, or why there is none. */
 export type GateLibrary = { path: string; error: null } | { path: null; error: string };
 
-/** The file name the build writes in its directory. */
 const _GATE_LIBRARY_NAME = "libkcoral_gate.so";
 
-/**
- * Builds the shim into `dir` with the worker interpreter `python`, whose module path must reach
- * the runtime (`runtimePath`); `env` is the workers' environment (`CC`, `PATH`). Never throws.
- *
- * @example
- * ```ts ignore
- * import { buildGateLibrary } from "./gate_library.ts";
- *
- * const gate = await buildGateLibrary("python3", "./runtime_py", "/tmp/kcoral-x/gate", {});
- * if (gate.path === null) console.error(`no GPU gate: ${gate.error}`);
- * ```
- */
+/** Builds the shim into `dir` with the worker interpreter (`env`: `CC`, `PATH`); never throws. */
 export async function buildGateLibrary(
   python: string,
   runtimePath: string,

@@ -1,11 +1,7 @@
 /**
- * The server's own NVML reading of GPUs, for the receipt of a request whose worker gave none (it
- * died, or was killed at its deadline: docs/timing.md, "The receipt of every request"). The
- * server has no NVML binding of its own; a short-lived process of the workers' interpreter reads
- * the GPUs as the runtime does (`python -m kcoral_runtime.gpu_receipt ID...`, the ids as in
- * `CUDA_VISIBLE_DEVICES`: the same sampling the worker's receipt uses) and prints one receipt.
- * It runs outside any sandbox, with the server's environment, as `kcoral_runtime.nvml` does at
- * startup (docs/decisions/dead-worker-receipt.md).
+ * The server's own NVML reading of GPUs, for the receipt of a request whose worker gave none: a
+ * short-lived `python -m kcoral_runtime.gpu_receipt ID...` of the workers' interpreter, outside
+ * any sandbox (docs/decisions/dead-worker-receipt.md).
  *
  * @module
  */
@@ -29,19 +25,8 @@ export interface GpuReadingCommand {
 export const GPU_READING_TIMEOUT_MS = 5_000;
 
 /**
- * Reads the GPUs `ids` (UUIDs, or `sim-<k>` for NVML index `k` of a simulated server) in a new
- * process; never rejects. A helper that fails, prints something that is not JSON or takes more
- * than `timeoutMs` is killed and its failure is the `error`.
- *
- * @example
- * ```ts
- * import { readGpuState } from "./gpu_reading.ts";
- *
- * const reading = await readGpuState(["sim-0"], {
- *   python: "/nonexistent/python3", runtimePath: "/rt", env: {},
- * });
- * if (reading.error === undefined || !reading.error.startsWith("cannot start")) throw new Error();
- * ```
+ * Reads the GPUs `ids` (UUIDs, or `sim-<k>`) in a new process; never rejects. A helper that fails,
+ * prints no JSON or overruns `timeoutMs` is killed and its failure is the `error`.
  */
 export async function readGpuState(
   ids: readonly string[],

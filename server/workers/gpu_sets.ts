@@ -1,11 +1,7 @@
 /**
- * GPU sets (`options.gpu_count`, spec server §3): a request that asks for n GPUs takes any n free
- * ones as one lease, and runs in a dedicated child that sees all of them, initialized while the
- * whole set is held (so its context creation never overlaps another request's measurement).
- * The set stays held from that initialization to the program's first GPU step: releasing it in
- * between would let single-GPU requests queued behind the set slip in and starve it. Afterwards
- * the child is killed under the set's lease and its sandbox (one of its own, with every GPU's
- * device nodes) is stopped.
+ * GPU sets (`options.gpu_count`): a request for n GPUs takes any n free ones as one lease and runs
+ * in a dedicated child that sees all of them, initialized while the whole set is held. The set
+ * stays held until the program's first GPU step, so single-GPU work cannot starve it.
  *
  * @module
  */
@@ -30,11 +26,8 @@ export interface GpuSet {
 }
 
 /**
- * Takes `count` GPUs for `holder` (waiting in the lease FIFO: a set that cannot be served
- * blocks later waiters) and starts the set's child on `seat`: forked by the seat's zygote, or
- * by a sandbox of its own when workers are isolated (the seat's exposes only its own GPU).
- * The set's lease is held on return; on failure it is released. (Exercised by the
- * simulated-GPU tests of tests/pool_test.ts and tests/sandbox_test.ts, and tests/gpu/two_gpu.ts.)
+ * Takes `count` GPUs for `holder` and starts the set's child on `seat` (in a sandbox of its own
+ * when workers are isolated). The lease is held on return, released on failure.
  */
 export async function takeGpuSet(options: {
   leases: GpuLeases;

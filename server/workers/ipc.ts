@@ -1,7 +1,6 @@
 /**
- * Length-prefixed JSON frames over a worker slot's pipes (docs/architecture.md §3.1):
- * a 4-byte big-endian length, then that many bytes of UTF-8 JSON (one object), optionally
- * followed by a NUL byte and a binary tail (a `run` frame's program, sent as its own bytes).
+ * Length-prefixed JSON frames over a worker slot's pipes: a 4-byte big-endian length, then UTF-8
+ * JSON (one object), optionally a NUL byte and a binary tail (a `run` frame's program).
  *
  * @module
  */
@@ -15,19 +14,7 @@ export const MAX_FRAME_BYTES = 64 * 1024 * 1024;
 const _encoder = new TextEncoder();
 const _decoder = new TextDecoder("utf-8", { fatal: true });
 
-/**
- * Encodes one frame: length prefix, JSON body and, when given, a NUL byte and `tail` (JSON text
- * never holds a raw NUL), in a single buffer.
- *
- * @example
- * ```ts
- * import { encodeFrame } from "./ipc.ts";
- *
- * const bytes = encodeFrame({ t: "run" }, new TextEncoder().encode('{"instructions":[]}'));
- * if (new DataView(bytes.buffer).getUint32(0) !== bytes.length - 4) throw new Error();
- * if (bytes[4 + '{"t":"run"}'.length] !== 0) throw new Error();
- * ```
- */
+/** Encodes one frame in one buffer: length prefix, JSON body and, given a `tail`, NUL and tail. */
 export function encodeFrame(frame: Frame, tail?: Uint8Array): Uint8Array {
   const body = _encoder.encode(JSON.stringify(frame));
   const length = body.length + (tail ? 1 + tail.length : 0);
@@ -39,10 +26,8 @@ export function encodeFrame(frame: Frame, tail?: Uint8Array): Uint8Array {
 }
 
 /**
- * Reads frames from a byte stream until it ends. Throws if a frame is malformed or larger
- * than `maxBytes` (default {@linkcode MAX_FRAME_BYTES}); a stream that ends mid-frame ends the
- * iteration. The chunks of a frame are joined once, when it is complete (joining them as they
- * come costs the square of the frame's size: a 60 MiB answer held the event loop for ~24 s).
+ * Reads frames from a byte stream until it ends; throws for a malformed frame or one over
+ * `maxBytes`. A frame's chunks are joined once, when complete (joining as they come is quadratic).
  */
 export async function* readFrames(
   stream: ReadableStream<Uint8Array>,

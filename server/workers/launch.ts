@@ -1,8 +1,7 @@
 /**
- * How a server's workers are launched: the zygote command of each seat (in its bubblewrap
- * sandbox when isolation is on), the environment each child gets (`CUDA_VISIBLE_DEVICES` as
- * UUIDs, torchrun's variables removed), where a worker sees its results and blobs, and the
- * startup probe that decides whether isolation is available (spec server §7.3).
+ * How a server's workers are launched: each seat's zygote command (sandboxed when isolation is
+ * on), each child's environment (`CUDA_VISIBLE_DEVICES` as UUIDs, torchrun's variables removed),
+ * where a worker sees its results and blobs, and the isolation probe.
  *
  * @module
  */
@@ -47,33 +46,13 @@ type _LaunchBase = Omit<SlotLaunch, "workspacesDir" | "workspace" | "resultsDir"
 /** The seat (or GPU set) a launch is for: its workspaces and results directory. */
 export type LaunchSeat = Pick<Seat, "workspaces" | "resultsDir">;
 
-/**
- * The launch of a server's workers.
- *
- * @example A CPU server without a sandbox
- * ```ts
- * import { WorkerLaunch } from "./launch.ts";
- * import { resolveServerConfig } from "../config.ts";
- *
- * const config = resolveServerConfig({ device: "cpu", sandbox: "none", diskCacheDir: null });
- * const python = { executable: "/usr/bin/python3", prefix: "/usr", basePrefix: "/usr", path: [],
- *   userSite: null, userBase: null, version: "3.11.0" };
- * const launch = new WorkerLaunch(config, { python, runtimePath: "/rt", blobDir: "/blobs",
- *   env: {}, devices: [] });
- * if (launch.sandboxed || launch.childEnv([]).env.CUDA_VISIBLE_DEVICES !== undefined) {
- *   throw new Error();
- * }
- * ```
- */
+/** The launch of a server's workers. */
 export class WorkerLaunch {
   readonly #config: ServerConfig;
   readonly #devices = new Map<number, GpuDevice>();
   #base: _LaunchBase;
 
-  /**
-   * The launch for `config`: the worker interpreter, the runtime package's directory, the blob
-   * directory, the base environment, the GPUs found and the GPU gate's shim (if built).
-   */
+  /** The launch for `config` from the interpreter, runtime, blob dir, env, GPUs and gate shim. */
   constructor(
     config: ServerConfig,
     parts: {
@@ -103,8 +82,7 @@ export class WorkerLaunch {
       gpu: gpuMode,
       env: parts.env,
       gateLibrary: gpuMode ? parts.gateLibrary ?? null : null,
-      // An answer as large as the response limit travels in one frame (the worker keeps its
-      // answers within it, or says it did not).
+      // An answer as large as the response limit travels in one frame.
       maxFrameBytes: Math.max(MAX_FRAME_BYTES, config.maxResponseBytes + _FRAME_OVERHEAD_BYTES),
     };
   }
@@ -134,10 +112,7 @@ export class WorkerLaunch {
     return gpus.map((g) => this.#devices.get(g)).filter((d): d is GpuDevice => d !== undefined);
   }
 
-  /**
-   * The server's own NVML reading of `gpus` (a short-lived helper, server/workers/gpu_reading.ts),
-   * for the receipt of a request whose worker gave none.
-   */
+  /** The server's own NVML reading of `gpus`, for a request whose worker gave no receipt. */
   readGpus(gpus: readonly number[]): Promise<GpuStateReading> {
     return readGpuState(this.devices(gpus).map((d) => d.uuid), {
       python: this.#base.python.executable,
@@ -158,9 +133,8 @@ export class WorkerLaunch {
   }
 
   /**
-   * Runs the bubblewrap probe for each device configuration (each GPU, or once on a CPU
-   * server) in `scratchDir`. On failure the launch falls back to no isolation, with a
-   * `sandbox_disabled` WARNING (spec server §7.3); a refused read-only path throws.
+   * Runs the bubblewrap probe per device configuration; on failure falls back to no isolation
+   * with a `sandbox_disabled` WARNING (a refused read-only path throws).
    */
   async probe(scratchDir: string, events: EventLog): Promise<void> {
     const configs = this.#devices.size ? [...this.#devices.values()].map((d) => [d]) : [[]];

@@ -1,20 +1,8 @@
 /**
- * The per-GPU lease (spec server §3): owned by the front-end so a killed worker cannot leak it.
- * One FIFO over all GPUs. A request for a specific GPU set blocks only its GPUs for later
- * waiters; a request for "any n GPUs" that cannot be satisfied blocks every GPU, so a waiting
- * set never holds a subset and is never starved by single-GPU work behind it.
- *
- * Three kinds of holder: a request (always alone on its GPUs), a worker initialization (a new
- * context) and a worker teardown (a retiring child's exit, handed over from its request by
- * {@linkcode GpuLeases.handOver}). Neither of the last two is a measurement, so an
- * initialization may share GPUs that only teardowns hold when its holder says it may
- * ({@linkcode LeaseHolder.joinsTeardown}); a request never shares.
- *
- * ```
- *   request ──(its child retires)──▶ teardown ──(child gone)──▶ free
- *                                        ║ shared with
- *   initialization (only when no request waits for those GPUs) ──▶ free
- * ```
+ * The per-GPU lease, owned by the front-end so a killed worker cannot leak it. One FIFO over all
+ * GPUs: a waiting set blocks its GPUs (an unsatisfiable "any n" blocks all) so it is never starved.
+ * Holders are requests (always alone), worker initializations and teardowns; an initialization may
+ * share GPUs that only teardowns hold when {@linkcode LeaseHolder.joinsTeardown} says so.
  *
  * @module
  */
@@ -25,16 +13,9 @@ export interface LeaseHolder {
   readonly id: string;
   /** `true` for a worker initialization (never named as an interfered request). */
   readonly initialization?: boolean;
-  /**
-   * `true` for a retiring worker's exit (never named as an interfered request; an
-   * initialization may share its GPUs). Only {@linkcode GpuLeases.handOver} grants one.
-   */
+  /** `true` for a retiring worker's exit; only {@linkcode GpuLeases.handOver} grants one. */
   readonly teardown?: boolean;
-  /**
-   * For an initialization: whether it may share GPUs that only teardowns hold, asked each time
-   * it could (default: never). The pool says yes only while no ready worker waits on those
-   * GPUs, so sharing never delays a request that could run.
-   */
+  /** For an initialization: whether it may share GPUs that only teardowns hold now. */
   readonly joinsTeardown?: () => boolean;
 }
 
@@ -125,10 +106,7 @@ export class GpuLeases {
     return this.#queue.length;
   }
 
-  /**
-   * GPU `gpu` as an operator sees it: who holds it now (and since when) and its last finished
-   * holds, oldest first (`performance.now()` clock). Copies; `null` for a GPU not managed here.
-   */
+  /** GPU `gpu`'s holders now and its last finished holds (copies; `null`: not managed here). */
   timeline(gpu: number): LeaseTimeline | null {
     const history = this.#history.get(gpu);
     if (!history) return null;
@@ -145,10 +123,7 @@ export class GpuLeases {
     };
   }
 
-  /**
-   * Waits for exactly the GPU set `gpus`; resolves with the milliseconds waited. A holder that
-   * already holds that set gets it at once (0 ms).
-   */
+  /** Waits for exactly the GPU set `gpus`; resolves with the milliseconds waited. */
   async acquire(holder: LeaseHolder, gpus: readonly number[]): Promise<number> {
     const held = this.#holds.get(holder);
     if (held) {
@@ -166,10 +141,7 @@ export class GpuLeases {
     return performance.now() - start;
   }
 
-  /**
-   * Takes exactly `gpus` now if that needs no wait: all free and no request waiting in the
-   * FIFO. Returns whether `holder` holds them (also when it already did).
-   */
+  /** Takes `gpus` if all are free and no request waits; whether `holder` holds them. */
   tryAcquire(holder: LeaseHolder, gpus: readonly number[]): boolean {
     const held = this.#holds.get(holder);
     if (held) return _sameSet(held.gpus, gpus);
@@ -205,28 +177,8 @@ export class GpuLeases {
   }
 
   /**
-   * Passes what `holder` holds to `teardown` (a {@linkcode LeaseHolder.teardown} holder) at
-   * once, with no gap in which another request could take the GPUs: a retiring child's exit
-   * stays under the lease, but no longer as its request's. Returns how long `holder` held them
-   * (0, and nothing handed over, if it held nothing).
-   *
-   * @example
-   * ```ts
-   * import { GpuLeases } from "./lease.ts";
-   *
-   * const leases = new GpuLeases([0]);
-   * const request = { id: "req-1" };
-   * const teardown = { id: "teardown:req-1", teardown: true };
-   * await leases.acquire(request, [0]);
-   * leases.handOver(request, teardown);
-   * if (leases.timeline(0)!.holder!.holderId !== "teardown:req-1") throw new Error();
-   * // A new context may be created beside a teardown (when its holder says so); a request
-   * // waits for both.
-   * await leases.acquire({ id: "init:gpu0/w1", initialization: true, joinsTeardown: () => true }, [
-   *   0,
-   * ]);
-   * if (leases.timeline(0)!.holders.length !== 2) throw new Error();
-   * ```
+   * Passes what `holder` holds to `teardown` with no gap another request could take; returns how
+   * long `holder` held it (0 if nothing).
    */
   handOver(holder: LeaseHolder, teardown: LeaseHolder): number {
     if (!teardown.teardown) throw new Error(`${teardown.id} is not a teardown holder`);
@@ -262,7 +214,7 @@ export class GpuLeases {
     return now - hold.since;
   }
 
-  /** Removes `holder`'s pending requests (their promises reject with {@linkcode LeaseCancelled}). */
+  /** Removes `holder`'s pending requests (rejected with {@linkcode LeaseCancelled}). */
   cancel(holder: LeaseHolder, reason?: string): void {
     const mine = this.#queue.filter((w) => w.holder === holder);
     if (mine.length === 0) return;
@@ -276,11 +228,7 @@ export class GpuLeases {
     return this.#queue.some((w) => w.holder === holder);
   }
 
-  /**
-   * Which request held any of `gpus` at time `at` (`performance.now()` clock), other than
-   * `except`: the current holder or one from the history; `null` if none. Worker
-   * initializations and teardowns are not requests and are never named.
-   */
+  /** Which request (not an init or teardown) other than `except` held any of `gpus` at `at`. */
   holderAt(gpus: readonly number[], at: number, except?: LeaseHolder): string | null {
     for (const gpu of gpus) {
       for (const current of this.#heldBy.get(gpu) ?? []) {
@@ -304,9 +252,8 @@ export class GpuLeases {
   }
 
   /**
-   * The per-GPU initialization gate: admits one worker initializer per GPU at a time (FIFO),
-   * so replacements interleave with requests in the lease FIFO instead of racing them.
-   * Resolves with the function that opens the gate again.
+   * Admits one worker initializer per GPU at a time (FIFO), so replacements interleave with
+   * requests instead of racing them. Resolves with the function that opens the gate again.
    */
   async initializationGate(gpus: readonly number[]): Promise<() => void> {
     const sorted = [...new Set(gpus)].sort((a, b) => a - b);
@@ -331,11 +278,8 @@ export class GpuLeases {
   }
 
   #dispatch(): void {
-    // Requests first, in FIFO order. Worker initializations (replacement contexts) only take
-    // GPUs no waiting request wants: a request never waits behind a context creation while
-    // ready workers exist, and when none is ready no request waits here, so inits proceed.
-    // An initialization may join GPUs that only teardowns hold (neither is a measurement) when
-    // its holder says so (the pool: no ready worker waits on those GPUs).
+    // Requests first, in FIFO order; initializations only take GPUs no waiting request wants
+    // (or, when allowed, GPUs only teardowns hold).
     const blocked = new Set<number>();
     let allBlocked = false;
     const remaining = new Set<_Waiter>(this.#queue);

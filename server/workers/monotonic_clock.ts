@@ -1,10 +1,7 @@
 /**
- * The offset between this process's `performance.now()` and the system's monotonic clock
- * (`CLOCK_MONOTONIC`, which Python's `time.monotonic_ns()` reads in the workers), read directly
- * through `clock_gettime` — so that an instant a worker reports (a `cpu_only` function's CUDA
- * call) lands on the server's lease history without the error of an estimate from message
- * round trips, which grows with load. Needs Linux and `--allow-ffi`; without them the offset is
- * `null` and callers estimate it from their messages.
+ * The offset between `performance.now()` and `CLOCK_MONOTONIC` (what workers' `monotonic_ns()`
+ * reads), read through `clock_gettime` so a worker's instant lands exactly on the lease history.
+ * Needs Linux and `--allow-ffi`; else `null` and callers estimate it from message round trips.
  *
  * @module
  */
@@ -12,19 +9,7 @@
 const CLOCK_MONOTONIC = 1;
 let cached: number | null | undefined;
 
-/**
- * `performance.now()` minus the monotonic clock, in ms (add it to a worker's
- * `monotonic_ns / 1e6` to get this process's `performance.now()` of that instant), or `null`
- * without FFI. Read once; both clocks run at the same rate.
- *
- * @example
- * ```ts
- * import { monotonicOffsetMs } from "./monotonic_clock.ts";
- *
- * const offset = monotonicOffsetMs();
- * if (offset !== null && !Number.isFinite(offset)) throw new Error();
- * ```
- */
+/** `performance.now()` minus the monotonic clock, in ms, or `null` without FFI (read once). */
 export function monotonicOffsetMs(): number | null {
   if (cached !== undefined) return cached;
   cached = null;

@@ -1,29 +1,10 @@
 /**
- * The worker pool (spec server §2): one seat per worker (`gpu<N>/w<i>` or `cpu/w<i>`), each
- * backed by a slot (zygote) and its current ready child. Requests take a seat on the
- * least-loaded GPU or wait in one FIFO with direct hand-off. A seat given back is idle at once
- * (so the next request finds the same warm worker) while it is readied in the background: a new
- * workspace (bound at `/work` by a sandboxed slot) and an empty results directory; a request
- * that takes it waits for the rest of that. A retiring child is replaced in the background: the next
- * child is forked at once, and its device context is created under the per-GPU initialization
- * gate and the lease, after the old child is gone (beside another seat's teardown when no ready
- * worker waits on that GPU: server/workers/lease.ts). A fresh worker's replacement whose requests
- * are already waiting for a seat (or start waiting while its initialization waits for the gate or
- * the lease) defers its context instead (`init` with `"context": false`, neither gate nor lease):
- * the first instruction that takes the lease creates it, and a script request never does
- * (docs/decisions/deferred-worker-context.md).
- *
- * ```
- *   starting ──▶ idle ◀──────────── busy ──(kept child)──▶ idle, readied in the background
- *                 ▲                  │
- *                 └── replacing ◀────┘ (retiring child: worker_retired, fork, wait for the old
- *                                       one to exit, init under gate + lease or with its context
- *                                       deferred, worker_ready)
- * ```
- *
- * One module on purpose (~500 lines): choosing, readying and replacing seats are one state
- * machine over the same idle set, waiters and shutdown flag; split, each part would reach into
- * the others' state.
+ * The worker pool: one seat per worker (`gpu<N>/w<i>` or `cpu/w<i>`), each backed by a slot
+ * (zygote) and its current ready child. Requests take a seat on the least-loaded GPU or wait in
+ * one FIFO. A seat given back is idle at once and readied (fresh workspace and results directory)
+ * in the background; a retiring child is replaced in the background, its device context created
+ * under the initialization gate and the lease after the old child is gone, or deferred when
+ * requests already wait for a seat (docs/decisions/deferred-worker-context.md).
  *
  * @module
  */
@@ -56,10 +37,7 @@ export interface Seat {
   child: SeatChild | null;
   /** Generation counter (increments per child). */
   generation: number;
-  /**
-   * Settles once the seat is readied for its next request (its workspace and results directory
-   * are fresh): `true`, or `false` when that failed (the seat must then be replaced).
-   */
+  /** Settles once the seat is readied for its next request: `false` when that failed. */
   ready: Promise<boolean>;
 }
 
@@ -113,7 +91,6 @@ export class WorkerPool {
   #idle = new Map<string, Seat[]>(); // per GPU key, LIFO
   #assigned = new Map<string, number>(); // per GPU key
   #waiters: _Waiter[] = [];
-  // Called when a request starts waiting for a seat (initializations that may defer a context).
   #waiterSignals = new Set<() => void>();
   #closing = false;
   #inProgress = 0;
@@ -162,14 +139,7 @@ export class WorkerPool {
         readies.push(await this.#newChild(seat, true));
       }
     } catch (error) {
-      const seat = phaseSeat ?? this.seats[0];
-      this.#options.events.emit("ERROR", "worker_failed", {
-        worker_id: seat?.label ?? null,
-        gpu_id: seat?.gpus[0] ?? null,
-        generation: seat?.generation ?? 0,
-        phase: "startup",
-        error: _errorText(error),
-      });
+      this.#failed(phaseSeat ?? this.seats[0], "startup", error);
       throw error;
     }
     const first = readies[0];
@@ -208,17 +178,14 @@ export class WorkerPool {
   }
 
   /**
-   * Takes a seat: an idle one on the least-loaded GPU, else waits in the FIFO up to
-   * `timeoutMs`; then waits until the seat is readied (see the module doc). Throws
-   * {@linkcode PoolBusy} on timeout or shutdown, and `signal`'s reason once it aborts while the
-   * request waits in the FIFO (its place goes to the next).
+   * Takes a seat (an idle one on the least-loaded GPU, else waits in the FIFO up to `timeoutMs`)
+   * and waits until it is readied. Throws {@linkcode PoolBusy}, or `signal`'s reason on abort.
    */
   async acquire(timeoutMs: number, signal?: AbortSignal): Promise<Seat> {
     const deadline = performance.now() + timeoutMs;
     for (;;) {
       const seat = await this.#take(Math.max(0, deadline - performance.now()), signal);
       if (await seat.ready) return seat;
-      // It could not be readied: it is replaced, and another seat taken.
       this.release(seat, {
         oldExit: seat.child?.exited ?? Promise.resolve(),
         reason: "sandbox_cleanup",
@@ -260,12 +227,8 @@ export class WorkerPool {
   }
 
   /**
-   * Gives a seat back after a request (its workspace already retired by the caller). The seat
-   * is readied for its next request in the background (see the module doc). With
-   * `retiring` (the child is exiting or was killed), the seat is replaced in the background:
-   * `oldExit` resolves once the old child is gone and its lease released; only then is the new
-   * child's context created. `since` is when the retirement began (default: now);
-   * `worker_exited`'s `teardown_ms` counts from it.
+   * Gives a seat back after a request; it is readied in the background, or with `retiring`
+   * replaced once `oldExit` resolves (`since`: when `worker_exited`'s `teardown_ms` starts).
    */
   release(seat: Seat, retiring: Retiring | null): void {
     this.#inProgress--;
@@ -300,11 +263,7 @@ export class WorkerPool {
     this.#runBackground(this.#replace(seat, oldExit, retiring?.reason ?? "crashed"));
   }
 
-  /**
-   * {@linkcode release} once `after` settles (work finished after the response was sent: the
-   * worker's reuse hygiene, emptying the results directory); the seat stays busy until then.
-   * `after` resolves with the `retiring` argument of `release`.
-   */
+  /** {@linkcode release} once `after` settles (resolving with `retiring`); busy until then. */
   releaseAfter(seat: Seat, after: Promise<Retiring | null>): void {
     this.#runBackground(after.then(
       (retiring) => this.release(seat, retiring),
@@ -375,34 +334,31 @@ export class WorkerPool {
     this.#idle.get(key)!.push(seat);
   }
 
-  /**
-   * Readies `seat` for its next request: a new workspace (bound at `/work` by a sandboxed slot
-   * that is running; a slot started later binds it as it starts) and an empty results
-   * directory. Throws when that fails.
-   */
+  /** A new workspace (bound at `/work` by a running sandboxed slot) and empty results dir. */
   async #refresh(seat: Seat): Promise<void> {
     const name = await seat.workspaces.create();
     await emptyDirectory(seat.resultsDir);
     if (seat.workspaces.sandboxed && seat.slot && !seat.slot.dead) seat.slot.switchWorkspace(name);
   }
 
-  /**
-   * {@linkcode Seat.ready} after a request on a kept child: the refresh, in the background. A
-   * seat that cannot be readied has its slot ended (its sandbox may still show the last
-   * request's files); whoever takes it replaces it (see {@linkcode acquire}).
-   */
+  /** {@linkcode Seat.ready} after a kept child's request; a seat that fails has its slot ended. */
   #readied(seat: Seat): Promise<boolean> {
     const ready = this.#refresh(seat).then(() => true, (error) => {
-      this.#options.events.emit("ERROR", "worker_failed", {
-        ..._seatFields(seat),
-        phase: "sandbox_cleanup",
-        error: _errorText(error),
-      });
+      this.#failed(seat, "sandbox_cleanup", error);
       seat.slot?.destroy();
       return false;
     });
     this.#runBackground(ready.then(() => {}));
     return ready;
+  }
+
+  /** Logs `worker_failed` for `seat` in `phase`. */
+  #failed(seat: Seat, phase: string, error: unknown): void {
+    this.#options.events.emit("ERROR", "worker_failed", {
+      ..._seatFields(seat),
+      phase,
+      error: _errorText(error),
+    });
   }
 
   #runBackground(task: Promise<void>): void {
@@ -418,10 +374,7 @@ export class WorkerPool {
     );
   }
 
-  /**
-   * Forks (or takes the pre-forked `forked`) and initializes a new child on `seat`: at startup
-   * or without leases at once, a replacement on a GPU server as `#initReplacement` says.
-   */
+  /** Forks (or takes `forked`) and initializes a new child on `seat`. */
   async #newChild(seat: Seat, startup = false, forked?: Promise<SeatChild>): Promise<ChildReady> {
     const { env, unset } = this.#options.childEnv(seat);
     const child = await (forked ?? seat.slot!.fork({
@@ -442,7 +395,6 @@ export class WorkerPool {
       ? await this.#initReplacement(seat, leases, init)
       : await init({});
     seat.child = child;
-    // Nothing becomes ready once shutdown has begun (the slot's stop takes this child too).
     if (this.#closing && !startup) return ready;
     this.#options.events.emit("INFO", "worker_ready", {
       ..._seatFields(seat),
@@ -456,12 +408,8 @@ export class WorkerPool {
   }
 
   /**
-   * Initializes a replacement child on a GPU server: its context under the per-GPU
-   * initialization gate and the lease, so that creating it never overlaps a request. A fresh
-   * worker (one request per worker) defers its context instead when requests wait for a seat,
-   * already or from before the gate and the lease are its: such a request waits for this seat,
-   * and the context would only be created before it (that of a script request, whose processes
-   * take the lease through the gate, never).
+   * Initializes a GPU replacement under the initialization gate and the lease, so its context
+   * never overlaps a request; a fresh worker (one request each) defers it while requests wait.
    */
   async #initReplacement(
     seat: Seat,
@@ -486,8 +434,7 @@ export class WorkerPool {
       const holder: LeaseHolder = {
         id: `init:${seat.label}`,
         initialization: true,
-        // Beside a retiring worker's teardown only while no ready worker waits on these GPUs:
-        // then no request could use them before this context exists anyway.
+        // Beside a teardown only while no ready worker waits on these GPUs.
         joinsTeardown: () => (this.#idle.get(key)?.length ?? 0) === 0,
       };
       try {
@@ -519,13 +466,13 @@ export class WorkerPool {
         if (!seat.slot || seat.slot.dead) {
           seat.slot?.destroy();
           await oldExit;
-          await this.#refresh(seat); // a fresh workspace for the new slot to bind as it starts
+          await this.#refresh(seat); // for the new slot to bind as it starts
           await this.#startSlot(seat);
         } else {
-          // While the old child tears down (it never touches its workspace again).
+          // While the old child tears down.
           await this.#refresh(seat);
         }
-        // Pre-fork now; the context is created only after the old child is gone.
+        // Pre-fork now; the context is created after the old child is gone.
         const forked = seat.slot!.fork({
           ...this.#options.childEnv(seat),
           maxRequests: this.#options.maxRequestsPerWorker,
@@ -538,11 +485,7 @@ export class WorkerPool {
         this.#makeIdle(seat);
         return;
       } catch (error) {
-        this.#options.events.emit("ERROR", "worker_failed", {
-          ..._seatFields(seat),
-          phase: "respawn",
-          error: _errorText(error),
-        });
+        this.#failed(seat, "respawn", error);
         this.#options.events.emit("ERROR", "worker_replace_failed", {
           worker_id: seat.label,
           gpu_id: seat.gpus[0] ?? null,

@@ -1,6 +1,5 @@
 /**
- * The worker interpreter: the facts about it that starting workers needs (its executable,
- * prefixes, module path and user site), read once at startup by running it.
+ * The worker interpreter's facts that starting workers needs, read once at startup by running it.
  *
  * @module
  */
@@ -24,10 +23,9 @@ export interface PythonInfo {
 }
 
 /**
- * Reads the worker interpreter's executable, prefixes, module path and user site. The
- * executable is `sys.executable` as the interpreter reports it: a shim or a name on `PATH`
- * becomes the real interpreter, and a virtual environment keeps its own `bin/python`. `env` is
- * the environment the workers get (default: this process's), since it decides the user site.
+ * Reads the worker interpreter's facts as it reports them (a virtual environment keeps its own
+ * `bin/python`); `env` is the workers' environment (default: this one's): it decides the user
+ * site.
  */
 export async function pythonInfo(
   python: string,

@@ -1,17 +1,9 @@
 /**
- * Worker isolation with bubblewrap (spec server §7): the command line that starts a slot's
- * zygote inside its own sandbox (or directly, without isolation), the paths a worker sees, and
- * the startup probe that decides whether isolation is available.
- *
- * Inside a sandbox a slot sees: the runtime read-only (`/usr`, `/lib*`, the Python prefixes
- * and module paths, the runtime package, `--sandbox-readonly-path` entries), the current
- * request's workspace at `/work` (the zygote binds each request's own there: `workspace.ts`),
- * its results directory at `/kcoral/results`, the blob directory read-only at `/kcoral/blobs`,
- * only its own GPU device nodes, and no network. The zygote alone keeps `CAP_SYS_ADMIN`, in the
- * sandbox's user namespace, to switch `/work`; every child drops all capabilities.
- *
- * It stays one module over 400 lines because the bubblewrap argument list and its checks are one
- * ordered construction that the security review reads top to bottom.
+ * Worker isolation with bubblewrap: the command line that starts a slot's zygote in its sandbox
+ * (or directly, without isolation), the paths a worker sees, and the startup probe. Inside, a slot
+ * sees the runtime read-only, the current request's workspace at `/work`, its results directory,
+ * the blobs read-only, only its own GPU device nodes, and no network; the zygote alone keeps
+ * `CAP_SYS_ADMIN` (in the sandbox's user namespace) to switch `/work`.
  *
  * @module
  */
@@ -43,20 +35,13 @@ export interface SlotLaunch {
   devices: GpuDevice[];
   /** Extra read-only paths. */
   readonlyPaths: string[];
-  /**
-   * GPU workers get their device nodes and the NVIDIA control nodes, and keep `/proc` writable
-   * (NVIDIA initialization needs it); CPU workers get a read-only `/proc`.
-   */
+  /** GPU workers get their device nodes and a writable `/proc` (NVIDIA init needs it). */
   gpu: boolean;
   /** Base environment (the server's own, minus what must not leak). */
   env: Record<string, string>;
   /** Largest frame taken from the zygote (answers up to the response limit must fit). */
   maxFrameBytes?: number;
-  /**
-   * The GPU gate's shim (server/workers/gate_library.ts), host path; `null` or absent: no gate.
-   * Named to the workers in `KCORAL_GATE_LIB`; inside a sandbox its directory is bound read-only
-   * at `/kcoral/gate`.
-   */
+  /** The GPU gate's shim on the host (`KCORAL_GATE_LIB`; bound at `/kcoral/gate`); `null`: none. */
   gateLibrary?: string | null;
 }
 
@@ -68,11 +53,7 @@ export interface WorkerPaths {
   blobDir: string;
 }
 
-/**
- * A sandbox setting that can never be safe or can never work (a read-only path that is `/`,
- * contains the server's workspaces, or lies where the sandbox puts its own directories).
- * The server refuses to start rather than run without isolation.
- */
+/** A read-only path that can never be safe or work: the server refuses to start. */
 export class SandboxConfigError extends Error {
   /** Creates the error. */
   constructor(message: string) {
@@ -101,17 +82,21 @@ const _RUNTIME_RO = [
   "/etc/nsswitch.conf",
 ];
 const _SANDBOX_RUNTIME = "/kcoral/runtime";
-/** Where the GPU gate's shim is bound (read-only). */
 const _SANDBOX_GATE = "/kcoral/gate";
 const _GATE_ENV = "KCORAL_GATE_LIB";
-/** Where the seat's workspaces are bound (the zygote hides them once it holds a handle). */
 const _SANDBOX_WORKSPACES = "/kcoral/ws";
-/**
- * Directories the sandbox builds itself: a host path bound at or below one of them would be
- * hidden by (or break) the sandbox's own mount or symlink; one above them would hide those.
- */
+/** Directories the sandbox builds itself: no host path may be bound at, below or above them. */
 const _SANDBOX_OWNED = ["/work", "/kcoral", "/tmp", "/var/tmp", "/dev", "/proc"];
 const _DEV_NODES = ["/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/full"];
+const _SYMLINKS = [
+  ["/work/.kcoral/tmp", "/tmp"],
+  ["/work/.kcoral/tmp", "/var/tmp"],
+  ["/work/.kcoral/shm", "/dev/shm"],
+  ["/proc/self/fd", "/dev/fd"],
+  ["/proc/self/fd/0", "/dev/stdin"],
+  ["/proc/self/fd/1", "/dev/stdout"],
+  ["/proc/self/fd/2", "/dev/stderr"],
+];
 
 /** Paths a worker of a slot launched with `launch` sees. */
 export function workerPaths(
@@ -122,10 +107,7 @@ export function workerPaths(
     : { results: launch.resultsDir, blobDir: launch.blobDir };
 }
 
-/**
- * The command that starts a slot's zygote. Throws {@linkcode SandboxConfigError} for a refused
- * read-only path (see `_checkReadonlyPaths`).
- */
+/** The command that starts a slot's zygote; throws {@linkcode SandboxConfigError}. */
 export function slotCommand(launch: SlotLaunch): SlotCommand {
   const zygote = [launch.python.executable, "-m", "kcoral_runtime.zygote", ...launch.zygoteArgs];
   const { [_GATE_ENV]: _inherited, ...env } = launch.env;
@@ -139,7 +121,6 @@ export function slotCommand(launch: SlotLaunch): SlotCommand {
         PYTHONPATH: [launch.runtimePath, launch.env.PYTHONPATH].filter(Boolean).join(":"),
         PYTHONDONTWRITEBYTECODE: "1",
       },
-      // Each request's workspace is put on sys.path by the worker itself (not this cwd).
       cwd: launch.workspacesDir,
       maxFrameBytes: launch.maxFrameBytes,
     };
@@ -157,11 +138,7 @@ export function slotCommand(launch: SlotLaunch): SlotCommand {
   };
 }
 
-/**
- * The bubblewrap arguments (everything before `--`) for a slot. Throws
- * {@linkcode SandboxConfigError} for a refused read-only path, and a plain `Error` when the
- * worker interpreter lies where the sandbox puts its own directories (it could not start).
- */
+/** The bubblewrap arguments (everything before `--`) for a slot. */
 export function bwrapArgs(launch: SlotLaunch): string[] {
   const readonlyPaths = _checkReadonlyPaths(launch.readonlyPaths, launch.workspacesDir);
   const root = _realpath(launch.workspacesDir);
@@ -172,8 +149,7 @@ export function bwrapArgs(launch: SlotLaunch): string[] {
     "--new-session",
     "--cap-drop",
     "ALL",
-    // In the sandbox's user namespace only: the zygote binds each request's workspace at /work
-    // (runtime_py/kcoral_runtime/workspace.py); children drop it before running any program.
+    // The zygote binds each request's workspace at /work; children drop it before any program.
     "--cap-add",
     "CAP_SYS_ADMIN",
     "--disable-userns",
@@ -199,15 +175,13 @@ export function bwrapArgs(launch: SlotLaunch): string[] {
     roBind(path);
   }
   for (const path of python.path) {
-    // Module paths the sandbox cannot show at their place, or that would expose every
-    // workspace, are left out (the sandbox's PYTHONPATH does not name them anyway).
+    // Left out: paths the sandbox cannot show in place, or that would expose every workspace.
     if (!path.startsWith("/") || _ownedClash(path) !== null) continue;
     if (_isAncestorOrSelf(_realpath(path), root) || _isAncestorOrSelf(path, root)) continue;
     roBind(path);
   }
-  // Toolchains on the worker's PATH (e.g. a compiler under /opt/gcc that Triton or nvcc runs):
-  // each directory, and for `<prefix>/bin` its whole prefix (libexec, lib, include). Not the
-  // user's home, nothing the sandbox owns, nothing that contains the workspaces.
+  // Toolchains on the worker's PATH (and a `<prefix>/bin`'s prefix); not home, owned dirs or
+  // anything containing the workspaces.
   const home = launch.env.HOME ? _realpath(launch.env.HOME) : null;
   for (const entry of (launch.env.PATH ?? "").split(":")) {
     if (!entry.startsWith("/")) continue;
@@ -232,7 +206,7 @@ export function bwrapArgs(launch: SlotLaunch): string[] {
     args.push("--setenv", _GATE_ENV, `${_SANDBOX_GATE}/${_basename(launch.gateLibrary)}`);
   }
   args.push("--proc", "/proc", "--dir", "/dev");
-  for (const node of _DEV_NODES) if (_exists(node)) args.push("--dev-bind", node, node);
+  for (const node of _DEV_NODES) _devBind(args, node);
   if (launch.gpu) {
     for (const device of launch.devices) {
       if (device.minor !== null) _devBind(args, `/dev/nvidia${device.minor}`);
@@ -248,29 +222,7 @@ export function bwrapArgs(launch: SlotLaunch): string[] {
       // no capability nodes
     }
   }
-  args.push(
-    "--symlink",
-    "/work/.kcoral/tmp",
-    "/tmp",
-    "--symlink",
-    "/work/.kcoral/tmp",
-    "/var/tmp",
-    "--symlink",
-    "/work/.kcoral/shm",
-    "/dev/shm",
-    "--symlink",
-    "/proc/self/fd",
-    "/dev/fd",
-    "--symlink",
-    "/proc/self/fd/0",
-    "/dev/stdin",
-    "--symlink",
-    "/proc/self/fd/1",
-    "/dev/stdout",
-    "--symlink",
-    "/proc/self/fd/2",
-    "/dev/stderr",
-  );
+  for (const [target, link] of _SYMLINKS) args.push("--symlink", target, link);
   const setenv: [string, string][] = [
     ["HOME", "/work/.kcoral/home"],
     ["TMPDIR", "/work/.kcoral/tmp"],
@@ -284,8 +236,7 @@ export function bwrapArgs(launch: SlotLaunch): string[] {
     ["PYTHONDONTWRITEBYTECODE", "1"],
     ["KCORAL_SANDBOX", "bubblewrap"],
   ];
-  // HOME moves into the workspace, so the interpreter would lose its user site (where a
-  // non-root `pip install` puts numpy and torch): name its user base explicitly, read-only.
+  // HOME moves into the workspace: keep a non-root `pip install`'s user site, read-only.
   if (python.userSite && python.userBase) setenv.push(["PYTHONUSERBASE", python.userBase]);
   else setenv.push(["PYTHONNOUSERSITE", "1"]);
   for (const [name, value] of setenv) args.push("--setenv", name, value);
@@ -295,11 +246,8 @@ export function bwrapArgs(launch: SlotLaunch): string[] {
 }
 
 /**
- * Checks the read-only paths and returns them as absolute paths (relative ones are taken from
- * the server's working directory). Throws {@linkcode SandboxConfigError} for `/` or an ancestor
- * of the sandbox root (that would expose every workspace), and for a path at, inside or above
- * a directory the sandbox builds itself (`/work`, `/kcoral`, `/tmp`, `/var/tmp`, `/dev`,
- * `/proc`): the sandbox would hide it or could not start. Existence is not checked here.
+ * The read-only paths made absolute. Throws {@linkcode SandboxConfigError} for `/`, an ancestor
+ * of the workspaces, or a path clashing with a directory the sandbox builds itself.
  */
 function _checkReadonlyPaths(paths: readonly string[], sandboxRoot: string): string[] {
   const root = _realpath(sandboxRoot);
@@ -324,10 +272,8 @@ function _checkReadonlyPaths(paths: readonly string[], sandboxRoot: string): str
 }
 
 /**
- * Runs the probe of spec server §7.3 in a throwaway sandbox shaped like a slot's: must print
- * `kcoral-sandbox-ready` within `timeoutMs`. Resolves with `null` on success or the reason
- * (the server then runs without isolation). A refused read-only path is not a probe failure:
- * it throws {@linkcode SandboxConfigError} so the server refuses to start.
+ * Runs the startup probe in a throwaway sandbox shaped like a slot's: `null` on success, else the
+ * reason (the server runs without isolation). A refused read-only path throws instead.
  */
 export async function probeSandbox(launch: SlotLaunch, timeoutMs = 10_000): Promise<string | null> {
   _checkReadonlyPaths(launch.readonlyPaths, launch.workspacesDir);
@@ -341,7 +287,7 @@ export async function probeSandbox(launch: SlotLaunch, timeoutMs = 10_000): Prom
     if (error instanceof SandboxConfigError) throw error;
     return errorMessage(error);
   }
-  // As the zygote will (workspace.py): a mount namespace of its own, the workspace bound at /work.
+  // As the zygote will: its own mount namespace, the workspace bound at /work.
   const code = "import ctypes,os\n" +
     "assert os.getcwd()=='/work', os.getcwd()\n" +
     "c=ctypes.CDLL(None,use_errno=True)\n" +
@@ -399,7 +345,6 @@ function _ownedClash(path: string): string | null {
   return null;
 }
 
-/** Whether `ancestor` is `path` or one of its parent directories (normalized, absolute). */
 function _isAncestorOrSelf(ancestor: string, path: string): boolean {
   if (ancestor === "/") return true;
   const a = ancestor.replace(/\/+$/, "");

@@ -1,10 +1,7 @@
 /**
- * One worker slot: a long-lived Python zygote (in its sandbox when isolation is on) that forks a
- * fresh child process per worker generation, and relays the children's frames over its pipes
- * (docs/architecture.md §3).
- *
- * `Slot` and `WorkerChild` stay in one module (~430 lines): the zygote relays every frame of its
- * children, so a child's frames, exit and kill all pass through its slot's private state.
+ * One worker slot: a long-lived Python zygote (sandboxed when isolation is on) that forks a fresh
+ * child per worker generation and relays the children's frames over its pipes. Slot and child
+ * share one module: every frame, exit and kill of a child passes through its slot's state.
  *
  * @module
  */
@@ -88,9 +85,8 @@ export class WorkerChild implements SeatChild {
   }
 
   /**
-   * The child's exit, for one wait that may end otherwise: call `stop` when done with it. A kept
-   * child serves many requests; each racing {@linkcode exited} itself would leave a reaction on
-   * that long-lived promise holding the whole request until the child exits.
+   * The child's exit for one wait that may end otherwise (call `stop` after): racing the
+   * long-lived {@linkcode exited} itself would keep each request alive until the child exits.
    */
   watchExit(): { exited: Promise<ChildExit>; stop: () => void } {
     if (this.exit) return { exited: Promise.resolve(this.exit), stop: () => {} };
@@ -135,10 +131,7 @@ export class WorkerChild implements SeatChild {
     }
   }
 
-  /**
-   * Creates the device context (call while holding the lease for its GPUs), or, with
-   * `deferContext`, only learns the devices (no lease needed).
-   */
+  /** Creates the device context (under the lease), or with `deferContext` only finds devices. */
   async init(options: ChildInit = {}): Promise<ChildReady> {
     const reply = this.next(["ready", "init_failed"]);
     this.send(options.deferContext ? { t: "init", context: false } : { t: "init" });
@@ -219,10 +212,7 @@ export class Slot implements SeatSlot {
     this.#readFrames(process.stdout, maxFrameBytes);
   }
 
-  /**
-   * Starts a zygote and waits for its `hello` (imports done), up to `timeoutMs`.
-   * The process leads its own process group so the whole tree can be killed.
-   */
+  /** Starts a zygote (leading its own process group) and waits up to `timeoutMs` for `hello`. */
   static async start(label: string, spec: SlotCommand, timeoutMs = 120_000): Promise<Slot> {
     const process = new Deno.Command(spec.command, {
       args: spec.args,
@@ -265,16 +255,12 @@ export class Slot implements SeatSlot {
     return this.#dead;
   }
 
-  /** Bytes the zygote (and its children) wrote to stderr so far (a mark for {@linkcode stderrTail}). */
+  /** Bytes written to stderr so far (a mark for {@linkcode stderrTail}). */
   get stderrSeen(): number {
     return this.#stderrSeen;
   }
 
-  /**
-   * The last bytes the zygote wrote to stderr (diagnostics); with `since` (a
-   * {@linkcode stderrSeen} taken earlier), only what came after it (one request's lines, not an
-   * earlier request's: a program's output reaches it when capture is off).
-   */
+  /** The last bytes written to stderr; with `since` (a {@linkcode stderrSeen}), those after. */
   stderrTail(since?: number): string {
     const fresh = since === undefined ? this.#stderr.length : this.#stderrSeen - since;
     return new TextDecoder().decode(
@@ -314,34 +300,25 @@ export class Slot implements SeatSlot {
   }
 
   /**
-   * Has a sandboxed zygote bind workspace `name` at `/work` for the next request. Nothing comes
-   * back: the zygote handles frames in order, so a `run` sent afterwards finds it in place; a
-   * zygote that cannot switch exits (the slot dies) rather than run a program elsewhere.
+   * Has a sandboxed zygote bind workspace `name` at `/work`; frames are handled in order, and a
+   * zygote that cannot switch exits rather than run a program elsewhere.
    */
   switchWorkspace(name: string): void {
     this.send({ t: "workspace", name });
   }
 
-  /** Asks the zygote to kill every child and exit; kills the process group after `graceMs`. */
+  /** Asks the zygote to kill every child and exit, then kills the process group (by `graceMs`). */
   async stop(graceMs = 5000): Promise<void> {
     this.send({ t: "shutdown" });
     let timer: ReturnType<typeof setTimeout> | undefined;
-    const timedOut = await Promise.race([
-      this.closed.then(() => false),
-      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), graceMs))),
-    ]);
+    await Promise.race([this.closed, new Promise((r) => (timer = setTimeout(r, graceMs)))]);
     clearTimeout(timer);
-    if (timedOut) this.destroy();
-    else this.#killGroup();
+    this.destroy();
     await this.closed;
   }
 
   /** Kills the zygote's whole process group at once (SIGKILL). */
   destroy(): void {
-    this.#killGroup();
-  }
-
-  #killGroup(): void {
     try {
       Deno.kill(-this.#process.pid, "SIGKILL");
     } catch {
@@ -360,7 +337,7 @@ export class Slot implements SeatSlot {
       this.#fatal ??= `bad frame from worker: ${error}`;
     }
     this.#dead = true;
-    this.#killGroup();
+    this.destroy();
     const tail = this.stderrTail().trim();
     this.#helloWaiter?.reject(
       new SlotError(`${this.#deathMessage()}${tail ? `\n${tail}` : ""}`),
@@ -393,8 +370,7 @@ export class Slot implements SeatSlot {
 
   #onFrame(raw: Frame): void {
     if (raw.child === true) {
-      // From a child, forwarded by the zygote, which tagged it last (its "c" wins over any the
-      // child wrote): only ever that child's, never a zygote frame (hello, forked, exited).
+      // A child's frame tagged by the zygote (its "c" wins): only that child's, never the zygote's.
       this.#children.get(Number(raw.c))?._deliver(raw);
       return;
     }
@@ -403,9 +379,9 @@ export class Slot implements SeatSlot {
       frame = parseZygoteReport(raw);
     } catch (error) {
       if (!(error instanceof FrameShapeError)) throw error;
-      // The zygote itself breaks the protocol: nothing it says can be trusted any more.
+      // The zygote broke the protocol: nothing it says can be trusted any more.
       this.#fatal ??= error.message;
-      this.#killGroup();
+      this.destroy();
       return;
     }
     switch (frame.t) {
@@ -415,8 +391,7 @@ export class Slot implements SeatSlot {
           python: frame.python,
           versions: frame.versions,
           mode: frame.mode,
-          // Exact when the monotonic clock can be read here (FFI); else an estimate that the
-          // fastest fork round trip refines below.
+          // Exact with FFI; else an estimate the fastest fork round trip refines.
           clockOffsetMs: monotonicOffsetMs() ?? performance.now() - frame.monotonic_ns / 1e6,
         };
         this.#helloWaiter?.resolve(this.hello);

@@ -1,20 +1,17 @@
 /**
- * Reading the files a worker wrote (result parts, captured output, large results) without
- * trusting them: a file is opened only if it is the very regular file `lstat` saw, so a program
- * cannot swap one for a symlink to a host file or a FIFO that blocks the open.
+ * Reading the files a worker wrote without trusting them: a file is opened only if it is the very
+ * regular file `lstat` saw, so a program cannot swap in a symlink to a host file or a FIFO.
  *
  * @module
  */
 import type { OutcomeFile, WorkerOutcome } from "./worker_protocol.ts";
 
-/**
- * Reads the head of a capture file: at most `limit` bytes, decoded as UTF-8 with replacement.
- */
+/** Reads the head of a capture file: at most `limit` bytes, decoded as UTF-8 with replacement. */
 export async function readCaptured(
   file: OutcomeFile | null,
   limit: number,
 ): Promise<{ text: string; truncated: boolean }> {
-  // Nothing written (the worker's size, taken after capture ended): nothing to open or read.
+  // Nothing written (the worker's size, taken after capture ended): nothing to open.
   if (!file || limit === 0 || file.size === 0) return { text: "", truncated: false };
   const handle = await openWorkerFile(file.path);
   try {
@@ -40,10 +37,7 @@ export class WorkerFileError extends Error {
   }
 }
 
-/**
- * Opens a regular file a worker wrote, refusing a symlink or anything else planted in its place:
- * the file opened must be the very inode `lstat` saw (and, when given, of the expected size).
- */
+/** Opens a regular file a worker wrote: the very inode `lstat` saw, of `expectedSize` if given. */
 export async function openWorkerFile(path: string, expectedSize?: number): Promise<Deno.FsFile> {
   const before = await Deno.lstat(path).catch(() => null);
   if (!before || !before.isFile) {
@@ -91,20 +85,7 @@ export async function readFully(file: Deno.FsFile, buffer: Uint8Array): Promise<
   return got;
 }
 
-/**
- * The outcome with the worker's result paths (as the worker sees them, in `workerDir`) as host
- * paths (in `hostDir`). Throws {@linkcode WorkerFileError} for a path outside that directory.
- *
- * @example
- * ```ts
- * import { hostPaths } from "./worker_files.ts";
- *
- * const outcome = hostPaths({ status: "COMPLETED", results: "{}", error: null, parts: [],
- *   stdout: { path: "/kcoral/results/stdout", size: 1 }, stderr: null },
- *   "/kcoral/results", "/tmp/kcoral-x/slots/0/results");
- * if (outcome.stdout?.path !== "/tmp/kcoral-x/slots/0/results/stdout") throw new Error();
- * ```
- */
+/** The outcome with its worker paths (in `workerDir`) as host paths (in `hostDir`). */
 export function hostPaths(
   outcome: WorkerOutcome,
   workerDir: string,

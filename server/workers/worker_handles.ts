@@ -1,9 +1,6 @@
 /**
- * What the rest of the server uses of a slot (a zygote) and of a worker child, as interfaces:
- * the pool starts slots and forks children, a run exchanges frames with a child
- * ({@linkcode ChildChannel}), dispatch reads a slot's diagnostics. `server/workers/slot.ts`
- * implements them over real processes; tests implement them with fakes
- * (server/workers/pool_test.ts, server/execute/execution_test.ts).
+ * What the rest of the server uses of a slot (a zygote) and a worker child, as interfaces:
+ * server/workers/slot.ts implements them over real processes, tests with fakes.
  *
  * @module
  */
@@ -16,10 +13,7 @@ export interface ZygoteHello {
   python: string;
   versions: Record<string, string>;
   mode: string;
-  /**
-   * `performance.now()` minus the zygote's monotonic clock, in ms (clock alignment): from the
-   * fork round trip that took least time (its midpoint), at first from `hello`'s arrival.
-   */
+  /** `performance.now()` minus the zygote's monotonic clock (ms), refined by fork round trips. */
   clockOffsetMs: number;
 }
 
@@ -28,19 +22,13 @@ export interface ChildReady {
   target: Record<string, string>;
   versions: Record<string, string>;
   deviceUuids: string[];
-  /**
-   * GPU and simulated workers: `"created"` (the context exists) or `"deferred"` (the first
-   * instruction that takes the lease creates it); absent on CPU workers.
-   */
+  /** GPU and simulated workers: the context is `"created"` or `"deferred"` to the first lease. */
   context?: "created" | "deferred";
 }
 
 /** How a child is initialized. */
 export interface ChildInit {
-  /**
-   * Learn the devices only (`"context": false`): no context is created, so neither the lease nor
-   * the initialization gate is needed. Default: create the context (under both).
-   */
+  /** Learn the devices only: no context, so neither lease nor initialization gate is needed. */
   deferContext?: boolean;
 }
 
@@ -52,10 +40,7 @@ export interface ChildExit {
   orphans: boolean;
   /** The whole slot (zygote) died; the child is gone with it. */
   slotDied: boolean;
-  /**
-   * The instruction the child last started in its current request, as its zygote read it from
-   * the page they share (`runtime_py/kcoral_runtime/progress.py`); `null`: none, or unknown.
-   */
+  /** The instruction the child last started, from the page it shares with its zygote. */
   instruction?: number | null;
 }
 
@@ -75,19 +60,13 @@ export interface ChildChannel {
   destroySlot(): Promise<void>;
 }
 
-/**
- * What the pool and dispatch use of a worker child: the frames of a run ({@linkcode ChildChannel})
- * and its lifecycle. {@linkcode WorkerChild} is the real one; tests use fakes.
- */
+/** What the pool and dispatch use of a worker child: its {@linkcode ChildChannel} and lifecycle. */
 export interface SeatChild extends ChildChannel {
   /** Its pid (in its zygote's pid namespace). */
   readonly pid: number;
   /** How it ended, once it has. */
   readonly exit: ChildExit | null;
-  /**
-   * Creates its device context (call while holding the lease for its GPUs), or, with
-   * `deferContext`, only learns its devices (no lease needed).
-   */
+  /** Creates its device context (under the lease), or with `deferContext` only finds devices. */
   init(options?: ChildInit): Promise<ChildReady>;
   /** Diagnostics and the clock alignment of the slot that forked it. */
   readonly slot: {

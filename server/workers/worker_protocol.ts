@@ -1,16 +1,7 @@
 /**
- * The frames a server exchanges with a slot's zygote and its children (docs/architecture.md
- * §2.1–2.4), as named types: what goes to the zygote, what goes to a child (relayed by the
- * zygote), what the zygote says, and what a child says. The Python side declares the same frames
- * as `TypedDict`s in `runtime_py/kcoral_runtime/frames.py`; a test keeps both in step with the
- * tables of docs/architecture.md.
- *
- * ```
- *   server ──fork/kill/shutdown/workspace──▶ zygote ──fork()──▶ child
- *   server ──init/run/lease granted──▶ zygote ──relay──▶ child
- *   server ◀──hello/forked/exited/error── zygote
- *   server ◀──relay (+"c","child":true)── zygote ◀──ready/instr/lease/outcome/clean── child
- * ```
+ * The frames a server exchanges with a slot's zygote and its children, as named types. The Python
+ * side declares the same frames in `runtime_py/kcoral_runtime/frames.py`; a test keeps both in
+ * step with docs/architecture.md.
  *
  * @module
  */
@@ -31,7 +22,7 @@ export type ZygoteCommand =
 
 /** Server → child (relayed by the zygote; `c` is added when sent). */
 export type ChildCommand =
-  /** `context: false`: learn the devices only; the first instruction that takes the lease creates it. */
+  /** `context: false`: learn the devices only; the first lease-taking instruction creates it. */
   | { t: "init"; context?: false }
   | { t: "run"; req: Omit<RunRequest, "program"> }
   | { t: "lease"; a: "granted" };
@@ -149,10 +140,7 @@ export interface WorkerOutcome {
   gpu_access?: { cuda_call: string; location: string; detected_at_ns: number } | null;
   /** The answer's JSON was this many bytes, over the response limit: it was not sent. */
   too_large?: number;
-  /**
-   * The request held the lease: the GPU-state receipt (`gpu_receipt.py`), unchecked here
-   * (server/execute/gpu_receipt.ts reads it).
-   */
+  /** The request held the lease: the GPU-state receipt, unchecked here (see gpu_receipt.ts). */
   gpu_receipt?: unknown;
 }
 
@@ -232,34 +220,12 @@ function _check<T>(
   return frame as unknown as T;
 }
 
-/**
- * A zygote's own frame, typed; throws {@linkcode FrameShapeError} for an unknown type or a
- * field of the wrong shape.
- *
- * @example
- * ```ts
- * import { parseZygoteReport } from "./worker_protocol.ts";
- *
- * const report = parseZygoteReport({ t: "forked", c: 1, pid: 42, monotonic_ns: 1 });
- * if (report.t !== "forked" || report.pid !== 42) throw new Error();
- * ```
- */
+/** A zygote's own frame, typed; throws {@linkcode FrameShapeError} for a bad type or field. */
 export function parseZygoteReport(frame: Frame): ZygoteReport {
   return _check<ZygoteReport>(frame, _ZYGOTE_FIELDS);
 }
 
-/**
- * A child's frame (relayed by its zygote), typed; throws {@linkcode FrameShapeError} for an
- * unknown type or a field of the wrong shape.
- *
- * @example
- * ```ts
- * import { parseChildReport } from "./worker_protocol.ts";
- *
- * const report = parseChildReport({ t: "instr", c: 1, i: 2, child: true });
- * if (report.t !== "instr" || report.i !== 2) throw new Error();
- * ```
- */
+/** A child's frame (relayed by its zygote), typed; throws {@linkcode FrameShapeError}. */
 export function parseChildReport(frame: Frame): ChildReport {
   return _check<ChildReport>(frame, _CHILD_FIELDS);
 }

@@ -6,7 +6,7 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { RESERVED_DIR, RESERVED_SUBDIRS, SeatWorkspaces } from "./workspace.ts";
+import { emptyDirectory, RESERVED_DIR, RESERVED_SUBDIRS, SeatWorkspaces } from "./workspace.ts";
 
 /** Entries under `dir` (recursively), each with its mode, sorted. */
 function layout(dir: string, prefix = ""): string[] {
@@ -98,3 +98,11 @@ for (const sandboxed of [true, false]) {
     }
   });
 }
+
+Deno.test("emptyDirectory: what a request left is removed", async () => {
+  const dir = await Deno.makeTempDir();
+  await Deno.writeTextFile(`${dir}/part`, "x");
+  await emptyDirectory(dir);
+  assert.equal([...Deno.readDirSync(dir)].length, 0);
+  await Deno.remove(dir);
+});
