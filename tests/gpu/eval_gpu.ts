@@ -195,11 +195,11 @@ try {
         JSON.stringify(`${ROOT}evals/problems/gemm_fp32/reference.py`)
       }).read(), 'reference')`,
       "sets = []",
-      "for s in (1, 2):",
+      "for s in (1, 2, 3):",
       "    torch.manual_seed(s); sets.append(w._to_device(list(ref.get_inputs()), 'cuda'))",
       "with torch.no_grad():",
       "    m = w._build_model(ref.Model, list(ref.get_init_inputs()), 42, 'cuda')",
-      "    print(json.dumps(time_model('local', Rotation(m, sets), {}, 'cuda')['latency_ms_median']))",
+      "    print(json.dumps(time_model('local', Rotation(m, sets), w.timing_settings(None, 'cuda'), 'cuda')['latency_ms_median']))",
     ].join("\n");
     const out = await new Deno.Command("python3", {
       args: ["-c", script],
