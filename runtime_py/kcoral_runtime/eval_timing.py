@@ -8,8 +8,8 @@
       |       when nondeterminism is allowed)
       |     the next set: the timing sets in a new random order every round, never the same set
       |       twice in a row
-      |     its copy written into one of SLOTS places chosen at random, never the previous
-      |       call's, so two calls in a row never see the same addresses
+      |     its copy written into one of SLOTS places (CPU_SLOTS on the CPU) chosen at random,
+      |       never the previous call's, so two calls in a row never see the same addresses
       |- GPU: benchmarking.measure(..., before_call=Rotation.before) (all-stream CUPTI spans)
       |  CPU: a host timer (time.perf_counter_ns) around each call; timing "cpu"
       '- Rotation.finish(): the last call checked; each set's latest output kept for the judge
@@ -40,10 +40,13 @@ from .timing_stats import summarize_times
 # flagged by eval_integrity).
 _host_clock_ns = time.perf_counter_ns
 
-# Places a call's input copies can land in: the previous call's is never chosen. Twelve, not
-# three: where a process's few places land moves a memory-bound kernel's median by up to ~5 %,
-# and twelve average that out (decisions/eval-rotation-places.md).
+# Places a call's input copies can land in: the previous call's is never chosen. On a GPU
+# twelve: where a process's few places land moves a memory-bound kernel's median by up to ~5 %,
+# and twelve average that out; on the CPU three, because twelve places' worth of memory made the
+# CPU timings of an allocating reference several times slower than an in-place candidate's
+# (decisions/eval-rotation-places.md).
 SLOTS = 12
+CPU_SLOTS = 3
 
 
 def random_below(n: int) -> int:
@@ -82,7 +85,11 @@ def same_value(a: Any, b: Any, tolerance: Optional[Dict[str, float]] = None,
             return bool(torch.equal(a, b)) or bool(
                 a.dtype.is_floating_point and torch.equal(torch.isnan(a), torch.isnan(b))
                 and torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)))
-        if torch.equal(a, b):  # the usual case, a deterministic kernel: one pass, no temporaries
+        # On a GPU, bit-equal outputs (a deterministic kernel) skip the tolerance comparison's
+        # passes. Not on the CPU: there its temporaries, freed before the next timed call, set
+        # glibc's mmap threshold that call's allocations meet, and the CPU path's timings were
+        # measured with them (without, an allocating reference read 10x slower in the tests).
+        if a.is_cuda and torch.equal(a, b):
             return True
         atol, rtol = tolerance_for(str(a.dtype).replace("torch.", ""), tolerance)
         wide = torch.float64 if a.dtype == torch.float64 else torch.float32
@@ -101,6 +108,17 @@ def same_value(a: Any, b: Any, tolerance: Optional[Dict[str, float]] = None,
         return a is b
 
 
+def _on_cuda(value: Any) -> bool:
+    """Whether any tensor in ``value`` (nested lists and tuples) sits on a CUDA device."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.is_cuda
+    if isinstance(value, (list, tuple)):
+        return any(_on_cuda(v) for v in value)
+    return False
+
+
 class Rotation:
     """The per-call state of a timed run (module docstring)."""
 
@@ -110,6 +128,7 @@ class Rotation:
             raise ValueError("timing needs at least one input set")
         self.fn = fn
         self.sets = [list(s) for s in sets]
+        self.slots = SLOTS if _on_cuda(self.sets) else CPU_SLOTS
         self.tolerance = tolerance
         self.set_index = -1  # the set of the current call
         self.slot = -1  # the place of the current call's copies
@@ -150,7 +169,7 @@ class Rotation:
         return self._order.pop(0)
 
     def _next_slot(self) -> int:
-        others = [s for s in range(SLOTS) if s != self.slot]
+        others = [s for s in range(self.slots) if s != self.slot]
         return others[random_below(len(others))]
 
     def _place(self, value: Any, numbers: List[int]) -> Any:
@@ -242,4 +261,4 @@ def time_model(label: str, rotation: Rotation, settings: Dict[str, Any], device:
     return result
 
 
-__all__ = ["Rotation", "SLOTS", "time_model", "clone_value", "same_value", "random_below"]
+__all__ = ["Rotation", "SLOTS", "CPU_SLOTS", "time_model", "clone_value", "same_value", "random_below"]

@@ -32,7 +32,8 @@ from kcoral_runtime.eval_compare import (  # noqa: E402
     tolerance_for,
 )
 from kcoral_runtime.eval_physics import floor_ms, peaks_for  # noqa: E402
-from kcoral_runtime.eval_timing import SLOTS, Rotation, same_value, time_model  # noqa: E402
+from kcoral_runtime.eval_timing import (  # noqa: E402
+    CPU_SLOTS, SLOTS, Rotation, same_value, time_model)
 from kcoral_runtime.eval_verdict import FLAGS, bracket_report, build_verdict, speedup_of  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "eval"
@@ -299,6 +300,13 @@ def test_compare_uses_override_and_half_precision_defaults() -> None:
 # --------------------------------------------------------------------------- timing rotation
 
 
+def test_rotation_places_per_device(monkeypatch: Any) -> None:
+    # Twelve places where the sets sit on a GPU, three on the CPU (decisions/eval-rotation-places.md).
+    assert Rotation(lambda x: x, [[torch.ones(2)], [1]]).slots == CPU_SLOTS == 3
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    assert Rotation(lambda x: x, [[1, (torch.ones(2),)]]).slots == SLOTS == 12
+
+
 def test_rotation_gives_fresh_copies_and_checks_every_call() -> None:
     sets = [[torch.full((4,), float(k))] for k in range(3)]
     seen = []
@@ -316,7 +324,7 @@ def test_rotation_gives_fresh_copies_and_checks_every_call() -> None:
     assert [sorted(order[i:i + 3]) for i in (0, 3, 6)] == [[0, 1, 2]] * 3
     assert all(order[i] != order[i + 1] for i in range(len(order) - 1))
     assert all(seen[i][0] != seen[i + 1][0] for i in range(len(seen) - 1))
-    assert len({ptr for ptr, _ in seen}) <= SLOTS
+    assert rotation.slots == CPU_SLOTS and len({ptr for ptr, _ in seen}) <= CPU_SLOTS
     assert rotation.report() == {"calls": 9, "inputs_modified": 0, "outputs_inconsistent": 0}
     assert sorted(rotation.latest) == [0, 1, 2]
     assert torch.equal(rotation.latest[2].data, torch.full((4,), 4.0))
@@ -425,7 +433,7 @@ def test_same_value_tolerance_and_nan() -> None:
     assert same_value({"y": torch.ones(2)}, {"y": torch.ones(2)})
     assert not same_value({"y": torch.ones(2)}, {"y": torch.zeros(2)})
     assert not same_value({"y": torch.ones(2)}, {"z": torch.ones(2)})
-    # Bit-equal tensors short-cut the tolerance comparison; NaN in both still compares equal.
+    # NaN in both compares equal with a tolerance too (on a GPU bit-equal tensors skip it).
     b = torch.tensor([1.0, float("nan"), 2.0])
     assert same_value(b, b.clone(), None, exact=False)
     assert not same_value(b, torch.tensor([1.0, 0.0, 2.0]), None, exact=False)
