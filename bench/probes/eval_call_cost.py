@@ -14,7 +14,6 @@ a 2.67 ms kernel. Per problem, in one process, on the reference model and three 
         [--problems gemm_fp32,layernorm] [--settings '{"warmup":25,"repeat":100}' ...]
 """
 
-import importlib.util
 import json
 import os
 import statistics
@@ -22,6 +21,9 @@ import sys
 import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _timing import problem_on_gpu  # noqa: E402  (bench/probes/_timing.py)
 
 from kcoral_runtime.benchmarking import Settings, measure
 from kcoral_runtime.eval_bundle import capture_value
@@ -32,13 +34,6 @@ from kcoral_runtime.eval_worker import EVAL_TIMING
 def _args(name: str):
     return [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == name]
 
-
-def _problem(name: str):
-    path = os.path.join("evals", "problems", name, "reference.py")
-    spec = importlib.util.spec_from_file_location(f"call_cost_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _wall_ms(fn) -> float:
@@ -83,14 +78,7 @@ def main() -> None:
     ]
     print(f"{torch.cuda.get_device_name(0)}")
     for name in problems:
-        module = _problem(name)
-        torch.manual_seed(42)
-        model = module.Model(*module.get_init_inputs()).cuda()
-        sets = []
-        for seed in (1, 2, 3):
-            torch.manual_seed(seed)
-            sets.append([v.cuda() if isinstance(v, torch.Tensor) else v
-                         for v in module.get_inputs()])
+        _, model, sets = problem_on_gpu(name)
         print(f"\n| {name} | wall ms | per call ms | median ms | rel CI | calls |")
         print("|---|---|---|---|---|---|")
         with torch.no_grad():

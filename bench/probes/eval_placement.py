@@ -15,12 +15,14 @@ each after a pad of random size shifts the allocator, alternating ``--slots`` co
         [--problems layernorm,linear_bias_gelu_bf16] [--runs 6] [--slots 3,12]
 """
 
-import importlib.util
 import os
 import statistics
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _timing import problem_on_gpu  # noqa: E402  (bench/probes/_timing.py)
 
 from kcoral_runtime import eval_timing
 from kcoral_runtime.benchmarking import Settings, measure
@@ -30,13 +32,6 @@ from kcoral_runtime.eval_timing import Rotation
 def _arg(name: str, default: str) -> str:
     return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
 
-
-def _problem(name: str):
-    path = os.path.join("evals", "problems", name, "reference.py")
-    spec = importlib.util.spec_from_file_location(f"placement_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def one_run(model, sets, slots: int):
@@ -69,13 +64,7 @@ def main() -> None:
     counts = [int(c) for c in _arg("--slots", "3,12").split(",")]
     print(f"{torch.cuda.get_device_name(0)}; {runs} runs per slot count, alternating")
     for name in problems:
-        module = _problem(name)
-        torch.manual_seed(42)
-        model = module.Model(*module.get_init_inputs()).cuda()
-        sets = []
-        for seed in (1, 2, 3):
-            torch.manual_seed(seed)
-            sets.append([v.cuda() if isinstance(v, torch.Tensor) else v for v in module.get_inputs()])
+        _, model, sets = problem_on_gpu(name)
         medians = {c: [] for c in counts}
         with torch.no_grad():
             for r in range(runs):
