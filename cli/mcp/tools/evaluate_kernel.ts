@@ -48,10 +48,15 @@ export const evaluateKernelInput = {
       "DETERMINISTIC = False)",
   ),
   excessive_speedup: z.number().gt(1).default(10).describe("flag speedups above this"),
-  warmup: z.number().int().nonnegative().optional().describe("untimed calls before timing"),
-  repeat: z.number().int().positive().optional().describe("timed calls"),
-  adaptive: z.boolean().default(false).describe(
-    "GPU: time in rounds until the median's 95 % CI is within 0.5 %",
+  warmup: z.number().int().nonnegative().optional().describe(
+    "untimed calls before timing (GPU default 10, CPU 2)",
+  ),
+  repeat: z.number().int().positive().optional().describe(
+    "timed calls: a fixed count unless adaptive is true, then the round size",
+  ),
+  adaptive: z.boolean().optional().describe(
+    "GPU: time in rounds until the median's 95 % CI is within 0.5 % or 1 s (the default unless " +
+      "repeat is given)",
   ),
   bracket: z.boolean().default(true).describe(
     "also time the reference in the candidate's worker before the candidate loads, so that " +
@@ -188,7 +193,7 @@ async function _evaluate(input: _Input, settings: McpSettings, call: CallContext
     timing: {
       ...(input.warmup === undefined ? {} : { warmup: input.warmup }),
       ...(input.repeat === undefined ? {} : { repeat: input.repeat }),
-      ...(input.adaptive ? { adaptive: true } : {}),
+      ...(input.adaptive === undefined ? {} : { adaptive: input.adaptive }),
     },
     bracket: input.bracket,
     files,
