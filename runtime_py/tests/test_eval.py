@@ -720,17 +720,7 @@ import os
 CALLS_AT_IMPORT = open("reference_calls").read().split() if os.path.exists("reference_calls") else []
 with open("candidate_saw", "w") as f:
     f.write(" ".join(CALLS_AT_IMPORT))
-
-import torch.nn as nn
-
-class ModelNew(nn.Module):
-    def __init__(self, alpha):
-        super().__init__()
-        self.alpha = alpha
-
-    def forward(self, x, y):
-        return x * self.alpha + y
-"""
+""" + (FIXTURES / "scale_add_honest.py").read_text()
 
 
 def test_bracket_times_the_reference_on_its_own_set_before_the_candidate_loads(
