@@ -85,12 +85,6 @@ def same_value(a: Any, b: Any, tolerance: Optional[Dict[str, float]] = None,
             return bool(torch.equal(a, b)) or bool(
                 a.dtype.is_floating_point and torch.equal(torch.isnan(a), torch.isnan(b))
                 and torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)))
-        # On a GPU, bit-equal outputs (a deterministic kernel) skip the tolerance comparison's
-        # passes. Not on the CPU: there its temporaries, freed before the next timed call, set
-        # glibc's mmap threshold that call's allocations meet, and the CPU path's timings were
-        # measured with them (without, an allocating reference read 10x slower in the tests).
-        if a.is_cuda and torch.equal(a, b):
-            return True
         atol, rtol = tolerance_for(str(a.dtype).replace("torch.", ""), tolerance)
         wide = torch.float64 if a.dtype == torch.float64 else torch.float32
         return bool(torch.isclose(a.to(wide), b.to(wide), rtol=rtol, atol=atol,
