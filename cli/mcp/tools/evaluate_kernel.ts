@@ -13,6 +13,7 @@ import {
   Client,
   DEFAULT_TIMING_SETS,
   type EvaluateOptions,
+  type EvaluateTiming,
   VERDICT_FLAGS,
 } from "../../../client/mod.ts";
 import { readSendFiles } from "../../eval_files.ts";
@@ -106,6 +107,17 @@ export const evaluateKernelOutput = {
 
 type _Input = z.infer<z.ZodObject<typeof evaluateKernelInput>>;
 
+/** The timing settings a call gives: only those it names (the runtime fills in the rest). */
+export function evaluateTiming(
+  input: Pick<_Input, "warmup" | "repeat" | "adaptive">,
+): EvaluateTiming {
+  return {
+    ...(input.warmup === undefined ? {} : { warmup: input.warmup }),
+    ...(input.repeat === undefined ? {} : { repeat: input.repeat }),
+    ...(input.adaptive === undefined ? {} : { adaptive: input.adaptive }),
+  };
+}
+
 /**
  * Register `evaluate_kernel` on `server`.
  *
@@ -190,11 +202,7 @@ async function _evaluate(input: _Input, settings: McpSettings, call: CallContext
     tolerance,
     determinism: input.determinism,
     excessiveSpeedup: input.excessive_speedup,
-    timing: {
-      ...(input.warmup === undefined ? {} : { warmup: input.warmup }),
-      ...(input.repeat === undefined ? {} : { repeat: input.repeat }),
-      ...(input.adaptive === undefined ? {} : { adaptive: input.adaptive }),
-    },
+    timing: evaluateTiming(input),
     bracket: input.bracket,
     files,
     ...(inputsClient === null ? {} : { inputsClient }),
