@@ -255,4 +255,5 @@ def time_model(label: str, rotation: Rotation, settings: Dict[str, Any], device:
     return result
 
 
-__all__ = ["Rotation", "SLOTS", "CPU_SLOTS", "time_model", "clone_value", "same_value", "random_below"]
+__all__ = ["Rotation", "SLOTS", "CPU_SLOTS", "time_model", "clone_value", "same_value",
+           "random_below"]

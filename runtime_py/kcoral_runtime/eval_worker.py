@@ -250,10 +250,9 @@ def _error(phase: str, exc: BaseException) -> Dict[str, Any]:
 
 
 # A verdict's timing on a GPU unless the request says otherwise: 10 warmup calls, then rounds of
-# 20 until the median's 95 % CI half-width is within 0.5 % or a second has passed. A 4096² fp32
-# GEMM is done after one round (30 calls instead of 125, 0.17-0.29 s instead of 0.68-1.0 on an
-# H100); a memory-bound kernel whose time depends on where its input copies land stops at the
-# second (decisions/eval-adaptive-timing.md).
+# 20 until the median's 95 % CI half-width is within 0.5 % or a second has passed: a compute-bound
+# kernel stops after one round, one whose time depends on where its inputs land at the second
+# (decisions/eval-adaptive-timing.md).
 EVAL_TIMING = {"warmup": 10, "repeat": 20, "adaptive": True, "target_rel_ci": 0.005,
                "budget_s": 1.0}
 
