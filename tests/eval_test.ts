@@ -223,7 +223,11 @@ evalTest(
         ["linear_reference.py", "linear_own_weights.py", false, ["timed_outputs_incorrect"]],
       ];
       for (const [reference, candidate, correct, flags] of cases) {
-        assertVerdict(await evaluate(server.url, reference, candidate), correct, flags, candidate);
+        // excessive_speedup is checked by the slow reference's case only: a hack that returns
+        // cached outputs can read 10x faster on a loaded CI CPU, which says nothing of the rest.
+        const extra = flags.includes("excessive_speedup") ? {} : { excessiveSpeedup: 1e6 };
+        const verdict = await evaluate(server.url, reference, candidate, extra);
+        assertVerdict(verdict, correct, flags, candidate);
       }
       // Options reach the judge: determinism off clears the jitter; a loose atol is reported.
       const jitter = await evaluate(server.url, "scale_add_reference.py", "scale_add_jitter.py", {
