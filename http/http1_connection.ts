@@ -11,6 +11,7 @@ import { errorBody, errorMessage } from "../protocol/errors.ts";
 import { concatBytes } from "../protocol/bytes.ts";
 import { ClientGoneError, ConnectionInput, RequestBody } from "./http1_input.ts";
 import { httpDate, reasonPhrase, writeAll, writeResponse } from "./http1_response.ts";
+import { withWholeBody } from "./whole_body.ts";
 import { headEnd, HeadError, parseRequestHead, type RequestHead } from "./http1_head.ts";
 import { protocolSwitchOf, type SwitchedConnection, switchingHead } from "./http1_switch.ts";
 
@@ -305,6 +306,7 @@ export class Http1Connection {
         signal: gone.signal,
         duplex: "half",
       } as RequestInit);
+      if (whole) withWholeBody(request, whole);
     } catch {
       watch.stop();
       await this.#refuse(

@@ -43,6 +43,11 @@ export class ConnectionInput {
   more(): Promise<boolean> {
     if (this.#pending) return this.#pending;
     if (this.ended) return Promise.resolve(false);
+    // A read into a short tail would split the next request's head over two reads.
+    if (this.start === this.end) this.start = this.end = 0;
+    else if (this.start > 0 && this.buffer.length - this.end < this.buffer.length / 4) {
+      this.#makeRoom();
+    }
     if (this.end === this.buffer.length) this.#makeRoom();
     this.#pending = this.conn.read(this.buffer.subarray(this.end)).then((n) => {
       this.#pending = null;

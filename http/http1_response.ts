@@ -8,6 +8,7 @@
  */
 import { concatBytes } from "../protocol/bytes.ts";
 import type { RequestHead } from "./http1_head.ts";
+import { wholeBody } from "./whole_body.ts";
 
 const _BODY_CHUNK = 64 * 1024;
 const _encoder = new TextEncoder();
@@ -58,6 +59,13 @@ export async function writeResponse(
   if (!seen.date) lines += `date: ${httpDate()}\r\n`;
   if (!keepAlive) lines += "connection: close\r\n";
   const bodyless = head.method === "HEAD" || status === 204 || status === 304 || status < 200;
+  const whole = bodyless ? undefined : wholeBody(response);
+  if (whole && (declared === null || Number(declared) === whole.length)) {
+    // Bytes kept whole beside the answer: with their length, in one write with the head.
+    if (declared === null) lines += `content-length: ${whole.length}\r\n`;
+    return await writeAll(conn, concatBytes([_encoder.encode(`${lines}\r\n`), whole]))
+      .then(() => true, () => false);
+  }
   if (!bodyless && declared !== null && Number(declared) <= _BODY_CHUNK) {
     // A small answer of declared length: its bytes (a string's or bytes' without a stream).
     try {

@@ -21,6 +21,7 @@ import { releaseBuffer } from "../protocol/bytes.ts";
 import { isLiveOutput } from "../protocol/live_output.ts";
 import { Rejection } from "../http/rejection.ts";
 import { withFieldLines } from "../http/http1_response.ts";
+import { withWholeBody } from "../http/whole_body.ts";
 import type { SlotLease } from "./connections.ts";
 import { type FinishReason, type RequestTrace, routerRejections } from "./finish.ts";
 import type { ForwardContext } from "./forward_context.ts";
@@ -126,7 +127,7 @@ async function _answer(
     if (whole) {
       if (bodyless) return respond(null);
       responseHeaders.push(["content-length", String(whole.length)]);
-      return respond(whole);
+      return withWholeBody(respond(whole), whole);
     }
   }
   const body = _responseBody(exchange, interrupted, lease, trace);

@@ -13,6 +13,7 @@
  */
 import { isValidNodeId, MAX_DATA_BYTES, NODE_HEADER } from "../link/messages.ts";
 import { BodyTimeoutError, declaredLength } from "../http/request_body.ts";
+import { wholeBody } from "../http/whole_body.ts";
 import type { Rejection } from "../http/rejection.ts";
 import type { ForwardContext } from "./forward_context.ts";
 import { routerRejections } from "./finish.ts";
@@ -82,6 +83,8 @@ async function _smallBody(
  * with; a promise chain rather than an `async` function, one layer less on every small request.
  */
 function _readBody(request: Request): Promise<Uint8Array | Rejection> {
+  const whole = wholeBody(request);
+  if (whole) return Promise.resolve(whole);
   return request.body
     ? request.bytes().catch(bodyReadRejection)
     : Promise.resolve(new Uint8Array(0));

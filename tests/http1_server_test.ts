@@ -11,6 +11,7 @@ import assert from "node:assert/strict";
 import { HeadError, parseRequestHead } from "../http/http1_head.ts";
 import { serveHttp1, switchProtocols } from "../http/http1_server.ts";
 import { withFieldLines } from "../http/http1_response.ts";
+import { wholeBody, withWholeBody } from "../http/whole_body.ts";
 import { releaseBuffer } from "../protocol/bytes.ts";
 import { BodyTimeoutError } from "../http/request_body.ts";
 
@@ -109,6 +110,40 @@ Deno.test("http1 server: bodies by length and chunked, pipelined on one connecti
     assert.equal(answers.length, 3);
     assert.match(answers[2], /connection: close/);
     assert.match(answers[1], /got 5$/);
+  } finally {
+    await server.shutdown();
+  }
+});
+
+Deno.test("http1 server: a small body that came with its head is kept whole; an answer's bytes kept whole go with their length", async () => {
+  const kept: (string | undefined)[] = [];
+  const server = serveHttp1({
+    hostname: "127.0.0.1",
+    port: 0,
+    handler: async (request) => {
+      const whole = wholeBody(request);
+      kept.push(whole && _decoder.decode(whole));
+      // The stream still gives the bytes; once it is used, none are kept.
+      const text = await request.text();
+      kept.push(wholeBody(request) && "still kept");
+      const bytes = _encoder.encode(`got ${text}`);
+      return withWholeBody(new Response(bytes), bytes);
+    },
+  });
+  try {
+    const text = await exchange(server.addr.port, [
+      "POST /a HTTP/1.1\r\nhost: h\r\ncontent-length: 5\r\n\r\nhello",
+      // A body that comes after its head is streamed: nothing kept.
+      "POST /b HTTP/1.1\r\nhost: h\r\ncontent-length: 3\r\nconnection: close\r\n\r\n",
+      "abc",
+    ], 50);
+    assert.deepEqual(kept, ["hello", undefined, undefined, undefined]);
+    const answers = text.split("HTTP/1.1 200 OK").slice(1);
+    assert.equal(answers.length, 2);
+    assert.match(answers[0], /content-length: 9\r\n/);
+    assert.doesNotMatch(answers[0], /transfer-encoding/);
+    assert.match(answers[0], /\r\n\r\ngot hello$/);
+    assert.match(answers[1], /\r\n\r\ngot abc$/);
   } finally {
     await server.shutdown();
   }
