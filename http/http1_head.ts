@@ -47,10 +47,10 @@ export interface RequestHead {
   upgrade: boolean;
 }
 
-// RFC 9110 tchar.
-const _TOKEN = _byteTable(
-  "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
-);
+const _TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+// Visible ASCII, obs-text, space and tab; no other control character.
+const _FIELD_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
+const _TARGET = /^[\x21-\x7e\x80-\xff]+$/;
 const _latin1 = new TextDecoder("latin1");
 
 /**
@@ -81,9 +81,9 @@ export function parseRequestHead(bytes: Uint8Array): RequestHead {
   const parts = requestLine.split(" ");
   if (parts.length !== 3) throw new HeadError(`invalid HTTP request line: ${_show(requestLine)}`);
   const [method, target, protocol] = parts;
-  if (!_isToken(method)) throw new HeadError(`invalid HTTP method: ${_show(method)}`);
+  if (!_TOKEN.test(method)) throw new HeadError(`invalid HTTP method: ${_show(method)}`);
   if (
-    !_isTarget(target) || (target[0] !== "/" && target !== "*" && !/^https?:\/\//i.test(target))
+    !_TARGET.test(target) || (target[0] !== "/" && target !== "*" && !/^https?:\/\//i.test(target))
   ) {
     throw new HeadError(`invalid request target: ${_show(target)}`);
   }
@@ -93,8 +93,8 @@ export function parseRequestHead(bytes: Uint8Array): RequestHead {
       : new HeadError(`invalid HTTP version: ${_show(protocol)}`);
   }
   const fields: [string, string][] = [];
-  const lengths: string[] = [];
-  const encodings: string[] = [];
+  let lengths: string[] = [];
+  let encodings: string[] = [];
   let hosts = 0;
   let connection = "";
   let expect = "";
@@ -106,15 +106,15 @@ export function parseRequestHead(bytes: Uint8Array): RequestHead {
     const colon = line.indexOf(":");
     if (colon <= 0) throw new HeadError(`invalid header line: ${_show(line)}`);
     const name = line.slice(0, colon);
-    if (!_isToken(name)) throw new HeadError(`invalid header field name: ${_show(name)}`);
-    const value = _trimmedValue(line, colon + 1);
-    if (!_isFieldValue(value)) {
+    if (!_TOKEN.test(name)) throw new HeadError(`invalid header field name: ${_show(name)}`);
+    const value = line.slice(colon + 1).replace(/^[ \t]+|[ \t]+$/g, "");
+    if (!_FIELD_VALUE.test(value)) {
       throw new HeadError(`invalid characters in header field ${_show(name)}`);
     }
     const lower = name.toLowerCase();
     fields.push([lower, value]);
-    if (lower === "content-length") lengths.push(...value.split(","));
-    else if (lower === "transfer-encoding") encodings.push(...value.split(","));
+    if (lower === "content-length") lengths = lengths.concat(value.split(","));
+    else if (lower === "transfer-encoding") encodings = encodings.concat(value.split(","));
     else if (lower === "host") hosts++;
     else if (lower === "connection") connection += `,${value.toLowerCase()}`;
     else if (lower === "expect") expect = value.toLowerCase();
@@ -128,7 +128,7 @@ export function parseRequestHead(bytes: Uint8Array): RequestHead {
     encodings.map((value) => value.trim().toLowerCase()).filter((value) => value !== ""),
     version,
   );
-  const options = connection === "" ? [] : connection.split(",").map((option) => option.trim());
+  const options = connection.split(",").map((option) => option.trim());
   return {
     method,
     target,
@@ -167,50 +167,6 @@ function _line(raw: string): string {
   const line = raw.endsWith("\r") ? raw.slice(0, -1) : raw;
   if (line.includes("\r")) throw new HeadError("a bare CR in the request head");
   return line;
-}
-
-/** A table of the bytes in `chars`: 1 for each, 0 for any other. */
-function _byteTable(chars: string): Uint8Array {
-  const table = new Uint8Array(256);
-  for (let i = 0; i < chars.length; i++) table[chars.charCodeAt(i)] = 1;
-  return table;
-}
-
-/** A token (RFC 9110 §5.6.2): one or more tchar. */
-function _isToken(text: string): boolean {
-  if (text.length === 0) return false;
-  for (let i = 0; i < text.length; i++) {
-    const code = text.charCodeAt(i);
-    if (code > 255 || _TOKEN[code] === 0) return false;
-  }
-  return true;
-}
-
-/** A request target's characters: visible ASCII and obs-text, at least one. */
-function _isTarget(text: string): boolean {
-  if (text.length === 0) return false;
-  for (let i = 0; i < text.length; i++) {
-    const code = text.charCodeAt(i);
-    if (code < 0x21 || code === 0x7f || code > 0xff) return false;
-  }
-  return true;
-}
-
-/** A field value's characters: visible ASCII, obs-text, space and tab; no other control. */
-function _isFieldValue(text: string): boolean {
-  for (let i = 0; i < text.length; i++) {
-    const code = text.charCodeAt(i);
-    if ((code < 0x20 && code !== 9) || code === 0x7f || code > 0xff) return false;
-  }
-  return true;
-}
-
-/** `line` from `start`, without leading and trailing spaces and tabs. */
-function _trimmedValue(line: string, start: number): string {
-  let end = line.length;
-  while (start < end && (line.charCodeAt(start) === 32 || line.charCodeAt(start) === 9)) start++;
-  while (end > start && (line.charCodeAt(end - 1) === 32 || line.charCodeAt(end - 1) === 9)) end--;
-  return line.slice(start, end);
 }
 
 /** A piece of the head for a message: quoted, at most 80 characters. */
