@@ -303,11 +303,9 @@ export class Http1Connection {
         method: head.method,
         headers: head.fields,
         body: whole ?? body?.stream ?? null,
+        signal: gone.signal,
         duplex: "half",
       } as RequestInit);
-      // The connection's own signal, as `Deno.serve` gives its own: a `signal` in the init would
-      // make a second one that follows it (AbortSignal.any's machinery, per request).
-      Object.defineProperty(request, "signal", { value: gone.signal });
       if (whole) withWholeBody(request, whole);
     } catch {
       watch.stop();
