@@ -29,6 +29,7 @@ import type { OptionTable, OptionTableValues } from "../options/spec.ts";
 import { versionLine } from "../options/version.ts";
 import { describeError } from "./run/execute.ts";
 import { readSendFiles } from "./eval_files.ts";
+import { evaluateTiming } from "./eval_timing.ts";
 import { resolveServerAddress, serverAddressOptions } from "./server_address.ts";
 
 /** The options of `kcoral eval`. */
@@ -387,11 +388,11 @@ export async function evalMain(
       tolerance,
       determinism: (values.determinism ?? "auto") as "auto" | "on" | "off",
       excessiveSpeedup: values.excessiveSpeedup ?? 10,
-      timing: {
-        ...(numbers.warmup === undefined ? {} : { warmup: numbers.warmup }),
-        ...(numbers.repeat === undefined ? {} : { repeat: numbers.repeat }),
-        ...(values.adaptive ? { adaptive: true } : {}),
-      },
+      timing: evaluateTiming({
+        warmup: numbers.warmup,
+        repeat: numbers.repeat,
+        adaptive: values.adaptive ? true : undefined,
+      }),
       ...(values.noBracket ? { bracket: false } : {}),
       files: await readSendFiles(values.send ?? [], Deno.cwd()),
       ...(inputsClient === null ? {} : { inputsClient }),

@@ -13,10 +13,10 @@ import {
   Client,
   DEFAULT_TIMING_SETS,
   type EvaluateOptions,
-  type EvaluateTiming,
   VERDICT_FLAGS,
 } from "../../../client/mod.ts";
 import { readSendFiles } from "../../eval_files.ts";
+import { evaluateTiming } from "../../eval_timing.ts";
 import { type CallContext, runCall, type ToolExtra, ToolFailure } from "../call.ts";
 import { checkSendPath } from "../local_files.ts";
 import type { McpSettings } from "../settings.ts";
@@ -106,17 +106,6 @@ export const evaluateKernelOutput = {
 };
 
 type _Input = z.infer<z.ZodObject<typeof evaluateKernelInput>>;
-
-/** The timing settings a call gives: only those it names (the runtime fills in the rest). */
-export function evaluateTiming(
-  input: Pick<_Input, "warmup" | "repeat" | "adaptive">,
-): EvaluateTiming {
-  return {
-    ...(input.warmup === undefined ? {} : { warmup: input.warmup }),
-    ...(input.repeat === undefined ? {} : { repeat: input.repeat }),
-    ...(input.adaptive === undefined ? {} : { adaptive: input.adaptive }),
-  };
-}
 
 /**
  * Register `evaluate_kernel` on `server`.

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
-import { evaluateTiming } from "./evaluate_kernel.ts";
+import { evaluateTiming } from "./eval_timing.ts";
 
-Deno.test("evaluate_kernel: timing settings go as given, adaptive false included", () => {
+Deno.test("eval_timing: timing settings go as given, adaptive false included", () => {
   assert.deepEqual(evaluateTiming({}), {});
   assert.deepEqual(evaluateTiming({ repeat: 50 }), { repeat: 50 });
   // adaptive: false asks for a fixed count on a GPU (the runtime's default there is adaptive).
