@@ -45,10 +45,8 @@ export class ConnectionInput {
     if (this.ended) return Promise.resolve(false);
     // A read into a short tail would split the next request's head over two reads.
     if (this.start === this.end) this.start = this.end = 0;
-    else if (this.start > 0 && this.buffer.length - this.end < this.buffer.length / 4) {
-      this.#makeRoom();
-    }
-    if (this.end === this.buffer.length) this.#makeRoom();
+    const tail = this.buffer.length - this.end;
+    if (tail === 0 || (this.start > 0 && tail < this.buffer.length / 4)) this.#makeRoom();
     this.#pending = this.conn.read(this.buffer.subarray(this.end)).then((n) => {
       this.#pending = null;
       if (n === null) this.ended = true;
