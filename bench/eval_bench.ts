@@ -5,7 +5,9 @@
  * client's own work, their sum, total, total without the candidate's load), and beside the total
  * the anchor: the same work in ONE program in ONE worker (inputs, both models, comparison and
  * both timings in the candidate's process, as in-process harnesses do), with the ratio split
- * trust costs. A second table gives the workers' own step timings (`worker_phases_ms`).
+ * trust costs. A second table gives each step's request as the client saw it (its wall time, the
+ * server's queue and run times, and the rest: the server's work before and after the run and the
+ * transfer), a third the workers' own step timings (`worker_phases_ms`).
  *
  * ```sh
  * deno run -A bench/eval_bench.ts                                  # a local CPU server, test problem
@@ -21,6 +23,7 @@
  * @module
  */
 import { Client, DEFAULT_TIMING_SETS, MIN_CORRECTNESS_SETS, Program } from "../mod.ts";
+import { type EvaluateClient, evaluateKernel } from "../client/evaluate.ts";
 import { createApp } from "../server/app.ts";
 import { serve } from "../http/serve.ts";
 import { summarize } from "./_stats.ts";
@@ -180,6 +183,8 @@ const samples: Record<string, number[]> = Object.fromEntries(
   [...PHASES, "sum of phases", ...TOTALS].map((p) => [p, []]),
 );
 const workerSamples: Record<string, number[]> = {};
+/** Per step (`inputs`, `candidate`, `judge`) and measure: the requests as the client saw them. */
+const stepSamples: Record<string, number[]> = {};
 const anchorMs: number[] = [];
 const speedups: number[] = [];
 const anchorSpeedups: number[] = [];
@@ -192,8 +197,28 @@ try {
     key: "out",
     value: anchorProgram.run({ fn, args: [reference, candidate, JSON.stringify(timing)] }),
   });
+  let step = "";
+  let steps: [string, number][] = [];
+  // The evaluation's requests, each timed around the client's execute.
+  const recording: EvaluateClient = {
+    async execute(program, options) {
+      const t0 = performance.now();
+      const result = await client.execute(program, options);
+      const wall = performance.now() - t0;
+      const server = result.queueMs + result.elapsedMs;
+      steps.push([`${step} wall`, wall], [`${step} queue`, result.queueMs]);
+      steps.push([`${step} run`, result.elapsedMs], [`${step} wall - queue - run`, wall - server]);
+      return result;
+    },
+  };
   for (let i = 0; i <= runs; i++) {
-    const verdict = await client.evaluate({ reference, candidate, timing });
+    steps = [];
+    const verdict = await evaluateKernel(recording, {
+      reference,
+      candidate,
+      timing,
+      onStep: (name) => step = name,
+    });
     if (!verdict.correct) throw new Error(`not correct: ${JSON.stringify(verdict.checks)}`);
     const t0 = performance.now();
     const result = await client.execute(anchorProgram);
@@ -206,6 +231,7 @@ try {
     for (const [step, ms] of Object.entries(verdict.worker_phases_ms)) {
       if (ms !== null) (workerSamples[step] ??= []).push(ms);
     }
+    for (const [name, ms] of steps) (stepSamples[name] ??= []).push(ms);
     anchorMs.push(anchorWall);
     speedups.push(verdict.speedup ?? NaN);
     anchorSpeedups.push(anchor.speedup);
@@ -229,6 +255,12 @@ for (const p of [...PHASES, "sum of phases", ...TOTALS]) {
   const ratio = p === "total" ? (s.median / anchor.median).toFixed(2) : "";
   console.log(`| ${p} | ${fmt(s.median)} | ${fmt(s.min)} | ${fmt(s.max)} | ${beside} | ${ratio} |`);
 }
+console.log("\n| step request (ms, as the client saw it) | median | min | max |");
+console.log("|---|---|---|---|");
+for (const [name, values] of Object.entries(stepSamples)) {
+  const s = summarize(values);
+  console.log(`| ${name} | ${fmt(s.median)} | ${fmt(s.min)} | ${fmt(s.max)} |`);
+}
 console.log("\n| worker step (ms, worker_phases_ms) | median | min | max |");
 console.log("|---|---|---|---|");
 for (const [step, values] of Object.entries(workerSamples)) {
@@ -245,6 +277,10 @@ const jsonPath = arg("--json", "");
 if (jsonPath) {
   await Deno.writeTextFile(
     jsonPath,
-    JSON.stringify({ samples, workerSamples, anchorMs, speedups, anchorSpeedups }, null, 2),
+    JSON.stringify(
+      { samples, stepSamples, workerSamples, anchorMs, speedups, anchorSpeedups },
+      null,
+      2,
+    ),
   );
 }
