@@ -39,9 +39,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .huge_pages import new_bytearray
+from .values import Chunks
 
 MAGIC = b"KCEVAL1\n"
 _LENGTH = struct.Struct("<Q")
+_IOV_MAX = 1024  # buffers one writev takes (Linux)
 
 # The dtypes a bundle carries (torch's names without "torch.").
 DTYPES = (
@@ -241,30 +243,54 @@ class BundleWriter:
             "device": plain.device.type, "plain": is_plain, "type": type_name,
         }
 
+    def _prefix(self, header: Dict[str, Any]) -> bytes:
+        """The magic, the header's length and the header (every tensor's entry in it)."""
+        self.hash_tensors()
+        header = dict(header, tensors=self._entries)
+        text = json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
+        return MAGIC + _LENGTH.pack(len(text)) + text
+
     def finish(self, header: Dict[str, Any], allocate: Callable[[int], Any] = new_bytearray
                ) -> Any:
         """The bundle, laid out in ``allocate(size)``'s writable buffer (by default a
         ``bytearray``, on huge pages when large: huge_pages.py)."""
-        self.hash_tensors()
-        header = dict(header, tensors=self._entries)
-        text = json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
-        out = allocate(len(MAGIC) + _LENGTH.size + len(text) + self._offset)
-        out[: len(MAGIC)] = MAGIC
-        _LENGTH.pack_into(out, len(MAGIC), len(text))
-        start = len(MAGIC) + _LENGTH.size
-        out[start: start + len(text)] = text
-        position = start + len(text)
+        prefix = self._prefix(header)
+        out = allocate(len(prefix) + self._offset)
+        out[: len(prefix)] = prefix
+        position = len(prefix)
         for chunk in self._chunks:
             out[position: position + len(chunk)] = chunk
             position += len(chunk)
         return out
 
+    def chunks(self, header: Dict[str, Any]) -> Chunks:
+        """The bundle ``finish`` lays out, as its pieces (the prefix, then every tensor's bytes),
+        not joined: returned as a kept value, the worker writes them straight to its file."""
+        return Chunks([self._prefix(header), *self._chunks])
+
+    def write_to(self, fd: int, header: Dict[str, Any]) -> int:
+        """Writes the bundle ``finish`` lays out to the file ``fd`` (from its offset) with
+        ``writev``: the kernel copies the tensors' bytes, no buffer of the bundle's size is made
+        and no page of the file is mapped here. Returns the bundle's size."""
+        parts: List[memoryview] = [memoryview(self._prefix(header)), *self._chunks]
+        total = sum(len(part) for part in parts)
+        while parts:
+            written = os.writev(fd, parts[:_IOV_MAX])
+            if written == 0 and any(len(part) for part in parts[:_IOV_MAX]):
+                raise OSError(f"writing an eval bundle: no progress with {len(parts)} parts left")
+            while parts and written >= len(parts[0]):
+                written -= len(parts[0])
+                parts.pop(0)
+            if written:
+                parts[0] = parts[0][written:]
+        return total
+
 
 class Bundle:
     """A decoded bundle: the header and lazily made CPU tensors over its bytes."""
 
-    def __init__(self, data: bytes) -> None:
-        view = memoryview(data)
+    def __init__(self, data: Any) -> None:
+        view = data.joined() if isinstance(data, Chunks) else memoryview(data)
         if len(view) < len(MAGIC) + _LENGTH.size or bytes(view[: len(MAGIC)]) != MAGIC:
             raise BundleError("not a kcoral eval bundle (bad magic)")
         (length,) = _LENGTH.unpack_from(view, len(MAGIC))

@@ -214,10 +214,11 @@ def generate_inputs(reference_source: str, request_json: str) -> Any:
     }
     writer.hash_tensors()  # the judge checks every tensor against these (in parallel)
     header["generate_ms"] = _ms(started)
-    bundle = writer.finish(header)
     if request.get("header_digest"):
-        return [bundle, sha256_bytes(Bundle(bundle).prefix)]
-    return bundle
+        # The pieces, not joined: a kept bundle is written from them straight to its file.
+        pieces = writer.chunks(header)
+        return [pieces, sha256_bytes(pieces.parts[0])]
+    return writer.finish(header)
 
 
 # --------------------------------------------------------------------------- 2. candidate
@@ -408,8 +409,9 @@ def run_candidate(candidate_source: str, inputs: bytes, request_json: str) -> by
         result["error"] = _error(phase, exc)
     result["patched"] = changed(watched)
     # Assembling the bundle is the step's last work: its time cannot be in the bundle's own
-    # header, so the client counts it in worker_start.
-    return writer.finish(result)
+    # header, so the client counts it in worker_start. Its pieces, not joined: a kept bundle
+    # is written from them straight to its file (values.Chunks).
+    return writer.chunks(result)
 
 
 # --------------------------------------------------------------------------- 3. judge

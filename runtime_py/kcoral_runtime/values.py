@@ -135,6 +135,65 @@ def _write_all(fd: int, view: memoryview) -> None:
         view = view[n:]
 
 
+_IOV_MAX = 1024  # buffers one writev takes (Linux)
+
+
+class Chunks:
+    """A ``bytes`` value given as the buffers it is the concatenation of, so that a function can
+    return a large value it assembled from pieces without joining them in memory: a kept return
+    (``KeepPolicy``) is written from the pieces straight to its file; any other use joins them
+    (``joined``). On the wire it is a ``bytes`` value like any other.
+
+    >>> bytes(Chunks([b"ab", memoryview(b"cd")]).joined())
+    b'abcd'
+    """
+
+    def __init__(self, parts: List[Any]) -> None:
+        self.parts: List[memoryview] = [_byte_view(part) for part in parts]
+        self.nbytes = sum(len(part) for part in self.parts)
+
+    def joined(self) -> memoryview:
+        """The value as one buffer (a copy of the pieces)."""
+        return memoryview(b"".join(self.parts))
+
+
+def write_chunks_hashing(path: str, chunks: Chunks) -> Tuple[int, str]:
+    """Writes ``chunks`` to a new file at ``path`` with ``writev`` while another thread hashes
+    them; returns ``(size, sha256 hex)``. No delimiter scan: for kept values, which are never
+    sent in the response."""
+    fd = os.open(path, _PART_FLAGS, 0o600)
+    hasher = hashlib.sha256()
+    errors: List[BaseException] = []
+
+    def hash_all() -> None:
+        try:
+            for part in chunks.parts:
+                hasher.update(part)
+        except BaseException as exc:  # re-raised on the calling thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=hash_all, name="kcoral-part-hash")
+    try:
+        thread.start()
+        parts = [part for part in chunks.parts if len(part)]
+        while parts:
+            written = os.writev(fd, parts[:_IOV_MAX])
+            if written == 0:
+                raise OSError(f"writing {path}: no progress")
+            while parts and written >= len(parts[0]):
+                written -= len(parts[0])
+                parts.pop(0)
+            if written:
+                parts[0] = parts[0][written:]
+    finally:
+        if thread.ident is not None:
+            thread.join()
+        os.close(fd)
+    if errors:
+        raise errors[0]
+    return chunks.nbytes, hasher.hexdigest()
+
+
 class _PartWriter:
     """Streams bytes into one part file, hashing and scanning for the delimiter on the way.
 
@@ -261,10 +320,17 @@ class PartStore:
             and self.kept_bytes + size <= keep.max_bytes
         )
 
-    def add_kept(self, data: memoryview) -> Part:
+    def add_kept(self, data: "memoryview | Chunks") -> Part:
         """Write a value the server keeps (``kept-<i>``; checked and cached by the server)."""
         path = os.path.join(self.dir, f"kept-{len(self.kept)}")
-        part = Part(path, *self._write(path, data))
+        if isinstance(data, Chunks):
+            try:
+                part = Part(path, *write_chunks_hashing(path, data), False)
+            except BaseException:
+                _unlink(path)
+                raise
+        else:
+            part = Part(path, *self._write(path, data))
         self.kept.append(part)
         self.kept_bytes += part.size
         return part
@@ -387,6 +453,11 @@ class ValueEncoder:
             return {"type": "string", "value": _check_text(str(value))}
         if isinstance(value, (bytes, bytearray, memoryview)):
             return self._binary("bytes", _byte_view(value))
+        if isinstance(value, Chunks):
+            if self.store.keeps(value.nbytes):
+                kept = self.store.add_kept(value)
+                return {"type": "kept", "kind": "bytes", "sha256": kept.sha256, "size": kept.size}
+            return self._binary("bytes", value.joined())
         if isinstance(value, (list, tuple)):
             return {"type": "array", "value": [self.encode(item) for item in value]}
         if isinstance(value, dict):

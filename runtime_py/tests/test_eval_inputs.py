@@ -196,3 +196,22 @@ def test_a_failed_share_gives_each_pid_and_descriptor_back_once(monkeypatch: Any
     monkeypatch.undo()
     assert len(signalled) == 1  # the share still sleeping, not the one that failed
     assert not open_now and _no_child_left()
+
+
+@pytest.mark.parametrize("tensors", [0, 3, 1030])
+def test_a_bundle_written_to_a_file_is_the_bundle_laid_out(tmp_path: Path, tensors: int) -> None:
+    # More tensors than one writev takes (1024 buffers), and an empty one among them.
+    writer = BundleWriter()
+    values = [torch.arange(k % 7, dtype=torch.float32) for k in range(tensors)]
+    header = {"values": writer.describe_value(values)}
+    path = tmp_path / "bundle"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        size = writer.write_to(fd, header)
+    finally:
+        os.close(fd)
+    laid_out = bytes(writer.finish(header))
+    assert path.read_bytes() == laid_out and size == len(laid_out)
+    bundle = Bundle(path.read_bytes())
+    assert [bundle.value(d).tolist() for d in bundle.header["values"]["items"]] == \
+        [v.tolist() for v in values]

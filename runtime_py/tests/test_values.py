@@ -293,6 +293,27 @@ def test_kept_returns_are_written_apart_and_not_numbered(tmp_path: Path) -> None
     assert res.store.binary_bytes == 3 + 12 and res.store.kept_bytes == 12
 
 
+def test_chunks_are_one_bytes_value_kept_from_their_pieces_or_sent_joined(tmp_path: Path) -> None:
+    res = Results(str(tmp_path), None, values.KeepPolicy(min_bytes=6, max_bytes=1 << 20))
+    pieces = [b"head", memoryview(b""), bytearray(b"-body-"), memoryview(b"tail")]
+    res.return_value("kept", values.Chunks(pieces))
+    res.return_value("sent", values.Chunks([b"ab", b"c"]))  # under min_bytes
+    nodes = json.loads(res.text())
+    assert nodes["kept"] == {"type": "kept", "kind": "bytes", "sha256": sha(b"head-body-tail"),
+                             "size": 14}
+    assert Path(res.store.kept[0].path).read_bytes() == b"head-body-tail"
+    assert nodes["sent"] == {"type": "bytes", "part": "return:0", "sha256": sha(b"abc")}
+    assert Path(res.store.parts[0].path).read_bytes() == b"abc"
+
+
+def test_chunks_of_more_pieces_than_one_writev_takes(tmp_path: Path) -> None:
+    res = Results(str(tmp_path), None, values.KeepPolicy(min_bytes=0, max_bytes=1 << 20))
+    pieces = [bytes([k % 251]) * (k % 5) for k in range(3000)]
+    res.return_value("kept", values.Chunks(pieces))
+    assert Path(res.store.kept[0].path).read_bytes() == b"".join(pieces)
+    assert json.loads(res.text())["kept"]["sha256"] == sha(b"".join(pieces))
+
+
 def test_kept_tensor_node_carries_dtype_and_shape(tmp_path: Path) -> None:
     res = Results(str(tmp_path), torch.Tensor, values.KeepPolicy(min_bytes=0, max_bytes=1 << 20))
     res.return_value("t", torch.ones(2, 3, dtype=torch.float16))
