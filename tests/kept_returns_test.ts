@@ -69,6 +69,30 @@ for (const mode of MODES) {
   });
 }
 
+Deno.test("kept returns: a value returned as Chunks is kept from its pieces, or sent joined", async () => {
+  const server = await startServer({});
+  try {
+    await using client = new Client(server.url);
+    const p = new Program();
+    const mod = p.upload({
+      kind: "module",
+      source: "from kcoral_runtime.values import Chunks\n" +
+        "def f():\n    data = bytes(range(256)) * 16\n" +
+        "    return [Chunks([data[:100], b'', memoryview(data)[100:]]), Chunks([b'ab', b'c'])]\n",
+    });
+    p.return_({ key: "out", value: p.run({ fn: p.getFunction({ module: mod, name: "f" }) }) });
+    const [kept, sent] = pair(await client.execute(p, { keepReturns: 1024 }));
+    assert.ok(kept instanceof KeptReturn);
+    assert.deepEqual([kept.kind, kept.size, kept.sha256], ["bytes", 4096, sha256Hex(EXPECTED)]);
+    assert.deepEqual(sent, new TextEncoder().encode("abc"));
+    assert.deepEqual(pair(await client.execute(reading(kept))), [4096, sha256Hex(EXPECTED)]);
+    // Not kept at all: the whole value comes back joined.
+    assert.deepEqual(pair(await client.execute(p))[0], EXPECTED);
+  } finally {
+    await server.stop();
+  }
+});
+
 Deno.test("kept returns: from a bubblewrap worker (the sandbox CI installs)", async () => {
   const server = await startServer({ sandbox: "bubblewrap" });
   try {
