@@ -21,6 +21,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from . import huge_pages
 from .errors import ExecutionError
 
 DTYPE_ITEM_SIZES: Dict[str, int] = {
@@ -153,8 +154,13 @@ class Chunks:
         self.nbytes = sum(len(part) for part in self.parts)
 
     def joined(self) -> memoryview:
-        """The value as one buffer (a copy of the pieces)."""
-        return memoryview(b"".join(self.parts))
+        """The value as one buffer (a copy of the pieces; on huge pages when large)."""
+        out = huge_pages.new_bytearray(self.nbytes)
+        position = 0
+        for part in self.parts:
+            out[position: position + len(part)] = part
+            position += len(part)
+        return memoryview(out)
 
 
 def write_chunks_hashing(path: str, chunks: Chunks) -> Tuple[int, str]:

@@ -331,3 +331,13 @@ def test_failed_return_rolls_back_its_kept_parts(tmp_path: Path) -> None:
     res.return_value("ok", b"kept")
     assert json.loads(res.text())["ok"]["type"] == "kept"
     assert sorted(os.listdir(tmp_path)) == ["kept-0"] and res.store.kept_bytes == 4
+
+
+def test_large_chunks_sent_joined_are_the_pieces_in_order(tmp_path: Path) -> None:
+    # 80 MiB: joined into a buffer on huge pages where the kernel allows (huge_pages.py).
+    first, second = bytes([1]) * (40 << 20), bytes([2]) * (40 << 20)
+    res = Results(str(tmp_path), None)
+    res.return_value("sent", values.Chunks([first, memoryview(second)]))
+    data = Path(res.store.parts[0].path).read_bytes()
+    assert len(data) == 80 << 20 and data[: 40 << 20] == first and data[40 << 20:] == second
+    assert json.loads(res.text())["sent"]["sha256"] == sha(first + second)
