@@ -39,11 +39,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .huge_pages import new_bytearray
-from .values import Chunks
+from .values import Chunks, write_pieces
 
 MAGIC = b"KCEVAL1\n"
 _LENGTH = struct.Struct("<Q")
-_IOV_MAX = 1024  # buffers one writev takes (Linux)
 
 # The dtypes a bundle carries (torch's names without "torch.").
 DTYPES = (
@@ -273,17 +272,8 @@ class BundleWriter:
         ``writev``: the kernel copies the tensors' bytes, no buffer of the bundle's size is made
         and no page of the file is mapped here. Returns the bundle's size."""
         parts: List[memoryview] = [memoryview(self._prefix(header)), *self._chunks]
-        total = sum(len(part) for part in parts)
-        while parts:
-            written = os.writev(fd, parts[:_IOV_MAX])
-            if written == 0 and any(len(part) for part in parts[:_IOV_MAX]):
-                raise OSError(f"writing an eval bundle: no progress with {len(parts)} parts left")
-            while parts and written >= len(parts[0]):
-                written -= len(parts[0])
-                parts.pop(0)
-            if written:
-                parts[0] = parts[0][written:]
-        return total
+        write_pieces(fd, parts)
+        return sum(len(part) for part in parts)
 
 
 class Bundle:

@@ -163,6 +163,21 @@ class Chunks:
         return memoryview(out)
 
 
+def write_pieces(fd: int, pieces: List[memoryview]) -> None:
+    """Writes ``pieces`` one after another to ``fd`` with ``writev`` (the kernel copies them),
+    however few bytes each call takes."""
+    parts = [piece for piece in pieces if len(piece)]
+    while parts:
+        written = os.writev(fd, parts[:_IOV_MAX])
+        if written == 0:
+            raise OSError(f"writev: no progress with {len(parts)} pieces left")
+        while parts and written >= len(parts[0]):
+            written -= len(parts[0])
+            parts.pop(0)
+        if written:
+            parts[0] = parts[0][written:]
+
+
 def write_chunks_hashing(path: str, chunks: Chunks) -> Tuple[int, str]:
     """Writes ``chunks`` to a new file at ``path`` with ``writev`` while another thread hashes
     them; returns ``(size, sha256 hex)``. No delimiter scan: for kept values, which are never
@@ -181,16 +196,7 @@ def write_chunks_hashing(path: str, chunks: Chunks) -> Tuple[int, str]:
     thread = threading.Thread(target=hash_all, name="kcoral-part-hash")
     try:
         thread.start()
-        parts = [part for part in chunks.parts if len(part)]
-        while parts:
-            written = os.writev(fd, parts[:_IOV_MAX])
-            if written == 0:
-                raise OSError(f"writing {path}: no progress")
-            while parts and written >= len(parts[0]):
-                written -= len(parts[0])
-                parts.pop(0)
-            if written:
-                parts[0] = parts[0][written:]
+        write_pieces(fd, chunks.parts)
     finally:
         if thread.ident is not None:
             thread.join()
