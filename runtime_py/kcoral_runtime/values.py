@@ -21,7 +21,6 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import huge_pages
 from .errors import ExecutionError
 
 DTYPE_ITEM_SIZES: Dict[str, int] = {
@@ -154,13 +153,8 @@ class Chunks:
         self.nbytes = sum(len(part) for part in self.parts)
 
     def joined(self) -> memoryview:
-        """The value as one buffer (a copy of the pieces; on huge pages when large)."""
-        out = huge_pages.new_bytearray(self.nbytes)
-        position = 0
-        for part in self.parts:
-            out[position: position + len(part)] = part
-            position += len(part)
-        return memoryview(out)
+        """The value as one buffer (a copy of the pieces)."""
+        return memoryview(b"".join(self.parts))
 
 
 def write_pieces(fd: int, pieces: List[memoryview]) -> None:

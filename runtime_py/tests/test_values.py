@@ -334,7 +334,7 @@ def test_failed_return_rolls_back_its_kept_parts(tmp_path: Path) -> None:
 
 
 def test_large_chunks_sent_joined_are_the_pieces_in_order(tmp_path: Path) -> None:
-    # 80 MiB: joined into a buffer on huge pages where the kernel allows (huge_pages.py).
+    # 80 MiB in two pieces: the part file holds them in order.
     first, second = bytes([1]) * (40 << 20), bytes([2]) * (40 << 20)
     res = Results(str(tmp_path), None)
     res.return_value("sent", values.Chunks([first, memoryview(second)]))
