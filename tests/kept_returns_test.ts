@@ -13,26 +13,27 @@ import { startNode, startRouter, waitForCapacity } from "./_router.ts";
 
 const MAKE = "def f(n, m):\n    return [bytes(range(256)) * (n // 256), b'small' * m]\n";
 
+/** A program returning, as `out`, what `f` of module `source` returns for `args`. */
+function calling(source: string, args: readonly unknown[] = [], p = new Program()): Program {
+  const fn = p.getFunction({ module: p.upload({ kind: "module", source }), name: "f" });
+  p.return_({ key: "out", value: p.run({ fn, args }) });
+  return p;
+}
+
 /** A program returning `[n bytes, 5*m bytes]`. */
 function making(n: number, m = 1): Program {
-  const p = new Program();
-  const mod = p.upload({ kind: "module", source: MAKE });
-  const fn = p.getFunction({ module: mod, name: "f" });
-  p.return_({ key: "out", value: p.run({ fn, args: [n, m] }) });
-  return p;
+  return calling(MAKE, [n, m]);
 }
 
 /** A program returning the length and SHA-256 of a bytes upload of `value`. */
 function reading(value: KeptReturn | Uint8Array): Program {
   const p = new Program();
   const data = p.upload({ kind: "bytes", value });
-  const mod = p.upload({
-    kind: "module",
-    source: "import hashlib\ndef f(b):\n    return [len(b), hashlib.sha256(b).hexdigest()]\n",
-  });
-  const fn = p.getFunction({ module: mod, name: "f" });
-  p.return_({ key: "out", value: p.run({ fn, args: [data] }) });
-  return p;
+  return calling(
+    "import hashlib\ndef f(b):\n    return [len(b), hashlib.sha256(b).hexdigest()]\n",
+    [data],
+    p,
+  );
 }
 
 function pair(result: { get(key: string): ResultValue }): ResultValue[] {
@@ -73,14 +74,11 @@ Deno.test("kept returns: a value returned as Chunks is kept from its pieces, or 
   const server = await startServer({});
   try {
     await using client = new Client(server.url);
-    const p = new Program();
-    const mod = p.upload({
-      kind: "module",
-      source: "from kcoral_runtime.values import Chunks\n" +
+    const p = calling(
+      "from kcoral_runtime.values import Chunks\n" +
         "def f():\n    data = bytes(range(256)) * 16\n" +
         "    return [Chunks([data[:100], b'', memoryview(data)[100:]]), Chunks([b'ab', b'c'])]\n",
-    });
-    p.return_({ key: "out", value: p.run({ fn: p.getFunction({ module: mod, name: "f" }) }) });
+    );
     const [kept, sent] = pair(await client.execute(p, { keepReturns: 1024 }));
     assert.ok(kept instanceof KeptReturn);
     assert.deepEqual([kept.kind, kept.size, kept.sha256], ["bytes", 4096, sha256Hex(EXPECTED)]);

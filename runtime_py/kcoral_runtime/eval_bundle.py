@@ -279,8 +279,8 @@ class BundleWriter:
 class Bundle:
     """A decoded bundle: the header and lazily made CPU tensors over its bytes."""
 
-    def __init__(self, data: Any) -> None:
-        view = data.joined() if isinstance(data, Chunks) else memoryview(data)
+    def __init__(self, data: bytes) -> None:
+        view = memoryview(data)
         if len(view) < len(MAGIC) + _LENGTH.size or bytes(view[: len(MAGIC)]) != MAGIC:
             raise BundleError("not a kcoral eval bundle (bad magic)")
         (length,) = _LENGTH.unpack_from(view, len(MAGIC))

@@ -592,11 +592,16 @@ def _evaluate(monkeypatch: Any, tmp_path: Path, reference: str, candidate: str,
     settings = {"timing": timing or {"warmup": 1, "repeat": 6}}
     clock = time.perf_counter_ns  # a candidate may replace it; the judge is another process
     try:
-        outputs = eval_worker.run_candidate(cand, inputs, json.dumps(settings))
+        outputs = _run_candidate(cand, inputs, json.dumps(settings))
     finally:
         time.perf_counter_ns = clock
     request = dict(settings, inputs_header_sha256=_header_sha(inputs), **judge)
     return json.loads(eval_worker.judge(ref, inputs, outputs, json.dumps(request)))
+
+
+def _run_candidate(*args: Any) -> memoryview:
+    """Step 2's outputs bundle as the judge gets it: its pieces (values.Chunks) joined."""
+    return eval_worker.run_candidate(*args).joined()
 
 
 def _header_sha(inputs: Any) -> str:
@@ -745,7 +750,7 @@ def test_bracket_times_the_reference_on_its_own_set_before_the_candidate_loads(
                   ).header["bracket"] == []
 
     request = {"timing": {"warmup": 1, "repeat": 6}, "bracket_reference": _COUNTING_REFERENCE}
-    outputs = eval_worker.run_candidate(_CANDIDATE_SEEING_CALLS, inputs, json.dumps(request))
+    outputs = _run_candidate(_CANDIDATE_SEEING_CALLS, inputs, json.dumps(request))
     # 7 calls (1 warmup + 6 timed), every one on the bracket set, all before the candidate
     # was imported; the reference's module is gone from sys.modules by then.
     seen = (tmp_path / "candidate_saw").read_text().split()
@@ -794,7 +799,7 @@ def test_a_failing_reference_in_the_bracket_leaves_the_candidate_judged(
     inputs = eval_worker.generate_inputs(ref, json.dumps(seeds))
     broken = ref.replace("return x * self.alpha + y", "raise ValueError('bracket only')")
     request = {"timing": {"warmup": 1, "repeat": 3}, "bracket_reference": broken}
-    outputs = eval_worker.run_candidate((FIXTURES / "scale_add_honest.py").read_text(), inputs,
+    outputs = _run_candidate((FIXTURES / "scale_add_honest.py").read_text(), inputs,
                                         json.dumps(request))
     verdict = json.loads(eval_worker.judge(ref, inputs, outputs, json.dumps(
         dict(request, bracket=True, inputs_header_sha256=_header_sha(inputs)))))
@@ -816,7 +821,7 @@ def test_candidate_errors_become_incorrect_verdicts(monkeypatch: Any, tmp_path: 
                           ("import sys\nsys.exit(0)\n", "load"),
                           ("class ModelNew:\n    def __init__(self, a): pass\n"
                            "    def __call__(self, x, y): raise SystemExit(3)\n", "correctness")]:
-        outputs = eval_worker.run_candidate(source, inputs, "{}")
+        outputs = _run_candidate(source, inputs, "{}")
         verdict = json.loads(eval_worker.judge(ref, inputs, outputs,
                                                json.dumps({"inputs_sha256": sha})))
         assert verdict["correct"] is False and verdict["error"]["phase"] == phase
