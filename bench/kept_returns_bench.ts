@@ -44,11 +44,13 @@ try {
   for (let run = 0; run <= runs; run++) {
     const store = new BlobStore(`${cacheDir}/store-${run}`, 64 * (mib << 20));
     let t0 = performance.now();
-    await keepReturns([{ path: source, size: bytes.length, sha256 }], {
+    const placeholder = `kcoral-kept-${"0".repeat(32)}`;
+    const [digest] = await keepReturns([{ path: source, size: bytes.length, placeholder }], {
       store,
       maxBytes: bytes.length,
     });
     const keep = performance.now() - t0;
+    if (digest !== sha256) throw new Error(`keepReturns cached ${digest}, not ${sha256}`);
     store.close();
     t0 = performance.now();
     createHash("sha256").update(bytes).digest("hex");

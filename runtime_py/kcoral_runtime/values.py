@@ -6,6 +6,8 @@ held twice in memory or read back (except in the practically impossible case of 
 collision, where every part file is re-scanned for a new boundary). A large in-memory value
 (a returned tensor) is hashed, written and scanned at the same time on three threads (hashlib,
 ``os.write`` and libc ``memmem`` all run without the GIL), so its cost is the SHA-256 alone.
+Kept values (``KeepPolicy``) are written unhashed: the server hashes them as it copies them into
+its cache and writes the digest over the placeholder their node carries (``KeptPart``).
 """
 
 from __future__ import annotations
@@ -59,6 +61,29 @@ class Part:
 
     def wire(self) -> Dict[str, Any]:
         return {"path": self.path, "size": self.size, "sha256": self.sha256}
+
+
+KEPT_PLACEHOLDER_PREFIX = "kcoral-kept-"
+
+
+@dataclass
+class KeptPart:
+    """A value the server keeps: written unhashed, its ``kept`` node naming ``placeholder``
+    where the SHA-256 goes. The server hashes the bytes as it copies them into its cache (it
+    must: the worker is not trusted) and writes its digest over the placeholder, so the value is
+    hashed once, not in the worker too."""
+
+    path: str
+    size: int
+    placeholder: str
+
+    def wire(self) -> Dict[str, Any]:
+        return {"path": self.path, "size": self.size, "placeholder": self.placeholder}
+
+
+def new_kept_placeholder() -> str:
+    """A string the server replaces with a kept value's digest: it occurs once in the results."""
+    return KEPT_PLACEHOLDER_PREFIX + secrets.token_hex(16)
 
 
 PARALLEL_MIN_BYTES = 4 << 20
@@ -172,32 +197,15 @@ def write_pieces(fd: int, pieces: List[memoryview]) -> None:
             parts[0] = parts[0][written:]
 
 
-def write_chunks_hashing(path: str, chunks: Chunks) -> Tuple[int, str]:
-    """Writes ``chunks`` to a new file at ``path`` with ``writev`` while another thread hashes
-    them; returns ``(size, sha256 hex)``. No delimiter scan: for kept values, which are never
-    sent in the response."""
+def write_kept(path: str, pieces: List[memoryview]) -> int:
+    """Writes a kept value's ``pieces`` to a new file at ``path`` with ``writev``; returns its
+    size. Neither hashed (the server does) nor scanned for the delimiter (it is never sent)."""
     fd = os.open(path, _PART_FLAGS, 0o600)
-    hasher = hashlib.sha256()
-    errors: List[BaseException] = []
-
-    def hash_all() -> None:
-        try:
-            for part in chunks.parts:
-                hasher.update(part)
-        except BaseException as exc:  # re-raised on the calling thread
-            errors.append(exc)
-
-    thread = threading.Thread(target=hash_all, name="kcoral-part-hash")
     try:
-        thread.start()
-        write_pieces(fd, chunks.parts)
+        write_pieces(fd, pieces)
     finally:
-        if thread.ident is not None:
-            thread.join()
         os.close(fd)
-    if errors:
-        raise errors[0]
-    return chunks.nbytes, hasher.hexdigest()
+    return sum(len(piece) for piece in pieces)
 
 
 class _PartWriter:
@@ -297,7 +305,7 @@ class PartStore:
         self.dir = results_dir
         self.parts: List[Part] = []
         self.binary_bytes = 0
-        self.kept: List[Part] = []
+        self.kept: List[KeptPart] = []
         self.kept_bytes = 0
         self.keep = keep
         self.boundary = new_boundary()
@@ -326,17 +334,16 @@ class PartStore:
             and self.kept_bytes + size <= keep.max_bytes
         )
 
-    def add_kept(self, data: "memoryview | Chunks") -> Part:
-        """Write a value the server keeps (``kept-<i>``; checked and cached by the server)."""
+    def add_kept(self, data: "memoryview | Chunks") -> KeptPart:
+        """Write a value the server keeps (``kept-<i>``; hashed and cached by the server)."""
         path = os.path.join(self.dir, f"kept-{len(self.kept)}")
-        if isinstance(data, Chunks):
-            try:
-                part = Part(path, *write_chunks_hashing(path, data), False)
-            except BaseException:
-                _unlink(path)
-                raise
-        else:
-            part = Part(path, *self._write(path, data))
+        pieces = data.parts if isinstance(data, Chunks) else [data]
+        try:
+            size = write_kept(path, pieces)
+        except BaseException:
+            _unlink(path)
+            raise
+        part = KeptPart(path, size, new_kept_placeholder())
         self.kept.append(part)
         self.kept_bytes += part.size
         return part
@@ -462,7 +469,7 @@ class ValueEncoder:
         if isinstance(value, Chunks):
             if self.store.keeps(value.nbytes):
                 kept = self.store.add_kept(value)
-                return {"type": "kept", "kind": "bytes", "sha256": kept.sha256, "size": kept.size}
+                return _kept_node("bytes", kept)
             return self._binary("bytes", value.joined())
         if isinstance(value, (list, tuple)):
             return {"type": "array", "value": [self.encode(item) for item in value]}
@@ -481,8 +488,7 @@ class ValueEncoder:
 
     def _binary(self, kind: str, data: memoryview) -> Dict[str, Any]:
         if self.store.keeps(len(data)):
-            kept = self.store.add_kept(data)
-            return {"type": "kept", "kind": kind, "sha256": kept.sha256, "size": kept.size}
+            return _kept_node(kind, self.store.add_kept(data))
         index, part = self.store.add_buffer(data)
         return {"type": kind, "part": f"return:{index}", "sha256": part.sha256}
 
@@ -526,6 +532,11 @@ def _host_copy(torch: Any, value: Any) -> Any:
         host.copy_(tensor)
         return host
     return tensor.cpu().contiguous()
+
+
+def _kept_node(kind: str, kept: KeptPart) -> Dict[str, Any]:
+    """A ``kept`` node whose ``sha256`` the server fills in (``KeptPart``)."""
+    return {"type": "kept", "kind": kind, "sha256": kept.placeholder, "size": kept.size}
 
 
 def _byte_view(value: Any) -> memoryview:

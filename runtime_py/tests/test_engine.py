@@ -712,6 +712,7 @@ def test_kept_returns_are_reported_apart_from_the_parts(setup) -> None:
     assert node[0]["type"] == "kept" and node[0]["size"] == 64
     assert node[1]["type"] == "bytes" and node[1]["part"] == "return:0"
     assert [k["size"] for k in outcome["kept"]] == [64] and len(outcome["parts"]) == 1
+    assert node[0]["sha256"] == outcome["kept"][0]["placeholder"]  # the server's to fill
     assert Path(outcome["kept"][0]["path"]).read_bytes() == b"x" * 64
     # Without the request's keep_min_bytes nothing is kept.
     outcome, _, _ = execute(program)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 from collections import OrderedDict
 from pathlib import Path
@@ -285,9 +286,17 @@ def test_kept_returns_are_written_apart_and_not_numbered(tmp_path: Path) -> None
     res.return_value("last", b"wxyz")  # kept: fills max_bytes exactly
     nodes = json.loads(res.text())
     assert nodes["small"] == {"type": "bytes", "part": "return:0", "sha256": sha(b"abc")}
-    assert nodes["big"] == {"type": "kept", "kind": "bytes", "sha256": sha(b"abcdefgh"), "size": 8}
+    big, last = res.store.kept
+    # The server writes each value's digest over its placeholder (it hashes the bytes anyway).
+    assert nodes["big"] == {"type": "kept", "kind": "bytes", "sha256": big.placeholder, "size": 8}
     assert nodes["tensor"]["type"] == "tensor" and nodes["tensor"]["part"] == "return:1"
-    assert nodes["last"] == {"type": "kept", "kind": "bytes", "sha256": sha(b"wxyz"), "size": 4}
+    assert nodes["last"] == {"type": "kept", "kind": "bytes", "sha256": last.placeholder, "size": 4}
+    assert big.placeholder != last.placeholder and res.text().count(big.placeholder) == 1
+    assert re.fullmatch(r"kcoral-kept-[0-9a-f]{32}", big.placeholder)
+    assert [k.wire() for k in res.store.kept] == [
+        {"path": big.path, "size": 8, "placeholder": big.placeholder},
+        {"path": last.path, "size": 4, "placeholder": last.placeholder},
+    ]
     assert [Path(p.path).read_bytes() for p in res.store.kept] == [b"abcdefgh", b"wxyz"]
     assert [Path(p.path).name for p in res.store.kept] == ["kept-0", "kept-1"]
     assert res.store.binary_bytes == 3 + 12 and res.store.kept_bytes == 12
@@ -299,8 +308,8 @@ def test_chunks_are_one_bytes_value_kept_from_their_pieces_or_sent_joined(tmp_pa
     res.return_value("kept", values.Chunks(pieces))
     res.return_value("sent", values.Chunks([b"ab", b"c"]))  # under min_bytes
     nodes = json.loads(res.text())
-    assert nodes["kept"] == {"type": "kept", "kind": "bytes", "sha256": sha(b"head-body-tail"),
-                             "size": 14}
+    assert nodes["kept"] == {"type": "kept", "kind": "bytes",
+                             "sha256": res.store.kept[0].placeholder, "size": 14}
     assert Path(res.store.kept[0].path).read_bytes() == b"head-body-tail"
     assert nodes["sent"] == {"type": "bytes", "part": "return:0", "sha256": sha(b"abc")}
     assert Path(res.store.parts[0].path).read_bytes() == b"abc"
@@ -311,7 +320,7 @@ def test_chunks_of_more_pieces_than_one_writev_takes(tmp_path: Path) -> None:
     pieces = [bytes([k % 251]) * (k % 5) for k in range(3000)]
     res.return_value("kept", values.Chunks(pieces))
     assert Path(res.store.kept[0].path).read_bytes() == b"".join(pieces)
-    assert json.loads(res.text())["kept"]["sha256"] == sha(b"".join(pieces))
+    assert res.store.kept[0].size == len(b"".join(pieces))
 
 
 def test_kept_tensor_node_carries_dtype_and_shape(tmp_path: Path) -> None:
@@ -319,9 +328,10 @@ def test_kept_tensor_node_carries_dtype_and_shape(tmp_path: Path) -> None:
     res.return_value("t", torch.ones(2, 3, dtype=torch.float16))
     data = torch.ones(2, 3, dtype=torch.float16).numpy().tobytes()
     assert json.loads(res.text())["t"] == {
-        "type": "kept", "kind": "tensor", "sha256": sha(data), "size": 12,
+        "type": "kept", "kind": "tensor", "sha256": res.store.kept[0].placeholder, "size": 12,
         "dtype": "float16", "shape": [2, 3],
     }
+    assert Path(res.store.kept[0].path).read_bytes() == data
 
 
 def test_failed_return_rolls_back_its_kept_parts(tmp_path: Path) -> None:

@@ -1,14 +1,17 @@
 /**
  * Kept returns (docs/kept-returns.md): values a worker wrote for the blob cache instead of the
  * answer are copied into the memory cache under the SHA-256 the server computes while copying
- * (the worker may still hold its file open, so the copy is what is served). A hash mismatch, too
- * many bytes or values not asked for are the worker's fault ({@linkcode WorkerFileError}).
+ * (the worker may still hold its file open, so the copy is what is served). The worker does not
+ * hash them: each `kept` node of its results JSON names a placeholder, and the server writes its
+ * digest over it ({@linkcode fillKeptDigests}). A placeholder that is malformed, missing or not
+ * alone, too many bytes or values not asked for are the worker's fault
+ * ({@linkcode WorkerFileError}).
  *
  * @module
  */
 import { createHash } from "node:crypto";
 import type { BlobStore } from "../cache/cache_memory.ts";
-import type { OutcomePart } from "../workers/worker_protocol.ts";
+import type { OutcomeKept } from "../workers/worker_protocol.ts";
 import { openWorkerFile, WorkerFileError } from "../workers/worker_files.ts";
 import { writeAll } from "../cache/_write_file.ts";
 
@@ -23,16 +26,25 @@ export interface KeepTarget {
 /** Copies are made in pieces of this size: each hashed while the next is read. */
 const _CHUNK = 4 << 20;
 
+/** A worker's placeholder for a kept value's digest (runtime_py `values.KeptPart`). */
+const _PLACEHOLDER = /^kcoral-kept-[0-9a-f]{32}$/;
+
 /**
- * Puts every kept value of an answer into `target`'s cache (retained, not pinned), each checked
- * against its stated SHA-256; resolves once all are in (a program sent after the answer finds
- * them).
+ * Puts every kept value of an answer into `target`'s cache (retained, not pinned) under the
+ * SHA-256 computed while copying it; resolves with the digests, in order, once all are in (a
+ * program sent after the answer finds them).
+ *
+ * @example
+ * ```ts ignore
+ * const digests = await keepReturns(outcome.kept ?? [], { store, maxBytes });
+ * const results = fillKeptDigests(outcome.results ?? "{}", outcome.kept ?? [], digests);
+ * ```
  */
 export async function keepReturns(
-  kept: readonly OutcomePart[],
+  kept: readonly OutcomeKept[],
   target: KeepTarget | null,
-): Promise<void> {
-  if (kept.length === 0) return;
+): Promise<string[]> {
+  if (kept.length === 0) return [];
   if (target === null) throw new WorkerFileError("worker kept returns the request did not ask for");
   const total = kept.reduce((sum, part) => sum + part.size, 0);
   if (total > target.maxBytes) {
@@ -40,24 +52,62 @@ export async function keepReturns(
       `worker kept ${total} bytes of returns, over the request's ${target.maxBytes}`,
     );
   }
-  for (const part of kept) await _keep(part, target.store);
+  for (const part of kept) {
+    if (typeof part.placeholder !== "string" || !_PLACEHOLDER.test(part.placeholder)) {
+      throw new WorkerFileError(`worker kept return ${part.path} has a malformed placeholder`);
+    }
+  }
+  const digests: string[] = [];
+  for (const part of kept) digests.push(await _keep(part, target.store));
+  return digests;
 }
 
-async function _keep(part: OutcomePart, store: BlobStore): Promise<void> {
+/**
+ * The results JSON with each kept value's placeholder replaced by its digest. Each placeholder
+ * must occur exactly once, as a JSON string (the `sha256` of its `kept` node).
+ *
+ * @example
+ * ```ts
+ * import { fillKeptDigests } from "./kept_returns.ts";
+ *
+ * const placeholder = "kcoral-kept-" + "0".repeat(32);
+ * const results = `{"r":{"type":"kept","kind":"bytes","sha256":"${placeholder}","size":4}}`;
+ * const filled = fillKeptDigests(results, [{ path: "kept-0", size: 4, placeholder }], ["ab".repeat(32)]);
+ * console.assert(filled.includes(`"sha256":"${"ab".repeat(32)}"`));
+ * ```
+ */
+export function fillKeptDigests(
+  results: string,
+  kept: readonly OutcomeKept[],
+  digests: readonly string[],
+): string {
+  let filled = results;
+  for (const [i, part] of kept.entries()) {
+    const quoted = `"${part.placeholder}"`;
+    const at = filled.indexOf(quoted);
+    if (at < 0 || filled.indexOf(quoted, at + 1) >= 0) {
+      throw new WorkerFileError(
+        `worker results name kept return ${part.path}'s placeholder ${
+          at < 0 ? "nowhere" : "twice"
+        }`,
+      );
+    }
+    filled = filled.slice(0, at) + `"${digests[i]}"` + filled.slice(at + quoted.length);
+  }
+  return filled;
+}
+
+async function _keep(part: OutcomeKept, store: BlobStore): Promise<string> {
   const tmp = `${store.dir}/.kept-${crypto.randomUUID()}`;
   const source = await openWorkerFile(part.path, part.size);
   let copied = false;
   try {
     using target = await Deno.open(tmp, { write: true, createNew: true, mode: 0o644 });
     const digest = await _copyHashing(source, target, part);
-    if (digest !== part.sha256) {
-      throw new WorkerFileError(
-        `worker kept return ${part.path} has SHA-256 ${digest}, not the ${part.sha256} it stated`,
-      );
-    }
     await store.adoptPinned(digest, tmp, part.size, true);
     copied = true;
     store.unpin([digest]);
+    return digest;
   } finally {
     source.close();
     if (!copied) await Deno.remove(tmp).catch(() => {});
@@ -68,7 +118,7 @@ async function _keep(part: OutcomePart, store: BlobStore): Promise<void> {
 async function _copyHashing(
   source: Deno.FsFile,
   target: Deno.FsFile,
-  part: OutcomePart,
+  part: OutcomeKept,
 ): Promise<string> {
   const hash = createHash("sha256");
   const size = Math.min(_CHUNK, Math.max(part.size, 1));

@@ -17,8 +17,13 @@ import { concatBytes } from "../../protocol/bytes.ts";
 import { resultJson } from "../../protocol/response_encode.ts";
 import { ERROR_FIELDS, GPU_ACCESS_FIELDS } from "../../protocol/result_fields.ts";
 import type { ResultMeta } from "../../protocol/result_fields.ts";
-import type { OutcomeFile, OutcomePart, WorkerOutcome } from "../workers/worker_protocol.ts";
-import { keepReturns, type KeepTarget } from "./kept_returns.ts";
+import type {
+  OutcomeFile,
+  OutcomeKept,
+  OutcomePart,
+  WorkerOutcome,
+} from "../workers/worker_protocol.ts";
+import { fillKeptDigests, keepReturns, type KeepTarget } from "./kept_returns.ts";
 import {
   openWorkerFile,
   readCaptured,
@@ -62,13 +67,14 @@ export async function buildResultBody(
   const staging = new _Staging(stagingDir);
   let built: ResultBody | undefined;
   try {
-    const kept: OutcomePart[] = [];
+    const kept: OutcomeKept[] = [];
     for (const [i, part] of (outcome.kept ?? []).entries()) {
       kept.push(await staging.claim(part, `kept-${i}`));
     }
     // In the cache before the answer goes: a program sent right after it finds them.
-    await keepReturns(kept, keep);
-    built = await _build(outcome, meta, outputLimitBytes, maxResponseBytes, staging);
+    const digests = await keepReturns(kept, keep);
+    const fill = (results: string) => fillKeptDigests(results, kept, digests);
+    built = await _build(outcome, meta, outputLimitBytes, maxResponseBytes, staging, fill);
     return built;
   } finally {
     // A streamed body removes the staging itself, once it has been sent or cancelled.
@@ -131,6 +137,7 @@ async function _build(
   outputLimitBytes: number,
   maxResponseBytes: number,
   staging: _Staging,
+  fill: (results: string) => string,
 ): Promise<ResultBody> {
   const claim = async (file: OutcomeFile | null, name: string) =>
     file && file.size > 0 && outputLimitBytes > 0 ? await staging.claim(file, name) : file;
@@ -138,9 +145,11 @@ async function _build(
     claim(outcome.stdout, "stdout").then((file) => readCaptured(file, outputLimitBytes)),
     claim(outcome.stderr, "stderr").then((file) => readCaptured(file, outputLimitBytes)),
   ]);
-  const results = outcome.results_file
-    ? await _readResultsFile(await staging.claim(outcome.results_file, "results.json"))
-    : outcome.results ?? "{}";
+  const results = fill(
+    outcome.results_file
+      ? await _readResultsFile(await staging.claim(outcome.results_file, "results.json"))
+      : outcome.results ?? "{}",
+  );
   const json = resultJson({
     ...meta, // the timings, the request id and the GPU ids
     status: outcome.status,

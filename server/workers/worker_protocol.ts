@@ -116,6 +116,16 @@ export interface OutcomePart extends OutcomeFile {
   sha256: string;
 }
 
+/**
+ * A return the server keeps in its blob cache: written unhashed; its `kept` node in the results
+ * JSON carries `placeholder` where the SHA-256 goes, which the server computes while copying the
+ * bytes and writes over it (server/execute/kept_returns.ts).
+ */
+export interface OutcomeKept extends OutcomeFile {
+  /** `kcoral-kept-` and 32 lowercase hex digits, once in the results JSON as a string. */
+  placeholder: string;
+}
+
 /** What the child reports for a finished program (docs/architecture.md §3.4). */
 export interface WorkerOutcome {
   /** How the program ended. */
@@ -129,7 +139,7 @@ export interface WorkerOutcome {
   /** Binary result parts, in `return:<k>` order. */
   parts: OutcomePart[];
   /** Returns for the blob cache (`kept` nodes, protocol/kept_returns.ts): not sent. */
-  kept?: OutcomePart[];
+  kept?: OutcomeKept[];
   /** Captured stdout (`null`: capture off). */
   stdout: OutcomeFile | null;
   /** Captured stderr (`null`: capture off). */
