@@ -4,10 +4,12 @@
  * three timing and the bracket set) called inside a program whose module times the step's pieces
  * (`describe_seeds`: the sets; `hash_tensors`; `finish`: laying the bundle out in memory, gone
  * since bundles are returned as their pieces; `load_source`) and returns those times beside the
- * bundle. Five variants, each in a fresh worker, in turn over 3 counted rounds after one that is
+ * bundle. Seven variants, each in a fresh worker, in turn over 3 counted rounds after one that is
  * not: a trivial call with and without `cpu_only` (the guard's own cost), the step with a small
- * return (no bundle), and the step returning its bundle as a kept value (`cpu_only` and not). Per
- * request: wall time, the server's queue and run times, the step's own times (ms).
+ * return (no bundle), the step returning its bundle as a kept value (`cpu_only` and not), and
+ * step 2's intake: a program that names the kept bundle as an upload (the worker reads it before
+ * the call), then the same with the bundle copied to the device. Per request: wall time, the
+ * server's queue and run times, the step's own times (ms).
  *
  *   deno run -A bench/probes/eval_inputs_step.ts [gpu]
  *
@@ -15,7 +17,7 @@
  *
  * @module
  */
-import { Client, Program } from "../../mod.ts";
+import { Client, KeptReturn, Program } from "../../mod.ts";
 import { createApp } from "../../server/app.ts";
 import { serve } from "../../http/serve.ts";
 
@@ -64,6 +66,19 @@ def timed(reference, secret, mode):
     marks["total"] = time.perf_counter() - started
     text = json.dumps({k: round(v * 1e3, 1) for k, v in marks.items()})
     return [out[0], text] if mode == "kept" else text
+
+
+def intake(data, to_gpu):
+    """The candidate step's intake: the kept bundle arrives as an upload (read before this
+    runs); with to_gpu, all of it is copied to the device (pageable, as sets are moved)."""
+    marks = {"bytes": len(data)}
+    if to_gpu:
+        import torch
+        started = time.perf_counter()
+        torch.frombuffer(data, dtype=torch.uint8).cuda()
+        torch.cuda.synchronize()
+        marks["to_gpu_ms"] = round((time.perf_counter() - started) * 1e3, 1)
+    return json.dumps(marks)
 `;
 
 const seed = () => String(Math.floor(Math.random() * 2 ** 40));
@@ -81,25 +96,31 @@ const VARIANTS: { name: string; mode: string; cpuOnly: boolean }[] = [
   { name: "step, small return, cpu_only", mode: "small", cpuOnly: true },
   { name: "step, bundle kept, cpu_only", mode: "kept", cpuOnly: true },
   { name: "step, bundle kept", mode: "kept", cpuOnly: false },
+  { name: "the kept bundle uploaded (step 2's intake)", mode: "intake", cpuOnly: false },
+  { name: "the kept bundle uploaded, then copied to the GPU", mode: "intake_gpu", cpuOnly: false },
 ];
 const lines = new Map<string, string[]>();
+let bundle: KeptReturn | Uint8Array | null = null;
 try {
   await using client = new Client(server.url);
   for (let round = 0; round <= 3; round++) {
     for (const { name, mode, cpuOnly } of VARIANTS) {
       const program = new Program();
       const module = program.upload({ kind: "module", source: STEP });
-      const fn = program.getFunction({ module, name: "timed", cpuOnly });
-      program.return_({
-        key: "out",
-        value: program.run({ fn, args: [reference, secret(), mode] }),
-      });
+      const intake = mode.startsWith("intake");
+      if (intake && bundle === null) throw new Error(`${name}: no kept bundle yet`);
+      const fn = program.getFunction({ module, name: intake ? "intake" : "timed", cpuOnly });
+      const args = intake
+        ? [program.upload({ kind: "bytes", value: bundle! }), mode === "intake_gpu" && gpu]
+        : [reference, secret(), mode];
+      program.return_({ key: "out", value: program.run({ fn, args }) });
       const started = performance.now();
       const result = await client.execute(program, mode === "kept" ? { keepReturns: 1 << 20 } : {});
       const wall = performance.now() - started;
       if (!result.completed) throw new Error(`${name}: ${result.error?.message}`);
-      if (round === 0) continue;
       const out = result.get("out");
+      if (mode === "kept" && Array.isArray(out)) bundle = out[0] as KeptReturn | Uint8Array; // small: sent
+      if (round === 0) continue;
       const marks = Array.isArray(out) ? out[1] : out;
       const line = `wall ${wall.toFixed(0)}, queue ${result.queueMs.toFixed(0)}, ` +
         `run ${result.elapsedMs.toFixed(0)}, in the step ${marks}`;
