@@ -17,7 +17,7 @@
  *
  * @module
  */
-import { Client, KeptReturn, Program } from "../../mod.ts";
+import { Client, type KeptReturn, Program } from "../../mod.ts";
 import { createApp } from "../../server/app.ts";
 import { serve } from "../../http/serve.ts";
 
