@@ -2,10 +2,12 @@
  * The server's cost of a kept return (docs/kept-returns.md): `keepReturns` copying a worker's
  * file of `--mib` MiB into the memory cache while hashing it, median/min/max over `--runs`,
  * beside its two floors measured in the same run: SHA-256 of the same bytes already in memory
- * (node:crypto, one core) and a plain copy of the file (`Deno.copyFile`).
+ * (node:crypto, one core) and a plain copy of the file (`Deno.copyFile`). A second row keeps the
+ * same bytes as `--values` values (an eval bundle's segments) hashed on the server's hashing
+ * threads (`--threads`, default as a server: the cores less one, at most 8).
  *
  * ```sh
- * deno run -A bench/kept_returns_bench.ts --mib 512 --runs 7
+ * deno run -A bench/kept_returns_bench.ts --mib 512 --runs 7 [--values 8] [--threads N]
  * ```
  *
  * The worker's file is written in a temporary directory and the cache lives on `/dev/shm` when
@@ -16,6 +18,7 @@
 import { createHash } from "node:crypto";
 import { BlobStore } from "../server/cache/cache_memory.ts";
 import { keepReturns } from "../server/execute/kept_returns.ts";
+import { HashThreads } from "../protocol/hash_threads.ts";
 
 const arg = (name: string, fallback: number) => {
   const i = Deno.args.indexOf(name);
@@ -23,8 +26,17 @@ const arg = (name: string, fallback: number) => {
 };
 const mib = arg("--mib", 512);
 const runs = arg("--runs", 7);
-if (!(Number.isInteger(mib) && mib > 0 && Number.isInteger(runs) && runs > 0)) {
-  console.error("usage: kept_returns_bench.ts [--mib N] [--runs N]");
+const valueCount = arg("--values", 8);
+const threads = arg(
+  "--threads",
+  Math.max(1, Math.min(8, (navigator.hardwareConcurrency ?? 2) - 1)),
+);
+if (
+  ![mib, runs, valueCount, threads].every((n) => Number.isInteger(n) && n > 0) || valueCount > mib
+) {
+  console.error(
+    "usage: kept_returns_bench.ts [--mib N] [--runs N] [--values N <= mib] [--threads N]",
+  );
   Deno.exit(2);
 }
 
@@ -38,10 +50,35 @@ for (let i = 0; i < bytes.length; i += 4096) bytes[i] = i & 0xff;
 const source = `${work}/kept-0`;
 await Deno.writeFile(source, bytes);
 const sha256 = createHash("sha256").update(bytes).digest("hex");
+// The same bytes as several values, cut as an eval bundle's segments are (about equal shares).
+const share = Math.ceil(bytes.length / valueCount);
+const values = await Promise.all(
+  Array.from({ length: valueCount }, async (_, k) => {
+    const piece = bytes.subarray(k * share, Math.min(bytes.length, (k + 1) * share));
+    const path = `${work}/kept-part-${k}`;
+    await Deno.writeFile(path, piece);
+    const placeholder = `kcoral-kept-${String(k).padStart(32, "0")}`;
+    return { path, size: piece.length, placeholder };
+  }),
+);
+const hashes = new HashThreads(threads);
+hashes.warm();
+const split = `keepReturns, ${valueCount} values, ${threads} hashing threads`;
 
-const samples: Record<string, number[]> = { keepReturns: [], "sha256 in memory": [], copyFile: [] };
+const samples: Record<string, number[]> = {
+  keepReturns: [],
+  [split]: [],
+  "sha256 in memory": [],
+  copyFile: [],
+};
 try {
   for (let run = 0; run <= runs; run++) {
+    const splitStore = new BlobStore(`${cacheDir}/split-${run}`, 64 * (mib << 20));
+    const s0 = performance.now();
+    await keepReturns(values, { store: splitStore, maxBytes: bytes.length, hashes });
+    const splitMs = performance.now() - s0;
+    splitStore.close();
+    if (run > 0) samples[split].push(splitMs);
     const store = new BlobStore(`${cacheDir}/store-${run}`, 64 * (mib << 20));
     let t0 = performance.now();
     const placeholder = `kcoral-kept-${"0".repeat(32)}`;
@@ -65,6 +102,7 @@ try {
     samples.copyFile.push(copy);
   }
 } finally {
+  hashes.close();
   await Deno.remove(work, { recursive: true });
   await Deno.remove(cacheDir, { recursive: true }).catch(() => {});
 }

@@ -1,7 +1,7 @@
 /**
  * Worker side of protocol/hash_threads.ts: incremental SHA-256 per id over transferred buffers
- * (each sent back for reuse) or over ranges of shared memory; and spools, which write ranges of
- * shared memory to a new file instead.
+ * (each sent back for reuse) or over ranges of shared memory; spools, which write ranges of
+ * shared memory to a new file instead; and copies of a file into a new one, hashed on the way.
  *
  * @module
  */
@@ -59,6 +59,17 @@ scope.onmessage = (event: MessageEvent) => {
       _close(spool);
       scope.postMessage({ t: "reply", id, value });
     });
+  } else if (message.t === "copy") {
+    try {
+      const value = _copyHashing(message.from, message.to, message.size, message.ino, message.dev);
+      scope.postMessage({ t: "reply", id, value });
+    } catch (error) {
+      scope.postMessage({
+        t: "reply",
+        id,
+        error: error instanceof Error ? error.message : `${error}`,
+      });
+    }
   } else if (message.t === "drop") {
     // A body given up before this payload ended: no end, and a spool's file goes.
     hashes.delete(id);
@@ -72,6 +83,36 @@ scope.onmessage = (event: MessageEvent) => {
     }
   }
 };
+
+/** A copy's buffer, made on the first copy and kept: reads, hashes and writes go through it. */
+let _copyBuffer: Uint8Array | null = null;
+
+/** Copies the file `from` (which must be `ino` on `dev`, `size` bytes) into the new `to`. */
+function _copyHashing(from: string, to: string, size: number, ino: number | null, dev: number) {
+  const hash = createHash("sha256");
+  using source = Deno.openSync(from, { read: true });
+  const found = source.statSync();
+  if (!found.isFile || found.ino !== ino || found.dev !== dev) {
+    throw new Error(`${from} is not the file that was opened`);
+  }
+  if (found.size !== size) throw new Error(`${from} has ${found.size} bytes, not ${size}`);
+  using target = Deno.openSync(to, { write: true, createNew: true, mode: 0o644 });
+  const buffer = _copyBuffer ??= new Uint8Array(_COPY_PIECE);
+  let copied = 0;
+  for (;;) {
+    const n = source.readSync(buffer);
+    if (n === null) break;
+    copied += n;
+    if (copied > size) break;
+    const piece = buffer.subarray(0, n);
+    hash.update(piece);
+    for (let at = 0; at < n;) at += target.writeSync(piece.subarray(at));
+  }
+  if (copied !== size) throw new Error(`${from} changed size`);
+  return hash.digest("hex");
+}
+
+const _COPY_PIECE = 4 << 20;
 
 function _hash(id: number): Hash {
   let hash = hashes.get(id);

@@ -35,8 +35,26 @@ export interface HashSink {
   drop(id: number): boolean;
 }
 
+/** The file a copy must find at its path: the inode its caller opened and checked. */
+export interface FileIdentity {
+  /** `Deno.FileInfo.ino`. */
+  ino: number | null;
+  /** `Deno.FileInfo.dev`. */
+  dev: number;
+}
+
+/** Copies a file into a new one while hashing it, elsewhere than the calling thread. */
+export interface FileCopier {
+  /**
+   * Copies the `size` bytes of the regular file at `from` (which must be `identity`) into the
+   * new file `to` (mode 0644) while hashing them; resolves with their hex SHA-256. Rejects when
+   * the file is another, has another size, or the copy fails (`to` may then be left).
+   */
+  copyHashing(from: string, to: string, size: number, identity: FileIdentity): Promise<string>;
+}
+
 /** Several hashing threads: each hash runs on the thread with the fewest open hashes. */
-export class HashThreads implements HashSink {
+export class HashThreads implements HashSink, FileCopier {
   readonly #threads: HashThread[];
   readonly #owner = new Map<number, HashThread>();
   readonly #open = new Map<HashThread, number>();
@@ -74,6 +92,23 @@ export class HashThreads implements HashSink {
     const thread = this.#thread(id);
     try {
       return await thread.digest(id);
+    } finally {
+      this.#forget(id, thread);
+    }
+  }
+
+  /** Copies `from` to `to` while hashing it, on the least busy thread ({@linkcode FileCopier}). */
+  async copyHashing(
+    from: string,
+    to: string,
+    size: number,
+    identity: FileIdentity,
+  ): Promise<string> {
+    const thread = this.#leastBusy();
+    const id = ++this.#nextId;
+    this.#own(id, thread);
+    try {
+      return await thread.copyHashing(from, to, size, identity, id);
     } finally {
       this.#forget(id, thread);
     }
@@ -224,6 +259,28 @@ export class HashThread implements HashSink {
     return this.#ask("digest", id) as Promise<string>;
   }
 
+  /**
+   * Copies `from` to `to` while hashing it ({@linkcode FileCopier}), numbered `id` (by default
+   * this thread's next; {@linkcode HashThreads} numbers its own).
+   */
+  copyHashing(
+    from: string,
+    to: string,
+    size: number,
+    identity: FileIdentity,
+    id = ++this.#nextId,
+  ): Promise<string> {
+    return this.#ask("copy", id, {
+      from,
+      to,
+      size,
+      ino: identity.ino,
+      dev: identity.dev,
+    }) as Promise<
+      string
+    >;
+  }
+
   /** Once spool `id`'s writes are done: the bytes its file got (`null`: none). */
   written(id: number): Promise<number | null> {
     return this.#ask("written", id) as Promise<number | null>;
@@ -246,11 +303,15 @@ export class HashThread implements HashSink {
     this.#fail(new Error("the hashing thread was closed"));
   }
 
-  #ask(t: "digest" | "written", id: number): Promise<string | number | null> {
+  #ask(
+    t: "digest" | "written" | "copy",
+    id: number,
+    more: Record<string, unknown> = {},
+  ): Promise<string | number | null> {
     if (this.#failure) return Promise.reject(this.#failure);
     return new Promise((resolve, reject) => {
       this.#replies.set(id, { resolve, reject });
-      this.#start().postMessage({ t, id });
+      this.#start().postMessage({ ...more, t, id });
     });
   }
 
@@ -280,7 +341,8 @@ export class HashThread implements HashSink {
       } else if (message.t === "reply") {
         const pending = this.#replies.get(message.id);
         this.#replies.delete(message.id);
-        pending?.resolve(message.value);
+        if (message.error === undefined) pending?.resolve(message.value);
+        else pending?.reject(new Error(message.error));
       }
     };
     worker.onerror = (event) => {

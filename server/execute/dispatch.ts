@@ -27,6 +27,7 @@ import { buildResultBody, crashError, crashResultBody, type ResponseMeta } from 
 import type { SeatChild } from "../workers/worker_handles.ts";
 import type { BlobCaches } from "../cache/blobs.ts";
 import type { KeepTarget } from "./kept_returns.ts";
+import type { FileCopier } from "../../protocol/hash_threads.ts";
 import { hostPaths, WorkerFileError } from "../workers/worker_files.ts";
 import type { WorkerOutcome } from "../workers/worker_protocol.ts";
 
@@ -48,6 +49,8 @@ export interface DispatchServices {
   track: (task: Promise<void>) => void;
   /** The caches (kept returns go to the memory cache). */
   caches: BlobCaches;
+  /** Hashing threads (kept returns are copied and hashed there). */
+  hashes?: FileCopier;
 }
 
 /**
@@ -127,6 +130,7 @@ class _SeatRun {
     this.#keep = admitted.keepMinBytes === undefined ? null : {
       store: services.caches.store,
       maxBytes: Math.floor(services.caches.store.capacityBytes / 4),
+      ...(services.hashes ? { hashes: services.hashes } : {}),
     };
     this.#seat = seat;
     this.#queueMs = queueMs;

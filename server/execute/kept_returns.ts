@@ -11,6 +11,7 @@
  */
 import { createHash } from "node:crypto";
 import type { BlobStore } from "../cache/cache_memory.ts";
+import type { FileCopier } from "../../protocol/hash_threads.ts";
 import type { OutcomeKept } from "../workers/worker_protocol.ts";
 import { openWorkerFile, WorkerFileError } from "../workers/worker_files.ts";
 import { writeAll } from "../cache/_write_file.ts";
@@ -21,10 +22,18 @@ export interface KeepTarget {
   store: BlobStore;
   /** The most bytes the request's kept values may total. */
   maxBytes: number;
+  /**
+   * Hashing threads: each copies and hashes a value, several values at once. Without, values
+   * are copied and hashed one after another here.
+   */
+  hashes?: FileCopier;
 }
 
 /** Copies are made in pieces of this size: each hashed while the next is read. */
 const _CHUNK = 4 << 20;
+
+/** Values copied at once when hashing threads hash them. */
+const _AT_ONCE = 8;
 
 /** A worker's placeholder for a kept value's digest (runtime_py `values.KeptPart`). */
 const _PLACEHOLDER = /^kcoral-kept-[0-9a-f]{32}$/;
@@ -57,8 +66,17 @@ export async function keepReturns(
       throw new WorkerFileError(`worker kept return ${part.path} has a malformed placeholder`);
     }
   }
-  const digests: string[] = [];
-  for (const part of kept) digests.push(await _keep(part, target.store));
+  const digests: string[] = new Array(kept.length);
+  let next = 0;
+  const copier = async () => {
+    for (let i = next++; i < kept.length; i = next++) {
+      digests[i] = await _keep(kept[i], target.store, target.hashes);
+    }
+  };
+  const copiers = target.hashes ? Math.min(_AT_ONCE, kept.length) : 1;
+  // Every copier runs to its end (a failure leaves no copy running), then the first error.
+  const ended = await Promise.allSettled(Array.from({ length: copiers }, copier));
+  for (const end of ended) if (end.status === "rejected") throw end.reason;
   return digests;
 }
 
@@ -97,13 +115,26 @@ export function fillKeptDigests(
   return filled;
 }
 
-async function _keep(part: OutcomeKept, store: BlobStore): Promise<string> {
+async function _keep(
+  part: OutcomeKept,
+  store: BlobStore,
+  hashes: FileCopier | undefined,
+): Promise<string> {
   const tmp = `${store.dir}/.kept-${crypto.randomUUID()}`;
   const source = await openWorkerFile(part.path, part.size);
   let copied = false;
   try {
-    using target = await Deno.open(tmp, { write: true, createNew: true, mode: 0o644 });
-    const digest = await _copyHashing(source, target, part);
+    let digest: string;
+    if (hashes) {
+      // The thread opens the path again: the same file, checked there by its inode.
+      const { ino, dev } = await source.stat();
+      digest = await hashes.copyHashing(part.path, tmp, part.size, { ino, dev }).catch((error) => {
+        throw new WorkerFileError(`worker kept return ${part.path} cannot be kept: ${error}`);
+      });
+    } else {
+      using target = await Deno.open(tmp, { write: true, createNew: true, mode: 0o644 });
+      digest = await _copyHashing(source, target, part);
+    }
     await store.adoptPinned(digest, tmp, part.size, true);
     copied = true;
     store.unpin([digest]);

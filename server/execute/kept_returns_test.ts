@@ -3,6 +3,7 @@ import { BlobStore } from "../cache/cache_memory.ts";
 import { sha256Hex } from "../../protocol/hash.ts";
 import { WorkerFileError } from "../workers/worker_files.ts";
 import { fillKeptDigests, keepReturns } from "./kept_returns.ts";
+import { HashThreads } from "../../protocol/hash_threads.ts";
 
 async function setup() {
   const dir = await Deno.makeTempDir();
@@ -83,4 +84,33 @@ Deno.test("fillKeptDigests: each placeholder, once as a JSON string, becomes its
   refused(`{"x":${node(a)},"y":${node(b)},"s":{"type":"string","value":"${b}"}}`, /twice/);
   // Not as a whole JSON string (inside a longer one): not its place.
   refused(`{"x":${node(a)},"s":{"type":"string","value":"${b}x"}}`, /nowhere/);
+});
+
+Deno.test("keepReturns: with hashing threads, several values are copied at once, digests in order", async () => {
+  await using t = await setup();
+  const hashes = new HashThreads(2);
+  try {
+    const values = Array.from(
+      { length: 11 },
+      (_, k) => new Uint8Array((k + 1) * (700 << 10)).map((_, i) => (i * 13 + k) & 0xff),
+    );
+    const parts = await Promise.all(values.map((bytes, k) => t.write(`kept-${k}`, bytes)));
+    const total = values.reduce((sum, bytes) => sum + bytes.length, 0);
+    const digests = await keepReturns(parts, { store: t.store, maxBytes: total, hashes });
+    assert.deepEqual(digests, parts.map((part) => part.sha256));
+    for (const [k, part] of parts.entries()) {
+      assert.deepEqual(await Deno.readFile(t.store.path(part.sha256)), values[k]);
+    }
+    // A value that is not the size the worker stated fails the lot; no copy is left behind.
+    const more = await t.write("kept-x", new Uint8Array(3 << 20).fill(7));
+    const short = { ...more, size: more.size + 1 };
+    await assert.rejects(
+      () => keepReturns([more, short], { store: t.store, maxBytes: 8 << 20, hashes }),
+      (e: unknown) =>
+        e instanceof WorkerFileError && /has \d+ bytes, not|changed size/.test(e.message),
+    );
+    assert.equal(t.blobFiles().filter((name) => name.startsWith(".kept-")).length, 0);
+  } finally {
+    hashes.close();
+  }
 });
