@@ -30,7 +30,7 @@ import type { ProgramResult } from "./result.ts";
 import { sha256Hex } from "../protocol/hash.ts";
 import { BlobsNotHeldError, KCoralError } from "./errors.ts";
 import { KeptReturn } from "./kept_return.ts";
-import { adoptBytes, returnedDigest } from "./_known_digests.ts";
+import { adoptBytes, adoptedDigest, returnedDigest } from "./_known_digests.ts";
 import type { Verdict, VerdictPhases } from "./verdict.ts";
 
 /** The least number of correctness input sets. */
@@ -214,10 +214,13 @@ function _timingRequest(timing: EvaluateTiming | undefined): Record<string, unkn
   return out;
 }
 
+/** One segment of a bundle (eval_bundle.py): kept by the server, or carried. */
+type _Segment = Uint8Array | KeptReturn;
+
 /** One step's program: the runtime's entry point called with `args` (bytes uploaded first). */
 function _program(
   name: string,
-  args: (string | Uint8Array | KeptReturn)[],
+  args: (string | _Segment)[],
   files: readonly EvaluateFile[],
   cpuOnly = false,
 ): Program {
@@ -236,28 +239,38 @@ function _program(
 }
 
 /**
- * A bundle a step returned, handed to the next steps' uploads as it is (this module holds it
- * and never changes it): no copy, and its digest the one the response was verified against
- * (computed while it arrived), else computed here once. Returns the digest.
+ * A bundle segment a step returned, handed to the next steps' uploads as it is (this module
+ * holds it and never changes it): no copy, and its digest the one the response was verified
+ * against (computed while it arrived), else computed here once. Returns the digest.
  */
-function _adopt(bundle: Uint8Array): string {
-  const digest = returnedDigest(bundle) ?? sha256Hex(bundle);
-  adoptBytes(bundle, digest);
+function _adopt(segment: Uint8Array): string {
+  const digest = returnedDigest(segment) ?? sha256Hex(segment);
+  adoptBytes(segment, digest);
   return digest;
 }
 
 /**
- * Step 1's bundle, kept by the server or sent, and the SHA-256 of its header when step 1 was
- * asked for it (`header_digest`: the client then holds no bytes to compute it from).
+ * A bundle a step returned: one `bytes` value, or the list of its segments (each kept by the
+ * server or sent). Segments sent are adopted for the next steps' uploads.
+ */
+function _segments(out: unknown): _Segment[] {
+  const segments = (Array.isArray(out) ? out : [out]) as _Segment[];
+  for (const segment of segments) if (!(segment instanceof KeptReturn)) _adopt(segment);
+  return segments;
+}
+
+/**
+ * Step 1's bundle as segments, and the SHA-256 of its header when step 1 was asked for it
+ * (`header_digest`: the bundle then comes as segments, which the client may not hold).
  */
 function _inputsBundle(
   result: ProgramResult,
   asked: boolean,
-): { bundle: Uint8Array | KeptReturn; headerSha: string | null } {
+): { segments: _Segment[]; headerSha: string | null } {
   const out = result.get("out");
-  if (!asked || !Array.isArray(out)) return { bundle: out as Uint8Array, headerSha: null };
-  const [bundle, headerSha] = out as [Uint8Array | KeptReturn, string];
-  return { bundle, headerSha: bundle instanceof KeptReturn ? headerSha : null };
+  if (!asked || !Array.isArray(out)) return { segments: _segments(out), headerSha: null };
+  const [bundle, headerSha] = out as [unknown, string];
+  return { segments: _segments(bundle), headerSha };
 }
 
 /** Bytes before an eval bundle's header: the magic line and the header's u64 length. */
@@ -502,11 +515,15 @@ async function _evaluate(
     );
   }
   if (!inputs.result.completed) throw _failure("inputs", inputs.result);
-  const { bundle: inputsBundle, headerSha } = _inputsBundle(inputs.result, keepInputs);
-  const inputsSha = inputsBundle instanceof KeptReturn
-    ? inputsBundle.sha256
-    : local(() => _adopt(inputsBundle));
-  const inputsHeaderSha = headerSha ?? local(() => _headerDigest(inputsBundle as Uint8Array));
+  const { segments: inputsBundle, headerSha } = local(() =>
+    _inputsBundle(inputs.result, keepInputs)
+  );
+  const [inputsFirst, ...inputsRest] = inputsBundle;
+  // A bundle in one piece (not asked for its header's digest) is always carried.
+  const inputsSha = inputsBundle.length === 1 && inputsFirst instanceof Uint8Array
+    ? adoptedDigest(inputsFirst) ?? null
+    : null;
+  const inputsHeaderSha = headerSha ?? local(() => _headerDigest(inputsFirst as Uint8Array));
   // Through a Router, the next steps ask for the node that keeps the inputs.
   const placement = { keep, node: keepInputs ? inputs.result.node : null };
 
@@ -527,7 +544,11 @@ async function _evaluate(
     candidate = await _run(
       client,
       local(() =>
-        _program("run_candidate", [options.candidate, inputsBundle, candidateRequest], files)
+        _program(
+          "run_candidate",
+          [options.candidate, inputsFirst, candidateRequest, ...inputsRest],
+          files,
+        )
       ),
       options,
       "candidate",
@@ -568,16 +589,16 @@ async function _evaluate(
       traceback: e?.traceback ?? "",
     };
   }
-  const outputsBundle = crash === null
-    ? candidate!.result.get("out") as Uint8Array | KeptReturn
-    : new Uint8Array(0);
-  if (crash === null && !(outputsBundle instanceof KeptReturn)) local(() => _adopt(outputsBundle));
+  const [outputsFirst, ...outputsRest] = crash === null
+    ? local(() => _segments(candidate!.result.get("out")))
+    : [new Uint8Array(0)];
 
   // 3. Judge: the expected outputs exist from here on, in a worker that never ran the candidate.
   options.onStep?.("judge");
   const judgeRequest = JSON.stringify({
     inputs_header_sha256: inputsHeaderSha,
-    inputs_sha256: inputsSha, // for a judge without the header check
+    ...(inputsSha === null ? {} : { inputs_sha256: inputsSha }), // a judge without that check
+    inputs_segments: inputsBundle.length,
     tolerance,
     determinism: options.determinism ?? "auto",
     excessive_speedup: options.excessiveSpeedup ?? 10,
@@ -588,7 +609,11 @@ async function _evaluate(
   const judge = await _run(
     client,
     local(() =>
-      _program("judge", [options.reference, inputsBundle, outputsBundle, judgeRequest], files)
+      _program(
+        "judge",
+        [options.reference, inputsFirst, outputsFirst, judgeRequest, ...inputsRest, ...outputsRest],
+        files,
+      )
     ),
     options,
     "judge",

@@ -377,6 +377,35 @@ evalTest(
     }),
 );
 
+evalTest(
+  "eval: bundles over a segment's share go as several kept segments, each its own upload",
+  () =>
+    withServer({ numWorkers: 2 }, async (server) => {
+      // 6 sets of two 1024 x 1024 float32 tensors: 48 MiB of inputs, three 16 MiB segments.
+      const reference = source("scale_add_reference.py").replaceAll("64, 128", "1024, 1024");
+      await using client = new Client(server.url);
+      const recording = new Recording(client);
+      const { evaluateKernel } = await import("../client/mod.ts");
+      const verdict = await evaluateKernel(recording, {
+        reference,
+        candidate: reference,
+        bracket: false,
+        timing: QUICK,
+      });
+      assertClean(verdict);
+      const [, candidate, judge] = recording.programs.map((json) => JSON.parse(json));
+      const blobs = (program: { instructions: Record<string, unknown>[] }) =>
+        program.instructions.filter((i) => i.op === "upload" && i.kind === "bytes");
+      const inputs = blobs(candidate);
+      assert.equal(inputs.length, 3, JSON.stringify(inputs));
+      // The judge names the same three and the outputs' segments, and says where they split.
+      const judged = blobs(judge).map((i) => i.blob);
+      assert.ok(judged.length > 3 && inputs.every((i) => judged.includes(i.blob)), `${judged}`);
+      const run = judge.instructions.find((i: Record<string, unknown>) => i.op === "run");
+      assert.match(JSON.stringify(run.args), /\\"inputs_segments\\":3/);
+    }),
+);
+
 evalTest("eval through a Router with a CPU node", async () => {
   const router = await startRouter();
   const node = await startNode(router.url, "eval-node", { workers: 2 });

@@ -8,6 +8,11 @@ header's length, the header as JSON, then every tensor's raw bytes back to back:
     encode_bundle(header, tensors) --bytes--> (client, blob cache) --bytes--> decode_bundle
       header["tensors"][i] = {"dtype", "shape", "offset", "nbytes", "sha256" (or None)}
 
+A bundle may also travel as **segments**: its bytes cut between whole tensors into a few
+values (``BundleWriter.segments``), so that the server, which hashes every kept value, hashes
+them on several threads; ``Bundle`` reads a list of segments as the one bundle they join to,
+each tensor inside one of them.
+
 The per-tensor SHA-256s make a bundle checkable in parallel: the SHA-256 of the bundle's
 ``prefix`` (magic, length, header) pins every tensor's digest, and ``verify_tensors`` checks
 the tensors against them on several threads (hashlib lets go of the GIL while it hashes), where
@@ -29,6 +34,7 @@ the call returned.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import math
@@ -36,12 +42,14 @@ import os
 import struct
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .huge_pages import new_bytearray
 from .values import Chunks, write_pieces
 
 MAGIC = b"KCEVAL1\n"
+# The least share of a bundle worth a segment of its own (BundleWriter.segments).
+SEGMENT_MIN_BYTES = 16 << 20
 _LENGTH = struct.Struct("<Q")
 
 # The dtypes a bundle carries (torch's names without "torch.").
@@ -267,6 +275,26 @@ class BundleWriter:
         not joined: returned as a kept value, the worker writes them straight to its file."""
         return Chunks([self._prefix(header), *self._chunks])
 
+    def segments(self, header: Dict[str, Any], count: int = 8,
+                 min_bytes: Optional[int] = None) -> List[Chunks]:
+        """The bundle as at most ``count`` values (``Bundle`` reads their list), cut between
+        whole pieces: the first holds the prefix, and each piece goes to the equal share of the
+        bundle its middle falls in. Fewer segments where a share would be under
+        ``min_bytes`` (default ``SEGMENT_MIN_BYTES``; a small bundle is one). Kept (docs/kept-returns.md), the server copies and hashes them in
+        parallel where one value is one core's work."""
+        pieces: List[memoryview] = [memoryview(self._prefix(header)), *self._chunks]
+        total = sum(len(piece) for piece in pieces)
+        least = SEGMENT_MIN_BYTES if min_bytes is None else min_bytes
+        count = max(1, min(count, total // max(1, least)))
+        share = max(1, -(-total // count))
+        groups: List[List[memoryview]] = [[] for _ in range(count)]
+        position = 0
+        for piece in pieces:  # each to the share its middle falls in
+            groups[min(count - 1, (position + len(piece) // 2) // share)].append(piece)
+            position += len(piece)
+        groups = [group for group in groups if group]
+        return [Chunks(group) for group in groups]
+
     def write_to(self, fd: int, header: Dict[str, Any]) -> int:
         """Writes the bundle ``finish`` lays out to the file ``fd`` (from its offset) with
         ``writev``: the kernel copies the tensors' bytes, no buffer of the bundle's size is made
@@ -277,32 +305,60 @@ class BundleWriter:
 
 
 class Bundle:
-    """A decoded bundle: the header and lazily made CPU tensors over its bytes."""
+    """A decoded bundle: the header and lazily made CPU tensors over its bytes. ``data`` is the
+    bundle's bytes, or the list of its segments (``BundleWriter.segments``)."""
 
-    def __init__(self, data: bytes) -> None:
-        view = memoryview(data)
+    def __init__(self, data: Any) -> None:
+        segments = [memoryview(part).cast("B") for part in data] \
+            if isinstance(data, (list, tuple)) else [memoryview(data).cast("B")]
+        if not segments:
+            raise BundleError("not a kcoral eval bundle (no segments)")
+        view = segments[0]
         if len(view) < len(MAGIC) + _LENGTH.size or bytes(view[: len(MAGIC)]) != MAGIC:
             raise BundleError("not a kcoral eval bundle (bad magic)")
         (length,) = _LENGTH.unpack_from(view, len(MAGIC))
         start = len(MAGIC) + _LENGTH.size
         if start + length > len(view):
-            raise BundleError("bundle header runs past the end")
+            raise BundleError("bundle header runs past the end of its first segment")
         try:
             self.header: Dict[str, Any] = json.loads(bytes(view[start: start + length]))
         except ValueError as exc:
             raise BundleError(f"bundle header is not JSON: {exc}") from None
         self.prefix: memoryview = view[: start + length]  # magic, length, header
-        self._data = view[start + length:]
+        # The data after the header, as segments and the data offset each starts at.
+        self._segments = [view[start + length:], *segments[1:]]
+        self._starts: List[int] = []
+        available = 0
+        for segment in self._segments:
+            self._starts.append(available)
+            available += len(segment)
         entries = self.header.get("tensors")
         if not isinstance(entries, list):
             raise BundleError("bundle header has no tensor list")
         for entry in entries:
-            _check_entry(entry, len(self._data))
+            _check_entry(entry, available)
+            self._locate(entry)
         self.entries: List[Dict[str, Any]] = entries
+
+    def _locate(self, entry: Dict[str, Any]) -> Tuple[int, int]:
+        """The segment that holds ``entry``'s bytes, and their offset in it."""
+        k = bisect.bisect_right(self._starts, entry["offset"]) - 1
+        if entry["nbytes"] and k + 1 < len(self._starts) \
+                and entry["offset"] + entry["nbytes"] > self._starts[k + 1]:
+            raise BundleError("bundle tensor entry spans two segments")
+        return k, entry["offset"] - self._starts[k]
 
     def raw(self, index: int) -> memoryview:
         entry = self.entries[index]
-        return self._data[entry["offset"]: entry["offset"] + entry["nbytes"]]
+        k, offset = self._locate(entry)
+        return self._segments[k][offset: offset + entry["nbytes"]]
+
+    def sha256(self) -> str:
+        """The SHA-256 of the whole bundle (its segments joined)."""
+        digest = hashlib.sha256(self.prefix)
+        for segment in self._segments:
+            digest.update(segment)
+        return digest.hexdigest()
 
     def tensor(self, index: int, device: str = "cpu", writable: bool = True) -> Any:
         """Tensor ``index`` as a new tensor on ``device`` (its own memory, writable). For another

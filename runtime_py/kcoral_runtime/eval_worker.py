@@ -52,6 +52,7 @@ from .eval_integrity import changed, snapshot
 from .eval_physics import floor_ms
 from .eval_timing import Rotation, clone_value, same_value, time_model
 from .eval_verdict import DEFAULT_EXCESSIVE_SPEEDUP, build_verdict
+from .values import Chunks
 
 __all__ = ["generate_inputs", "run_candidate", "judge", "load_source"]
 
@@ -215,9 +216,10 @@ def generate_inputs(reference_source: str, request_json: str) -> Any:
     writer.hash_tensors()  # the judge checks every tensor against these (in parallel)
     header["generate_ms"] = _ms(started)
     if request.get("header_digest"):
-        # The pieces, not joined: a kept bundle is written from them straight to its file.
-        pieces = writer.chunks(header)
-        return [pieces, sha256_bytes(pieces.parts[0])]
+        # Segments of pieces, not joined: each kept segment is written from its pieces straight
+        # to its file, and the server hashes the segments in parallel.
+        segments = writer.segments(header)
+        return [segments, sha256_bytes(segments[0].parts[0])]
     return writer.finish(header)
 
 
@@ -319,15 +321,18 @@ def time_reference_bracket(reference_source: str, bundle: Bundle, request: Dict[
     return {"timing": timing, "ms": _ms(started)}
 
 
-def run_candidate(candidate_source: str, inputs: bytes, request_json: str) -> bytearray:
-    """Step 2 (module docstring): the outputs bundle. Exceptions of the candidate's code are
-    reported in the bundle (``error``), so that the judge still gives a verdict. With
-    ``bracket_reference`` (the reference's source) in the request and a bracket set in the
-    inputs, the reference is timed first (``time_reference_bracket``)."""
+def run_candidate(candidate_source: str, inputs: bytes, request_json: str,
+                  *more_inputs: bytes) -> List[Chunks]:
+    """Step 2 (module docstring): the outputs bundle, as its segments. ``inputs`` is the inputs
+    bundle, or its first segment with the others in ``more_inputs`` (only a program's
+    top-level arguments can be uploads). Exceptions of the candidate's code are reported in the
+    bundle (``error``), so that the judge still gives a verdict. With ``bracket_reference``
+    (the reference's source) in the request and a bracket set in the inputs, the reference is
+    timed first (``time_reference_bracket``)."""
     import torch
 
     request = json.loads(request_json)
-    bundle = Bundle(inputs)
+    bundle = Bundle([inputs, *more_inputs] if more_inputs else inputs)
     head = bundle.header
     device = _device()
     writer = BundleWriter(hashes=False)  # the judge reads the outputs' values, not their hashes
@@ -409,9 +414,9 @@ def run_candidate(candidate_source: str, inputs: bytes, request_json: str) -> by
         result["error"] = _error(phase, exc)
     result["patched"] = changed(watched)
     # Assembling the bundle is the step's last work: its time cannot be in the bundle's own
-    # header, so the client counts it in worker_start. Its pieces, not joined: a kept bundle
-    # is written from them straight to its file (values.Chunks).
-    return writer.chunks(result)
+    # header, so the client counts it in worker_start. Segments of its pieces, not joined: a
+    # kept segment is written from them straight to its file (values.Chunks).
+    return writer.segments(result)
 
 
 # --------------------------------------------------------------------------- 3. judge
@@ -426,27 +431,31 @@ def _gpu_facts(device: str) -> Tuple[str, int]:
     return str(props.name), int(getattr(props, "L2_cache_size", 0))
 
 
-def _checked_inputs(inputs: bytes, request: Dict[str, Any]) -> Bundle:
-    """The inputs bundle, if it is the one step 1 made: the SHA-256 of its header is
-    ``inputs_header_sha256`` and every tensor has the SHA-256 the header states (checked on
-    several threads); from a client that sends only ``inputs_sha256``, the whole bundle's."""
+def _checked_inputs(inputs: Any, request: Dict[str, Any]) -> Bundle:
+    """The inputs bundle (bytes, or its segments), if it is the one step 1 made: the SHA-256 of
+    its header is ``inputs_header_sha256`` and every tensor has the SHA-256 the header states
+    (checked on several threads); from a client that sends only ``inputs_sha256``, the whole
+    bundle's."""
     refused = ExecutionError("correctness", "the inputs bundle is not the one the inputs step "
                                             "made (SHA-256 differs): refusing to judge")
     header_sha = request.get("inputs_header_sha256")
-    if header_sha is None and sha256_bytes(inputs) != request.get("inputs_sha256"):
-        raise refused
     try:
         bundle = Bundle(inputs)
     except BundleError:
         raise refused from None
-    if header_sha is not None and (sha256_bytes(bundle.prefix) != header_sha
-                                   or not verify_tensors(bundle)):
+    if header_sha is None:
+        if bundle.sha256() != request.get("inputs_sha256"):
+            raise refused
+    elif sha256_bytes(bundle.prefix) != header_sha or not verify_tensors(bundle):
         raise refused
     return bundle
 
 
-def judge(reference_source: str, inputs: bytes, outputs: bytes, request_json: str) -> str:
-    """Step 3 (module docstring): the verdict as JSON text. ``request_json``:
+def judge(reference_source: str, inputs: bytes, outputs: bytes, request_json: str,
+          *more: bytes) -> str:
+    """Step 3 (module docstring): the verdict as JSON text. ``inputs`` and ``outputs`` are the
+    two bundles, or their first segments: with ``inputs_segments`` (n) in the request,
+    ``more`` holds the inputs' other n - 1 segments, then the outputs' others. ``request_json``:
     ``inputs_header_sha256`` (the SHA-256 of the header of what the client received from step
     1; or ``inputs_sha256``, of all of it), ``tolerance`` (atol/rtol override or null),
     ``determinism`` ("auto", "on", "off"), ``excessive_speedup``, ``timing`` settings."""
@@ -455,6 +464,13 @@ def judge(reference_source: str, inputs: bytes, outputs: bytes, request_json: st
     request = json.loads(request_json)
     phases: Dict[str, float] = {}
     started = time.perf_counter()
+    if more:
+        split = int(request.get("inputs_segments", 1)) - 1
+        if not 0 <= split <= len(more):
+            raise ExecutionError("parse", f"inputs_segments {split + 1} does not fit the "
+                                          f"{len(more) + 2} bundle segments given")
+        inputs = [inputs, *more[:split]] if split else inputs
+        outputs = [outputs, *more[split:]] if split < len(more) else outputs
     bundle = _checked_inputs(inputs, request)
     candidate: Optional[Bundle] = None
     candidate_error: Optional[Dict[str, Any]] = request.get("candidate_failure")

@@ -8,7 +8,7 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -162,6 +162,51 @@ def test_bundle_checks_sizes_against_dtype_and_shape() -> None:
     forged = data[:8] + len(text).to_bytes(8, "little") + text + Bundle(data).raw(0).tobytes()
     with pytest.raises(BundleError, match="is not 16 bytes"):
         Bundle(forged)
+
+
+def _segments_writer() -> Tuple[BundleWriter, Dict[str, Any]]:
+    writer = BundleWriter()
+    tensors = [torch.full((k + 1, 1000), float(k)) for k in range(6)]  # 4, 8, ... 24 kB
+    return writer, {"kind": "test", "value": writer.describe_value(tensors)}
+
+
+def test_bundle_segments_cut_between_pieces_and_read_as_the_whole() -> None:
+    writer, header = _segments_writer()
+    whole = bytes(writer.finish(header))
+    for count in (1, 3, 4, 8, 20):
+        segments = writer.segments(header, count, min_bytes=1)
+        assert 1 <= len(segments) <= min(count, 7)  # the prefix and six tensors: 7 pieces
+        assert b"".join(bytes(s.joined()) for s in segments) == whole
+        assert bytes(segments[0].parts[0]) == bytes(Bundle(whole).prefix)
+        joined = [s.joined() for s in segments]
+        bundle = Bundle(joined)
+        assert bundle.header == Bundle(whole).header and bundle.sha256() == _sha(whole)
+        assert verify_tensors(bundle)
+        for k, value in enumerate(bundle.value(bundle.header["value"])):
+            assert torch.equal(value, torch.full((k + 1, 1000), float(k)))
+    # Each segment near an equal share: four of 84 kB and a prefix: none over ~half.
+    sizes = [s.nbytes for s in writer.segments(header, 4, min_bytes=1)]
+    assert len(sizes) == 4 and max(sizes) <= len(whole) // 2
+    # Shares under min_bytes: fewer segments, down to one for a small bundle.
+    assert len(writer.segments(header, 8, min_bytes=40_000)) == 2
+    assert len(writer.segments(header)) == 1
+
+
+def test_bundle_segments_refuse_a_tensor_across_two_and_a_missing_header() -> None:
+    writer, header = _segments_writer()
+    whole = bytes(writer.finish(header))
+    prefix = len(Bundle(whole).prefix)
+    with pytest.raises(BundleError, match="spans two segments"):
+        Bundle([whole[: prefix + 2000], whole[prefix + 2000:]])  # inside the first tensor
+    with pytest.raises(BundleError, match="runs past the end of its first segment"):
+        Bundle([whole[:prefix - 1], whole[prefix - 1:]])
+    with pytest.raises(BundleError, match="no segments"):
+        Bundle([])
+    assert Bundle([whole[:prefix], whole[prefix:]]).header == Bundle(whole).header
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 # --------------------------------------------------------------------------- comparison
@@ -599,9 +644,41 @@ def _evaluate(monkeypatch: Any, tmp_path: Path, reference: str, candidate: str,
     return json.loads(eval_worker.judge(ref, inputs, outputs, json.dumps(request)))
 
 
-def _run_candidate(*args: Any) -> memoryview:
-    """Step 2's outputs bundle as the judge gets it: its pieces (values.Chunks) joined."""
-    return eval_worker.run_candidate(*args).joined()
+def test_the_steps_pass_bundles_as_segments(monkeypatch: Any, tmp_path: Path) -> None:
+    """As the client runs them with kept bundles: step 1 returns its segments and its header's
+    digest, each segment is a separate upload (a top-level argument) of steps 2 and 3."""
+    from kcoral_runtime import eval_bundle
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(eval_bundle, "SEGMENT_MIN_BYTES", 4096)  # the fixture's sets are small
+    ref = (FIXTURES / "scale_add_reference.py").read_text()
+    cand = (FIXTURES / "scale_add_honest.py").read_text()
+    seeds = {"correctness_seeds": ["1", "2", "3"], "timing_seeds": ["4", "5"], "init_seed": 42,
+             "header_digest": True}
+    segments, header_sha = eval_worker.generate_inputs(ref, json.dumps(seeds))
+    inputs = [segment.joined() for segment in segments]
+    assert len(inputs) > 2 and header_sha == _sha(bytes(segments[0].parts[0]))
+    settings = {"timing": {"warmup": 1, "repeat": 6}}
+    outputs = _run_candidate(cand, inputs[0], json.dumps(settings), *inputs[1:])
+    assert len(outputs) > 1
+    request = dict(settings, inputs_header_sha256=header_sha, inputs_segments=len(inputs))
+    verdict = json.loads(eval_worker.judge(ref, inputs[0], outputs[0], json.dumps(request),
+                                           *inputs[1:], *outputs[1:]))
+    assert verdict["correct"] is True and verdict["flags"] == []
+    # A segment of the inputs swapped for another: not the bundle step 1 made.
+    swapped = [inputs[0], inputs[2], inputs[1], *inputs[3:]]
+    with pytest.raises(ExecutionError, match="not the one the inputs step made"):
+        eval_worker.judge(ref, swapped[0], outputs[0], json.dumps(request), *swapped[1:],
+                          *outputs[1:])
+    with pytest.raises(ExecutionError, match="inputs_segments 99 does not fit"):
+        eval_worker.judge(ref, inputs[0], outputs[0], json.dumps(dict(request, inputs_segments=99)),
+                          *inputs[1:], *outputs[1:])
+
+
+def _run_candidate(*args: Any) -> List[memoryview]:
+    """Step 2's outputs bundle as the judge gets it: its segments, each one's pieces
+    (values.Chunks) joined as uploads are."""
+    return [segment.joined() for segment in eval_worker.run_candidate(*args)]
 
 
 def _header_sha(inputs: Any) -> str:
