@@ -20,7 +20,7 @@ import { MAX_DATA_BYTES, NODE_HEADER, type ResponseHead } from "../link/messages
 import { releaseBuffer } from "../protocol/bytes.ts";
 import { isLiveOutput } from "../protocol/live_output.ts";
 import { Rejection } from "../http/rejection.ts";
-import { withFieldLines } from "../http/http1_response.ts";
+import { fieldLinesResponse } from "../http/http1_response.ts";
 import { withWholeBody } from "../http/whole_body.ts";
 import type { SlotLease } from "./connections.ts";
 import { type FinishReason, type RequestTrace, routerRejections } from "./finish.ts";
@@ -118,10 +118,8 @@ async function _answer(
   if (head.status === 503) lease.markSaturated();
   // 204, 205 and 304 get no body; the node's bytes are still read to its end, and dropped.
   const bodyless = _NULL_BODY_STATUSES.has(head.status);
-  const respond = (body: BodyInit | null) =>
-    withFieldLines(new Response(body, { status: head.status, headers: responseHeaders }), [
-      ...responseHeaders,
-    ]);
+  const respond = (body: Uint8Array<ArrayBuffer> | ReadableStream<Uint8Array> | null) =>
+    fieldLinesResponse(body, head.status, [...responseHeaders]);
   if (_declaresOneFrame(head)) {
     const whole = await _wholeAnswer(exchange, interrupted, lease, trace);
     if (whole) {
