@@ -299,13 +299,7 @@ export class Http1Connection {
         : head.target === "*"
         ? `http://${host}/`
         : head.target;
-      request = new Request(url, {
-        method: head.method,
-        headers: head.fields,
-        body: whole ?? body?.stream ?? null,
-        signal: gone.signal,
-        duplex: "half",
-      } as RequestInit);
+      request = new _ConnectionRequest(url, head, whole ?? body?.stream ?? null, gone.signal);
       if (whole) withWholeBody(request, whole);
     } catch {
       watch.stop();
@@ -411,6 +405,37 @@ export class Http1Connection {
 }
 
 const _CONTINUE = _encoder.encode("HTTP/1.1 100 Continue\r\n\r\n");
+
+/**
+ * A request read from a connection: its `signal` is its connection's own, aborted when the client's
+ * end comes, where a `signal` in the init would make a second, dependent one per request (two weak
+ * references and two weak sets; ~5 µs of a 12 µs `Request` in a loop, most of it the collector's).
+ * Its header fields are appended once it is made, sparing the init's conversion of them into new
+ * arrays (the same checks, the same list). A copy of it (`new Request(request)`, `clone()`) has a
+ * signal of its own that nothing aborts.
+ */
+class _ConnectionRequest extends Request {
+  readonly #signal: AbortSignal;
+
+  constructor(
+    url: string,
+    head: RequestHead,
+    body: Uint8Array | ReadableStream<Uint8Array> | null,
+    signal: AbortSignal,
+  ) {
+    super(
+      url,
+      { method: head.method, body: body as BodyInit | null, duplex: "half" } as RequestInit,
+    );
+    this.#signal = signal;
+    const headers = this.headers;
+    for (const [name, value] of head.fields) headers.append(name, value);
+  }
+
+  override get signal(): AbortSignal {
+    return this.#signal;
+  }
+}
 
 /**
  * Watches a request's connection once its body has arrived: a read stays pending (what comes, a
