@@ -311,6 +311,55 @@ Deno.test("http1 server: a streamed answer goes chunked; HEAD gets no body; a ha
   }
 });
 
+Deno.test("http1 server: a request has its method, URL, fields and body as sent, and one signal", async () => {
+  const seen: unknown[] = [];
+  const server = serveHttp1({
+    hostname: "127.0.0.1",
+    port: 0,
+    handler: async (request) => {
+      const signal = request.signal;
+      seen.push({
+        request: request instanceof Request,
+        method: request.method,
+        url: request.url,
+        // As a Headers made from the same lines: names lower-cased, a repeated one joined.
+        fields: [...request.headers],
+        same: [...request.headers].join() === [...new Headers(parsedFields)].join(),
+        signal: signal === request.signal && signal instanceof AbortSignal && !signal.aborted,
+        // A copy can be made (its signal is its own).
+        copy: request.clone().headers.get("x-a"),
+        body: await request.text(),
+      });
+      return new Response("ok");
+    },
+  });
+  const head = "POST /p?q=1 HTTP/1.1\r\nHost: h:8\r\nX-A: 1\r\nx-b:\t b \r\nx-a: 2\r\n" +
+    "content-length: 3\r\nconnection: close\r\n\r\n";
+  const parsedFields = parseRequestHead(_encoder.encode(head)).fields;
+  try {
+    const text = await exchange(server.addr.port, [head + "abc"]);
+    assert.match(text, /^HTTP\/1\.1 200 OK/);
+    assert.deepEqual(seen, [{
+      request: true,
+      method: "POST",
+      url: "http://h:8/p?q=1",
+      fields: [
+        ["connection", "close"],
+        ["content-length", "3"],
+        ["host", "h:8"],
+        ["x-a", "1, 2"],
+        ["x-b", "b"],
+      ],
+      same: true,
+      signal: true,
+      copy: "1, 2",
+      body: "abc",
+    }]);
+  } finally {
+    await server.shutdown();
+  }
+});
+
 Deno.test("http1 server: the client's end aborts request.signal once the body has arrived", async () => {
   const aborted = Promise.withResolvers<string>();
   const arrived = Promise.withResolvers<void>();
