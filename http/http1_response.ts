@@ -31,8 +31,8 @@ export function withFieldLines(response: Response, fields: readonly [string, str
 
 /**
  * A `Response` of `body` (bytes or a stream: no content type of its own) and `status` whose header
- * fields are `fields`, kept for {@linkcode withFieldLines} (one line each). Its `Headers` are filled once it is made, not by
- * its init: a `Response` made with bytes or text and two or more header fields has Deno build a
+ * fields are `fields`, kept for {@linkcode withFieldLines} (one line each). Its `Headers` are filled
+ * once it is made, not by its init: a `Response` made with bytes or text and two or more header fields has Deno build a
  * native answer for `Deno.serve` beside it, which this writer never uses and which is freed only
  * after a garbage collection (about 6 µs per answer in a loop). Invalid fields throw a `TypeError`,
  * as in the init.
