@@ -7,8 +7,8 @@
  * bundle. Seven variants, each in a fresh worker, in turn over 3 counted rounds after one that is
  * not: a trivial call with and without `cpu_only` (the guard's own cost), the step with a small
  * return (no bundle), the step returning its bundle as a kept value (`cpu_only` and not), and
- * step 2's intake: a program that names the kept bundle as an upload (the worker reads it before
- * the call), then the same with the bundle copied to the device. Per request: wall time, the
+ * step 2's intake: a program that names the kept bundle's segments as uploads (the worker reads
+ * them before the call), then the same with them copied to the device. Per request: wall time, the
  * server's queue and run times, the step's own times (ms).
  *
  *   deno run -A bench/probes/eval_inputs_step.ts [gpu]
@@ -68,14 +68,15 @@ def timed(reference, secret, mode):
     return [out[0], text] if mode == "kept" else text
 
 
-def intake(data, to_gpu):
-    """The candidate step's intake: the kept bundle arrives as an upload (read before this
-    runs); with to_gpu, all of it is copied to the device (pageable, as sets are moved)."""
-    marks = {"bytes": len(data)}
+def intake(to_gpu, *segments):
+    """The candidate step's intake: the kept bundle's segments arrive as uploads (read before
+    this runs); with to_gpu, all of them are copied to the device (pageable, as sets are)."""
+    marks = {"segments": len(segments), "bytes": sum(len(s) for s in segments)}
     if to_gpu:
         import torch
         started = time.perf_counter()
-        torch.frombuffer(data, dtype=torch.uint8).cuda()
+        for segment in segments:
+            torch.frombuffer(segment, dtype=torch.uint8).cuda()
         torch.cuda.synchronize()
         marks["to_gpu_ms"] = round((time.perf_counter() - started) * 1e3, 1)
     return json.dumps(marks)
@@ -100,7 +101,7 @@ const VARIANTS: { name: string; mode: string; cpuOnly: boolean }[] = [
   { name: "the kept bundle uploaded, then copied to the GPU", mode: "intake_gpu", cpuOnly: false },
 ];
 const lines = new Map<string, string[]>();
-let bundle: KeptReturn | Uint8Array | null = null;
+let bundle: (KeptReturn | Uint8Array)[] | null = null;
 try {
   await using client = new Client(server.url);
   for (let round = 0; round <= 3; round++) {
@@ -111,7 +112,10 @@ try {
       if (intake && bundle === null) throw new Error(`${name}: no kept bundle yet`);
       const fn = program.getFunction({ module, name: intake ? "intake" : "timed", cpuOnly });
       const args = intake
-        ? [program.upload({ kind: "bytes", value: bundle! }), mode === "intake_gpu" && gpu]
+        ? [
+          mode === "intake_gpu" && gpu,
+          ...bundle!.map((value) => program.upload({ kind: "bytes", value })),
+        ]
         : [reference, secret(), mode];
       program.return_({ key: "out", value: program.run({ fn, args }) });
       const started = performance.now();
@@ -119,7 +123,8 @@ try {
       const wall = performance.now() - started;
       if (!result.completed) throw new Error(`${name}: ${result.error?.message}`);
       const out = result.get("out");
-      if (mode === "kept" && Array.isArray(out)) bundle = out[0] as KeptReturn | Uint8Array; // small: sent
+      // The bundle's segments, each kept (or sent, when small).
+      if (mode === "kept" && Array.isArray(out)) bundle = out[0] as (KeptReturn | Uint8Array)[];
       if (round === 0) continue;
       const marks = Array.isArray(out) ? out[1] : out;
       const line = `wall ${wall.toFixed(0)}, queue ${result.queueMs.toFixed(0)}, ` +
