@@ -68,6 +68,7 @@ scope.onmessage = (event: MessageEvent) => {
         t: "reply",
         id,
         error: error instanceof Error ? error.message : `${error}`,
+        source: error instanceof _SourceError,
       });
     }
   } else if (message.t === "drop") {
@@ -84,6 +85,9 @@ scope.onmessage = (event: MessageEvent) => {
   }
 };
 
+/** The file to copy is not the one its caller opened and checked (its owner's doing). */
+class _SourceError extends Error {}
+
 /** A copy's buffer, made on the first copy and kept: reads, hashes and writes go through it. */
 let _copyBuffer: Uint8Array | null = null;
 
@@ -93,9 +97,9 @@ function _copyHashing(from: string, to: string, size: number, ino: number | null
   using source = Deno.openSync(from, { read: true });
   const found = source.statSync();
   if (!found.isFile || found.ino !== ino || found.dev !== dev) {
-    throw new Error(`${from} is not the file that was opened`);
+    throw new _SourceError(`${from} is not the file that was opened`);
   }
-  if (found.size !== size) throw new Error(`${from} has ${found.size} bytes, not ${size}`);
+  if (found.size !== size) throw new _SourceError(`${from} has ${found.size} bytes, not ${size}`);
   using target = Deno.openSync(to, { write: true, createNew: true, mode: 0o644 });
   const buffer = _copyBuffer ??= new Uint8Array(_COPY_PIECE);
   let copied = 0;
@@ -108,7 +112,7 @@ function _copyHashing(from: string, to: string, size: number, ino: number | null
     hash.update(piece);
     for (let at = 0; at < n;) at += target.writeSync(piece.subarray(at));
   }
-  if (copied !== size) throw new Error(`${from} changed size`);
+  if (copied !== size) throw new _SourceError(`${from} changed size`);
   return hash.digest("hex");
 }
 

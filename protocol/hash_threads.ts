@@ -43,12 +43,29 @@ export interface FileIdentity {
   dev: number;
 }
 
+/**
+ * A copy refused because its source is not the file its caller opened and checked: another
+ * inode at the path, another size, or a size that changed during the copy.
+ *
+ * @example
+ * ```ts
+ * import { FileSourceError } from "./hash_threads.ts";
+ *
+ * const error = new FileSourceError("/staging/kept-0 changed size");
+ * console.assert(error instanceof Error && error.name === "FileSourceError");
+ * ```
+ */
+export class FileSourceError extends Error {
+  override name = "FileSourceError";
+}
+
 /** Copies a file into a new one while hashing it, elsewhere than the calling thread. */
 export interface FileCopier {
   /**
    * Copies the `size` bytes of the regular file at `from` (which must be `identity`) into the
    * new file `to` (mode 0644) while hashing them; resolves with their hex SHA-256. Rejects when
-   * the file is another, has another size, or the copy fails (`to` may then be left).
+   * the file is another or has another size ({@linkcode FileSourceError}), or the copy fails (`to`
+   * may then be left).
    */
   copyHashing(from: string, to: string, size: number, identity: FileIdentity): Promise<string>;
 }
@@ -342,7 +359,7 @@ export class HashThread implements HashSink {
         const pending = this.#replies.get(message.id);
         this.#replies.delete(message.id);
         if (message.error === undefined) pending?.resolve(message.value);
-        else pending?.reject(new Error(message.error));
+        else pending?.reject(new (message.source ? FileSourceError : Error)(message.error));
       }
     };
     worker.onerror = (event) => {

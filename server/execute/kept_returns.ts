@@ -11,7 +11,7 @@
  */
 import { createHash } from "node:crypto";
 import type { BlobStore } from "../cache/cache_memory.ts";
-import type { FileCopier } from "../../protocol/hash_threads.ts";
+import { type FileCopier, FileSourceError } from "../../protocol/hash_threads.ts";
 import type { OutcomeKept } from "../workers/worker_protocol.ts";
 import { openWorkerFile, WorkerFileError } from "../workers/worker_files.ts";
 import { writeAll } from "../cache/_write_file.ts";
@@ -129,7 +129,9 @@ async function _keep(
       // The thread opens the path again: the same file, checked there by its inode.
       const { ino, dev } = await source.stat();
       digest = await hashes.copyHashing(part.path, tmp, part.size, { ino, dev }).catch((error) => {
-        throw new WorkerFileError(`worker kept return ${part.path} cannot be kept: ${error}`);
+        // The worker's file changing under the copy is its fault; anything else is the server's.
+        if (!(error instanceof FileSourceError)) throw error;
+        throw new WorkerFileError(`worker kept return ${error.message}`);
       });
     } else {
       using target = await Deno.open(tmp, { write: true, createNew: true, mode: 0o644 });

@@ -3,7 +3,7 @@ import { BlobStore } from "../cache/cache_memory.ts";
 import { sha256Hex } from "../../protocol/hash.ts";
 import { WorkerFileError } from "../workers/worker_files.ts";
 import { fillKeptDigests, keepReturns } from "./kept_returns.ts";
-import { HashThreads } from "../../protocol/hash_threads.ts";
+import { FileSourceError, HashThreads } from "../../protocol/hash_threads.ts";
 
 async function setup() {
   const dir = await Deno.makeTempDir();
@@ -113,4 +113,30 @@ Deno.test("keepReturns: with hashing threads, several values are copied at once,
   } finally {
     hashes.close();
   }
+});
+
+Deno.test("keepReturns: a source that changed under the copy is the worker's fault, other failures the server's", async () => {
+  await using t = await setup();
+  const part = await t.write("kept-0", new Uint8Array(64).fill(1));
+  const failing = (error: Error) => ({ copyHashing: () => Promise.reject(error) });
+  await assert.rejects(
+    () =>
+      keepReturns([part], {
+        store: t.store,
+        maxBytes: 64,
+        hashes: failing(new FileSourceError(`${part.path} changed size`)),
+      }),
+    (e: unknown) =>
+      e instanceof WorkerFileError && /kept return .*kept-0 changed size/.test(e.message),
+  );
+  await assert.rejects(
+    () =>
+      keepReturns([part], {
+        store: t.store,
+        maxBytes: 64,
+        hashes: failing(new Error("No space left on device")),
+      }),
+    (e: unknown) => !(e instanceof WorkerFileError) && /No space left/.test(String(e)),
+  );
+  assert.deepEqual(t.blobFiles(), []); // nothing cached, no copy left
 });
