@@ -13,7 +13,10 @@
  * Prints per way and round the client's p50 latency and the forwarder's CPU per request (from
  * /proc), then the medians.
  *
- *   deno run -A bench/probes/trivial_forward_floor.ts [--rounds N] [--requests N]
+ *   deno run -A bench/probes/trivial_forward_floor.ts [--rounds N] [--requests N] [--answer-after MS]
+ *
+ * `--answer-after MS`: the stand-in nodes answer that long after a request's end, as a node whose
+ * worker runs the program (a forwarder idles meanwhile, as it does in front of a real node).
  *
  * @module
  */
@@ -32,6 +35,11 @@ import { median, numberArg, positionalArgs, timeOneBytePosts } from "./_probe.ts
 
 const _ANSWER = new TextEncoder().encode('{"status":"COMPLETED"}');
 const _SELF = new URL(import.meta.url).pathname;
+
+/** How long the stand-in nodes wait before they answer (`--answer-after`), in ms. */
+const _ANSWER_AFTER_MS = Number(Deno.env.get("KCORAL_PROBE_ANSWER_AFTER_MS") ?? "0");
+const _answer = (send: () => void) =>
+  _ANSWER_AFTER_MS > 0 ? setTimeout(send, _ANSWER_AFTER_MS) : send();
 
 if (Deno.args[0] === "--forwarder") await _forwarder(Number(Deno.args[1]));
 else if (Deno.args[0] === "--floor-node") await _floorNode(Number(Deno.args[1]));
@@ -83,7 +91,7 @@ function _floorNode(port: number): Promise<never> {
     const out = new Uint8Array(36 + _ANSWER.length);
     out.set(bytes.subarray(0, 36));
     out.set(_ANSWER, 36);
-    socket.send(out);
+    _answer(() => socket.send(out));
   };
   return new Promise<never>(() => {});
 }
@@ -110,7 +118,8 @@ async function _routerNode(port: number): Promise<never> {
     if (typeof event.data === "string") return;
     const frame = decodeRequestFrame(new Uint8Array(event.data));
     if (!frame.end) return;
-    slot.send(encodeFrame(frame.requestId, { status: 200, headers }, _ANSWER, true));
+    const answer = encodeFrame(frame.requestId, { status: 200, headers }, _ANSWER, true);
+    _answer(() => slot.send(answer));
   };
   console.error("ready");
   return await new Promise<never>(() => {});
@@ -122,6 +131,8 @@ function _spawn(args: string[]): Promise<Deno.ChildProcess> {
 }
 
 async function _main(): Promise<void> {
+  // The stand-in nodes are processes of this module: they read the delay from the environment.
+  Deno.env.set("KCORAL_PROBE_ANSWER_AFTER_MS", String(numberArg("--answer-after", 0)));
   const rounds = numberArg("--rounds", 5);
   const requests = numberArg("--requests", 1000);
   const port = freePort();
