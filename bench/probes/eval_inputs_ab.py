@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 
 CHILD = r"""
 import json, os, shutil, sys, tempfile, time
@@ -62,11 +64,14 @@ def main() -> None:
     samples: list[list[dict[str, float]]] = [[], []]
     for round_ in range(args.rounds + 1):  # the first round is not counted
         for k, tree in enumerate(args.trees):
-            done = subprocess.run([sys.executable, "-c", CHILD, tree, str(args.n)],
-                                  check=True, capture_output=True, text=True)
+            # In a directory of its own, as a worker's workspace: the step writes the
+            # reference's source next to it (eval_worker.load_source).
+            with tempfile.TemporaryDirectory(prefix="kcoral-inputs-ab-") as workspace:
+                done = subprocess.run([sys.executable, "-c", CHILD, os.path.abspath(tree), str(args.n)],
+                                      check=True, capture_output=True, text=True, cwd=workspace)
             if round_ > 0:
                 samples[k].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    print(f"| tree | generate_inputs (ms) | kept write (ms) | sum (ms) |")
+    print("| tree | generate_inputs (ms) | kept write (ms) | sum (ms) |")
     print("|---|---|---|---|")
     sums = []
     for tree, runs in zip(args.trees, samples):
