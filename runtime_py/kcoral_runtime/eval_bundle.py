@@ -270,19 +270,18 @@ class BundleWriter:
             position += len(chunk)
         return out
 
-    def chunks(self, header: Dict[str, Any]) -> Chunks:
-        """The bundle ``finish`` lays out, as its pieces (the prefix, then every tensor's bytes),
-        not joined: returned as a kept value, the worker writes them straight to its file."""
-        return Chunks([self._prefix(header), *self._chunks])
+    def _pieces(self, header: Dict[str, Any]) -> List[memoryview]:
+        """The bundle ``finish`` lays out, as its pieces: the prefix, then every tensor's bytes."""
+        return [memoryview(self._prefix(header)), *self._chunks]
 
     def segments(self, header: Dict[str, Any], count: int = 8,
                  min_bytes: Optional[int] = None) -> List[Chunks]:
         """The bundle as at most ``count`` values (``Bundle`` reads their list), cut between
         whole pieces: the first holds the prefix, and each piece goes to the equal share of the
-        bundle its middle falls in. Fewer segments where a share would be under
-        ``min_bytes`` (default ``SEGMENT_MIN_BYTES``; a small bundle is one). Kept (docs/kept-returns.md), the server copies and hashes them in
-        parallel where one value is one core's work."""
-        pieces: List[memoryview] = [memoryview(self._prefix(header)), *self._chunks]
+        bundle its middle falls in. Fewer segments where a share would be under ``min_bytes``
+        (default ``SEGMENT_MIN_BYTES``; a small bundle is one). Kept (docs/kept-returns.md), the
+        server copies and hashes them in parallel where one value is one core's work."""
+        pieces = self._pieces(header)
         total = sum(len(piece) for piece in pieces)
         least = SEGMENT_MIN_BYTES if min_bytes is None else min_bytes
         count = max(1, min(count, total // max(1, least)))
@@ -299,7 +298,7 @@ class BundleWriter:
         """Writes the bundle ``finish`` lays out to the file ``fd`` (from its offset) with
         ``writev``: the kernel copies the tensors' bytes, no buffer of the bundle's size is made
         and no page of the file is mapped here. Returns the bundle's size."""
-        parts: List[memoryview] = [memoryview(self._prefix(header)), *self._chunks]
+        parts = self._pieces(header)
         write_pieces(fd, parts)
         return sum(len(part) for part in parts)
 
