@@ -1,9 +1,9 @@
 /**
  * The server's cost of a kept return (docs/kept-returns.md): `keepReturns` copying a worker's
- * file of `--mib` MiB into the memory cache while hashing it, median/min/max over `--runs`,
- * beside its two floors measured in the same run: SHA-256 of the same bytes already in memory
+ * file of `--mib` MiB into the memory cache while hashing it (on one of its hashing threads),
+ * median/min/max over `--runs`, beside its two floors measured in the same run: SHA-256 of the same bytes already in memory
  * (node:crypto, one core) and a plain copy of the file (`Deno.copyFile`). A second row keeps the
- * same bytes as `--values` values (an eval bundle's segments) hashed on the server's hashing
+ * same bytes as `--values` values (an eval bundle's segments), several at once on the hashing
  * threads (`--threads`, default as a server: the cores less one, at most 8).
  *
  * ```sh
@@ -85,6 +85,7 @@ try {
     const [digest] = await keepReturns([{ path: source, size: bytes.length, placeholder }], {
       store,
       maxBytes: bytes.length,
+      hashes,
     });
     const keep = performance.now() - t0;
     if (digest !== sha256) throw new Error(`keepReturns cached ${digest}, not ${sha256}`);

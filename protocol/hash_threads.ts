@@ -287,15 +287,8 @@ export class HashThread implements HashSink {
     identity: FileIdentity,
     id = ++this.#nextId,
   ): Promise<string> {
-    return this.#ask("copy", id, {
-      from,
-      to,
-      size,
-      ino: identity.ino,
-      dev: identity.dev,
-    }) as Promise<
-      string
-    >;
+    const copy = { from, to, size, ino: identity.ino, dev: identity.dev };
+    return this.#ask("copy", id, copy) as Promise<string>;
   }
 
   /** Once spool `id`'s writes are done: the bytes its file got (`null`: none). */

@@ -50,7 +50,7 @@ export interface DispatchServices {
   /** The caches (kept returns go to the memory cache). */
   caches: BlobCaches;
   /** Hashing threads (kept returns are copied and hashed there). */
-  hashes?: FileCopier;
+  hashes: FileCopier;
 }
 
 /**
@@ -130,7 +130,7 @@ class _SeatRun {
     this.#keep = admitted.keepMinBytes === undefined ? null : {
       store: services.caches.store,
       maxBytes: Math.floor(services.caches.store.capacityBytes / 4),
-      ...(services.hashes ? { hashes: services.hashes } : {}),
+      hashes: services.hashes,
     };
     this.#seat = seat;
     this.#queueMs = queueMs;

@@ -9,12 +9,10 @@
  *
  * @module
  */
-import { createHash } from "node:crypto";
 import type { BlobStore } from "../cache/cache_memory.ts";
 import { type FileCopier, FileSourceError } from "../../protocol/hash_threads.ts";
 import type { OutcomeKept } from "../workers/worker_protocol.ts";
 import { openWorkerFile, WorkerFileError } from "../workers/worker_files.ts";
-import { writeAll } from "../cache/_write_file.ts";
 
 /** What a request allows to be kept: the cache, and the most bytes its kept values may total. */
 export interface KeepTarget {
@@ -22,15 +20,9 @@ export interface KeepTarget {
   store: BlobStore;
   /** The most bytes the request's kept values may total. */
   maxBytes: number;
-  /**
-   * Hashing threads: each copies and hashes a value, several values at once. Without, values
-   * are copied and hashed one after another here.
-   */
-  hashes?: FileCopier;
+  /** Hashing threads: each copies and hashes a value, several values at once. */
+  hashes: FileCopier;
 }
-
-/** Copies are made in pieces of this size: each hashed while the next is read. */
-const _CHUNK = 4 << 20;
 
 /** Values copied at once when hashing threads hash them. */
 const _AT_ONCE = 8;
@@ -73,7 +65,7 @@ export async function keepReturns(
       digests[i] = await _keep(kept[i], target.store, target.hashes);
     }
   };
-  const copiers = target.hashes ? Math.min(_AT_ONCE, kept.length) : 1;
+  const copiers = Math.min(_AT_ONCE, kept.length);
   // Every copier runs to its end (a failure leaves no copy running), then the first error.
   const ended = await Promise.allSettled(Array.from({ length: copiers }, copier));
   for (const end of ended) if (end.status === "rejected") throw end.reason;
@@ -118,25 +110,21 @@ export function fillKeptDigests(
 async function _keep(
   part: OutcomeKept,
   store: BlobStore,
-  hashes: FileCopier | undefined,
+  hashes: FileCopier,
 ): Promise<string> {
   const tmp = `${store.dir}/.kept-${crypto.randomUUID()}`;
   const source = await openWorkerFile(part.path, part.size);
   let copied = false;
   try {
-    let digest: string;
-    if (hashes) {
-      // The thread opens the path again: the same file, checked there by its inode.
-      const { ino, dev } = await source.stat();
-      digest = await hashes.copyHashing(part.path, tmp, part.size, { ino, dev }).catch((error) => {
+    // The thread opens the path again: the same file, checked there by its inode.
+    const { ino, dev } = await source.stat();
+    const digest = await hashes.copyHashing(part.path, tmp, part.size, { ino, dev }).catch(
+      (error) => {
         // The worker's file changing under the copy is its fault; anything else is the server's.
         if (!(error instanceof FileSourceError)) throw error;
         throw new WorkerFileError(`worker kept return ${error.message}`);
-      });
-    } else {
-      using target = await Deno.open(tmp, { write: true, createNew: true, mode: 0o644 });
-      digest = await _copyHashing(source, target, part);
-    }
+      },
+    );
     await store.adoptPinned(digest, tmp, part.size, true);
     copied = true;
     store.unpin([digest]);
@@ -145,43 +133,4 @@ async function _keep(
     source.close();
     if (!copied) await Deno.remove(tmp).catch(() => {});
   }
-}
-
-/** Copies `source` into `target`, hashing a piece while the next is read and the last written. */
-async function _copyHashing(
-  source: Deno.FsFile,
-  target: Deno.FsFile,
-  part: OutcomeKept,
-): Promise<string> {
-  const hash = createHash("sha256");
-  const size = Math.min(_CHUNK, Math.max(part.size, 1));
-  const buffers = [new Uint8Array(size), new Uint8Array(size), new Uint8Array(size)];
-  let bytes = 0;
-  let k = 0;
-  let reading: Promise<number | null> | null = source.read(buffers[0]);
-  let writing: Promise<void> = Promise.resolve();
-  try {
-    for (;;) {
-      const n = await reading;
-      reading = null;
-      if (n === null) break;
-      const piece = buffers[k % 3].subarray(0, n);
-      bytes += n;
-      if (bytes > part.size) break;
-      k++;
-      // buffers[k % 3] held piece k - 3, whose write ended before piece k - 1's began.
-      reading = source.read(buffers[k % 3]);
-      hash.update(piece);
-      await writing;
-      writing = writeAll(target, piece);
-    }
-    await writing;
-  } finally {
-    // A failure leaves nothing running on these files (their owner closes them).
-    await Promise.allSettled([reading, writing]);
-  }
-  if (bytes !== part.size) {
-    throw new WorkerFileError(`worker kept return ${part.path} changed size`);
-  }
-  return hash.digest("hex");
 }

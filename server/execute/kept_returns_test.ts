@@ -8,6 +8,7 @@ import { FileSourceError, HashThreads } from "../../protocol/hash_threads.ts";
 async function setup() {
   const dir = await Deno.makeTempDir();
   const store = new BlobStore(`${dir}/blobs`, 64 << 20);
+  const hashes = new HashThreads(1);
   let placeholders = 0;
   const write = async (name: string, bytes: Uint8Array) => {
     await Deno.writeFile(`${dir}/${name}`, bytes);
@@ -17,9 +18,11 @@ async function setup() {
   const blobFiles = () => [...Deno.readDirSync(`${dir}/blobs`)].map((e) => e.name).sort();
   return {
     store,
+    hashes,
     write,
     blobFiles,
     async [Symbol.asyncDispose]() {
+      hashes.close();
       store.close();
       await Deno.remove(dir, { recursive: true });
     },
@@ -30,7 +33,11 @@ Deno.test("keepReturns: copies each value into the cache under the digest it com
   await using t = await setup();
   const big = new Uint8Array(9 << 20).map((_, i) => i * 7);
   const parts = [await t.write("kept-0", big), await t.write("kept-1", new Uint8Array(0))];
-  const digests = await keepReturns(parts, { store: t.store, maxBytes: 10 << 20 });
+  const digests = await keepReturns(parts, {
+    store: t.store,
+    maxBytes: 10 << 20,
+    hashes: t.hashes,
+  });
   assert.deepEqual(digests, parts.map((part) => part.sha256));
   for (const part of parts) assert.ok(t.store.has(part.sha256));
   assert.deepEqual(await Deno.readFile(t.store.path(parts[0].sha256)), big);
@@ -41,7 +48,7 @@ Deno.test("keepReturns: copies each value into the cache under the digest it com
 Deno.test("keepReturns: a worker's malformed placeholder, size or total is refused and nothing is cached", async () => {
   await using t = await setup();
   const part = await t.write("kept-0", new TextEncoder().encode("honest bytes"));
-  const target = { store: t.store, maxBytes: 1024 };
+  const target = { store: t.store, maxBytes: 1024, hashes: t.hashes };
   const refused = async (
     parts: typeof part[],
     message: RegExp,
@@ -54,7 +61,11 @@ Deno.test("keepReturns: a worker's malformed placeholder, size or total is refus
   await refused([{ ...part, placeholder: "00".repeat(32) }], /has a malformed placeholder/);
   await refused([{ ...part, placeholder: `${part.placeholder}"` }], /has a malformed placeholder/);
   await refused([{ ...part, size: part.size - 1 }], /has 12 bytes, not 11/);
-  await refused([part, part], /over the request's/, { store: t.store, maxBytes: part.size });
+  await refused([part, part], /over the request's/, {
+    store: t.store,
+    maxBytes: part.size,
+    hashes: t.hashes,
+  });
   await refused([part], /did not ask for/, null);
   assert.deepEqual(t.blobFiles(), []); // no copy left behind
   assert.ok(!t.store.has(part.sha256));
